@@ -1,0 +1,23 @@
+# The two entry points of the README. Both install what is missing first (scripts/setup.sh).
+# PRESET=cpu builds without CUDA; the default preset needs nvcc (CUDA 13).
+PRESET ?= $(shell command -v nvcc >/dev/null 2>&1 || test -x /usr/local/cuda/bin/nvcc && echo default || echo cpu)
+JOBS ?= $(shell nproc)
+export PATH := $(PATH):/usr/local/cuda/bin
+
+.PHONY: setup build demo test clean
+
+setup:
+	bash scripts/setup.sh
+
+build: setup
+	cmake --preset $(PRESET)
+	cmake --build --preset $(PRESET) -j $(JOBS)
+
+demo: build
+	./build/$(PRESET)/tools/nmkit/nmkit demo
+
+test: build
+	ctest --preset $(PRESET) -j $(JOBS)
+
+clean:
+	rm -rf build

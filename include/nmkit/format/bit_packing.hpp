@@ -1,0 +1,36 @@
+#pragma once
+// Little-endian, LSB-first bit streams: value i of width `bits` occupies bits [i*bits, (i+1)*bits)
+// of the byte array, bit 0 being the least significant bit of byte 0. Used for N:M indices and
+// V:N:M m-indices (docs/formats.md has the diagram).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace nmkit {
+
+constexpr std::size_t packed_bytes(std::size_t count, int bits) noexcept { return (count * bits + 7) / 8; }
+
+inline unsigned read_packed(const std::vector<uint8_t>& stream, std::size_t index, int bits) noexcept {
+  unsigned value = 0;
+  std::size_t bit = index * bits;
+  for (int b = 0; b < bits; ++b, ++bit) value |= ((stream[bit / 8] >> (bit % 8)) & 1u) << b;
+  return value;
+}
+
+// The stream must already hold packed_bytes(count, bits) zero-initialised bytes.
+inline void write_packed(std::vector<uint8_t>& stream, std::size_t index, int bits, unsigned value) noexcept {
+  std::size_t bit = index * bits;
+  for (int b = 0; b < bits; ++b, ++bit) {
+    const uint8_t m = static_cast<uint8_t>(1u << (bit % 8));
+    if ((value >> b) & 1u) stream[bit / 8] |= m; else stream[bit / 8] &= static_cast<uint8_t>(~m);
+  }
+}
+
+// Bits needed to address one of `m` positions: ceil(log2 m), at least 1.
+constexpr int index_bits_for(int m) noexcept {
+  int bits = 1;
+  while ((1 << bits) < m) ++bits;
+  return bits;
+}
+
+}  // namespace nmkit

@@ -1,0 +1,49 @@
+#pragma once
+// Magnitude pruning into each format: keep what has the largest |w| under the format's constraints.
+#include <cstdint>
+
+#include "nmkit/format/spec.hpp"
+#include "nmkit/matrix.hpp"
+
+namespace nmkit {
+
+// Per group of M columns of each row, keeps the N largest |w| (ties: the lower column).
+Mask prune_nm_magnitude(const DenseMatrix& weight, int n, int m);
+
+// The 4 columns one V x M block keeps, and the |w| they keep after N-of-4 per row.
+struct VnmColumnChoice {
+  int columns[4] = {0, 1, 2, 3};  // ascending offsets inside the block
+  double kept_l1 = 0.0;
+  bool proven_optimal = true;  // false when the search hit its node budget (the incumbent is kept)
+};
+
+// Default node budget of the exact search per block; see docs/formats.md ("choosing the columns").
+inline constexpr int64_t kVnmSearchNodeBudget = 200'000;
+
+// Exact choice for one block: `block_abs` holds rows x width values |w| (row-major), width <= M.
+// Branch and bound over column subsets, seeded with greedy + swap local search.
+VnmColumnChoice choose_vnm_columns(const float* block_abs, int rows, int width, int n,
+                                   int64_t node_budget = kVnmSearchNodeBudget);
+
+struct VnmSearchStats {
+  int64_t blocks = 0;
+  int64_t proven_optimal = 0;
+};
+
+// For each V x M block, the 4 columns that maximise the |w| kept after row-wise N:4 inside them,
+// then the N largest of those 4 per row.
+Mask prune_vnm_magnitude(const DenseMatrix& weight, int v, int n, int m, VnmSearchStats* stats = nullptr);
+
+// Keeps the fraction `density` of tiles (at least one) with the largest Frobenius norm
+// (ties: the lower tile index in row-major grid order).
+TileMask prune_tiles_by_norm(const DenseMatrix& weight, int tile_rows, int tile_cols, double density);
+
+// Prunes `weight` into `spec` by magnitude and compresses it.
+struct PruneResult {
+  SparseMatrix compressed;
+  Mask mask;
+  double energy = 1.0;
+};
+PruneResult prune_magnitude(const DenseMatrix& weight, const FormatSpec& spec);
+
+}  // namespace nmkit

@@ -1,0 +1,43 @@
+#pragma once
+// Prunes every selected 2-D weight of a model file into one format, by magnitude.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nmkit/format/spec.hpp"
+#include "nmkit/io/model.hpp"
+#include "nmkit/prune/energy.hpp"
+
+namespace nmkit {
+
+struct ModelPruneOptions {
+  FormatSpec spec = NmSpec{2, 4};
+  std::string include = ".*";          // ECMAScript regex, searched in the tensor name
+  std::string exclude = "embeddings";  // embedding tables are lookups, not products; "" excludes nothing
+};
+
+struct TensorPruneReport {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string format;   // "dense" when kept as it was
+  double density = 1;   // kept entries / entries
+  double energy = 1;    // kept L1 / total L1
+  std::size_t bytes_before = 0;
+  std::size_t bytes_after = 0;
+  bool pruned = false;
+};
+
+struct ModelPruneReport {
+  std::vector<TensorPruneReport> tensors;
+  EnergyTally energy;  // over the pruned tensors
+  std::size_t bytes_before = 0;
+  std::size_t bytes_after = 0;
+  int pruned_count = 0;
+};
+
+using PruneProgress = std::function<void(std::size_t done, std::size_t total, const std::string& name)>;
+
+// Replaces the selected dense 2-D floating-point weights of `model` by their compressed form.
+ModelPruneReport prune_model(ModelFile& model, const ModelPruneOptions& options, const PruneProgress& progress = {});
+
+}  // namespace nmkit

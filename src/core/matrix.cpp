@@ -1,0 +1,51 @@
+#include "nmkit/matrix.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "nmkit/error.hpp"
+
+namespace nmkit {
+
+TypedBuffer::TypedBuffer(DType dtype, std::size_t count) : dtype_(dtype), bytes_(count * dtype_size(dtype)) {}
+
+std::vector<float> TypedBuffer::to_float() const {
+  std::vector<float> out(size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = get(i);
+  return out;
+}
+
+DenseMatrix DenseMatrix::zeros(int64_t rows, int64_t cols, DType dtype) {
+  require(rows >= 0 && cols >= 0, ErrorCode::invalid_argument,
+          "matrix shape must be non-negative, got " + std::to_string(rows) + "x" + std::to_string(cols));
+  return DenseMatrix{rows, cols, TypedBuffer(dtype, static_cast<std::size_t>(rows * cols))};
+}
+
+DenseMatrix DenseMatrix::from_float(int64_t rows, int64_t cols, std::span<const float> data, DType dtype) {
+  DenseMatrix out = zeros(rows, cols, dtype);
+  require(data.size() == static_cast<std::size_t>(rows * cols), ErrorCode::invalid_argument,
+          "from_float: " + std::to_string(data.size()) + " values given for a " + std::to_string(rows) + "x" +
+              std::to_string(cols) + " matrix");
+  for (std::size_t i = 0; i < data.size(); ++i) out.values.set(i, data[i]);
+  return out;
+}
+
+int64_t Mask::count() const noexcept { return std::count(keep.begin(), keep.end(), uint8_t{1}); }
+
+Mask nonzero_mask(const DenseMatrix& dense) {
+  Mask mask = Mask::none(dense.rows, dense.cols);
+  for (std::size_t i = 0; i < mask.keep.size(); ++i) mask.keep[i] = dense.values.get(i) != 0.0f ? 1 : 0;
+  return mask;
+}
+
+DenseMatrix apply_mask(const DenseMatrix& dense, const Mask& mask) {
+  require(mask.rows == dense.rows && mask.cols == dense.cols, ErrorCode::invalid_argument,
+          "mask shape " + std::to_string(mask.rows) + "x" + std::to_string(mask.cols) + " differs from matrix " +
+              std::to_string(dense.rows) + "x" + std::to_string(dense.cols));
+  DenseMatrix out = DenseMatrix::zeros(dense.rows, dense.cols, dense.dtype());
+  for (std::size_t i = 0; i < mask.keep.size(); ++i)
+    if (mask.keep[i]) out.values.set(i, dense.values.get(i));
+  return out;
+}
+
+}  // namespace nmkit

@@ -1,0 +1,121 @@
+#include "nmkit/format/nm.hpp"
+
+#include <string>
+
+#include "nmkit/error.hpp"
+#include "nmkit/format/bit_packing.hpp"
+
+namespace nmkit {
+namespace {
+
+std::string where(int64_t row, int64_t group) {
+  return "row " + std::to_string(row) + ", group " + std::to_string(group);
+}
+
+}  // namespace
+
+int NmMatrix::index_bits() const noexcept { return index_bits_for(m); }
+
+unsigned NmMatrix::index(int64_t value_index) const noexcept {
+  return read_packed(indices, static_cast<std::size_t>(value_index), index_bits());
+}
+
+void check_nm_pattern(int n, int m) {
+  require(m >= 2 && m <= 32, ErrorCode::invalid_argument,
+          "N:M needs 2 <= M <= 32, got M=" + std::to_string(m));
+  require(n >= 1 && n < m, ErrorCode::invalid_argument,
+          "N:M needs 1 <= N < M, got " + std::to_string(n) + ":" + std::to_string(m));
+}
+
+NmMatrix compress_nm(const DenseMatrix& dense, int n, int m) {
+  return compress_nm(dense, nonzero_mask(dense), n, m);
+}
+
+NmMatrix compress_nm(const DenseMatrix& dense, const Mask& mask, int n, int m) {
+  check_nm_pattern(n, m);
+  require(mask.rows == dense.rows && mask.cols == dense.cols, ErrorCode::invalid_argument,
+          "compress_nm: mask shape differs from the matrix shape");
+  NmMatrix out;
+  out.rows = dense.rows;
+  out.cols = dense.cols;
+  out.n = n;
+  out.m = m;
+  out.values = TypedBuffer(dense.dtype(), static_cast<std::size_t>(out.value_count()));
+  out.indices.assign(packed_bytes(static_cast<std::size_t>(out.value_count()), out.index_bits()), 0);
+
+  const int64_t groups = out.groups();
+  for (int64_t r = 0; r < dense.rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      // Kept positions of the group, then the smallest unused positions as explicit zeros
+      // until N slots are filled: indices stay strictly ascending.
+      bool used[32] = {};
+      int kept = 0;
+      for (int j = 0; j < m; ++j) {
+        const int64_t c = g * m + j;
+        if (c < dense.cols && mask.at(r, c)) {
+          require(kept < n, ErrorCode::pattern_violation,
+                  "N:M " + std::to_string(n) + ":" + std::to_string(m) + " violated at " + where(r, g) +
+                      ": more than " + std::to_string(n) + " kept entries");
+          used[j] = true;
+          ++kept;
+        }
+      }
+      for (int j = 0; j < m && kept < n; ++j)
+        if (!used[j]) used[j] = true, ++kept;
+      int slot = 0;
+      for (int j = 0; j < m; ++j) {
+        if (!used[j]) continue;
+        const int64_t c = g * m + j;
+        const std::size_t vi = static_cast<std::size_t>((r * groups + g) * n + slot++);
+        write_packed(out.indices, vi, out.index_bits(), static_cast<unsigned>(j));
+        if (c < dense.cols && mask.at(r, c)) out.values.set(vi, dense.at(r, c));
+      }
+    }
+  }
+  return out;
+}
+
+DenseMatrix decompress(const NmMatrix& a) {
+  validate(a);
+  DenseMatrix out = DenseMatrix::zeros(a.rows, a.cols, a.dtype());
+  const int64_t groups = a.groups();
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t g = 0; g < groups; ++g)
+      for (int s = 0; s < a.n; ++s) {
+        const int64_t vi = (r * groups + g) * a.n + s;
+        const int64_t c = g * a.m + a.index(vi);
+        if (c < a.cols) out.set(r, c, a.values.get(static_cast<std::size_t>(vi)));
+      }
+  return out;
+}
+
+void validate(const NmMatrix& a) {
+  check_nm_pattern(a.n, a.m);
+  require(a.rows >= 0 && a.cols >= 0, ErrorCode::invalid_argument, "N:M matrix has a negative shape");
+  const auto count = static_cast<std::size_t>(a.value_count());
+  require(a.values.size() == count, ErrorCode::invalid_argument,
+          "N:M values hold " + std::to_string(a.values.size()) + " elements, expected " + std::to_string(count));
+  require(a.indices.size() == packed_bytes(count, a.index_bits()), ErrorCode::invalid_argument,
+          "N:M indices hold " + std::to_string(a.indices.size()) + " bytes, expected " +
+              std::to_string(packed_bytes(count, a.index_bits())));
+  const int64_t groups = a.groups();
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      int previous = -1;
+      for (int s = 0; s < a.n; ++s) {
+        const int64_t vi = (r * groups + g) * a.n + s;
+        const int j = static_cast<int>(a.index(vi));
+        require(j < a.m, ErrorCode::pattern_violation,
+                "N:M index " + std::to_string(j) + " >= M=" + std::to_string(a.m) + " at " + where(r, g));
+        require(j > previous, ErrorCode::pattern_violation,
+                "N:M indices not strictly ascending at " + where(r, g));
+        require(g * a.m + j < a.cols || a.values.get(static_cast<std::size_t>(vi)) == 0.0f,
+                ErrorCode::pattern_violation, "N:M non-zero value in the K padding at " + where(r, g));
+        previous = j;
+      }
+    }
+}
+
+std::size_t storage_bytes(const NmMatrix& a) noexcept { return a.values.size_bytes() + a.indices.size(); }
+
+}  // namespace nmkit

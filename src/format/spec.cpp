@@ -1,0 +1,121 @@
+#include "nmkit/format/spec.hpp"
+
+#include <charconv>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "nmkit/error.hpp"
+
+namespace nmkit {
+namespace {
+
+template <class... Ts>
+struct overloaded : Ts... {
+  using Ts::operator()...;
+};
+
+std::vector<std::string_view> split(std::string_view text, char sep) {
+  std::vector<std::string_view> parts;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= text.size(); ++i)
+    if (i == text.size() || text[i] == sep) {
+      parts.push_back(text.substr(start, i - start));
+      start = i + 1;
+    }
+  return parts;
+}
+
+int parse_int(std::string_view token, std::string_view spec) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  require(ec == std::errc{} && end == token.data() + token.size() && !token.empty(), ErrorCode::invalid_argument,
+          "format '" + std::string(spec) + "': '" + std::string(token) + "' is not an integer");
+  return value;
+}
+
+double parse_density(std::string_view token, std::string_view spec) {
+  std::string s(token);
+  char* end = nullptr;
+  const double value = std::strtod(s.c_str(), &end);
+  require(!s.empty() && end == s.c_str() + s.size(), ErrorCode::invalid_argument,
+          "format '" + std::string(spec) + "': density '" + s + "' is not a number");
+  require(value > 0.0 && value <= 1.0, ErrorCode::invalid_argument,
+          "format '" + std::string(spec) + "': density must be in (0, 1], got " + s);
+  return value;
+}
+
+}  // namespace
+
+FormatSpec parse_format_spec(std::string_view text) {
+  const auto parts = split(text, ':');
+  const std::string usage = "' (expected N:M, vnm:V:N:M or tile:RxC:DENSITY)";
+  if (parts.size() == 2 || (parts.size() == 3 && parts[0] == "nm")) {
+    NmSpec spec{parse_int(parts[parts.size() - 2], text), parse_int(parts.back(), text)};
+    check_nm_pattern(spec.n, spec.m);
+    return spec;
+  }
+  if (parts.size() == 4 && parts[0] == "vnm") {
+    VnmSpec spec{parse_int(parts[1], text), parse_int(parts[2], text), parse_int(parts[3], text)};
+    check_vnm_pattern(spec.v, spec.n, spec.m);
+    return spec;
+  }
+  if (parts.size() == 3 && parts[0] == "tile") {
+    const auto sides = split(parts[1], 'x');
+    require(sides.size() == 1 || sides.size() == 2, ErrorCode::invalid_argument,
+            "unknown format '" + std::string(text) + usage);
+    TileSpec spec{parse_int(sides[0], text), parse_int(sides.back(), text), parse_density(parts[2], text)};
+    check_tile_shape(spec.tile_rows, spec.tile_cols);
+    return spec;
+  }
+  throw Error(ErrorCode::invalid_argument, "unknown format '" + std::string(text) + usage);
+}
+
+std::string to_string(const FormatSpec& spec) {
+  return std::visit(overloaded{
+                        [](const NmSpec& s) { return std::to_string(s.n) + ":" + std::to_string(s.m); },
+                        [](const VnmSpec& s) {
+                          return "vnm:" + std::to_string(s.v) + ":" + std::to_string(s.n) + ":" + std::to_string(s.m);
+                        },
+                        [](const TileSpec& s) {
+                          char density[32];
+                          std::snprintf(density, sizeof density, "%g", s.density);
+                          return "tile:" + std::to_string(s.tile_rows) + "x" + std::to_string(s.tile_cols) + ":" + density;
+                        },
+                    },
+                    spec);
+}
+
+std::string format_name(const SparseMatrix& a) {
+  return std::visit(overloaded{
+                        [](const NmMatrix& x) { return std::to_string(x.n) + ":" + std::to_string(x.m); },
+                        [](const VnmMatrix& x) {
+                          return "vnm:" + std::to_string(x.v) + ":" + std::to_string(x.n) + ":" + std::to_string(x.m);
+                        },
+                        [](const TileMatrix& x) {
+                          return "tile:" + std::to_string(x.tile_rows) + "x" + std::to_string(x.tile_cols);
+                        },
+                    },
+                    a);
+}
+
+DenseMatrix decompress(const SparseMatrix& a) {
+  return std::visit([](const auto& x) { return decompress(x); }, a);
+}
+void validate(const SparseMatrix& a) {
+  std::visit([](const auto& x) { validate(x); }, a);
+}
+std::size_t storage_bytes(const SparseMatrix& a) noexcept {
+  return std::visit([](const auto& x) { return storage_bytes(x); }, a);
+}
+int64_t rows_of(const SparseMatrix& a) noexcept {
+  return std::visit([](const auto& x) { return x.rows; }, a);
+}
+int64_t cols_of(const SparseMatrix& a) noexcept {
+  return std::visit([](const auto& x) { return x.cols; }, a);
+}
+DType dtype_of(const SparseMatrix& a) noexcept {
+  return std::visit([](const auto& x) { return x.dtype(); }, a);
+}
+
+}  // namespace nmkit

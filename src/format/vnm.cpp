@@ -1,0 +1,178 @@
+#include "nmkit/format/vnm.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "nmkit/error.hpp"
+#include "nmkit/format/bit_packing.hpp"
+
+namespace nmkit {
+namespace {
+
+std::string block_name(int64_t row_block, int64_t group) {
+  return "block (row block " + std::to_string(row_block) + ", group " + std::to_string(group) + ")";
+}
+
+std::string pattern_name(int v, int n, int m) {
+  return std::to_string(v) + ":" + std::to_string(n) + ":" + std::to_string(m);
+}
+
+}  // namespace
+
+unsigned VnmMatrix::m_index(int64_t value_index) const noexcept {
+  return read_packed(m_indices, static_cast<std::size_t>(value_index), kVnmMIndexBits);
+}
+
+int64_t VnmMatrix::column_of(int64_t r, int64_t g, int s) const noexcept {
+  const int64_t vi = (r * groups() + g) * n + s;
+  const int64_t loc = ((r / v) * groups() + g) * kVnmSelectedColumns + m_index(vi);
+  return g * m + column_loc[static_cast<std::size_t>(loc)];
+}
+
+void check_vnm_pattern(int v, int n, int m) {
+  require(v >= 1, ErrorCode::invalid_argument, "V:N:M needs V >= 1, got V=" + std::to_string(v));
+  require(n == 1 || n == 2, ErrorCode::invalid_argument, "V:N:M needs N in {1, 2}, got N=" + std::to_string(n));
+  require(m >= kVnmSelectedColumns && m <= kVnmMaxM, ErrorCode::invalid_argument,
+          "V:N:M needs 4 <= M <= 256, got M=" + std::to_string(m));
+}
+
+VnmMatrix compress_vnm(const DenseMatrix& dense, int v, int n, int m) {
+  return compress_vnm(dense, nonzero_mask(dense), v, n, m);
+}
+
+VnmMatrix compress_vnm(const DenseMatrix& dense, const Mask& mask, int v, int n, int m) {
+  check_vnm_pattern(v, n, m);
+  require(mask.rows == dense.rows && mask.cols == dense.cols, ErrorCode::invalid_argument,
+          "compress_vnm: mask shape differs from the matrix shape");
+  VnmMatrix out;
+  out.rows = dense.rows;
+  out.cols = dense.cols;
+  out.v = v;
+  out.n = n;
+  out.m = m;
+  const int64_t groups = out.groups();
+  out.values = TypedBuffer(dense.dtype(), static_cast<std::size_t>(out.value_count()));
+  out.m_indices.assign(packed_bytes(static_cast<std::size_t>(out.value_count()), kVnmMIndexBits), 0);
+  out.column_loc.assign(static_cast<std::size_t>(out.row_blocks() * groups * kVnmSelectedColumns), 0);
+
+  std::vector<uint8_t> column_used(static_cast<std::size_t>(m));
+  for (int64_t rb = 0; rb < out.row_blocks(); ++rb) {
+    const int64_t r0 = rb * v;
+    const int64_t r1 = std::min<int64_t>(r0 + v, dense.rows);
+    for (int64_t g = 0; g < groups; ++g) {
+      // 1. The block's columns with a kept entry (at most 4), padded with the smallest unused.
+      std::fill(column_used.begin(), column_used.end(), 0);
+      int selected = 0;
+      for (int j = 0; j < m; ++j) {
+        const int64_t c = g * m + j;
+        if (c >= dense.cols) break;
+        for (int64_t r = r0; r < r1; ++r)
+          if (mask.at(r, c)) {
+            column_used[j] = 1;
+            break;
+          }
+        if (column_used[j]) {
+          require(++selected <= kVnmSelectedColumns, ErrorCode::pattern_violation,
+                  "V:N:M " + pattern_name(v, n, m) + " violated in " + block_name(rb, g) +
+                      ": more than 4 columns hold kept entries");
+        }
+      }
+      for (int j = 0; j < m && selected < kVnmSelectedColumns; ++j)
+        if (!column_used[j]) column_used[j] = 1, ++selected;
+      int selected_cols[kVnmSelectedColumns];
+      for (int j = 0, s = 0; j < m; ++j)
+        if (column_used[j]) selected_cols[s++] = j;
+      for (int s = 0; s < kVnmSelectedColumns; ++s)
+        out.column_loc[static_cast<std::size_t>((rb * groups + g) * kVnmSelectedColumns + s)] =
+            static_cast<uint8_t>(selected_cols[s]);
+
+      // 2. Each row keeps at most N of the 4 selected columns (2:4 inside the block).
+      for (int64_t r = r0; r < r1; ++r) {
+        bool used[kVnmSelectedColumns] = {};
+        int kept = 0;
+        for (int s = 0; s < kVnmSelectedColumns; ++s) {
+          const int64_t c = g * m + selected_cols[s];
+          if (c < dense.cols && mask.at(r, c)) {
+            require(kept < n, ErrorCode::pattern_violation,
+                    "V:N:M " + pattern_name(v, n, m) + " violated at row " + std::to_string(r) + ", group " +
+                        std::to_string(g) + ": more than " + std::to_string(n) + " kept entries");
+            used[s] = true;
+            ++kept;
+          }
+        }
+        for (int s = 0; s < kVnmSelectedColumns && kept < n; ++s)
+          if (!used[s]) used[s] = true, ++kept;
+        int slot = 0;
+        for (int s = 0; s < kVnmSelectedColumns; ++s) {
+          if (!used[s]) continue;
+          const int64_t c = g * m + selected_cols[s];
+          const std::size_t vi = static_cast<std::size_t>((r * groups + g) * n + slot++);
+          write_packed(out.m_indices, vi, kVnmMIndexBits, static_cast<unsigned>(s));
+          if (c < dense.cols && mask.at(r, c)) out.values.set(vi, dense.at(r, c));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+DenseMatrix decompress(const VnmMatrix& a) {
+  validate(a);
+  DenseMatrix out = DenseMatrix::zeros(a.rows, a.cols, a.dtype());
+  const int64_t groups = a.groups();
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t g = 0; g < groups; ++g)
+      for (int s = 0; s < a.n; ++s) {
+        const int64_t c = a.column_of(r, g, s);
+        if (c < a.cols) out.set(r, c, a.values.get(static_cast<std::size_t>((r * groups + g) * a.n + s)));
+      }
+  return out;
+}
+
+void validate(const VnmMatrix& a) {
+  check_vnm_pattern(a.v, a.n, a.m);
+  require(a.rows >= 0 && a.cols >= 0, ErrorCode::invalid_argument, "V:N:M matrix has a negative shape");
+  const int64_t groups = a.groups();
+  const auto count = static_cast<std::size_t>(a.value_count());
+  require(a.values.size() == count, ErrorCode::invalid_argument,
+          "V:N:M values hold " + std::to_string(a.values.size()) + " elements, expected " + std::to_string(count));
+  require(a.m_indices.size() == packed_bytes(count, kVnmMIndexBits), ErrorCode::invalid_argument,
+          "V:N:M m_indices hold " + std::to_string(a.m_indices.size()) + " bytes, expected " +
+              std::to_string(packed_bytes(count, kVnmMIndexBits)));
+  const auto loc_count = static_cast<std::size_t>(a.row_blocks() * groups * kVnmSelectedColumns);
+  require(a.column_loc.size() == loc_count, ErrorCode::invalid_argument,
+          "V:N:M column_loc holds " + std::to_string(a.column_loc.size()) + " bytes, expected " +
+              std::to_string(loc_count));
+  for (int64_t rb = 0; rb < a.row_blocks(); ++rb)
+    for (int64_t g = 0; g < groups; ++g) {
+      int previous = -1;
+      for (int s = 0; s < kVnmSelectedColumns; ++s) {
+        const int j = a.column_loc[static_cast<std::size_t>((rb * groups + g) * kVnmSelectedColumns + s)];
+        require(j < a.m, ErrorCode::pattern_violation,
+                "V:N:M column_loc " + std::to_string(j) + " >= M=" + std::to_string(a.m) + " in " + block_name(rb, g));
+        require(j > previous, ErrorCode::pattern_violation,
+                "V:N:M column_loc not strictly ascending (unsorted or duplicate) in " + block_name(rb, g));
+        previous = j;
+      }
+    }
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      int previous = -1;
+      for (int s = 0; s < a.n; ++s) {
+        const int64_t vi = (r * groups + g) * a.n + s;
+        const int j = static_cast<int>(a.m_index(vi));
+        require(j > previous, ErrorCode::pattern_violation,
+                "V:N:M m-indices not strictly ascending at row " + std::to_string(r) + ", group " + std::to_string(g));
+        previous = j;
+        require(a.column_of(r, g, s) < a.cols || a.values.get(static_cast<std::size_t>(vi)) == 0.0f,
+                ErrorCode::pattern_violation,
+                "V:N:M non-zero value in the K padding at row " + std::to_string(r) + ", group " + std::to_string(g));
+      }
+    }
+}
+
+std::size_t storage_bytes(const VnmMatrix& a) noexcept {
+  return a.values.size_bytes() + a.m_indices.size() + a.column_loc.size();
+}
+
+}  // namespace nmkit

@@ -1,0 +1,256 @@
+#include "nmkit/io/model.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "nmkit/error.hpp"
+#include "nmkit/format/bit_packing.hpp"
+
+namespace nmkit {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kDescriptionPrefix = "nmkit:";  // metadata key of a compressed weight's description
+constexpr const char* kFormatVersionKey = "nmkit.format_version";
+constexpr const char* kFormatVersion = "1";
+
+template <class... Ts>
+struct overloaded : Ts... {
+  using Ts::operator()...;
+};
+
+StDType st_dtype_of(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return StDType::F32;
+    case DType::f16: return StDType::F16;
+    case DType::bf16: return StDType::BF16;
+  }
+  return StDType::F32;
+}
+
+template <class T>
+StTensor part(const std::string& name, StDType dtype, std::vector<int64_t> shape, const T* data, std::size_t bytes) {
+  StTensor t{name, dtype, std::move(shape), {}};
+  const auto* p = reinterpret_cast<const std::byte*>(data);
+  t.data.assign(p, p + bytes);
+  return t;
+}
+
+StTensor values_part(const std::string& name, const TypedBuffer& values, std::vector<int64_t> shape) {
+  return part(name, st_dtype_of(values.dtype()), std::move(shape), values.data(), values.size_bytes());
+}
+
+// Reads the parts of one compressed weight, checking each one's dtype and shape against its description.
+class PartReader {
+ public:
+  PartReader(const SafetensorsFile& file, const std::string& origin, const std::string& weight, std::set<std::string>& used)
+      : file_(file), origin_(origin), weight_(weight), used_(used) {}
+
+  const StTensor& get(const std::string& suffix, const std::vector<StDType>& dtypes, const std::vector<int64_t>& shape) {
+    const std::string name = weight_ + "." + suffix;
+    const StTensor* t = file_.find(name);
+    if (!t) fail("part '" + name + "' is missing");
+    if (!used_.insert(name).second) fail("part '" + name + "' is claimed by two compressed weights");
+    if (std::find(dtypes.begin(), dtypes.end(), t->dtype) == dtypes.end())
+      fail("part '" + name + "' has dtype " + st_dtype_name(t->dtype) + ", expected " + st_dtype_name(dtypes.front()));
+    if (t->shape != shape) fail("part '" + name + "' has shape " + json(t->shape).dump() + ", expected " + json(shape).dump());
+    return *t;
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(ErrorCode::io_error, origin_ + ": compressed tensor '" + weight_ + "': " + what);
+  }
+
+ private:
+  const SafetensorsFile& file_;
+  const std::string& origin_;
+  const std::string& weight_;
+  std::set<std::string>& used_;
+};
+
+TypedBuffer buffer_from(const StTensor& t, DType dtype) {
+  TypedBuffer b(dtype, t.data.size() / dtype_size(dtype));
+  std::memcpy(b.data(), t.data.data(), t.data.size());
+  return b;
+}
+
+template <class T>
+std::vector<T> array_from(const StTensor& t) {
+  std::vector<T> v(t.data.size() / sizeof(T));
+  std::memcpy(v.data(), t.data.data(), t.data.size());
+  return v;
+}
+
+int64_t get_int(const json& d, const char* key, PartReader& reader) {
+  const auto it = d.find(key);
+  constexpr int64_t kMaxParameter = 1 << 20;  // far above any V, N, M or tile side; keeps int casts exact
+  if (it == d.end() || !it->is_number_integer()) reader.fail(std::string("description lacks integer '") + key + "'");
+  const int64_t value = it->get<int64_t>();
+  if (value < 0 || value > kMaxParameter) reader.fail(std::string("description's '") + key + "' is out of range");
+  return value;
+}
+
+SparseMatrix read_compressed(const SafetensorsFile& file, const std::string& origin, const std::string& name,
+                             const std::string& description, std::set<std::string>& used) {
+  PartReader reader(file, origin, name, used);
+  const json d = json::parse(description, nullptr, false);
+  if (d.is_discarded() || !d.is_object()) reader.fail("description is not a JSON object");
+  const auto format_it = d.find("format");
+  if (format_it == d.end() || !format_it->is_string()) reader.fail("description lacks a string 'format'");
+  const auto shape_it = d.find("shape");
+  if (shape_it == d.end() || !shape_it->is_array() || shape_it->size() != 2 || !(*shape_it)[0].is_number_unsigned() ||
+      !(*shape_it)[1].is_number_unsigned())
+    reader.fail("description's 'shape' must be two non-negative integers");
+  const int64_t rows = (*shape_it)[0].get<int64_t>(), cols = (*shape_it)[1].get<int64_t>();
+  const auto dtype_it = d.find("dtype");
+  if (dtype_it == d.end() || !dtype_it->is_string()) reader.fail("description lacks a string 'dtype'");
+  DType dtype;
+  try {
+    dtype = parse_dtype(dtype_it->get<std::string>());
+  } catch (const Error& e) {
+    reader.fail(e.what());
+  }
+  const std::vector<StDType> value_dtype{st_dtype_of(dtype)};
+  constexpr int64_t kMaxSide = int64_t{1} << 40;  // keeps every derived size far from overflow
+  if (rows > kMaxSide || cols > kMaxSide) reader.fail("shape is implausibly large");
+
+  const std::string format = format_it->get<std::string>();
+  try {
+    if (format == "nm") {
+      NmMatrix a;
+      a.rows = rows, a.cols = cols;
+      a.n = static_cast<int>(get_int(d, "n", reader)), a.m = static_cast<int>(get_int(d, "m", reader));
+      check_nm_pattern(a.n, a.m);
+      const int64_t per_row = a.groups() * a.n;
+      a.values = buffer_from(reader.get("values", value_dtype, {rows, per_row}), dtype);
+      a.indices = array_from<uint8_t>(reader.get(
+          "indices", {StDType::U8}, {static_cast<int64_t>(packed_bytes(static_cast<std::size_t>(rows * per_row), a.index_bits()))}));
+      validate(a);
+      return a;
+    }
+    if (format == "vnm") {
+      VnmMatrix a;
+      a.rows = rows, a.cols = cols;
+      a.v = static_cast<int>(get_int(d, "v", reader)), a.n = static_cast<int>(get_int(d, "n", reader));
+      a.m = static_cast<int>(get_int(d, "m", reader));
+      check_vnm_pattern(a.v, a.n, a.m);
+      const int64_t per_row = a.groups() * a.n;
+      a.values = buffer_from(reader.get("values", value_dtype, {rows, per_row}), dtype);
+      a.m_indices = array_from<uint8_t>(reader.get(
+          "m_indices", {StDType::U8},
+          {static_cast<int64_t>(packed_bytes(static_cast<std::size_t>(rows * per_row), kVnmMIndexBits))}));
+      a.column_loc = array_from<uint8_t>(
+          reader.get("column_loc", {StDType::U8}, {a.row_blocks(), a.groups(), int64_t{kVnmSelectedColumns}}));
+      validate(a);
+      return a;
+    }
+    if (format == "tile") {
+      TileMatrix a;
+      a.rows = rows, a.cols = cols;
+      a.tile_rows = static_cast<int>(get_int(d, "tile_rows", reader));
+      a.tile_cols = static_cast<int>(get_int(d, "tile_cols", reader));
+      check_tile_shape(a.tile_rows, a.tile_cols);
+      a.ptr = array_from<int32_t>(reader.get("ptr", {StDType::I32}, {a.grid_cols() + 1}));
+      const StTensor& indices = file.find(name + ".indices") ? *file.find(name + ".indices") : StTensor{};
+      const int64_t nnz = indices.shape.size() == 1 ? indices.shape[0] : -1;
+      a.indices = array_from<int32_t>(reader.get("indices", {StDType::I32}, {nnz}));
+      a.data = buffer_from(reader.get("data", value_dtype, {nnz, a.tile_rows, a.tile_cols}), dtype);
+      validate(a);
+      return a;
+    }
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::io_error) throw;
+    reader.fail(e.what());
+  }
+  reader.fail("unknown format '" + format + "' (expected nm, vnm or tile)");
+}
+
+}  // namespace
+
+ModelFile model_from_safetensors(const SafetensorsFile& file, const std::string& origin) {
+  ModelFile model;
+  std::set<std::string> used;
+  std::map<std::string, SparseMatrix> compressed;
+  for (const auto& [key, value] : file.metadata) {
+    if (key.rfind(kDescriptionPrefix, 0) == 0) {
+      const std::string name = key.substr(std::strlen(kDescriptionPrefix));
+      compressed.emplace(name, read_compressed(file, origin, name, value, used));
+    } else if (key == kFormatVersionKey) {
+      if (value != kFormatVersion)
+        throw Error(ErrorCode::io_error, origin + ": nmkit format version '" + value + "' is not supported (expected " +
+                                             kFormatVersion + ")");
+    } else {
+      model.metadata[key] = value;
+    }
+  }
+  // Weights in file order; a compressed weight stands where its first part is.
+  std::set<std::string> emitted;
+  for (const auto& t : file.tensors) {
+    if (!used.count(t.name)) {
+      model.weights.push_back({t.name, t});
+      continue;
+    }
+    const std::string owner = t.name.substr(0, t.name.rfind('.'));
+    if (emitted.insert(owner).second) model.weights.push_back({owner, std::move(compressed.at(owner))});
+  }
+  return model;
+}
+
+ModelFile load_model(const std::string& path) { return model_from_safetensors(read_safetensors(path), path); }
+
+SafetensorsFile model_to_safetensors(const ModelFile& model) {
+  SafetensorsFile file;
+  file.metadata = model.metadata;
+  file.metadata[kFormatVersionKey] = kFormatVersion;
+  for (const auto& w : model.weights) {
+    std::visit(overloaded{
+                   [&](const StTensor& t) {
+                     StTensor copy = t;
+                     copy.name = w.name;
+                     file.tensors.push_back(std::move(copy));
+                   },
+                   [&](const SparseMatrix& s) {
+                     validate(s);
+                     json d = {{"shape", {rows_of(s), cols_of(s)}}, {"dtype", dtype_name(dtype_of(s))}};
+                     std::visit(overloaded{
+                                    [&](const NmMatrix& a) {
+                                      d["format"] = "nm", d["n"] = a.n, d["m"] = a.m;
+                                      file.tensors.push_back(values_part(w.name + ".values", a.values, {a.rows, a.groups() * a.n}));
+                                      file.tensors.push_back(part(w.name + ".indices", StDType::U8, {static_cast<int64_t>(a.indices.size())},
+                                                                  a.indices.data(), a.indices.size()));
+                                    },
+                                    [&](const VnmMatrix& a) {
+                                      d["format"] = "vnm", d["v"] = a.v, d["n"] = a.n, d["m"] = a.m;
+                                      file.tensors.push_back(values_part(w.name + ".values", a.values, {a.rows, a.groups() * a.n}));
+                                      file.tensors.push_back(part(w.name + ".m_indices", StDType::U8,
+                                                                  {static_cast<int64_t>(a.m_indices.size())}, a.m_indices.data(),
+                                                                  a.m_indices.size()));
+                                      file.tensors.push_back(part(w.name + ".column_loc", StDType::U8,
+                                                                  {a.row_blocks(), a.groups(), int64_t{kVnmSelectedColumns}},
+                                                                  a.column_loc.data(), a.column_loc.size()));
+                                    },
+                                    [&](const TileMatrix& a) {
+                                      d["format"] = "tile", d["tile_rows"] = a.tile_rows, d["tile_cols"] = a.tile_cols;
+                                      file.tensors.push_back(part(w.name + ".ptr", StDType::I32, {static_cast<int64_t>(a.ptr.size())},
+                                                                  a.ptr.data(), a.ptr.size() * sizeof(int32_t)));
+                                      file.tensors.push_back(part(w.name + ".indices", StDType::I32,
+                                                                  {static_cast<int64_t>(a.indices.size())}, a.indices.data(),
+                                                                  a.indices.size() * sizeof(int32_t)));
+                                      file.tensors.push_back(values_part(w.name + ".data", a.data, {a.nnz_tiles(), a.tile_rows, a.tile_cols}));
+                                    },
+                                },
+                                s);
+                     file.metadata[kDescriptionPrefix + w.name] = d.dump();
+                   },
+               },
+               w.weight);
+  }
+  return file;
+}
+
+void save_model(const std::string& path, const ModelFile& model) { write_safetensors(path, model_to_safetensors(model)); }
+
+}  // namespace nmkit

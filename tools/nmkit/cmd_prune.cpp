@@ -1,0 +1,74 @@
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "commands.hpp"
+#include "nmkit/format/spec.hpp"
+#include "nmkit/io/model.hpp"
+#include "nmkit/prune/prune_model.hpp"
+
+namespace nmkit::cli {
+namespace {
+
+// A one-line progress bar on stderr, drawn only when stderr is a terminal.
+void draw_progress(std::size_t done, std::size_t total, const std::string& name) {
+  constexpr int kWidth = 30;
+  const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
+  fmt::print(stderr, "\r[{}{}] {}/{} {:<50.50}", std::string(filled, '#'), std::string(kWidth - filled, ' '), done, total,
+             name);
+  if (done == total) fmt::print(stderr, "\r{:<100}\r", "");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+void print_prune_report(const ModelPruneReport& report, bool all) {
+  std::size_t name_width = 6;
+  for (const auto& t : report.tensors)
+    if (all || t.pruned) name_width = std::max(name_width, t.name.size());
+  fmt::print("{:<{}}  {:>11}  {:>12}  {:>8}  {:>7}  {:>11}  {:>11}  {:>7}\n", "tensor", name_width, "shape", "format",
+             "density", "energy", "before", "after", "ratio");
+  for (const auto& t : report.tensors) {
+    if (!all && !t.pruned) continue;
+    fmt::print("{:<{}}  {:>11}  {:>12}  {:>8.4f}  {:>7.4f}  {:>11}  {:>11}  {:>6.2f}%\n", t.name, name_width,
+               shape_string(t.shape), t.format, t.density, t.energy, human_bytes(t.bytes_before), human_bytes(t.bytes_after),
+               t.bytes_before ? 100.0 * t.bytes_after / t.bytes_before : 100.0);
+  }
+  fmt::print("total: {} tensors pruned, energy kept {:.4f}, storage {} -> {} ({:.2f}% of before)\n", report.pruned_count,
+             report.energy.ratio(), human_bytes(report.bytes_before), human_bytes(report.bytes_after),
+             report.bytes_before ? 100.0 * report.bytes_after / report.bytes_before : 100.0);
+}
+
+Action add_prune(CLI::App& app) {
+  struct Options {
+    std::string input, output, format;
+    ModelPruneOptions prune;
+    bool all = false;
+  };
+  auto o = std::make_shared<Options>();
+  app.add_option("input", o->input, "Input safetensors file")->required()->check(CLI::ExistingFile);
+  app.add_option("-o,--output", o->output, "Output safetensors file (written atomically)")->required();
+  app.add_option("-f,--format", o->format, "Target format: 2:4 | N:M | vnm:V:N:M | tile:RxC:DENSITY")->required();
+  app.add_option("--include", o->prune.include, "Regex: prune only 2-D weights whose name matches")
+      ->capture_default_str();
+  app.add_option("--exclude", o->prune.exclude, "Regex: never prune weights whose name matches ('' for none)")
+      ->capture_default_str();
+  app.add_flag("--all", o->all, "List the tensors kept as they were too");
+  return [o] {
+    o->prune.spec = parse_format_spec(o->format);
+    ModelFile model = load_model(o->input);
+    const bool tty = ::isatty(STDERR_FILENO) != 0;
+    const ModelPruneReport report = prune_model(model, o->prune, tty ? PruneProgress(draw_progress) : PruneProgress{});
+    if (report.pruned_count == 0)
+      fmt::print(stderr, "nmkit: warning: no 2-D floating-point weight matched --include '{}' / --exclude '{}'\n",
+                 o->prune.include, o->prune.exclude);
+    save_model(o->output, model);
+    print_prune_report(report, o->all);
+    fmt::print("wrote {}\n", o->output);
+    return 0;
+  };
+}
+
+}  // namespace nmkit::cli

@@ -1,0 +1,31 @@
+#pragma once
+// The subcommands of the nmkit CLI. Each registers its options on the app and returns the
+// action to run once parsing succeeded.
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace nmkit::cli {
+
+using Action = std::function<int()>;
+
+Action add_info(CLI::App& app);
+Action add_prune(CLI::App& app);
+Action add_inspect(CLI::App& app);
+Action add_demo(CLI::App& app);
+
+// The real model: $NMKIT_MODEL, else the path configured at build time.
+std::string default_model_path();
+// "1.5 MiB"
+std::string human_bytes(double bytes);
+std::string shape_string(const std::vector<int64_t>& shape);
+
+}  // namespace nmkit::cli
+
+namespace nmkit {
+struct ModelPruneReport;
+}
+namespace nmkit::cli {
+// The per-tensor table of a pruning run and its totals; `all` lists unpruned tensors too.
+void print_prune_report(const ModelPruneReport& report, bool all);
+}  // namespace nmkit::cli
