@@ -98,30 +98,38 @@ std::vector<float> rows_of_b(ConstMatrixRef b) {
   return out;
 }
 
-void store_row(int64_t r, const std::vector<float>& acc, ConstMatrixRef c, MatrixRef d, const Epilogue& e) {
+// Applies the epilogue to row r, columns [j0, j0 + acc.size()) of D.
+void store_row(int64_t r, int64_t j0, const std::vector<float>& acc, ConstMatrixRef c, MatrixRef d, const Epilogue& e) {
   const float bias = e.bias ? e.bias[r] : 0.0f;
-  for (int64_t j = 0; j < d.cols; ++j) {
-    float out = e.alpha * acc[static_cast<std::size_t>(j)] + bias;
+  for (std::size_t i = 0; i < acc.size(); ++i) {
+    const int64_t j = j0 + static_cast<int64_t>(i);
+    float out = e.alpha * acc[i] + bias;
     if (e.beta != 0.0f) out += e.beta * c.at(r, j);
     d.at(r, j) = out;
   }
 }
 
+// Columns of D computed together: B's slice of K x kColumnChunk floats stays in cache across rows.
+constexpr int64_t kColumnChunk = 256;
+
 void run_entries(const RowEntries& a, ConstMatrixRef b, ConstMatrixRef c, MatrixRef d, const Epilogue& e) {
   const std::vector<float> brows = rows_of_b(b);
   const int64_t cols = b.cols;
+  for (int64_t j0 = 0; j0 < cols; j0 += kColumnChunk) {
+    const int64_t width = std::min(kColumnChunk, cols - j0);
 #pragma omp parallel
-  {
-    std::vector<float> acc(static_cast<std::size_t>(cols));
+    {
+      std::vector<float> acc(static_cast<std::size_t>(width));
 #pragma omp for schedule(dynamic, 8)
-    for (int64_t r = 0; r < d.rows; ++r) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t p = a.row_start[r]; p < a.row_start[r + 1]; ++p) {
-        const float x = a.value[static_cast<std::size_t>(p)];
-        const float* brow = brows.data() + a.col[static_cast<std::size_t>(p)] * cols;
-        for (int64_t j = 0; j < cols; ++j) acc[static_cast<std::size_t>(j)] += x * brow[j];
+      for (int64_t r = 0; r < d.rows; ++r) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t p = a.row_start[r]; p < a.row_start[r + 1]; ++p) {
+          const float x = a.value[static_cast<std::size_t>(p)];
+          const float* brow = brows.data() + a.col[static_cast<std::size_t>(p)] * cols + j0;
+          for (int64_t j = 0; j < width; ++j) acc[static_cast<std::size_t>(j)] += x * brow[j];
+        }
+        store_row(r, j0, acc, c, d, e);
       }
-      store_row(r, acc, c, d, e);
     }
   }
 }
@@ -153,7 +161,7 @@ void gemm(const DenseMatrix& a, ConstMatrixRef b, ConstMatrixRef c, MatrixRef d,
         const float* brow = brows.data() + k * cols;
         for (int64_t j = 0; j < cols; ++j) acc[static_cast<std::size_t>(j)] += x * brow[j];
       }
-      store_row(r, acc, c, d, epilogue);
+      store_row(r, 0, acc, c, d, epilogue);
     }
   }
 }

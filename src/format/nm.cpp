@@ -118,4 +118,10 @@ void validate(const NmMatrix& a) {
 
 std::size_t storage_bytes(const NmMatrix& a) noexcept { return a.values.size_bytes() + a.indices.size(); }
 
+double nm_storage_ratio(int n, int m, int value_bits) {
+  check_nm_pattern(n, m);
+  require(value_bits > 0, ErrorCode::invalid_argument, "value_bits must be positive");
+  return static_cast<double>(n) * (value_bits + index_bits_for(m)) / (static_cast<double>(m) * value_bits);
+}
+
 }  // namespace nmkit

@@ -175,4 +175,12 @@ std::size_t storage_bytes(const VnmMatrix& a) noexcept {
   return a.values.size_bytes() + a.m_indices.size() + a.column_loc.size();
 }
 
+double vnm_storage_ratio(int v, int n, int m, int value_bits) {
+  check_vnm_pattern(v, n, m);
+  require(value_bits > 0, ErrorCode::invalid_argument, "value_bits must be positive");
+  constexpr int kColumnLocBits = 8;
+  const double block_bits = static_cast<double>(v) * n * (value_bits + kVnmMIndexBits) + kVnmSelectedColumns * kColumnLocBits;
+  return block_bits / (static_cast<double>(v) * m * value_bits);
+}
+
 }  // namespace nmkit

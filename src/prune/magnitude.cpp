@@ -63,9 +63,9 @@ class ColumnSearch {
 
   VnmColumnChoice run() {
     seed_incumbent();
-    std::vector<TopTwo> rows_state(static_cast<std::size_t>(rows_));
+    state_.assign(static_cast<std::size_t>(kCols + 1) * rows_, TopTwo{});
     int chosen[kCols];
-    dfs(0, 0, chosen, rows_state);
+    dfs(0, 0, chosen);
     VnmColumnChoice out;
     std::copy(best_, best_ + kCols, out.columns);
     std::sort(out.columns, out.columns + kCols);
@@ -108,12 +108,15 @@ class ColumnSearch {
     }
   }
 
-  // Upper bound of any completion of `state` (p chosen) with columns from order_[next..].
-  double bound(int p, int next, const std::vector<TopTwo>& state) const {
+  TopTwo* state(int depth) noexcept { return state_.data() + static_cast<std::size_t>(depth) * rows_; }
+
+  // Upper bound of any completion of the depth-p state with columns from order_[next..].
+  double bound(int p, int next) {
     const int free_slots = kCols - p;
+    const TopTwo* current = state(p);
     double sum = 0.0;
     for (int r = 0; r < rows_; ++r) {
-      TopTwo t = state[static_cast<std::size_t>(r)];
+      TopTwo t = current[r];
       const TopTwo& s = suffix_[static_cast<std::size_t>(next) * rows_ + r];
       t.push(s.first);
       if (free_slots >= 2) t.push(s.second);
@@ -122,21 +125,23 @@ class ColumnSearch {
     return sum;
   }
 
-  void dfs(int p, int next, int* chosen, const std::vector<TopTwo>& state) {
+  // state(p) holds each row's two largest values over the p columns chosen so far.
+  void dfs(int p, int next, int* chosen) {
     if (++nodes_ > budget_) return;
     if (p == kCols) {
       double value = 0.0;
-      for (int r = 0; r < rows_; ++r) value += state[static_cast<std::size_t>(r)].keep(n_);
+      for (int r = 0; r < rows_; ++r) value += state(p)[r].keep(n_);
       if (value > best_value_) best_value_ = value, std::copy(chosen, chosen + kCols, best_);
       return;
     }
     for (int i = next; i <= width_ - (kCols - p); ++i) {
-      if (bound(p, i, state) <= best_value_) return;  // later i see a subset of these columns: no better
-      std::vector<TopTwo> child = state;
+      if (bound(p, i) <= best_value_) return;  // later i see a subset of these columns: no better
       const int c = order_[i];
-      for (int r = 0; r < rows_; ++r) child[static_cast<std::size_t>(r)].push(a_[r * width_ + c]);
+      const TopTwo* parent = state(p);
+      TopTwo* child = state(p + 1);
+      for (int r = 0; r < rows_; ++r) (child[r] = parent[r]).push(a_[r * width_ + c]);
       chosen[p] = c;
-      dfs(p + 1, i + 1, chosen, child);
+      dfs(p + 1, i + 1, chosen);
       if (nodes_ > budget_) return;
     }
   }
@@ -147,6 +152,7 @@ class ColumnSearch {
   int64_t nodes_ = 0;
   std::vector<int> order_;
   std::vector<TopTwo> suffix_;
+  std::vector<TopTwo> state_;  // (kCols + 1, rows): the DFS's per-depth row states
   int best_[kCols] = {0, 1, 2, 3};
   double best_value_ = -1.0;
 };

@@ -45,5 +45,8 @@ VnmMatrix compress_vnm(const DenseMatrix& dense, const Mask& mask, int v, int n,
 DenseMatrix decompress(const VnmMatrix& a);
 void validate(const VnmMatrix& a);
 std::size_t storage_bytes(const VnmMatrix& a) noexcept;
+// Compressed over dense size for `value_bits`-bit values and whole blocks: per V x M block,
+// V*N values and m-indices plus 4 bytes of column_loc.
+double vnm_storage_ratio(int v, int n, int m, int value_bits);
 
 }  // namespace nmkit

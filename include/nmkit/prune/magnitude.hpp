@@ -18,7 +18,7 @@ struct VnmColumnChoice {
 };
 
 // Default node budget of the exact search per block; see docs/formats.md ("choosing the columns").
-inline constexpr int64_t kVnmSearchNodeBudget = 200'000;
+inline constexpr int64_t kVnmSearchNodeBudget = 4'096;
 
 // Exact choice for one block: `block_abs` holds rows x width values |w| (row-major), width <= M.
 // Branch and bound over column subsets, seeded with greedy + swap local search.

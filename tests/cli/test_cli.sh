@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The CLI end to end on the real model: info, prune to each format, inspect, demo, and errors.
+# Needs $NMKIT (the binary) and $NMKIT_MODEL (all-MiniLM-L6-v2 as safetensors).
+set -euo pipefail
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_error() {  # expect_error "fragment" cmd...: non-zero exit and one line on stderr naming the problem
+  local fragment=$1; shift
+  if "$@" >"$work/out" 2>"$work/err"; then fail "'$*' succeeded"; fi
+  grep -q -- "$fragment" "$work/err" || fail "'$*' stderr lacks '$fragment': $(cat "$work/err")"
+}
+
+"$NMKIT" --help >/dev/null
+for sub in info prune inspect demo; do "$NMKIT" $sub --help | grep -qi usage || fail "$sub --help"; done
+"$NMKIT" info | grep -q "^nmkit " || fail "info prints no version"
+
+for format in 2:4 vnm:64:2:8 vnm:128:2:8 tile:64x64:0.25; do
+  out="$work/pruned.safetensors"
+  "$NMKIT" prune "$NMKIT_MODEL" -o "$out" --format "$format" --include '^encoder\.' >"$work/prune.txt"
+  grep -q "total: 36 tensors pruned" "$work/prune.txt" || fail "$format: $(tail -3 "$work/prune.txt")"
+  "$NMKIT" inspect "$out" >"$work/inspect.txt"
+  case $format in tile:*) name="tile:64x64";; *) name=$format;; esac  # inspect names tile formats without density
+  [ "$(grep -c "^encoder\.layer.*weight .* $name " "$work/inspect.txt")" -eq 36 ] || fail "$format: inspect lists the wrong tensors"
+  grep -q "embeddings.word_embeddings.weight .* dense" "$work/inspect.txt" || fail "$format: embeddings were not kept dense"
+done
+# 2:4 of fp32 weights: values 50 % + 2-bit indices = 53.125 % of the pruned tensors' bytes.
+"$NMKIT" prune "$NMKIT_MODEL" -o "$work/p24.safetensors" --format 2:4 --include 'layer\.0\.' >"$work/p24.txt"
+grep -q "53.12%" "$work/p24.txt" || fail "2:4 storage ratio: $(cat "$work/p24.txt")"
+
+"$NMKIT" demo --model "$NMKIT_MODEL" --tokens 64 >"$work/demo.txt"
+grep -q "all products verified" "$work/demo.txt" || fail "demo: $(cat "$work/demo.txt")"
+
+expect_error "unknown format 'csr'" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format csr
+expect_error "N in {1, 2}" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format vnm:64:3:8
+expect_error "not a valid regex" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format 2:4 --include '('
+printf 'garbage' >"$work/bad.safetensors"
+expect_error "too short" "$NMKIT" inspect "$work/bad.safetensors"
+printf '\xff\x00\x00\x00\x00\x00\x00\x00{}' >"$work/lying.safetensors"
+expect_error "runs past the end" "$NMKIT" inspect "$work/lying.safetensors"
+[ "$(wc -l <"$work/err")" -eq 1 ] || fail "errors must be one line"
+expect_error "cannot create" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/no/such/dir/x.safetensors" --format 2:4
+[ ! -e "$work/x.safetensors" ] || fail "a failed prune left an output file"
+echo "cli end to end: ok"
