@@ -5,14 +5,10 @@
 #include <vector>
 
 #include "nmkit/error.hpp"
+#include "../format/row_group_entries.hpp"
 
 namespace nmkit {
 namespace {
-
-template <class... Ts>
-struct overloaded : Ts... {
-  using Ts::operator()...;
-};
 
 // A's stored entries per row (CSR, fp32): every format reduces to this for the reference.
 struct RowEntries {
@@ -21,35 +17,16 @@ struct RowEntries {
   std::vector<float> value;
 };
 
-RowEntries entries_of(const NmMatrix& a) {
+template <class RowGroupFormat>  // NmMatrix, VnmMatrix
+RowEntries entries_of(const RowGroupFormat& a) {
   RowEntries e;
-  const int64_t groups = a.groups();
-  e.row_start.push_back(0);
-  for (int64_t r = 0; r < a.rows; ++r) {
-    for (int64_t g = 0; g < groups; ++g)
-      for (int s = 0; s < a.n; ++s) {
-        const int64_t vi = (r * groups + g) * a.n + s;
-        const int64_t c = g * a.m + a.index(vi);
-        if (c < a.cols) e.col.push_back(c), e.value.push_back(a.values.get(static_cast<std::size_t>(vi)));
-      }
-    e.row_start.push_back(static_cast<int64_t>(e.col.size()));
-  }
-  return e;
-}
-
-RowEntries entries_of(const VnmMatrix& a) {
-  RowEntries e;
-  const int64_t groups = a.groups();
-  e.row_start.push_back(0);
-  for (int64_t r = 0; r < a.rows; ++r) {
-    for (int64_t g = 0; g < groups; ++g)
-      for (int s = 0; s < a.n; ++s) {
-        const int64_t c = a.column_of(r, g, s);
-        if (c < a.cols)
-          e.col.push_back(c), e.value.push_back(a.values.get(static_cast<std::size_t>((r * groups + g) * a.n + s)));
-      }
-    e.row_start.push_back(static_cast<int64_t>(e.col.size()));
-  }
+  e.row_start.assign(static_cast<std::size_t>(a.rows + 1), 0);
+  detail::for_each_stored_value(a, [&](int64_t r, int64_t c, std::size_t vi) {
+    e.col.push_back(c), e.value.push_back(a.values.get(vi));
+    e.row_start[static_cast<std::size_t>(r + 1)] = static_cast<int64_t>(e.col.size());
+  });
+  for (int64_t r = 0; r < a.rows; ++r)  // rows whose values all lie in the padding
+    e.row_start[r + 1] = std::max(e.row_start[r + 1], e.row_start[r]);
   return e;
 }
 

@@ -4,6 +4,8 @@
 
 #include "nmkit/error.hpp"
 #include "nmkit/format/bit_packing.hpp"
+#include "row_group_entries.hpp"
+#include "slots.hpp"
 
 namespace nmkit {
 namespace {
@@ -46,29 +48,19 @@ NmMatrix compress_nm(const DenseMatrix& dense, const Mask& mask, int n, int m) {
   const int64_t groups = out.groups();
   for (int64_t r = 0; r < dense.rows; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
-      // Kept positions of the group, then the smallest unused positions as explicit zeros
-      // until N slots are filled: indices stay strictly ascending.
-      bool used[32] = {};
-      int kept = 0;
+      bool kept[32] = {};
       for (int j = 0; j < m; ++j) {
         const int64_t c = g * m + j;
-        if (c < dense.cols && mask.at(r, c)) {
-          require(kept < n, ErrorCode::pattern_violation,
-                  "N:M " + std::to_string(n) + ":" + std::to_string(m) + " violated at " + where(r, g) +
-                      ": more than " + std::to_string(n) + " kept entries");
-          used[j] = true;
-          ++kept;
-        }
+        kept[j] = c < dense.cols && mask.at(r, c);
       }
-      for (int j = 0; j < m && kept < n; ++j)
-        if (!used[j]) used[j] = true, ++kept;
-      int slot = 0;
-      for (int j = 0; j < m; ++j) {
-        if (!used[j]) continue;
-        const int64_t c = g * m + j;
-        const std::size_t vi = static_cast<std::size_t>((r * groups + g) * n + slot++);
-        write_packed(out.indices, vi, out.index_bits(), static_cast<unsigned>(j));
-        if (c < dense.cols && mask.at(r, c)) out.values.set(vi, dense.at(r, c));
+      int chosen[32];
+      require(detail::choose_slots(kept, m, n, chosen), ErrorCode::pattern_violation,
+              "N:M " + std::to_string(n) + ":" + std::to_string(m) + " violated at " + where(r, g) + ": more than " +
+                  std::to_string(n) + " kept entries");
+      for (int s = 0; s < n; ++s) {
+        const std::size_t vi = static_cast<std::size_t>((r * groups + g) * n + s);
+        write_packed(out.indices, vi, out.index_bits(), static_cast<unsigned>(chosen[s]));
+        if (kept[chosen[s]]) out.values.set(vi, dense.at(r, g * m + chosen[s]));
       }
     }
   }
@@ -78,14 +70,7 @@ NmMatrix compress_nm(const DenseMatrix& dense, const Mask& mask, int n, int m) {
 DenseMatrix decompress(const NmMatrix& a) {
   validate(a);
   DenseMatrix out = DenseMatrix::zeros(a.rows, a.cols, a.dtype());
-  const int64_t groups = a.groups();
-  for (int64_t r = 0; r < a.rows; ++r)
-    for (int64_t g = 0; g < groups; ++g)
-      for (int s = 0; s < a.n; ++s) {
-        const int64_t vi = (r * groups + g) * a.n + s;
-        const int64_t c = g * a.m + a.index(vi);
-        if (c < a.cols) out.set(r, c, a.values.get(static_cast<std::size_t>(vi)));
-      }
+  detail::for_each_stored_value(a, [&](int64_t r, int64_t c, std::size_t vi) { out.set(r, c, a.values.get(vi)); });
   return out;
 }
 

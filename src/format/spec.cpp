@@ -6,14 +6,10 @@
 #include <vector>
 
 #include "nmkit/error.hpp"
+#include "nmkit/util/overloaded.hpp"
 
 namespace nmkit {
 namespace {
-
-template <class... Ts>
-struct overloaded : Ts... {
-  using Ts::operator()...;
-};
 
 std::vector<std::string_view> split(std::string_view text, char sep) {
   std::vector<std::string_view> parts;

@@ -5,6 +5,8 @@
 
 #include "nmkit/error.hpp"
 #include "nmkit/format/bit_packing.hpp"
+#include "row_group_entries.hpp"
+#include "slots.hpp"
 
 namespace nmkit {
 namespace {
@@ -55,60 +57,40 @@ VnmMatrix compress_vnm(const DenseMatrix& dense, const Mask& mask, int v, int n,
   out.m_indices.assign(packed_bytes(static_cast<std::size_t>(out.value_count()), kVnmMIndexBits), 0);
   out.column_loc.assign(static_cast<std::size_t>(out.row_blocks() * groups * kVnmSelectedColumns), 0);
 
-  std::vector<uint8_t> column_used(static_cast<std::size_t>(m));
+  bool column_kept[kVnmMaxM];
   for (int64_t rb = 0; rb < out.row_blocks(); ++rb) {
     const int64_t r0 = rb * v;
     const int64_t r1 = std::min<int64_t>(r0 + v, dense.rows);
     for (int64_t g = 0; g < groups; ++g) {
-      // 1. The block's columns with a kept entry (at most 4), padded with the smallest unused.
-      std::fill(column_used.begin(), column_used.end(), 0);
-      int selected = 0;
+      // 1. The block's columns holding a kept entry (at most 4), padded with the smallest unused.
       for (int j = 0; j < m; ++j) {
         const int64_t c = g * m + j;
-        if (c >= dense.cols) break;
-        for (int64_t r = r0; r < r1; ++r)
-          if (mask.at(r, c)) {
-            column_used[j] = 1;
-            break;
-          }
-        if (column_used[j]) {
-          require(++selected <= kVnmSelectedColumns, ErrorCode::pattern_violation,
-                  "V:N:M " + pattern_name(v, n, m) + " violated in " + block_name(rb, g) +
-                      ": more than 4 columns hold kept entries");
-        }
+        column_kept[j] = false;
+        for (int64_t r = r0; r < r1 && c < dense.cols && !column_kept[j]; ++r) column_kept[j] = mask.at(r, c);
       }
-      for (int j = 0; j < m && selected < kVnmSelectedColumns; ++j)
-        if (!column_used[j]) column_used[j] = 1, ++selected;
-      int selected_cols[kVnmSelectedColumns];
-      for (int j = 0, s = 0; j < m; ++j)
-        if (column_used[j]) selected_cols[s++] = j;
+      int selected[kVnmSelectedColumns];
+      require(detail::choose_slots(column_kept, m, kVnmSelectedColumns, selected), ErrorCode::pattern_violation,
+              "V:N:M " + pattern_name(v, n, m) + " violated in " + block_name(rb, g) +
+                  ": more than 4 columns hold kept entries");
       for (int s = 0; s < kVnmSelectedColumns; ++s)
         out.column_loc[static_cast<std::size_t>((rb * groups + g) * kVnmSelectedColumns + s)] =
-            static_cast<uint8_t>(selected_cols[s]);
+            static_cast<uint8_t>(selected[s]);
 
       // 2. Each row keeps at most N of the 4 selected columns (2:4 inside the block).
       for (int64_t r = r0; r < r1; ++r) {
-        bool used[kVnmSelectedColumns] = {};
-        int kept = 0;
+        bool kept[kVnmSelectedColumns];
         for (int s = 0; s < kVnmSelectedColumns; ++s) {
-          const int64_t c = g * m + selected_cols[s];
-          if (c < dense.cols && mask.at(r, c)) {
-            require(kept < n, ErrorCode::pattern_violation,
-                    "V:N:M " + pattern_name(v, n, m) + " violated at row " + std::to_string(r) + ", group " +
-                        std::to_string(g) + ": more than " + std::to_string(n) + " kept entries");
-            used[s] = true;
-            ++kept;
-          }
+          const int64_t c = g * m + selected[s];
+          kept[s] = c < dense.cols && mask.at(r, c);
         }
-        for (int s = 0; s < kVnmSelectedColumns && kept < n; ++s)
-          if (!used[s]) used[s] = true, ++kept;
-        int slot = 0;
-        for (int s = 0; s < kVnmSelectedColumns; ++s) {
-          if (!used[s]) continue;
-          const int64_t c = g * m + selected_cols[s];
-          const std::size_t vi = static_cast<std::size_t>((r * groups + g) * n + slot++);
-          write_packed(out.m_indices, vi, kVnmMIndexBits, static_cast<unsigned>(s));
-          if (c < dense.cols && mask.at(r, c)) out.values.set(vi, dense.at(r, c));
+        int chosen[kVnmSelectedColumns];
+        require(detail::choose_slots(kept, kVnmSelectedColumns, n, chosen), ErrorCode::pattern_violation,
+                "V:N:M " + pattern_name(v, n, m) + " violated at row " + std::to_string(r) + ", group " +
+                    std::to_string(g) + ": more than " + std::to_string(n) + " kept entries");
+        for (int s = 0; s < n; ++s) {
+          const std::size_t vi = static_cast<std::size_t>((r * groups + g) * n + s);
+          write_packed(out.m_indices, vi, kVnmMIndexBits, static_cast<unsigned>(chosen[s]));
+          if (kept[chosen[s]]) out.values.set(vi, dense.at(r, g * m + selected[chosen[s]]));
         }
       }
     }
@@ -119,13 +101,7 @@ VnmMatrix compress_vnm(const DenseMatrix& dense, const Mask& mask, int v, int n,
 DenseMatrix decompress(const VnmMatrix& a) {
   validate(a);
   DenseMatrix out = DenseMatrix::zeros(a.rows, a.cols, a.dtype());
-  const int64_t groups = a.groups();
-  for (int64_t r = 0; r < a.rows; ++r)
-    for (int64_t g = 0; g < groups; ++g)
-      for (int s = 0; s < a.n; ++s) {
-        const int64_t c = a.column_of(r, g, s);
-        if (c < a.cols) out.set(r, c, a.values.get(static_cast<std::size_t>((r * groups + g) * a.n + s)));
-      }
+  detail::for_each_stored_value(a, [&](int64_t r, int64_t c, std::size_t vi) { out.set(r, c, a.values.get(vi)); });
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "nmkit/error.hpp"
+#include "nmkit/util/overloaded.hpp"
 #include "nmkit/format/bit_packing.hpp"
 
 namespace nmkit {
@@ -16,11 +17,6 @@ using json = nlohmann::json;
 constexpr const char* kDescriptionPrefix = "nmkit:";  // metadata key of a compressed weight's description
 constexpr const char* kFormatVersionKey = "nmkit.format_version";
 constexpr const char* kFormatVersion = "1";
-
-template <class... Ts>
-struct overloaded : Ts... {
-  using Ts::operator()...;
-};
 
 StDType st_dtype_of(DType dtype) {
   switch (dtype) {

@@ -7,15 +7,11 @@
 #include <vector>
 
 #include "nmkit/error.hpp"
+#include "nmkit/util/overloaded.hpp"
 #include "nmkit/prune/energy.hpp"
 
 namespace nmkit {
 namespace {
-
-template <class... Ts>
-struct overloaded : Ts... {
-  using Ts::operator()...;
-};
 
 constexpr int kCols = kVnmSelectedColumns;
 

@@ -4,14 +4,10 @@
 
 #include "commands.hpp"
 #include "nmkit/io/model.hpp"
+#include "nmkit/util/overloaded.hpp"
 
 namespace nmkit::cli {
 namespace {
-
-template <class... Ts>
-struct overloaded : Ts... {
-  using Ts::operator()...;
-};
 
 // Fraction of entries the format can hold non-zero.
 double format_density(const SparseMatrix& s) {

@@ -21,6 +21,8 @@ struct NmMatrix {
   int64_t value_count() const noexcept { return rows * groups() * n; }
   int index_bits() const noexcept;
   unsigned index(int64_t value_index) const noexcept;
+  // Dense column of value (row r, group g, slot s); >= cols in the K padding.
+  int64_t column_of(int64_t r, int64_t g, int s) const noexcept { return g * m + index((r * groups() + g) * n + s); }
   DType dtype() const noexcept { return values.dtype(); }
 };
 
