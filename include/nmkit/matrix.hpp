@@ -9,6 +9,16 @@
 namespace nmkit {
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) noexcept { return (a + b - 1) / b; }
+constexpr int64_t round_up(int64_t a, int64_t b) noexcept { return ceil_div(a, b) * b; }
+
+// Storage order of a dense operand. For B (K x C): col_major is the linear-layer layout (x[T, K] row-major).
+enum class Layout : uint8_t { row_major, col_major };
+const char* layout_name(Layout layout) noexcept;
+
+// Activation applied last in a product's epilogue. gelu is the exact (erf) form.
+enum class Activation : uint8_t { none, relu, gelu };
+const char* activation_name(Activation a) noexcept;
+float apply_activation(Activation a, float x) noexcept;
 
 // A contiguous buffer of `dtype` elements (fp16/bf16 as real 16-bit words).
 class TypedBuffer {

@@ -1,11 +1,32 @@
 #include "nmkit/matrix.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "nmkit/error.hpp"
 
 namespace nmkit {
+
+const char* layout_name(Layout layout) noexcept { return layout == Layout::row_major ? "row-major" : "col-major"; }
+
+const char* activation_name(Activation a) noexcept {
+  switch (a) {
+    case Activation::none: return "none";
+    case Activation::relu: return "relu";
+    case Activation::gelu: return "gelu";
+  }
+  return "?";
+}
+
+float apply_activation(Activation a, float x) noexcept {
+  switch (a) {
+    case Activation::none: return x;
+    case Activation::relu: return x > 0.0f ? x : 0.0f;
+    case Activation::gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+  }
+  return x;
+}
 
 TypedBuffer::TypedBuffer(DType dtype, std::size_t count) : dtype_(dtype), bytes_(count * dtype_size(dtype)) {}
 

@@ -82,7 +82,7 @@ void store_row(int64_t r, int64_t j0, const std::vector<float>& acc, ConstMatrix
     const int64_t j = j0 + static_cast<int64_t>(i);
     float out = e.alpha * acc[i] + bias;
     if (e.beta != 0.0f) out += e.beta * c.at(r, j);
-    d.at(r, j) = out;
+    d.at(r, j) = apply_activation(e.activation, out);
   }
 }
 
@@ -112,8 +112,6 @@ void run_entries(const RowEntries& a, ConstMatrixRef b, ConstMatrixRef c, Matrix
 }
 
 }  // namespace
-
-const char* layout_name(Layout layout) noexcept { return layout == Layout::row_major ? "row-major" : "col-major"; }
 
 void spmm(const SparseMatrix& a, ConstMatrixRef b, ConstMatrixRef c, MatrixRef d, const Epilogue& epilogue) {
   validate(a);

@@ -9,10 +9,6 @@
 
 namespace nmkit {
 
-enum class Layout : uint8_t { row_major, col_major };
-
-const char* layout_name(Layout layout) noexcept;
-
 // A non-owning fp32 matrix view. Element (r, c) lives at r*cols + c (row-major) or c*rows + r.
 struct ConstMatrixRef {
   const float* data = nullptr;
@@ -32,11 +28,12 @@ struct MatrixRef {
   operator ConstMatrixRef() const noexcept { return {data, rows, cols, layout}; }
 };
 
-// alpha/beta scaling and an optional per-row bias (length R). C is read only when beta != 0.
+// D = act(alpha * A*B + beta * C + bias[r]). C is read only when beta != 0; bias (length R) is optional.
 struct Epilogue {
   float alpha = 1.0f;
   float beta = 0.0f;
   const float* bias = nullptr;
+  Activation activation = Activation::none;
 };
 
 // Sparse A in any format.

@@ -1,0 +1,121 @@
+#pragma once
+// 2:4 SpMM on the GPU: D = act(alpha * A * B + beta * C + bias), A a 2:4 weight (R x K), B dense (K x C).
+//
+//   PackedNm24 p = pack_nm24(compress_nm(w, mask, 2, 4));   // once per weight, host side
+//   DeviceNm24 a = DeviceNm24::upload(p);                    // once per weight
+//   Nm24SpmmPlan plan = Nm24SpmmPlan::create(desc);          // once per shape: validates, picks the kernel
+//   plan.run(stream, a, b, c, d, bias);                      // one launch: no allocation, search or sync
+//
+// Public headers carry no CUDA headers: streams are passed as cudaStream_t's underlying pointer type.
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nmkit/format/nm.hpp"
+#include "nmkit/matrix.hpp"
+
+struct CUstream_st;
+
+namespace nmkit::gpu {
+
+using Stream = CUstream_st*;  // cudaStream_t; nullptr is the legacy default stream
+
+// Packed layout constants (docs/formats.md, "2:4 packed for the nm24 kernels").
+inline constexpr int kSlabRows = 16;         // rows of one mma.sp / wgmma.sp warp fragment
+inline constexpr int kFragmentK = 32;        // logical K of one sparse MMA
+inline constexpr int kPackRowAlign = 128;    // R is padded to whole thread-block tiles
+inline constexpr int kPackKAlign = 64;       // K is padded to whole k-tiles
+inline constexpr int kLanes = 32;
+inline constexpr int kRegistersPerFragment = 4;
+
+// A 2:4 weight in the register order of the sparse MMA instructions: for every 16-row slab and every
+// 32-wide k-block, each lane's 4 value registers and its metadata register, ready for 16-byte loads.
+struct PackedNm24 {
+  int64_t rows = 0, cols = 0;                // logical R, K
+  int64_t rows_padded = 0, cols_padded = 0;  // multiples of kPackRowAlign and kPackKAlign; padding is zero
+  DType dtype = DType::f16;                  // f16 or bf16
+  std::vector<uint32_t> values;              // (rows_padded/16, cols_padded/32, 32 lanes, 4)
+  std::vector<uint32_t> metadata;            // (rows_padded/16, cols_padded/32, 32 lanes)
+};
+
+// Packs a 2:4 matrix (f16 or bf16, any R and K). Throws Error for other patterns or dtypes.
+PackedNm24 pack_nm24(const NmMatrix& a);
+// The inverse (for tests and inspection).
+NmMatrix unpack_nm24(const PackedNm24& p);
+
+// A packed weight in device memory (owning; move-only).
+class DeviceNm24 {
+ public:
+  static DeviceNm24 upload(const PackedNm24& packed);
+  DeviceNm24(DeviceNm24&&) noexcept;
+  DeviceNm24& operator=(DeviceNm24&&) noexcept;
+  ~DeviceNm24();
+
+  int64_t rows() const noexcept { return rows_; }
+  int64_t cols() const noexcept { return cols_; }
+  int64_t rows_padded() const noexcept { return rows_padded_; }
+  int64_t cols_padded() const noexcept { return cols_padded_; }
+  DType dtype() const noexcept { return dtype_; }
+  const void* values() const noexcept { return values_; }
+  const void* metadata() const noexcept { return metadata_; }
+
+ private:
+  DeviceNm24() = default;
+  int64_t rows_ = 0, cols_ = 0, rows_padded_ = 0, cols_padded_ = 0;
+  DType dtype_ = DType::f16;
+  void* values_ = nullptr;
+  void* metadata_ = nullptr;
+};
+
+// The problem a plan is made for.
+struct SpmmDesc {
+  int64_t rows = 0;  // R (the weight's rows)
+  int64_t cols = 0;  // K
+  int64_t n = 0;     // C (tokens)
+  DType dtype = DType::f16;      // A and B: f16 or bf16
+  DType out_dtype = DType::f16;  // C and D: f16, bf16 or f32
+  Layout b_layout = Layout::col_major;  // col_major: B[k, j] at j * ldb + k (x[T, K] row-major)
+  Layout d_layout = Layout::col_major;  // col_major: D[r, j] at j * ldd + r (y[T, R] row-major)
+  float alpha = 1.0f;
+  float beta = 0.0f;  // C is read when beta != 0; it has D's layout and dtype
+  bool bias = false;  // fp32 bias of length R, added per row
+  Activation activation = Activation::none;
+};
+
+enum class Nm24Kernel : uint8_t { automatic, sm80_mma_sp, sm90_wgmma_sp };
+const char* kernel_name(Nm24Kernel k) noexcept;
+
+// What a plan launches; printable, and logged when NMKIT_LOG_CONFIG is set.
+struct KernelConfig {
+  Nm24Kernel kernel = Nm24Kernel::automatic;
+  int block_m = 0, block_n = 0, block_k = 0;
+  int stages = 0;
+  int threads = 0;
+  int smem_bytes = 0;
+};
+std::ostream& operator<<(std::ostream& os, const KernelConfig& c);
+
+class Nm24SpmmPlan {
+ public:
+  // Validates the description and picks the kernel; throws Error (invalid_argument, unsupported).
+  static Nm24SpmmPlan create(const SpmmDesc& desc, Nm24Kernel kernel = Nm24Kernel::automatic);
+
+  // Device pointers: b (K x C), c (R x C, only when beta != 0), d (R x C), bias (R floats, when the desc
+  // says so). Leading dimensions are dense (K or C for B, R or C for C/D). Throws Error on mismatched
+  // weights, null or misaligned pointers; never synchronises.
+  void run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
+
+  const SpmmDesc& desc() const noexcept { return desc_; }
+  const KernelConfig& config() const noexcept { return config_; }
+
+ private:
+  SpmmDesc desc_;
+  KernelConfig config_;
+};
+
+// True when a CUDA device is usable; `why_not` says why not otherwise.
+bool cuda_available(std::string* why_not = nullptr);
+
+}  // namespace nmkit::gpu

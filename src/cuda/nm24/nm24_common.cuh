@@ -1,0 +1,108 @@
+#pragma once
+// Pieces shared by the nm24 kernels: launch parameters, the packed-A fragment loader and the epilogue.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "../ptx/mma_sp.cuh"
+#include "nmkit/gpu/nm24_spmm.hpp"
+
+namespace nmkit::gpu::nm24 {
+
+// Everything a kernel needs; built by the plan, passed by value.
+struct Params {
+  const uint4* a_values;      // packed fragments (slab, kblock, lane) of 4 registers
+  const uint32_t* a_meta;     // packed metadata (slab, kblock, lane)
+  const void* b;              // K x C, ldb = K (col-major) or C (row-major)
+  const void* c;              // R x C in D's layout, read when beta != 0
+  void* d;                    // R x C
+  const float* bias;          // R, or null
+  int64_t rows, cols, n;      // R, K, C
+  int64_t kblocks;            // packed k-blocks of 32 (cols_padded / 32)
+  float alpha, beta;
+  Activation activation;
+  bool d_col_major;
+};
+
+template <class Element>
+struct ElementTraits;
+template <>
+struct ElementTraits<__half> {
+  using Mma = ptx::MmaF16;
+};
+template <>
+struct ElementTraits<__nv_bfloat16> {
+  using Mma = ptx::MmaBF16;
+};
+
+// One lane's share of a 16 x 32 sparse fragment: 4 value registers and the metadata register.
+struct AFragment {
+  uint32_t values[4];
+  uint32_t meta;
+};
+
+__device__ __forceinline__ AFragment load_a_fragment(const Params& p, int64_t slab, int64_t kblock, int lane) {
+  const int64_t index = (slab * p.kblocks + kblock) * kLanes + lane;
+  const uint4 v = __ldg(p.a_values + index);
+  return {{v.x, v.y, v.z, v.w}, __ldg(p.a_meta + index)};
+}
+
+__device__ __forceinline__ float activate(Activation a, float x) {
+  switch (a) {
+    case Activation::relu: return fmaxf(x, 0.0f);
+    case Activation::gelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    default: return x;
+  }
+}
+
+template <class Out>
+__device__ __forceinline__ float load_out(const void* base, int64_t index) {
+  if constexpr (std::is_same_v<Out, float>) return static_cast<const float*>(base)[index];
+  else return static_cast<float>(static_cast<const Out*>(base)[index]);
+}
+
+template <class Out>
+__device__ __forceinline__ void store_out(void* base, int64_t index, float v) {
+  if constexpr (std::is_same_v<Out, float>) static_cast<float*>(base)[index] = v;
+  else static_cast<Out*>(base)[index] = static_cast<Out>(v);
+}
+
+// Applies the epilogue to accumulator `acc` of D(row, col) and stores it; rows/cols past R/C are skipped.
+template <class Out>
+__device__ __forceinline__ void epilogue_store(const Params& p, int64_t row, int64_t col, float acc) {
+  if (row >= p.rows || col >= p.n) return;
+  const int64_t index = p.d_col_major ? col * p.rows + row : row * p.n + col;
+  float v = p.alpha * acc;
+  if (p.bias) v += __ldg(p.bias + row);
+  if (p.beta != 0.0f) v += p.beta * load_out<Out>(p.c, index);
+  store_out<Out>(p.d, index, activate(p.activation, v));
+}
+
+// Stores one m16n8 accumulator tile (c0,c1: row g, cols 2t, 2t+1; c2,c3: row g+8) at (row0, col0).
+template <class Out>
+__device__ __forceinline__ void epilogue_store_m16n8(const Params& p, int64_t row0, int64_t col0, int lane,
+                                                     const float* acc) {
+  const int g = lane / 4, t = lane % 4;
+  epilogue_store<Out>(p, row0 + g, col0 + 2 * t, acc[0]);
+  epilogue_store<Out>(p, row0 + g, col0 + 2 * t + 1, acc[1]);
+  epilogue_store<Out>(p, row0 + g + 8, col0 + 2 * t, acc[2]);
+  epilogue_store<Out>(p, row0 + g + 8, col0 + 2 * t + 1, acc[3]);
+}
+
+// A kernel family's CTA tile and resources, for KernelConfig.
+struct TileShape {
+  int block_m, block_n, block_k, stages, threads, smem_bytes;
+};
+TileShape sm80_tile_shape();
+TileShape sm90_tile_shape(int block_n);
+bool sm90_compiled();  // whether this build holds sm_90a code for the wgmma.sp kernel
+
+// Launchers, one per kernel family (explicitly instantiated in their .cu files).
+template <class Element, class Out>
+void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream);
+// The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned).
+template <class Element, class Out>
+void launch_sm90(const Params& p, int block_n, cudaStream_t stream);
+
+}  // namespace nmkit::gpu::nm24

@@ -1,0 +1,164 @@
+// Host side of the nm24 SpMM: device weights, plan creation (validation, kernel choice) and run().
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <ostream>
+
+#include "../common/check.cuh"
+#include "nm24_common.cuh"
+
+namespace nmkit::gpu {
+namespace {
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Rows per CTA tile and the n-tile width the sm90 kernel uses for a given C.
+constexpr int kSm90WideN = 256;
+constexpr int kSm90NarrowN = 128;
+
+int sm90_block_n(int64_t n) { return n > kSm90NarrowN ? kSm90WideN : kSm90NarrowN; }
+
+bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  NMKIT_CUDA_CHECK(cudaGetDevice(&device));
+  NMKIT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  NMKIT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
+}  // namespace
+
+namespace nm24 {
+bool sm90_compiled() {
+#if defined(NMKIT_HAVE_SM90A)
+  return true;
+#else
+  return false;
+#endif
+}
+}  // namespace nm24
+
+const char* kernel_name(Nm24Kernel k) noexcept {
+  switch (k) {
+    case Nm24Kernel::automatic: return "automatic";
+    case Nm24Kernel::sm80_mma_sp: return "sm80_mma_sp";
+    case Nm24Kernel::sm90_wgmma_sp: return "sm90_wgmma_sp";
+  }
+  return "?";
+}
+
+std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
+  return os << kernel_name(c.kernel) << " tile " << c.block_m << "x" << c.block_n << "x" << c.block_k << " stages "
+            << c.stages << " threads " << c.threads << " smem " << c.smem_bytes << " B";
+}
+
+bool cuda_available(std::string* why_not) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    if (why_not) *why_not = status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device found";
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+DeviceNm24 DeviceNm24::upload(const PackedNm24& packed) {
+  DeviceNm24 w;
+  w.rows_ = packed.rows, w.cols_ = packed.cols, w.dtype_ = packed.dtype;
+  w.rows_padded_ = packed.rows_padded, w.cols_padded_ = packed.cols_padded;
+  const std::size_t value_bytes = packed.values.size() * sizeof(uint32_t);
+  const std::size_t meta_bytes = packed.metadata.size() * sizeof(uint32_t);
+  require(value_bytes == static_cast<std::size_t>(w.rows_padded_ * w.cols_padded_), ErrorCode::invalid_argument,
+          "DeviceNm24::upload: packed values do not match the padded shape");
+  NMKIT_CUDA_CHECK(cudaMalloc(&w.values_, value_bytes));
+  NMKIT_CUDA_CHECK(cudaMalloc(&w.metadata_, meta_bytes));
+  NMKIT_CUDA_CHECK(cudaMemcpy(w.values_, packed.values.data(), value_bytes, cudaMemcpyHostToDevice));
+  NMKIT_CUDA_CHECK(cudaMemcpy(w.metadata_, packed.metadata.data(), meta_bytes, cudaMemcpyHostToDevice));
+  return w;
+}
+
+DeviceNm24::DeviceNm24(DeviceNm24&& o) noexcept { *this = std::move(o); }
+
+DeviceNm24& DeviceNm24::operator=(DeviceNm24&& o) noexcept {
+  if (this != &o) {
+    cudaFree(values_);
+    cudaFree(metadata_);
+    rows_ = o.rows_, cols_ = o.cols_, rows_padded_ = o.rows_padded_, cols_padded_ = o.cols_padded_, dtype_ = o.dtype_;
+    values_ = o.values_, metadata_ = o.metadata_;
+    o.values_ = o.metadata_ = nullptr;
+  }
+  return *this;
+}
+
+DeviceNm24::~DeviceNm24() {
+  cudaFree(values_);
+  cudaFree(metadata_);
+}
+
+Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel) {
+  require(desc.rows >= 1 && desc.cols >= 1 && desc.n >= 0, ErrorCode::invalid_argument,
+          "nm24 plan: shape must be R >= 1, K >= 1, C >= 0, got " + std::to_string(desc.rows) + "x" +
+              std::to_string(desc.cols) + "x" + std::to_string(desc.n));
+  require(desc.dtype == DType::f16 || desc.dtype == DType::bf16, ErrorCode::unsupported,
+          std::string("nm24 plan: A and B must be f16 or bf16, got ") + dtype_name(desc.dtype));
+  require(desc.out_dtype == desc.dtype || desc.out_dtype == DType::f32, ErrorCode::unsupported,
+          std::string("nm24 plan: output dtype must be the input dtype or f32, got ") + dtype_name(desc.out_dtype));
+
+  Nm24SpmmPlan plan;
+  plan.desc_ = desc;
+  const bool sm90_possible = nm24::sm90_compiled() && device_is_sm90() && desc.b_layout == Layout::col_major &&
+                             desc.cols % 8 == 0;
+  if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
+  require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
+          "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
+  const nm24::TileShape t =
+      kernel == Nm24Kernel::sm90_wgmma_sp ? nm24::sm90_tile_shape(sm90_block_n(desc.n)) : nm24::sm80_tile_shape();
+  plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  if (std::getenv("NMKIT_LOG_CONFIG"))
+    std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
+  return plan;
+}
+
+void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias) const {
+  require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype, ErrorCode::invalid_argument,
+          "nm24 run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " + dtype_name(a.dtype()) +
+              ", the plan was made for " + std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " +
+              dtype_name(desc_.dtype));
+  if (desc_.n == 0) return;
+  require(b != nullptr && d != nullptr, ErrorCode::invalid_argument, "nm24 run: B and D must not be null");
+  require(desc_.beta == 0.0f || c != nullptr, ErrorCode::invalid_argument, "nm24 run: beta != 0 needs C");
+  require(!desc_.bias || bias != nullptr, ErrorCode::invalid_argument, "nm24 run: the plan has a bias but none was given");
+  const std::size_t out_size = dtype_size(desc_.out_dtype);
+  require(reinterpret_cast<uintptr_t>(d) % out_size == 0 && reinterpret_cast<uintptr_t>(c) % out_size == 0 &&
+              reinterpret_cast<uintptr_t>(b) % 2 == 0,
+          ErrorCode::invalid_argument, "nm24 run: B, C and D must be aligned to their element size");
+
+  const nm24::Params p{static_cast<const uint4*>(a.values()), static_cast<const uint32_t*>(a.metadata()), b, c, d,
+                       desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, a.cols_padded() / kFragmentK,
+                       desc_.alpha, desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major};
+  const int64_t ldb = desc_.b_layout == Layout::col_major ? desc_.cols : desc_.n;
+  const bool vector_b = aligned16(b) && ldb % 8 == 0;
+  const bool f32_out = desc_.out_dtype == DType::f32;
+  // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
+  if (config_.kernel == Nm24Kernel::sm90_wgmma_sp && aligned16(b)) {
+    if (desc_.dtype == DType::f16) {
+      if (f32_out) nm24::launch_sm90<__half, float>(p, config_.block_n, stream);
+      else nm24::launch_sm90<__half, __half>(p, config_.block_n, stream);
+    } else {
+      if (f32_out) nm24::launch_sm90<__nv_bfloat16, float>(p, config_.block_n, stream);
+      else nm24::launch_sm90<__nv_bfloat16, __nv_bfloat16>(p, config_.block_n, stream);
+    }
+    return;
+  }
+  if (desc_.dtype == DType::f16) {
+    if (f32_out) nm24::launch_sm80<__half, float>(p, desc_.b_layout, vector_b, stream);
+    else nm24::launch_sm80<__half, __half>(p, desc_.b_layout, vector_b, stream);
+  } else {
+    if (f32_out) nm24::launch_sm80<__nv_bfloat16, float>(p, desc_.b_layout, vector_b, stream);
+    else nm24::launch_sm80<__nv_bfloat16, __nv_bfloat16>(p, desc_.b_layout, vector_b, stream);
+  }
+}
+
+}  // namespace nmkit::gpu

@@ -1,0 +1,196 @@
+// The Hopper 2:4 SpMM: wgmma.mma_async.sp (sm_90a) with A in registers straight from the packed weight
+// and B staged by TMA through an mbarrier ring, one producer warpgroup and two consumer warpgroups.
+//
+// CTA tile kBlockM x kBlockN x kBlockK = 128 x {128, 256} x 64; consumer warpgroup w owns rows 64w..64w+63.
+// B must be col-major (the linear-layer layout: x[T, K] row-major), K-major in shared memory with the
+// 128-byte swizzle that both TMA and the wgmma descriptor understand.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "../common/check.cuh"
+#include "../ptx/mbarrier.cuh"
+#include "../ptx/tma.cuh"
+#include "../ptx/wgmma.cuh"
+#include "../ptx/wgmma_sp.cuh"
+#include "nm24_common.cuh"
+
+namespace nmkit::gpu::nm24 {
+namespace {
+
+constexpr int kBlockM = 128;
+constexpr int kBlockK = 64;                     // one 128-byte swizzle row of halves
+constexpr int kConsumers = 2;                   // warpgroups doing math
+constexpr int kWarpgroupThreads = 128;
+constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+constexpr int kRowsPerConsumer = kBlockM / kConsumers;   // 64: one m64 wgmma
+constexpr int kKBlocksPerTile = kBlockK / kFragmentK;    // 2 wgmma.sp per k-tile
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows x 128 bytes
+constexpr int kRegisterFile = 64 * 1024;
+
+static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
+static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole number of sparse k32 steps");
+static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kRegisterFile,
+              "setmaxnreg budgets must fit the register file");
+
+template <int kBlockN>
+struct Sm90Shape {
+  static constexpr int kStages = kBlockN == 256 ? 4 : 6;
+  static constexpr int kStageBytes = kBlockN * kBlockK * 2;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kBarrierBytes;
+};
+
+template <class Element, class Out, int kBlockN>
+__global__ void __launch_bounds__(kThreads, 1) sm90_nm24_spmm_kernel(const Params p, const __grid_constant__ CUtensorMap b_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Shape = Sm90Shape<kBlockN>;
+  using Mma = typename ElementTraits<Element>::Mma;
+  using Wgmma = ptx::WgmmaSpRS<kBlockN, Mma>;
+  constexpr int kStages = Shape::kStages;
+
+  extern __shared__ unsigned char smem_raw[];
+  // Stage buffers on a 1024-byte boundary (the swizzle atom), barriers after them.
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Shape::kStageBytes);
+  uint64_t* empty = full + kStages;
+
+  const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
+  const int64_t m0 = int64_t{blockIdx.x} * kBlockM, n0 = int64_t{blockIdx.y} * kBlockN;
+  const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
+
+  if (tid == 0) {
+    ptx::prefetch_tensor_map(&b_map);
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads / 32);  // one arrival per consumer warp
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == kConsumers) {  // producer: one thread streams B tiles
+    ptx::setmaxnreg_dec<kProducerRegisters>();
+    if (tid % kWarpgroupThreads == 0) {
+      for (int64_t kt = 0; kt < k_tiles; ++kt) {
+        const int s = static_cast<int>(kt % kStages);
+        if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
+        ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
+        ptx::tma_load_2d(smem + s * Shape::kStageBytes, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK),
+                         static_cast<int32_t>(n0));
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  ptx::setmaxnreg_inc<kConsumerRegisters>();
+  const int warp_in_group = (tid % kWarpgroupThreads) / 32;
+  const int64_t slab = (m0 + warpgroup * kRowsPerConsumer) / kSlabRows + warp_in_group;
+  float acc[Wgmma::kAccumulators];
+#pragma unroll
+  for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
+
+  AFragment a_cur[kKBlocksPerTile], a_next[kKBlocksPerTile];
+#pragma unroll
+  for (int kk = 0; kk < kKBlocksPerTile; ++kk) a_cur[kk] = load_a_fragment(p, slab, kk, lane);
+
+  for (int64_t kt = 0; kt < k_tiles; ++kt) {
+    const int s = static_cast<int>(kt % kStages);
+    if (kt + 1 < k_tiles) {
+#pragma unroll
+      for (int kk = 0; kk < kKBlocksPerTile; ++kk) a_next[kk] = load_a_fragment(p, slab, (kt + 1) * kKBlocksPerTile + kk, lane);
+    }
+    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((kt / kStages) & 1));
+    const uint64_t desc = ptx::make_smem_desc_k_major_sw128(ptx::smem_address(smem + s * Shape::kStageBytes));
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKBlocksPerTile; ++kk)
+      Wgmma::mma(acc, a_cur[kk].values, ptx::advance_smem_desc(desc, kk * kFragmentK * 2), a_cur[kk].meta, 1);
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_registers(acc);
+    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
+    if (kt + 1 < k_tiles) {
+#pragma unroll
+      for (int kk = 0; kk < kKBlocksPerTile; ++kk) a_cur[kk] = a_next[kk];
+    }
+  }
+
+  // Accumulator j-th n8 tile: registers 4j..4j+3 in the m16n8 order of this warp's 16 rows.
+  const int64_t row0 = m0 + warpgroup * kRowsPerConsumer + warp_in_group * kSlabRows;
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j) epilogue_store_m16n8<Out>(p, row0, n0 + 8 * j, lane, acc + 4 * j);
+#endif
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    NMKIT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
+    require(status == cudaDriverEntryPointSuccess && f != nullptr, ErrorCode::cuda_error,
+            "cuTensorMapEncodeTiled is not available from the driver");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// B (col-major K x C, column stride K) as a 2-D tensor {K, C}, boxes of {kBlockK, block_n}, 128-byte swizzle.
+// Out-of-range elements (K and C tails) are filled with zeros by the copy engine.
+template <class Element>
+CUtensorMap make_b_map(const Params& p, int block_n) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.cols), static_cast<cuuint64_t>(p.n)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.cols) * sizeof(Element)};
+  const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(block_n)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUtensorMapDataType type =
+      std::is_same_v<Element, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult r = encode_tiled()(&map, type, 2, const_cast<void*>(p.b), dims, strides, box, element_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  require(r == CUDA_SUCCESS, ErrorCode::cuda_error, "cuTensorMapEncodeTiled failed with code " + std::to_string(r));
+  return map;
+}
+
+template <class Element, class Out, int kBlockN>
+void launch(const Params& p, cudaStream_t stream) {
+  constexpr int kSmem = Sm90Shape<kBlockN>::kSmemBytes;
+  auto kernel = sm90_nm24_spmm_kernel<Element, Out, kBlockN>;
+  NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const CUtensorMap map = make_b_map<Element>(p, kBlockN);
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.rows, kBlockM)), static_cast<unsigned>(ceil_div(p.n, kBlockN)));
+  kernel<<<grid, kThreads, kSmem, stream>>>(p, map);
+  NMKIT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+template <class Element, class Out>
+void launch_sm90(const Params& p, int block_n, cudaStream_t stream) {
+  if (block_n == 256) launch<Element, Out, 256>(p, stream);
+  else launch<Element, Out, 128>(p, stream);
+}
+
+TileShape sm90_tile_shape(int block_n) {
+  return block_n == 256
+             ? TileShape{kBlockM, 256, kBlockK, Sm90Shape<256>::kStages, kThreads, Sm90Shape<256>::kSmemBytes}
+             : TileShape{kBlockM, 128, kBlockK, Sm90Shape<128>::kStages, kThreads, Sm90Shape<128>::kSmemBytes};
+}
+
+template void launch_sm90<__half, __half>(const Params&, int, cudaStream_t);
+template void launch_sm90<__half, float>(const Params&, int, cudaStream_t);
+template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Params&, int, cudaStream_t);
+template void launch_sm90<__nv_bfloat16, float>(const Params&, int, cudaStream_t);
+
+}  // namespace nmkit::gpu::nm24

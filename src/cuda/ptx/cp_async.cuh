@@ -1,0 +1,22 @@
+#pragma once
+// cp.async.cg.shared.global (16 bytes, zero-filled past src_bytes) and its group fences
+// (PTX ISA §9.7.9.25, "Data Movement: cp.async"). sm_80 and later.
+#include <cstdint>
+
+#include "address.cuh"
+
+namespace nmkit::ptx {
+
+// Copies src_bytes (0 or 16) from global to shared and zero-fills the rest of the 16 bytes.
+__device__ __forceinline__ void cp_async_16(uint32_t smem_address, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address), "l"(gmem), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+}  // namespace nmkit::ptx

@@ -1,0 +1,39 @@
+#pragma once
+// mbarrier in shared memory (PTX ISA §9.7.13.15, "Parallel Synchronization and Communication: mbarrier").
+#include <cstdint>
+
+namespace nmkit::ptx {
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+               "r"(arrivals));
+}
+
+// Makes barrier initialisation visible to the async proxy (TMA) before first use.
+__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::); }
+
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))));
+}
+
+// Arrives and adds `bytes` to the transaction count that async copies will complete.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+               "r"(bytes));
+}
+
+// Spins until the phase with parity `phase` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t phase) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_loop:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_loop;\n"
+      "}\n" ::"r"(address),
+      "r"(phase));
+}
+
+}  // namespace nmkit::ptx

@@ -1,0 +1,21 @@
+#pragma once
+// Bulk tensor copy, global -> shared, 2-D tile, completing on an mbarrier
+// (PTX ISA §9.7.9.27, "Data Movement: cp.async.bulk.tensor"). sm_90 and later.
+#include <cstdint>
+
+namespace nmkit::ptx {
+
+__device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tensor_map, uint64_t* bar, int32_t inner,
+                                            int32_t outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      "l"(tensor_map), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(inner), "r"(outer)
+      : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(tensor_map) : "memory");
+}
+
+}  // namespace nmkit::ptx

@@ -1,0 +1,58 @@
+#pragma once
+// Warpgroup MMA plumbing (PTX ISA §9.7.15, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"), sm_90a:
+// the shared-memory matrix descriptor (§9.7.15.5.1) and the fence / commit / wait instructions.
+#include <cstdint>
+
+#include "address.cuh"
+
+namespace nmkit::ptx {
+
+// Swizzle modes of the descriptor's bits [62, 64).
+enum class SmemSwizzle : uint64_t { none = 0, bytes128 = 1, bytes64 = 2, bytes32 = 3 };
+
+// Descriptor of a K-major operand tile: rows of 128 bytes (64 halves) swizzled in 1024-byte atoms of
+// 8 rows. Leading byte offset is unused with swizzling; stride byte offset = one atom (8 rows).
+__device__ __forceinline__ uint64_t make_smem_desc_k_major_sw128(uint32_t smem_address) {
+  constexpr uint64_t kAtomBytes = 8 * 128;
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_address & 0x3ffff) >> 4);     // start address, bits [0, 14)
+  desc |= static_cast<uint64_t>(1) << 16;                           // leading byte offset (unused), bits [16, 30)
+  desc |= static_cast<uint64_t>(kAtomBytes >> 4) << 32;             // stride byte offset, bits [32, 46)
+  desc |= static_cast<uint64_t>(SmemSwizzle::bytes128) << 62;       // swizzle mode
+  return desc;
+}
+
+// The start address is in 16-byte units: moving along K inside a swizzled row adds bytes / 16.
+__device__ __forceinline__ uint64_t advance_smem_desc(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait_group() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads/writes across an in-flight wgmma.
+template <int kCount>
+__device__ __forceinline__ void fence_registers(float (&r)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+template <int kCount>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Register reallocation between warpgroups (PTX ISA §9.7.17.x, setmaxnreg).
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+}  // namespace nmkit::ptx
