@@ -49,6 +49,8 @@ NmMatrix unpack_nm24(const PackedNm24& p);
 class DeviceNm24 {
  public:
   static DeviceNm24 upload(const PackedNm24& packed);
+  // Device storage for an R x K weight in the packed layout, contents unset (for producers on the GPU).
+  static DeviceNm24 allocate(int64_t rows, int64_t cols, DType dtype);
   DeviceNm24(DeviceNm24&&) noexcept;
   DeviceNm24& operator=(DeviceNm24&&) noexcept;
   ~DeviceNm24();
@@ -60,6 +62,11 @@ class DeviceNm24 {
   DType dtype() const noexcept { return dtype_; }
   const void* values() const noexcept { return values_; }
   const void* metadata() const noexcept { return metadata_; }
+  void* values() noexcept { return values_; }
+  void* metadata() noexcept { return metadata_; }
+  std::size_t value_bytes() const noexcept { return static_cast<std::size_t>(rows_padded_ * cols_padded_); }
+  // One 32-bit word per lane and fragment, half of them duplicates (lanes t and t + 2 of each quad).
+  std::size_t metadata_bytes() const noexcept { return value_bytes() / 4; }
 
  private:
   DeviceNm24() = default;

@@ -64,18 +64,25 @@ bool cuda_available(std::string* why_not) {
   return true;
 }
 
-DeviceNm24 DeviceNm24::upload(const PackedNm24& packed) {
+DeviceNm24 DeviceNm24::allocate(int64_t rows, int64_t cols, DType dtype) {
+  require(rows >= 1 && cols >= 1 && (dtype == DType::f16 || dtype == DType::bf16), ErrorCode::invalid_argument,
+          "DeviceNm24::allocate: needs R, K >= 1 and f16 or bf16");
   DeviceNm24 w;
-  w.rows_ = packed.rows, w.cols_ = packed.cols, w.dtype_ = packed.dtype;
-  w.rows_padded_ = packed.rows_padded, w.cols_padded_ = packed.cols_padded;
-  const std::size_t value_bytes = packed.values.size() * sizeof(uint32_t);
-  const std::size_t meta_bytes = packed.metadata.size() * sizeof(uint32_t);
-  require(value_bytes == static_cast<std::size_t>(w.rows_padded_ * w.cols_padded_), ErrorCode::invalid_argument,
-          "DeviceNm24::upload: packed values do not match the padded shape");
-  NMKIT_CUDA_CHECK(cudaMalloc(&w.values_, value_bytes));
-  NMKIT_CUDA_CHECK(cudaMalloc(&w.metadata_, meta_bytes));
-  NMKIT_CUDA_CHECK(cudaMemcpy(w.values_, packed.values.data(), value_bytes, cudaMemcpyHostToDevice));
-  NMKIT_CUDA_CHECK(cudaMemcpy(w.metadata_, packed.metadata.data(), meta_bytes, cudaMemcpyHostToDevice));
+  w.rows_ = rows, w.cols_ = cols, w.dtype_ = dtype;
+  w.rows_padded_ = round_up(rows, kPackRowAlign), w.cols_padded_ = round_up(cols, kPackKAlign);
+  NMKIT_CUDA_CHECK(cudaMalloc(&w.values_, w.value_bytes()));
+  NMKIT_CUDA_CHECK(cudaMalloc(&w.metadata_, w.metadata_bytes()));
+  return w;
+}
+
+DeviceNm24 DeviceNm24::upload(const PackedNm24& packed) {
+  DeviceNm24 w = allocate(packed.rows, packed.cols, packed.dtype);
+  require(w.rows_padded_ == packed.rows_padded && w.cols_padded_ == packed.cols_padded &&
+              packed.values.size() * sizeof(uint32_t) == w.value_bytes() &&
+              packed.metadata.size() * sizeof(uint32_t) == w.metadata_bytes(),
+          ErrorCode::invalid_argument, "DeviceNm24::upload: packed arrays do not match the padded shape");
+  NMKIT_CUDA_CHECK(cudaMemcpy(w.values_, packed.values.data(), w.value_bytes(), cudaMemcpyHostToDevice));
+  NMKIT_CUDA_CHECK(cudaMemcpy(w.metadata_, packed.metadata.data(), w.metadata_bytes(), cudaMemcpyHostToDevice));
   return w;
 }
 

@@ -1,0 +1,22 @@
+#pragma once
+// Device helpers of the GPU benchmark (bench_kernels.cu).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "nmkit/dtype.hpp"
+
+namespace nmkit::bench {
+
+// Random non-zero values in +-[0.125, 1).
+void fill_dense(void* out, int64_t count, DType dtype, uint64_t seed, cudaStream_t s);
+// A random 2:4 weight written straight into the nm24 packed layout (zero past R and K).
+void fill_packed(void* values, void* meta, int64_t rows, int64_t cols, int64_t rows_padded, int64_t cols_padded,
+                 DType dtype, uint64_t seed, cudaStream_t s);
+// The packed weight as a dense row-major R x K matrix; `dense` must be zeroed first.
+void expand_packed(const void* values, const void* meta, void* dense, int64_t rows, int64_t cols, int64_t rows_padded,
+                   int64_t cols_padded, DType dtype, cudaStream_t s);
+// Accumulates sum((got - want)^2) and sum(want^2) into sums_device[0..1].
+void compare(const void* got, const void* want, int64_t count, DType dtype, double* sums_device, cudaStream_t s);
+
+}  // namespace nmkit::bench

@@ -1,0 +1,357 @@
+// nmkit_bench: 2:4 SpMM side by side with dense cuBLASLt (best of its heuristic algorithms) and cuSPARSELt
+// (algorithm search, plan made once), in one process on one GPU. Kernel times are medians of CUDA-event
+// timings after warm-up; operand sets rotate so that no library runs out of L2. Every row is checked
+// against cuBLAS in the same run.
+//
+//   nmkit_bench --suite llm|bert|decode|all [--shape R,K,C]... [--dtype f16|bf16|both] [--json FILE]
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_kernels.hpp"
+#include "nmkit/error.hpp"
+#include "nmkit/gpu/nm24_spmm.hpp"
+
+#if defined(NMKIT_HAVE_CUSPARSELT)
+#include <cusparseLt.h>
+#endif
+
+namespace {
+
+using namespace nmkit;
+using json = nlohmann::json;
+
+#define CHECK_CUDA(x) nmkit_bench_check_cuda((x), #x)
+void nmkit_bench_check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(ErrorCode::cuda_error, std::string(what) + ": " + cudaGetErrorString(e));
+}
+#define CHECK_CUBLAS(x) nmkit_bench_check_status(static_cast<int>(x), #x)
+void nmkit_bench_check_status(int status, const char* what) {
+  if (status != 0) throw Error(ErrorCode::cuda_error, std::string(what) + " returned status " + std::to_string(status));
+}
+
+struct Shape {
+  int64_t r, k, c;
+  std::string suite;
+};
+
+std::vector<Shape> suite_shapes(const std::string& suite) {
+  std::vector<Shape> out;
+  if (suite == "bert" || suite == "all")
+    for (int64_t r : {768, 1024})
+      for (int64_t k : {768, 1536, 3072, 4096, 6144, 12288}) out.push_back({r, k, 4096, "bert"});
+  if (suite == "llm" || suite == "all")
+    for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{11008, 4096, 4096}, {4096, 11008, 4096}, {28672, 8192, 4096},
+                           {36864, 12288, 4096}, {8192, 8192, 8192}})
+      out.push_back({r, k, c, "llm"});
+  if (suite == "decode" || suite == "all")
+    for (int64_t c : {1, 16, 128}) out.push_back({11008, 4096, c, "decode"});
+  if (out.empty() && suite != "none") throw Error(ErrorCode::invalid_argument, "unknown suite '" + suite + "'");
+  return out;
+}
+
+struct DeviceArray {
+  void* ptr = nullptr;
+  DeviceArray() = default;
+  explicit DeviceArray(std::size_t bytes) { CHECK_CUDA(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16))); }
+  DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr) { o.ptr = nullptr; }
+  DeviceArray& operator=(DeviceArray&& o) noexcept { std::swap(ptr, o.ptr); return *this; }
+  ~DeviceArray() { cudaFree(ptr); }
+};
+
+// Median kernel time in ms of `launch(set)` over `iters` launches after `warmup`, rotating operand sets.
+double time_median_ms(const std::function<void(int)>& launch, int sets, int warmup, int iters, cudaStream_t s) {
+  for (int i = 0; i < warmup; ++i) launch(i % sets);
+  std::vector<cudaEvent_t> events(2 * iters);
+  for (auto& e : events) CHECK_CUDA(cudaEventCreate(&e));
+  for (int i = 0; i < iters; ++i) {
+    CHECK_CUDA(cudaEventRecord(events[2 * i], s));
+    launch(i % sets);
+    CHECK_CUDA(cudaEventRecord(events[2 * i + 1], s));
+  }
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i) CHECK_CUDA(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]));
+  for (auto& e : events) cudaEventDestroy(e);
+  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
+  return ms[iters / 2];
+}
+
+cudaDataType cuda_type(DType d) { return d == DType::f16 ? CUDA_R_16F : CUDA_R_16BF; }
+
+// Dense D = W * B with cuBLASLt: W row-major R x K (op T on a K x R column-major view), B and D col-major.
+class DenseGemm {
+ public:
+  DenseGemm(cublasLtHandle_t lt, const Shape& s, DType dtype, void* workspace, std::size_t workspace_bytes)
+      : lt_(lt), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+    CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&a_, cuda_type(dtype), s.k, s.r, s.k));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&b_, cuda_type(dtype), s.k, s.c, s.k));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d_, cuda_type(dtype), s.r, s.c, s.r));
+    cublasLtMatmulPreference_t pref;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                                      sizeof workspace_bytes_));
+    heuristics_.resize(8);
+    int found = 0;
+    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt_, desc_, a_, b_, d_, d_, pref, 8, heuristics_.data(), &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found == 0) throw Error(ErrorCode::cuda_error, "cuBLASLt found no algorithm");
+    heuristics_.resize(found);
+  }
+  ~DenseGemm() {
+    cublasLtMatrixLayoutDestroy(a_), cublasLtMatrixLayoutDestroy(b_), cublasLtMatrixLayoutDestroy(d_);
+    cublasLtMatmulDescDestroy(desc_);
+  }
+  int algorithms() const { return static_cast<int>(heuristics_.size()); }
+  void select(int i) { chosen_ = i; }
+  void run(const void* w, const void* b, void* d, cudaStream_t s) const {
+    const float alpha = 1.0f, beta = 0.0f;
+    CHECK_CUBLAS(cublasLtMatmul(lt_, desc_, &alpha, w, a_, b, b_, &beta, d, d_, d, d_, &heuristics_[chosen_].algo,
+                                workspace_, workspace_bytes_, s));
+  }
+
+ private:
+  cublasLtHandle_t lt_;
+  void* workspace_;
+  std::size_t workspace_bytes_;
+  cublasLtMatmulDesc_t desc_{};
+  cublasLtMatrixLayout_t a_{}, b_{}, d_{};
+  std::vector<cublasLtMatmulHeuristicResult_t> heuristics_;
+  int chosen_ = 0;
+};
+
+#if defined(NMKIT_HAVE_CUSPARSELT)
+#define CHECK_CUSPARSELT(x) nmkit_bench_check_status(static_cast<int>(x), #x)
+// cuSPARSELt 2:4: A structured row-major, B and D col-major; plan searched once, compressed A per set.
+class SparseLt {
+ public:
+  SparseLt(cusparseLtHandle_t* h, const Shape& s, DType dtype, const std::vector<const void*>& dense_w, cudaStream_t stream)
+      : h_(h) {
+    CHECK_CUSPARSELT(cusparseLtStructuredDescriptorInit(h_, &a_, s.r, s.k, s.k, 16, cuda_type(dtype), CUSPARSE_ORDER_ROW,
+                                                        CUSPARSELT_SPARSITY_50_PERCENT));
+    CHECK_CUSPARSELT(cusparseLtDenseDescriptorInit(h_, &b_, s.k, s.c, s.k, 16, cuda_type(dtype), CUSPARSE_ORDER_COL));
+    CHECK_CUSPARSELT(cusparseLtDenseDescriptorInit(h_, &d_, s.r, s.c, s.r, 16, cuda_type(dtype), CUSPARSE_ORDER_COL));
+    CHECK_CUSPARSELT(cusparseLtMatmulDescriptorInit(h_, &mm_, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                                    CUSPARSE_OPERATION_NON_TRANSPOSE, &a_, &b_, &d_, &d_, CUSPARSE_COMPUTE_32F));
+    CHECK_CUSPARSELT(cusparseLtMatmulAlgSelectionInit(h_, &alg_, &mm_, CUSPARSELT_MATMUL_ALG_DEFAULT));
+    CHECK_CUSPARSELT(cusparseLtMatmulPlanInit(h_, &plan_, &mm_, &alg_));
+    std::size_t compressed = 0, buffer = 0;
+    CHECK_CUSPARSELT(cusparseLtSpMMACompressedSize(h_, &plan_, &compressed, &buffer));
+    DeviceArray scratch(buffer);
+    for (const void* w : dense_w) {
+      compressed_.emplace_back(compressed);
+      CHECK_CUSPARSELT(cusparseLtSpMMACompress(h_, &plan_, w, compressed_.back().ptr, scratch.ptr, stream));
+    }
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    stream_ = stream;
+  }
+  void search(const void* b, void* d) {
+    std::size_t ws = 0;
+    CHECK_CUSPARSELT(cusparseLtMatmulGetWorkspace(h_, &plan_, &ws));
+    workspace_ = DeviceArray(ws);
+    const float alpha = 1.0f, beta = 0.0f;
+    CHECK_CUSPARSELT(cusparseLtMatmulSearch(h_, &plan_, &alpha, compressed_[0].ptr, b, &beta, d, d, workspace_.ptr, &stream_, 1));
+    CHECK_CUSPARSELT(cusparseLtMatmulGetWorkspace(h_, &plan_, &ws));
+    workspace_ = DeviceArray(ws);
+  }
+  void run(int set, const void* b, void* d) {
+    const float alpha = 1.0f, beta = 0.0f;
+    CHECK_CUSPARSELT(cusparseLtMatmul(h_, &plan_, &alpha, compressed_[set].ptr, b, &beta, d, d, workspace_.ptr, &stream_, 1));
+  }
+  ~SparseLt() {
+    cusparseLtMatmulPlanDestroy(&plan_);
+    cusparseLtMatmulAlgSelectionDestroy(&alg_);
+    cusparseLtMatDescriptorDestroy(&a_), cusparseLtMatDescriptorDestroy(&b_), cusparseLtMatDescriptorDestroy(&d_);
+  }
+
+ private:
+  cusparseLtHandle_t* h_;
+  cusparseLtMatDescriptor_t a_{}, b_{}, d_{};
+  cusparseLtMatmulDescriptor_t mm_{};
+  cusparseLtMatmulAlgSelection_t alg_{};
+  cusparseLtMatmulPlan_t plan_{};
+  std::vector<DeviceArray> compressed_;
+  DeviceArray workspace_;
+  cudaStream_t stream_{};
+};
+#endif
+
+double relative_error(const void* got, const void* want, int64_t count, DType dtype, cudaStream_t s) {
+  DeviceArray sums(2 * sizeof(double));
+  CHECK_CUDA(cudaMemsetAsync(sums.ptr, 0, 2 * sizeof(double), s));
+  bench::compare(got, want, count, dtype, static_cast<double*>(sums.ptr), s);
+  double host[2];
+  CHECK_CUDA(cudaMemcpyAsync(host, sums.ptr, sizeof host, cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
+}
+
+struct Options {
+  std::string suite = "all";
+  std::vector<std::string> shapes;
+  std::string dtype = "both";
+  std::string json_path;
+  int warmup = 5, iters = 30;
+  bool cusparselt = true;
+};
+
+int run(const Options& o) {
+  std::vector<Shape> shapes = suite_shapes(o.shapes.empty() ? o.suite : (o.suite == "all" ? "none" : o.suite));
+  for (const auto& text : o.shapes) {
+    Shape s{0, 0, 0, "custom"};
+    if (std::sscanf(text.c_str(), "%ld,%ld,%ld", &s.r, &s.k, &s.c) != 3 || s.r < 1 || s.k < 1 || s.c < 1)
+      throw Error(ErrorCode::invalid_argument, "--shape '" + text + "': expected R,K,C with positive integers");
+    shapes.push_back(s);
+  }
+  std::vector<DType> dtypes;
+  if (o.dtype == "both") dtypes = {DType::f16, DType::bf16};
+  else dtypes = {parse_dtype(o.dtype)};
+
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver), cudaRuntimeGetVersion(&runtime);
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  cublasLtHandle_t lt;
+  CHECK_CUBLAS(cublasLtCreate(&lt));
+  constexpr std::size_t kWorkspace = 64u << 20;
+  DeviceArray workspace(kWorkspace);
+  json out = {{"gpu", prop.name}, {"sm_count", prop.multiProcessorCount}, {"l2_bytes", prop.l2CacheSize},
+              {"driver", driver}, {"cuda_runtime", runtime}, {"cublaslt", cublasLtGetVersion()}, {"rows", json::array()}};
+#if defined(NMKIT_HAVE_CUSPARSELT)
+  cusparseLtHandle_t lt_sparse;
+  const bool have_lt = o.cusparselt && cusparseLtInit(&lt_sparse) == CUSPARSE_STATUS_SUCCESS;
+  if (have_lt) {
+    int version = 0;
+    cusparseLtGetVersion(&lt_sparse, &version);
+    out["cusparselt"] = version;
+  }
+#else
+  const bool have_lt = false;
+  out["cusparselt"] = "not built";
+#endif
+
+  std::printf("%-7s %-20s %-5s %10s %10s %8s %10s %8s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "cuBLAS", "cuSPLt",
+              "vs cuBL", "nmkit", "vs cuBL", "vs cuSPLt", "rel.err", "nmkit kernel");
+  for (DType dtype : dtypes)
+    for (const Shape& s : shapes) {
+      const std::size_t elem = 2;
+      const std::size_t b_bytes = s.k * s.c * elem, d_bytes = s.r * s.c * elem, w_bytes = s.r * s.k * elem;
+      // Enough operand sets that their bytes exceed 3x L2 (at most 8).
+      const std::size_t per_set = w_bytes / 2 + b_bytes + d_bytes;
+      const int sets = static_cast<int>(std::clamp<std::size_t>(3 * prop.l2CacheSize / per_set + 1, 1, 8));
+
+      std::vector<gpu::DeviceNm24> weights;
+      std::vector<DeviceArray> dense_w, b, d_nmkit, d_dense, d_lt;
+      for (int i = 0; i < sets; ++i) {
+        weights.push_back(gpu::DeviceNm24::allocate(s.r, s.k, dtype));
+        bench::fill_packed(weights[i].values(), weights[i].metadata(), s.r, s.k, weights[i].rows_padded(),
+                           weights[i].cols_padded(), dtype, 1234 + i, stream);
+        dense_w.emplace_back(w_bytes);
+        CHECK_CUDA(cudaMemsetAsync(dense_w[i].ptr, 0, w_bytes, stream));
+        bench::expand_packed(weights[i].values(), weights[i].metadata(), dense_w[i].ptr, s.r, s.k, weights[i].rows_padded(),
+                             weights[i].cols_padded(), dtype, stream);
+        b.emplace_back(b_bytes);
+        bench::fill_dense(b[i].ptr, s.k * s.c, dtype, 99 + i, stream);
+        d_nmkit.emplace_back(d_bytes), d_dense.emplace_back(d_bytes), d_lt.emplace_back(d_bytes);
+      }
+      CHECK_CUDA(cudaGetLastError());
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+
+      // Dense: the fastest of cuBLASLt's heuristic algorithms.
+      DenseGemm dense(lt, s, dtype, workspace.ptr, kWorkspace);
+      double dense_ms = 1e30;
+      int best = 0;
+      for (int a = 0; a < dense.algorithms(); ++a) {
+        dense.select(a);
+        const double ms = time_median_ms([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets, 2,
+                                         5, stream);
+        if (ms < dense_ms) dense_ms = ms, best = a;
+      }
+      dense.select(best);
+      dense_ms = time_median_ms([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets, o.warmup,
+                                o.iters, stream);
+
+      gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
+      const gpu::Nm24SpmmPlan plan = gpu::Nm24SpmmPlan::create(desc);
+      const double nmkit_ms = time_median_ms(
+          [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters, stream);
+      dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);
+      plan.run(stream, weights[0], b[0].ptr, nullptr, d_nmkit[0].ptr);
+      const double err = relative_error(d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+
+      std::optional<double> lt_ms, lt_err;
+#if defined(NMKIT_HAVE_CUSPARSELT)
+      if (have_lt) {
+        try {
+          std::vector<const void*> ws;
+          for (auto& w : dense_w) ws.push_back(w.ptr);
+          SparseLt sparse(&lt_sparse, s, dtype, ws, stream);
+          sparse.search(b[0].ptr, d_lt[0].ptr);
+          lt_ms = time_median_ms([&](int i) { sparse.run(i, b[i].ptr, d_lt[i].ptr); }, sets, o.warmup, o.iters, stream);
+          sparse.run(0, b[0].ptr, d_lt[0].ptr);
+          lt_err = relative_error(d_lt[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+        } catch (const Error& e) {
+          std::fprintf(stderr, "cuSPARSELt skipped for %ldx%ldx%ld: %s\n", s.r, s.k, s.c, e.what());
+          cudaGetLastError();
+        }
+      }
+#endif
+      const double flop = 2.0 * s.r * s.k * s.c;
+      auto tflops = [&](double ms) { return flop / (ms * 1e-3) / 1e12; };
+      std::ostringstream kernel;
+      kernel << plan.config();
+      char shape_text[64];
+      std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
+      std::printf("%-7s %-20s %-5s %10.1f %10s %8s %10.1f %7.2fx %9s %9.1e  %s\n", s.suite.c_str(), shape_text,
+                  dtype_name(dtype), tflops(dense_ms), lt_ms ? std::to_string(tflops(*lt_ms)).substr(0, 6).c_str() : "-",
+                  lt_ms ? (std::to_string(dense_ms / *lt_ms).substr(0, 4) + "x").c_str() : "-", tflops(nmkit_ms),
+                  dense_ms / nmkit_ms, lt_ms ? (std::to_string(*lt_ms / nmkit_ms).substr(0, 4) + "x").c_str() : "-", err,
+                  kernel_name(plan.config().kernel));
+      std::fflush(stdout);
+      json row = {{"suite", s.suite}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
+                  {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms}, {"nmkit_rel_error", err},
+                  {"nmkit_config", kernel.str()}, {"speedup_vs_cublas", dense_ms / nmkit_ms}};
+      if (lt_ms) row["cusparselt_ms"] = *lt_ms, row["cusparselt_rel_error"] = *lt_err, row["nmkit_vs_cusparselt"] = *lt_ms / nmkit_ms;
+      out["rows"].push_back(row);
+    }
+  if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"nmkit 2:4 SpMM benchmark against cuBLASLt and cuSPARSELt"};
+  Options o;
+  app.add_option("--suite", o.suite, "bert | llm | decode | all")->capture_default_str();
+  app.add_option("--shape", o.shapes, "Extra shape R,K,C (repeatable)");
+  app.add_option("--dtype", o.dtype, "f16 | bf16 | both")->capture_default_str();
+  app.add_option("--json", o.json_path, "Write the results as JSON");
+  app.add_option("--warmup", o.warmup, "Warm-up launches")->capture_default_str();
+  app.add_option("--iters", o.iters, "Timed launches (median)")->capture_default_str();
+  app.add_flag("!--no-cusparselt", o.cusparselt, "Skip cuSPARSELt");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nmkit_bench: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The one GPU-machine job: build, GPU tests, compute-sanitizer, benchmarks, a short summary last.
+# Run from the repository root on the H200 (device tool), nothing to carry:
+#   bash scripts/gpu_check.sh [--quick] [bench args...]
+# --quick skips the sanitizers and runs the llm suite only. Results go to $OUT (or ./gpu_out):
+# gpu_tests.json, sanitizer logs, bench.json, bench.txt, speedup.png.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH
+BUILD=build/gpu
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+bench_args=("$@")
+[ ${#bench_args[@]} -eq 0 ] && bench_args=(--suite all)
+[ $quick -eq 1 ] && [ $# -eq 0 ] && bench_args=(--suite llm)
+summary=()
+
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+step "configure and build"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="90a;80" \
+  -DNMKIT_DEFAULT_MODEL=/model-not-carried >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+grep -i "cusparselt" "$OUT/configure.log"
+if ! cmake --build $BUILD -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+  grep -E "error" -A3 "$OUT/build.log" | head -60
+  exit 1
+fi
+summary+=("build: ok")
+
+step "SASS: the wgmma.sp kernel issues HGMMA"
+cuobjdump --dump-sass $BUILD/CMakeFiles/nmkit.dir/src/cuda/nm24/sm90_nm24_spmm.cu.o 2>/dev/null >"$OUT/sm90.sass"
+hgmma=$(grep -c "HGMMA" "$OUT/sm90.sass" || true)
+echo "HGMMA instructions: $hgmma"
+summary+=("sm90 SASS HGMMA count: $hgmma")
+
+step "GPU tests"
+$BUILD/tests/nmkit_gpu_tests --gtest_output=json:"$OUT/gpu_tests.json" >"$OUT/gpu_tests.log" 2>&1
+tests_rc=$?
+grep -E "^\[  (PASSED|FAILED) |^\[==========\]|Failure|error|rel" "$OUT/gpu_tests.log" | head -40
+summary+=("gpu tests: $([ $tests_rc -eq 0 ] && echo passed || echo FAILED) ($(grep -c '^\[       OK' "$OUT/gpu_tests.log") ok)")
+
+step "CPU unit tests (the real-model fixture is not carried)"
+$BUILD/tests/nmkit_cpu_tests --gtest_filter=-*RealModel* >"$OUT/cpu_tests.log" 2>&1
+summary+=("cpu tests: $([ $? -eq 0 ] && echo passed || echo FAILED)")
+
+if [ $quick -eq 0 ]; then
+  for tool in memcheck racecheck initcheck synccheck; do
+    step "compute-sanitizer $tool"
+    compute-sanitizer --tool $tool --error-exitcode 9 \
+      $BUILD/tests/nmkit_gpu_tests --gtest_filter='Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*' >"$OUT/sanitizer_$tool.log" 2>&1
+    rc=$?
+    tail -3 "$OUT/sanitizer_$tool.log"
+    summary+=("compute-sanitizer $tool: $([ $rc -eq 0 ] && echo clean || echo "FAILED (rc $rc)")")
+  done
+fi
+
+step "benchmark ${bench_args[*]}"
+$BUILD/bench/nmkit_bench "${bench_args[@]}" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+python3 bench/plot_speedup.py "$OUT/bench.json" "$OUT/speedup.png" || echo "plot failed"
+
+step "summary"
+printf '%s\n' "${summary[@]}"
+echo
+cat "$OUT/bench.txt" | grep -v "^cuSPARSELt skipped"
