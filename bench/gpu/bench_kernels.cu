@@ -55,7 +55,8 @@ __global__ void fill_packed_kernel(uint32_t* values, uint32_t* meta, int64_t row
       const int pair = inside ? static_cast<int>(hash32(seed ^ (row * 0x100000001b3ull + group)) % 6) : 0;
       m |= static_cast<uint32_t>(kPairs[pair][0] | (kPairs[pair][1] << 2)) << (16 * upper + 4 * q);
     }
-  meta[id] = m;
+  const int64_t at = gpu::packed_fragment_index(slab, kblock, kblocks) * 32 + lane;
+  meta[at] = m;
   // Values: register r = upper + 2 * high holds (row g + 8 upper, group 4 high + t, slots 0 and 1).
   for (int r = 0; r < 4; ++r) {
     const int upper = r % 2, high = r / 2;
@@ -66,7 +67,7 @@ __global__ void fill_packed_kernel(uint32_t* values, uint32_t* meta, int64_t row
       const float v = inside ? random_value((seed + 17) * 0x2545f4914f6cdd1dull + (row * cols + group * 4 + s)) : 0.0f;
       word |= static_cast<uint32_t>(bits_of<T>(v)) << (16 * s);
     }
-    values[id * 4 + r] = word;
+    values[at * 4 + r] = word;
   }
 }
 
@@ -77,17 +78,18 @@ __global__ void expand_packed_kernel(const uint32_t* values, const uint32_t* met
   const int64_t id = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   const int lane = threadIdx.x % 32;
   const bool active = id < slabs * kblocks * 32;
-  const uint32_t my_meta = active ? meta[id] : 0;
+  const int64_t block = id / 32, slab = block / kblocks, kblock = block % kblocks;
+  const int64_t at = active ? gpu::packed_fragment_index(slab, kblock, kblocks) * 32 + lane : 0;
+  const uint32_t my_meta = active ? meta[at] : 0;
   const int g = lane / 4, t = lane % 4;
   const uint32_t meta_low = __shfl_sync(0xffffffffu, my_meta, g * 4 + 0);   // groups 0..3
   const uint32_t meta_high = __shfl_sync(0xffffffffu, my_meta, g * 4 + 1);  // groups 4..7
   if (!active) return;
-  const int64_t block = id / 32, slab = block / kblocks, kblock = block % kblocks;
   for (int r = 0; r < 4; ++r) {
     const int upper = r % 2, high = r / 2;
     const int64_t row = slab * 16 + g + 8 * upper, group = kblock * 8 + 4 * high + t;
     const uint32_t nibble = ((high ? meta_high : meta_low) >> (16 * upper + 4 * t)) & 0xf;
-    const uint32_t word = values[id * 4 + r];
+    const uint32_t word = values[at * 4 + r];
     for (int s = 0; s < 2; ++s) {
       const int64_t col = group * 4 + ((nibble >> (2 * s)) & 3);
       const uint16_t bits = static_cast<uint16_t>(word >> (16 * s));

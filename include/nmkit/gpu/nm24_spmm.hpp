@@ -30,14 +30,25 @@ inline constexpr int kPackKAlign = 64;       // K is padded to whole k-tiles
 inline constexpr int kLanes = 32;
 inline constexpr int kRegistersPerFragment = 4;
 
+inline constexpr int kTileSlabs = kPackRowAlign / kSlabRows;     // 8 slabs per 128-row tile
+inline constexpr int kTileKBlocks = kPackKAlign / kFragmentK;    // 2 k-blocks per 64-wide k-tile
+
+// Position of fragment (slab, kblock) in the packed arrays, tile-major: the 16 fragments of one 128 x 64
+// tile are contiguous (8 KiB of values, 2 KiB of metadata), so a kernel stages a tile with one bulk copy.
+constexpr int64_t packed_fragment_index(int64_t slab, int64_t kblock, int64_t kblocks) noexcept {
+  const int64_t row_tile = slab / kTileSlabs, k_tile = kblock / kTileKBlocks, k_tiles = kblocks / kTileKBlocks;
+  return ((row_tile * k_tiles + k_tile) * kTileSlabs + slab % kTileSlabs) * kTileKBlocks + kblock % kTileKBlocks;
+}
+
 // A 2:4 weight in the register order of the sparse MMA instructions: for every 16-row slab and every
 // 32-wide k-block, each lane's 4 value registers and its metadata register, ready for 16-byte loads.
+// Fragments are stored tile-major (packed_fragment_index).
 struct PackedNm24 {
   int64_t rows = 0, cols = 0;                // logical R, K
   int64_t rows_padded = 0, cols_padded = 0;  // multiples of kPackRowAlign and kPackKAlign; padding is zero
   DType dtype = DType::f16;                  // f16 or bf16
-  std::vector<uint32_t> values;              // (rows_padded/16, cols_padded/32, 32 lanes, 4)
-  std::vector<uint32_t> metadata;            // (rows_padded/16, cols_padded/32, 32 lanes)
+  std::vector<uint32_t> values;              // (fragments, 32 lanes, 4), fragment = packed_fragment_index()
+  std::vector<uint32_t> metadata;            // (fragments, 32 lanes)
 };
 
 // Packs a 2:4 matrix (f16 or bf16, any R and K). Throws Error for other patterns or dtypes.

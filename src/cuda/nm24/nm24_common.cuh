@@ -43,7 +43,7 @@ struct AFragment {
 };
 
 __device__ __forceinline__ AFragment load_a_fragment(const Params& p, int64_t slab, int64_t kblock, int lane) {
-  const int64_t index = (slab * p.kblocks + kblock) * kLanes + lane;
+  const int64_t index = packed_fragment_index(slab, kblock, p.kblocks) * kLanes + lane;
   const uint4 v = __ldg(p.a_values + index);
   return {{v.x, v.y, v.z, v.w}, __ldg(p.a_meta + index)};
 }

@@ -33,7 +33,7 @@ uint16_t bits_of(const TypedBuffer& values, std::size_t i) {
 }
 
 std::size_t slab_block(int64_t slab, int64_t kblock, int64_t kblocks) {
-  return static_cast<std::size_t>(slab * kblocks + kblock);
+  return static_cast<std::size_t>(packed_fragment_index(slab, kblock, kblocks));
 }
 
 }  // namespace

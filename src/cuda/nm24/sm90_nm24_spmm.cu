@@ -1,5 +1,8 @@
-// The Hopper 2:4 SpMM: wgmma.mma_async.sp (sm_90a) with A in registers straight from the packed weight
-// and B staged by TMA through an mbarrier ring, one producer warpgroup and two consumer warpgroups.
+// The Hopper 2:4 SpMM: wgmma.mma_async.sp (sm_90a), one producer warpgroup and two consumer warpgroups.
+// Per k-tile the producer stages, on one mbarrier: B by TMA (128-byte swizzle) and the packed A tile
+// (values and metadata, contiguous in the tile-major packed layout) by two bulk copies. Consumers read
+// their A fragments from shared memory into registers (the RS form of wgmma.sp) and keep one wgmma
+// group in flight while the next stage is waited for.
 //
 // CTA tile kBlockM x kBlockN x kBlockK = 128 x {128, 256} x 64; consumer warpgroup w owns rows 64w..64w+63.
 // B must be col-major (the linear-layer layout: x[T, K] row-major), K-major in shared memory with the
@@ -36,12 +39,20 @@ static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole numb
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kRegisterFile,
               "setmaxnreg budgets must fit the register file");
 
+constexpr int kTileFragments = kTileSlabs * kTileKBlocks;              // 16 fragments of 32 lanes
+constexpr int kAValueBytes = kTileFragments * kLanes * 16;               // 8 KiB per k-tile
+constexpr int kAMetaBytes = kTileFragments * kLanes * 4;                 // 2 KiB per k-tile
+static_assert(kBlockM == kPackRowAlign && kBlockK == kPackKAlign, "a CTA tile is one packed tile");
+
+// Stage layout: [B tile (kBlockN rows x 128 B, swizzled)][A values][A metadata]; stages 1024-aligned.
 template <int kBlockN>
 struct Sm90Shape {
+  static constexpr int kBBytes = kBlockN * kBlockK * 2;
+  static constexpr int kStageBytes = kBBytes + kAValueBytes + kAMetaBytes;
   static constexpr int kStages = kBlockN == 256 ? 4 : 6;
-  static constexpr int kStageBytes = kBlockN * kBlockK * 2;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
   static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kBarrierBytes;
+  static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
 };
 
 template <class Element, class Out, int kBlockN>
@@ -73,53 +84,57 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nm24_spmm_kernel(const Param
   }
   __syncthreads();
 
-  if (warpgroup == kConsumers) {  // producer: one thread streams B tiles
+  if (warpgroup == kConsumers) {  // producer: one thread streams the A and B tiles
     ptx::setmaxnreg_dec<kProducerRegisters>();
     if (tid % kWarpgroupThreads == 0) {
+      const int64_t row_tile = m0 / kBlockM;
+      const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
+      const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
       for (int64_t kt = 0; kt < k_tiles; ++kt) {
         const int s = static_cast<int>(kt % kStages);
         if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
+        unsigned char* stage = smem + s * Shape::kStageBytes;
         ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
-        ptx::tma_load_2d(smem + s * Shape::kStageBytes, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK),
-                         static_cast<int32_t>(n0));
+        ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+        ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
+        ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
       }
     }
     return;
   }
 
-  // Consumers.
+  // Consumers: warp w of warpgroup c owns slab 4c + w of the tile.
   ptx::setmaxnreg_inc<kConsumerRegisters>();
   const int warp_in_group = (tid % kWarpgroupThreads) / 32;
-  const int64_t slab = (m0 + warpgroup * kRowsPerConsumer) / kSlabRows + warp_in_group;
+  const int slab_in_tile = warpgroup * (kRowsPerConsumer / kSlabRows) + warp_in_group;
   float acc[Wgmma::kAccumulators];
 #pragma unroll
   for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
 
-  AFragment a_cur[kKBlocksPerTile], a_next[kKBlocksPerTile];
-#pragma unroll
-  for (int kk = 0; kk < kKBlocksPerTile; ++kk) a_cur[kk] = load_a_fragment(p, slab, kk, lane);
-
   for (int64_t kt = 0; kt < k_tiles; ++kt) {
     const int s = static_cast<int>(kt % kStages);
-    if (kt + 1 < k_tiles) {
-#pragma unroll
-      for (int kk = 0; kk < kKBlocksPerTile; ++kk) a_next[kk] = load_a_fragment(p, slab, (kt + 1) * kKBlocksPerTile + kk, lane);
-    }
     ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((kt / kStages) & 1));
-    const uint64_t desc = ptx::make_smem_desc_k_major_sw128(ptx::smem_address(smem + s * Shape::kStageBytes));
+    const unsigned char* stage = smem + s * Shape::kStageBytes;
+    AFragment a[kKBlocksPerTile];
+#pragma unroll
+    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
+      const int fragment = slab_in_tile * kTileKBlocks + kk;
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + Shape::kBBytes + (fragment * kLanes + lane) * 16);
+      a[kk] = {{v.x, v.y, v.z, v.w},
+               *reinterpret_cast<const uint32_t*>(stage + Shape::kBBytes + kAValueBytes + (fragment * kLanes + lane) * 4)};
+    }
+    const uint64_t desc = ptx::make_smem_desc_k_major_sw128(ptx::smem_address(stage));
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKBlocksPerTile; ++kk)
-      Wgmma::mma(acc, a_cur[kk].values, ptx::advance_smem_desc(desc, kk * kFragmentK * 2), a_cur[kk].meta, 1);
+      Wgmma::mma(acc, a[kk].values, ptx::advance_smem_desc(desc, kk * kFragmentK * 2), a[kk].meta, 1);
     ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_registers(acc);
-    if (lane == 0) ptx::mbarrier_arrive(&empty[s]);
-    if (kt + 1 < k_tiles) {
-#pragma unroll
-      for (int kk = 0; kk < kKBlocksPerTile; ++kk) a_cur[kk] = a_next[kk];
-    }
+    // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
+    ptx::wgmma_wait_group<1>();
+    if (kt > 0 && lane == 0) ptx::mbarrier_arrive(&empty[(kt - 1) % kStages]);
   }
+  ptx::wgmma_wait_group<0>();
+  ptx::fence_registers(acc);
 
   // Accumulator j-th n8 tile: registers 4j..4j+3 in the m16n8 order of this warp's 16 rows.
   const int64_t row0 = m0 + warpgroup * kRowsPerConsumer + warp_in_group * kSlabRows;

@@ -19,3 +19,16 @@ __device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
 }
 
 }  // namespace nmkit::ptx
+
+namespace nmkit::ptx {
+
+// Contiguous bulk copy global -> shared completing on an mbarrier (PTX ISA §9.7.9.25.4.1, cp.async.bulk).
+// bytes, source and destination must be multiples of 16.
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+               "l"(gmem_src), "r"(bytes), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
+               : "memory");
+}
+
+}  // namespace nmkit::ptx
