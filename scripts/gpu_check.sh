@@ -2,8 +2,9 @@
 # The one GPU-machine job: build, GPU tests, compute-sanitizer, benchmarks, a short summary last.
 # Run from the repository root on the H200 (device tool), nothing to carry:
 #   bash scripts/gpu_check.sh [--quick] [bench args...]
-# --quick skips the sanitizers and runs the llm suite only. Results go to $OUT (or ./gpu_out):
-# gpu_tests.json, sanitizer logs, bench.json, bench.txt, speedup.png.
+# --quick skips the sanitizers and runs the llm suite only. Results go to $OUT (or ./gpu_out), few files
+# so that the device tool brings them all back: gpu_tests.log, sanitizer.log, bench.json, bench.txt,
+# speedup.png. Build logs stay in build/gpu and are printed on failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -22,37 +23,39 @@ step() { echo; echo "=== $* ($(date +%T))"; }
 step "configure and build"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="90a;80" \
-  -DNMKIT_DEFAULT_MODEL=/model-not-carried >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-grep -i "cusparselt" "$OUT/configure.log"
-if ! cmake --build $BUILD -j "$(nproc)" >"$OUT/build.log" 2>&1; then
-  grep -E "error" -A3 "$OUT/build.log" | head -60
+  -DNMKIT_DEFAULT_MODEL=/model-not-carried >/tmp/nmkit_configure.log 2>&1 || { tail -30 /tmp/nmkit_configure.log; exit 1; }
+grep -i "cusparselt" /tmp/nmkit_configure.log
+if ! cmake --build $BUILD -j "$(nproc)" >/tmp/nmkit_build.log 2>&1; then
+  grep -E "error" -A3 /tmp/nmkit_build.log | head -60
   exit 1
 fi
 summary+=("build: ok")
 
 step "SASS: the wgmma.sp kernel issues HGMMA"
-cuobjdump --dump-sass $BUILD/CMakeFiles/nmkit.dir/src/cuda/nm24/sm90_nm24_spmm.cu.o 2>/dev/null >"$OUT/sm90.sass"
-hgmma=$(grep -c "HGMMA" "$OUT/sm90.sass" || true)
+cuobjdump --dump-sass $BUILD/CMakeFiles/nmkit.dir/src/cuda/nm24/sm90_nm24_spmm.cu.o 2>/dev/null >/tmp/nmkit_sm90.sass
+hgmma=$(grep -c "HGMMA" /tmp/nmkit_sm90.sass || true)
 echo "HGMMA instructions: $hgmma"
 summary+=("sm90 SASS HGMMA count: $hgmma")
 
 step "GPU tests"
-$BUILD/tests/nmkit_gpu_tests --gtest_output=json:"$OUT/gpu_tests.json" >"$OUT/gpu_tests.log" 2>&1
+$BUILD/tests/nmkit_gpu_tests >"$OUT/gpu_tests.log" 2>&1
 tests_rc=$?
 grep -E "^\[  (PASSED|FAILED) |^\[==========\]|Failure|error|rel" "$OUT/gpu_tests.log" | head -40
 summary+=("gpu tests: $([ $tests_rc -eq 0 ] && echo passed || echo FAILED) ($(grep -c '^\[       OK' "$OUT/gpu_tests.log") ok)")
 
 step "CPU unit tests (the real-model fixture is not carried)"
-$BUILD/tests/nmkit_cpu_tests --gtest_filter=-*RealModel* >"$OUT/cpu_tests.log" 2>&1
+$BUILD/tests/nmkit_cpu_tests --gtest_filter=-*RealModel* >/tmp/nmkit_cpu_tests.log 2>&1
 summary+=("cpu tests: $([ $? -eq 0 ] && echo passed || echo FAILED)")
 
 if [ $quick -eq 0 ]; then
   for tool in memcheck racecheck initcheck synccheck; do
     step "compute-sanitizer $tool"
     compute-sanitizer --tool $tool --error-exitcode 9 \
-      $BUILD/tests/nmkit_gpu_tests --gtest_filter='Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*' >"$OUT/sanitizer_$tool.log" 2>&1
+      $BUILD/tests/nmkit_gpu_tests --gtest_filter='Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*' >/tmp/nmkit_san.log 2>&1
     rc=$?
-    tail -3 "$OUT/sanitizer_$tool.log"
+    { echo "=== $tool (rc $rc)"; grep -v "^\[" /tmp/nmkit_san.log | head -80; } >>"$OUT/sanitizer.log"
+    tail -3 /tmp/nmkit_san.log
+    [ $rc -ne 0 ] && grep -m 12 -E "Error|Warning|hazard|at 0x|in .*nm24" /tmp/nmkit_san.log
     summary+=("compute-sanitizer $tool: $([ $rc -eq 0 ] && echo clean || echo "FAILED (rc $rc)")")
   done
 fi
