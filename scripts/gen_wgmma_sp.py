@@ -6,7 +6,7 @@ accumulators), so the operand lists are generated here rather than written by ha
 Run: python3 scripts/gen_wgmma_sp.py > src/cuda/ptx/wgmma_sp.cuh
 """
 
-WIDTHS = [8, 16, 32, 64, 128, 256]
+WIDTHS = [8, 16, 32, 64, 128, 192, 256]
 TYPES = {"MmaF16": "f16", "MmaBF16": "bf16"}
 
 HEADER = '''#pragma once

@@ -13,11 +13,33 @@ namespace {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// Rows per CTA tile and the n-tile width the sm90 kernel uses for a given C.
-constexpr int kSm90WideN = 256;
-constexpr int kSm90NarrowN = 128;
+// The sm90 kernel's n-tile: the width that finishes soonest when tiles run in waves over the SMs.
+// Cost of a width = waves * width / efficiency, efficiency being the relative speed of one tile of
+// that width (narrower tiles re-read A more often and issue smaller wgmma); measured, see performance.md.
+struct BlockNChoice {
+  int block_n;
+  double efficiency;
+};
+constexpr BlockNChoice kSm90BlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}};
 
-int sm90_block_n(int64_t n) { return n > kSm90NarrowN ? kSm90WideN : kSm90NarrowN; }
+int sm90_block_n(int64_t rows, int64_t n, int sm_count) {
+  const int64_t row_tiles = ceil_div(rows, kPackRowAlign);
+  int best = kSm90BlockN[0].block_n;
+  double best_cost = 1e300;
+  for (const BlockNChoice& c : kSm90BlockN) {
+    const int64_t tiles = row_tiles * ceil_div(n, c.block_n);
+    const double cost = static_cast<double>(ceil_div(tiles, sm_count)) * c.block_n / c.efficiency;
+    if (cost < best_cost) best_cost = cost, best = c.block_n;
+  }
+  return best;
+}
+
+int sm_count() {
+  int device = 0, count = 0;
+  NMKIT_CUDA_CHECK(cudaGetDevice(&device));
+  NMKIT_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
 
 bool device_is_sm90() {
   int device = 0, major = 0, minor = 0;
@@ -121,7 +143,8 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel) {
   require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
           "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
   const nm24::TileShape t =
-      kernel == Nm24Kernel::sm90_wgmma_sp ? nm24::sm90_tile_shape(sm90_block_n(desc.n)) : nm24::sm80_tile_shape();
+      kernel == Nm24Kernel::sm90_wgmma_sp ? nm24::sm90_tile_shape(sm90_block_n(desc.rows, desc.n, sm_count()))
+                                           : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";

@@ -49,7 +49,7 @@ template <int kBlockN>
 struct Sm90Shape {
   static constexpr int kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kBBytes + kAValueBytes + kAMetaBytes;
-  static constexpr int kStages = kBlockN == 256 ? 5 : 8;
+  static constexpr int kStages = kBlockN == 256 ? 5 : kBlockN == 192 ? 6 : 8;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
   static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kBarrierBytes;
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nm24_spmm_kernel(const Param
     ptx::prefetch_tensor_map(&b_map);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads / 32);  // one arrival per consumer warp
+      ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads);  // every consumer thread releases its reads
     }
     ptx::fence_barrier_init();
   }
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nm24_spmm_kernel(const Param
     ptx::wgmma_commit_group();
     // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
     ptx::wgmma_wait_group<1>();
-    if (kt > 0 && lane == 0) ptx::mbarrier_arrive(&empty[(kt - 1) % kStages]);
+    if (kt > 0) ptx::mbarrier_arrive(&empty[(kt - 1) % kStages]);
   }
   ptx::wgmma_wait_group<0>();
   ptx::fence_registers(acc);
@@ -270,14 +270,21 @@ void launch(const Params& p, cudaStream_t stream) {
 
 template <class Element, class Out>
 void launch_sm90(const Params& p, int block_n, cudaStream_t stream) {
-  if (block_n == 256) launch<Element, Out, 256>(p, stream);
-  else launch<Element, Out, 128>(p, stream);
+  switch (block_n) {
+    case 256: launch<Element, Out, 256>(p, stream); break;
+    case 192: launch<Element, Out, 192>(p, stream); break;
+    case 128: launch<Element, Out, 128>(p, stream); break;
+    default: throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
+  }
+}
+
+template <int kBlockN>
+TileShape shape_of() {
+  return {kBlockM, kBlockN, kBlockK, Sm90Shape<kBlockN>::kStages, kThreads, Sm90Shape<kBlockN>::kSmemBytes};
 }
 
 TileShape sm90_tile_shape(int block_n) {
-  return block_n == 256
-             ? TileShape{kBlockM, 256, kBlockK, Sm90Shape<256>::kStages, kThreads, Sm90Shape<256>::kSmemBytes}
-             : TileShape{kBlockM, 128, kBlockK, Sm90Shape<128>::kStages, kThreads, Sm90Shape<128>::kSmemBytes};
+  return block_n == 256 ? shape_of<256>() : block_n == 192 ? shape_of<192>() : shape_of<128>();
 }
 
 template void launch_sm90<__half, __half>(const Params&, int, cudaStream_t);
