@@ -33,6 +33,9 @@ constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows x 128 bytes
 constexpr int kRegisterFile = 64 * 1024;
+// CTAs are launched in groups of kGroupRows row tiles that sweep all column tiles: one wave then reuses
+// ~16 row tiles of A and ~8 column tiles of B from L2 instead of streaming A from HBM per column tile.
+constexpr int64_t kGroupRows = 16;
 
 static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
 static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole number of sparse k32 steps");
@@ -136,7 +139,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nm24_spmm_kernel(const Param
   uint64_t* empty = full + kStages;
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
-  const int64_t m0 = int64_t{blockIdx.x} * kBlockM, n0 = int64_t{blockIdx.y} * kBlockN;
+  const int64_t row_tiles = (p.rows + kBlockM - 1) / kBlockM, col_tiles = (p.n + kBlockN - 1) / kBlockN;
+  const int64_t group = blockIdx.x / (kGroupRows * col_tiles), in_group = blockIdx.x % (kGroupRows * col_tiles);
+  const int64_t group_rows = min(kGroupRows, row_tiles - group * kGroupRows);
+  const int64_t m0 = (group * kGroupRows + in_group % group_rows) * kBlockM, n0 = (in_group / group_rows) * kBlockN;
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
 
   if (tid == 0) {
@@ -261,8 +267,9 @@ void launch(const Params& p, cudaStream_t stream) {
   auto kernel = sm90_nm24_spmm_kernel<Element, Out, kBlockN>;
   NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const CUtensorMap map = make_b_map<Element>(p, kBlockN);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.rows, kBlockM)), static_cast<unsigned>(ceil_div(p.n, kBlockN)));
-  kernel<<<grid, kThreads, kSmem, stream>>>(p, map);
+  const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
+  require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 nm24: more than 2^31 tiles");
+  kernel<<<static_cast<unsigned>(tiles), kThreads, kSmem, stream>>>(p, map);
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 
