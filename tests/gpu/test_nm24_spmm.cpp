@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <string>
 
 #include "nmkit/cpu/spmm.hpp"
@@ -59,6 +61,7 @@ struct Case {
   bool bias;
   Activation act;
   Nm24Kernel kernel;
+  int block_n = 0;  // 0: the heuristic's choice
 };
 
 std::string describe(const Case& t) {
@@ -87,7 +90,7 @@ double run_case(const Case& t, uint32_t seed) {
   check(cudaMemset(dd.ptr, 0xff, d_bytes), "poison D");  // NaN in every dtype: an unwritten output fails
 
   SpmmDesc desc{t.r, t.k, t.c, t.dtype, t.out, t.b_layout, t.d_layout, t.alpha, t.beta, t.bias, t.act};
-  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(desc, t.kernel);
+  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(desc, t.kernel, t.block_n);
   plan.run(nullptr, da, db.ptr, dc.ptr, dd.ptr, static_cast<const float*>(dbias.ptr));
   check(cudaDeviceSynchronize(), "kernel");
   std::vector<std::byte> d_host(d_bytes);
@@ -133,6 +136,21 @@ TEST(Nm24Gpu, ShapesWithTailsAgainstTheCpuOracle) {
       }
 }
 
+TEST(Nm24Gpu, EveryHopperTileWidth) {
+  SKIP_WITHOUT_GPU();
+  const auto kernels = kernels_here();
+  if (std::find(kernels.begin(), kernels.end(), Nm24Kernel::sm90_wgmma_sp) == kernels.end())
+    GTEST_SKIP() << "no sm90 device";
+  uint32_t seed = 500;
+  for (int block_n : {256, 192, 128, 64, 32, 16})
+    for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{300, 256, 1}, {256, 512, 37}, {129, 192, 300}}) {
+      Case t{r, k, c, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none,
+             Nm24Kernel::sm90_wgmma_sp};
+      t.block_n = block_n;
+      EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << block_n;
+    }
+}
+
 TEST(Nm24Gpu, LayoutsAndEpilogues) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 1000;
@@ -164,6 +182,7 @@ TEST(Nm24Gpu, BadInputsAreRejected) {
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({0, 64, 64}), ErrorCode::invalid_argument, "R >= 1");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f32}), ErrorCode::unsupported, "f16 or bf16");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f16, DType::bf16}), ErrorCode::unsupported, "output dtype");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64}, Nm24Kernel::sm80_mma_sp, 128), ErrorCode::unsupported, "block_n");
   SpmmDesc row_major_b{64, 64, 64};
   row_major_b.b_layout = Layout::row_major;
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported, "sm90");

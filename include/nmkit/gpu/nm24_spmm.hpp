@@ -118,7 +118,8 @@ std::ostream& operator<<(std::ostream& os, const KernelConfig& c);
 class Nm24SpmmPlan {
  public:
   // Validates the description and picks the kernel; throws Error (invalid_argument, unsupported).
-  static Nm24SpmmPlan create(const SpmmDesc& desc, Nm24Kernel kernel = Nm24Kernel::automatic);
+  // block_n = 0 lets the heuristic choose the sm90 n-tile; otherwise one of 256, 192, 128, 64, 32, 16.
+  static Nm24SpmmPlan create(const SpmmDesc& desc, Nm24Kernel kernel = Nm24Kernel::automatic, int block_n = 0);
 
   // Device pointers: b (K x C), c (R x C, only when beta != 0), d (R x C), bias (R floats, when the desc
   // says so). Leading dimensions are dense (K or C for B, R or C for C/D). Throws Error on mismatched

@@ -1,6 +1,7 @@
 // Host side of the nm24 SpMM: device weights, plan creation (validation, kernel choice) and run().
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <ostream>
@@ -13,23 +14,31 @@ namespace {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// The sm90 kernel's n-tile: the width that finishes soonest when tiles run in waves over the SMs.
-// Cost of a width = waves * width / efficiency, efficiency being the relative speed of one tile of
-// that width (narrower tiles re-read A more often and issue smaller wgmma); measured, see performance.md.
+// The sm90 kernel's n-tile: the width whose waves of tiles finish soonest, each tile costing the larger of
+// its math (narrow tiles issue small, less efficient wgmma) and its share of the weight's bytes (decode
+// shapes are bound by reading A). Rates are the measured ones of docs/performance.md; only ratios matter.
 struct BlockNChoice {
   int block_n;
-  double efficiency;
+  double efficiency;  // relative math rate of one tile of this width
 };
-constexpr BlockNChoice kSm90BlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}};
+constexpr BlockNChoice kSm90BlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}, {64, 0.8}, {32, 0.6}, {16, 0.4}};
+constexpr double kSmMathRate = 6.5e12;      // dense-equivalent FLOP/s of one SM in the wgmma.sp kernel
+constexpr double kMemoryBandwidth = 4.0e12;  // bytes/s from HBM
+constexpr double kPackedBytesPerWeight = 1.25;  // 2:4 fp16: half the values plus metadata
 
-int sm90_block_n(int64_t rows, int64_t n, int sm_count) {
+int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count) {
   const int64_t row_tiles = ceil_div(rows, kPackRowAlign);
+  const double weight_time = static_cast<double>(rows) * static_cast<double>(cols) * kPackedBytesPerWeight / kMemoryBandwidth;
   int best = kSm90BlockN[0].block_n;
   double best_cost = 1e300;
   for (const BlockNChoice& c : kSm90BlockN) {
     const int64_t tiles = row_tiles * ceil_div(n, c.block_n);
-    const double cost = static_cast<double>(ceil_div(tiles, sm_count)) * c.block_n / c.efficiency;
-    if (cost < best_cost) best_cost = cost, best = c.block_n;
+    const double tile_math = 2.0 * kPackRowAlign * c.block_n * static_cast<double>(cols) / (kSmMathRate * c.efficiency);
+    const double cost = std::max(static_cast<double>(ceil_div(tiles, sm_count)) * tile_math, weight_time);
+    // Ties (within 1 %, typically when reading A is the bound) go to the narrowest tile that still covers C:
+    // less math on padding and less shared-memory traffic for the same time.
+    const bool tie = cost <= best_cost * 1.01 && cost >= best_cost * 0.99;
+    if ((!tie && cost < best_cost) || (tie && c.block_n >= n && c.block_n < best)) best_cost = std::min(cost, best_cost), best = c.block_n;
   }
   return best;
 }
@@ -126,7 +135,7 @@ DeviceNm24::~DeviceNm24() {
   cudaFree(metadata_);
 }
 
-Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel) {
+Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int block_n) {
   require(desc.rows >= 1 && desc.cols >= 1 && desc.n >= 0, ErrorCode::invalid_argument,
           "nm24 plan: shape must be R >= 1, K >= 1, C >= 0, got " + std::to_string(desc.rows) + "x" +
               std::to_string(desc.cols) + "x" + std::to_string(desc.n));
@@ -142,9 +151,12 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel) {
   if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
   require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
           "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
+  require(block_n == 0 || kernel == Nm24Kernel::sm90_wgmma_sp, ErrorCode::unsupported,
+          "nm24 plan: block_n can only be chosen for the sm90 kernel");
   const nm24::TileShape t =
-      kernel == Nm24Kernel::sm90_wgmma_sp ? nm24::sm90_tile_shape(sm90_block_n(desc.rows, desc.n, sm_count()))
-                                           : nm24::sm80_tile_shape();
+      kernel == Nm24Kernel::sm90_wgmma_sp
+          ? nm24::sm90_tile_shape(block_n != 0 ? block_n : sm90_block_n(desc.rows, desc.cols, desc.n, sm_count()))
+          : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";

@@ -52,7 +52,9 @@ template <int kBlockN>
 struct Sm90Shape {
   static constexpr int kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kBBytes + kAValueBytes + kAMetaBytes;
-  static constexpr int kStages = kBlockN == 256 ? 5 : kBlockN == 192 ? 6 : 8;
+  static constexpr int kPipelineBytes = 210 * 1024;  // what the stages may take of the 227 KiB
+  static constexpr int kMaxStages = 12;
+  static constexpr int kStages = kPipelineBytes / kStageBytes < kMaxStages ? kPipelineBytes / kStageBytes : kMaxStages;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
   static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kBarrierBytes;
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
@@ -281,6 +283,9 @@ void launch_sm90(const Params& p, int block_n, cudaStream_t stream) {
     case 256: launch<Element, Out, 256>(p, stream); break;
     case 192: launch<Element, Out, 192>(p, stream); break;
     case 128: launch<Element, Out, 128>(p, stream); break;
+    case 64: launch<Element, Out, 64>(p, stream); break;
+    case 32: launch<Element, Out, 32>(p, stream); break;
+    case 16: launch<Element, Out, 16>(p, stream); break;
     default: throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
   }
 }
@@ -291,7 +296,15 @@ TileShape shape_of() {
 }
 
 TileShape sm90_tile_shape(int block_n) {
-  return block_n == 256 ? shape_of<256>() : block_n == 192 ? shape_of<192>() : shape_of<128>();
+  switch (block_n) {
+    case 256: return shape_of<256>();
+    case 192: return shape_of<192>();
+    case 128: return shape_of<128>();
+    case 64: return shape_of<64>();
+    case 32: return shape_of<32>();
+    case 16: return shape_of<16>();
+  }
+  throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
 }
 
 template void launch_sm90<__half, __half>(const Params&, int, cudaStream_t);
