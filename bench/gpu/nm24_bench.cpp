@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -331,6 +332,24 @@ int run(const Options& o) {
       if (lt_ms) row["cusparselt_ms"] = *lt_ms, row["cusparselt_rel_error"] = *lt_err, row["nmkit_vs_cusparselt"] = *lt_ms / nmkit_ms;
       out["rows"].push_back(row);
     }
+  // Host cost of one run() (validation, tensor map, launch), enqueueing tiny products back to back.
+  {
+    const gpu::SpmmDesc tiny{128, 64, 16};
+    const gpu::Nm24SpmmPlan plan = gpu::Nm24SpmmPlan::create(tiny);
+    gpu::DeviceNm24 w = gpu::DeviceNm24::allocate(128, 64, DType::f16);
+    bench::fill_packed(w.values(), w.metadata(), 128, 64, w.rows_padded(), w.cols_padded(), DType::f16, 7, stream);
+    DeviceArray b(64 * 16 * 2), d(128 * 16 * 2);
+    bench::fill_dense(b.ptr, 64 * 16, DType::f16, 8, stream);
+    constexpr int kCalls = 2000;
+    for (int i = 0; i < 100; ++i) plan.run(stream, w, b.ptr, nullptr, d.ptr);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) plan.run(stream, w, b.ptr, nullptr, d.ptr);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls;
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    std::printf("host overhead of Nm24SpmmPlan::run(): %.2f us per call (%s)\n", us, kernel_name(plan.config().kernel));
+    out["run_host_overhead_us"] = us;
+  }
   if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
   return 0;
 }

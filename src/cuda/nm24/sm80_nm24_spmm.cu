@@ -154,7 +154,11 @@ __global__ void __launch_bounds__(kThreads) sm80_nm24_spmm_kernel(const Params p
 template <class Element, class Out, bool kKMajor, bool kVector>
 void launch(const Params& p, cudaStream_t stream) {
   auto kernel = sm80_nm24_spmm_kernel<Element, Out, kKMajor, kVector>;
-  NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  static const bool smem_set = [&] {  // once per instantiation and process
+    NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    return true;
+  }();
+  (void)smem_set;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.rows, kBlockM)), static_cast<unsigned>(ceil_div(p.n, kBlockN)));
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
   NMKIT_CUDA_CHECK(cudaGetLastError());

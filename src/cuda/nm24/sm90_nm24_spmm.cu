@@ -267,7 +267,12 @@ template <class Element, class Out, int kBlockN>
 void launch(const Params& p, cudaStream_t stream) {
   constexpr int kSmem = Sm90Shape<kBlockN>::kSmemBytes;
   auto kernel = sm90_nm24_spmm_kernel<Element, Out, kBlockN>;
-  NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  // Once per instantiation and process (thread-safe static), not on every run().
+  static const bool smem_set = [&] {
+    NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)smem_set;
   const CUtensorMap map = make_b_map<Element>(p, kBlockN);
   const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
   require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 nm24: more than 2^31 tiles");
