@@ -47,6 +47,17 @@ step "CPU unit tests (the real-model fixture is not carried)"
 $BUILD/tests/nmkit_cpu_tests --gtest_filter=-*RealModel* >/tmp/nmkit_cpu_tests.log 2>&1
 summary+=("cpu tests: $([ $? -eq 0 ] && echo passed || echo FAILED)")
 
+step "nmkit demo on a synthetic layer (the real model is not carried)"
+python3 -c "
+import numpy as np
+from safetensors.numpy import save_file
+w = np.random.default_rng(0).standard_normal((1536, 384)).astype(np.float32) * 0.05
+save_file({'encoder.layer.0.intermediate.dense.weight': w}, '/tmp/nmkit_demo_layer.safetensors')"
+$BUILD/tools/nmkit/nmkit demo --model /tmp/nmkit_demo_layer.safetensors --tokens 512 >/tmp/nmkit_demo.log 2>&1
+demo_rc=$?
+grep -A2 "on the GPU" /tmp/nmkit_demo.log
+summary+=("nmkit demo (GPU 2:4 layer vs CPU oracle): $([ $demo_rc -eq 0 ] && echo ok || echo FAILED)")
+
 if [ $quick -eq 0 ]; then
   for tool in memcheck racecheck initcheck synccheck; do
     step "compute-sanitizer $tool"
