@@ -9,7 +9,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # Debian packages: build tools, test and CLI libraries. Only missing ones are installed.
 packages=(cmake ninja-build g++ make pkg-config python3 python3-pip
-          libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev libomp-dev)
+          libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev libomp-dev libopenblas-dev liblapacke-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

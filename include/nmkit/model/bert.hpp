@@ -1,0 +1,78 @@
+#pragma once
+// A CPU forward of the BERT encoder family, enough for sentence-transformers models such as
+// all-MiniLM-L6-v2: WordPiece tokens -> embeddings -> N x (self-attention, GELU FFN, post-LayerNorm) ->
+// mean pooling -> L2 normalisation. fp32, OpenBLAS for the products. Linear layers may be stored dense or
+// compressed (a file written by `nmkit prune`): compressed weights are decompressed at load.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nmkit/io/model.hpp"
+#include "nmkit/model/wordpiece.hpp"
+
+namespace nmkit {
+
+struct BertConfig {
+  int hidden = 384;
+  int layers = 6;
+  int heads = 12;
+  int intermediate = 1536;
+  int max_positions = 512;
+  int type_vocab = 2;
+  int vocab = 30522;
+  float layer_norm_eps = 1e-12f;
+  int max_seq_length = 256;  // sentence-transformers' truncation (sentence_bert_config.json)
+
+  // Reads config.json (and sentence_bert_config.json beside it when present).
+  static BertConfig from_model_dir(const std::string& dir);
+};
+
+// Called with the input of every linear layer: x is tokens x in_features, row-major.
+using LinearInputObserver =
+    std::function<void(const std::string& weight_name, const float* x, int64_t tokens, int64_t in_features)>;
+
+class BertEncoder {
+ public:
+  // `dir` holds config.json, vocab.txt and model.safetensors; `weights` overrides the weights file (for
+  // example a pruned copy). Every tensor is checked against the config; errors name the tensor.
+  static BertEncoder load(const std::string& dir, const std::string& weights = "");
+
+  // The sentence embedding (hidden floats, unit length).
+  std::vector<float> embed(std::string_view sentence, const LinearInputObserver* observer = nullptr) const;
+  std::vector<std::vector<float>> embed_all(const std::vector<std::string>& sentences) const;
+
+  const BertConfig& config() const noexcept { return config_; }
+  const WordPieceTokenizer& tokenizer() const noexcept { return tokenizer_; }
+  // The names of the linear weights in forward order (query, key, value, output, intermediate, output).
+  const std::vector<std::string>& linear_names() const noexcept { return linear_order_; }
+
+ private:
+  struct Linear {
+    int64_t out = 0, in = 0;
+    std::vector<float> weight;  // out x in, row-major
+    std::vector<float> bias;    // out
+  };
+  struct Norm {
+    std::vector<float> gamma, beta;
+  };
+  // y (tokens x out) = x (tokens x in) W^T + b
+  void linear(const std::string& name, const std::vector<float>& x, int64_t tokens, std::vector<float>& y,
+              const LinearInputObserver* observer) const;
+  void layer_norm(const Norm& n, std::vector<float>& x, int64_t tokens) const;
+
+  BertConfig config_;
+  WordPieceTokenizer tokenizer_;
+  std::vector<float> word_embeddings_, position_embeddings_, type_embeddings_;
+  Norm embedding_norm_;
+  std::map<std::string, Linear> linears_;
+  std::map<std::string, Norm> norms_;
+  std::vector<std::string> linear_order_;
+  BertEncoder(BertConfig c, WordPieceTokenizer t) : config_(c), tokenizer_(std::move(t)) {}
+};
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace nmkit
