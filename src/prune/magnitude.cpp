@@ -155,7 +155,27 @@ class ColumnSearch {
 
 }  // namespace
 
-Mask prune_nm_magnitude(const DenseMatrix& weight, int n, int m) {
+ScoreMatrix ScoreMatrix::magnitude(const DenseMatrix& weight) {
+  ScoreMatrix s{weight.rows, weight.cols, std::vector<float>(static_cast<std::size_t>(weight.rows * weight.cols))};
+  for (std::size_t i = 0; i < s.values.size(); ++i) s.values[i] = std::fabs(weight.values.get(i));
+  return s;
+}
+
+Mask prune_nm_magnitude(const DenseMatrix& weight, int n, int m) { return prune_nm_by_score(ScoreMatrix::magnitude(weight), n, m); }
+
+Mask prune_vnm_magnitude(const DenseMatrix& weight, int v, int n, int m, VnmSearchStats* stats) {
+  return prune_vnm_by_score(ScoreMatrix::magnitude(weight), v, n, m, stats);
+}
+
+TileMask prune_tiles_by_norm(const DenseMatrix& weight, int tile_rows, int tile_cols, double density) {
+  return prune_tiles_by_score(ScoreMatrix::magnitude(weight), tile_rows, tile_cols, density);
+}
+
+PruneResult prune_magnitude(const DenseMatrix& weight, const FormatSpec& spec) {
+  return prune_by_score(weight, ScoreMatrix::magnitude(weight), spec);
+}
+
+Mask prune_nm_by_score(const ScoreMatrix& weight, int n, int m) {
   check_nm_pattern(n, m);
   Mask mask = Mask::none(weight.rows, weight.cols);
   const int64_t groups = ceil_div(weight.cols, m);
@@ -168,7 +188,7 @@ Mask prune_nm_magnitude(const DenseMatrix& weight, int n, int m) {
       order.resize(static_cast<std::size_t>(width));
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-        return std::fabs(weight.at(r, c0 + x)) > std::fabs(weight.at(r, c0 + y));
+        return weight.at(r, c0 + x) > weight.at(r, c0 + y);
       });
       for (int i = 0; i < std::min(n, width); ++i) mask.set(r, c0 + order[i], true);
     }
@@ -188,7 +208,7 @@ VnmColumnChoice choose_vnm_columns(const float* block_abs, int rows, int width, 
   return ColumnSearch(block_abs, rows, width, n, node_budget).run();
 }
 
-Mask prune_vnm_magnitude(const DenseMatrix& weight, int v, int n, int m, VnmSearchStats* stats) {
+Mask prune_vnm_by_score(const ScoreMatrix& weight, int v, int n, int m, VnmSearchStats* stats) {
   check_vnm_pattern(v, n, m);
   Mask mask = Mask::none(weight.rows, weight.cols);
   const int64_t row_blocks = ceil_div(weight.rows, v), groups = ceil_div(weight.cols, m);
@@ -201,7 +221,7 @@ Mask prune_vnm_magnitude(const DenseMatrix& weight, int v, int n, int m, VnmSear
       const int width = static_cast<int>(std::min<int64_t>(m, weight.cols - c0));
       std::vector<float> block(static_cast<std::size_t>(rows) * width);
       for (int i = 0; i < rows; ++i)
-        for (int j = 0; j < width; ++j) block[i * width + j] = std::fabs(weight.at(r0 + i, c0 + j));
+        for (int j = 0; j < width; ++j) block[i * width + j] = weight.at(r0 + i, c0 + j);
       const VnmColumnChoice choice = choose_vnm_columns(block.data(), rows, width, n);
       proven += choice.proven_optimal ? 1 : 0;
       // N largest of the chosen columns per row (ties: the lower column).
@@ -224,7 +244,7 @@ Mask prune_vnm_magnitude(const DenseMatrix& weight, int v, int n, int m, VnmSear
   return mask;
 }
 
-TileMask prune_tiles_by_norm(const DenseMatrix& weight, int tile_rows, int tile_cols, double density) {
+TileMask prune_tiles_by_score(const ScoreMatrix& weight, int tile_rows, int tile_cols, double density) {
   check_tile_shape(tile_rows, tile_cols);
   require(density > 0.0 && density <= 1.0, ErrorCode::invalid_argument,
           "tile density must be in (0, 1], got " + std::to_string(density));
@@ -246,21 +266,23 @@ TileMask prune_tiles_by_norm(const DenseMatrix& weight, int tile_rows, int tile_
   return mask;
 }
 
-PruneResult prune_magnitude(const DenseMatrix& weight, const FormatSpec& spec) {
+PruneResult prune_by_score(const DenseMatrix& weight, const ScoreMatrix& score, const FormatSpec& spec) {
+  require(score.rows == weight.rows && score.cols == weight.cols, ErrorCode::invalid_argument,
+          "prune_by_score: score shape differs from the weight shape");
   return std::visit(
       overloaded{
           [&](const NmSpec& s) {
-            Mask mask = prune_nm_magnitude(weight, s.n, s.m);
+            Mask mask = prune_nm_by_score(score, s.n, s.m);
             const double e = energy(weight, mask);
             return PruneResult{compress_nm(weight, mask, s.n, s.m), std::move(mask), e};
           },
           [&](const VnmSpec& s) {
-            Mask mask = prune_vnm_magnitude(weight, s.v, s.n, s.m);
+            Mask mask = prune_vnm_by_score(score, s.v, s.n, s.m);
             const double e = energy(weight, mask);
             return PruneResult{compress_vnm(weight, mask, s.v, s.n, s.m), std::move(mask), e};
           },
           [&](const TileSpec& s) {
-            const TileMask tiles = prune_tiles_by_norm(weight, s.tile_rows, s.tile_cols, s.density);
+            const TileMask tiles = prune_tiles_by_score(score, s.tile_rows, s.tile_cols, s.density);
             Mask mask = expand(tiles, weight.rows, weight.cols, s.tile_rows, s.tile_cols);
             const double e = energy(weight, mask);
             return PruneResult{compress_tiles(weight, tiles, s.tile_rows, s.tile_cols), std::move(mask), e};

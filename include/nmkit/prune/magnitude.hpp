@@ -1,13 +1,25 @@
 #pragma once
-// Magnitude pruning into each format: keep what has the largest |w| under the format's constraints.
+// Score pruning into each format: keep what has the largest score under the format's constraints.
+// Magnitude pruning scores |w|; Wanda scores |w| * ||X_j||; the second-order pruners use their saliency.
 #include <cstdint>
+#include <vector>
 
 #include "nmkit/format/spec.hpp"
 #include "nmkit/matrix.hpp"
 
 namespace nmkit {
 
-// Per group of M columns of each row, keeps the N largest |w| (ties: the lower column).
+// A non-negative score per weight entry (rows x cols, row-major): larger means more worth keeping.
+struct ScoreMatrix {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> values;
+  float at(int64_t r, int64_t c) const noexcept { return values[static_cast<std::size_t>(r * cols + c)]; }
+  static ScoreMatrix magnitude(const DenseMatrix& weight);  // |w|
+};
+
+// Per group of M columns of each row, keeps the N largest scores (ties: the lower column).
+Mask prune_nm_by_score(const ScoreMatrix& score, int n, int m);
 Mask prune_nm_magnitude(const DenseMatrix& weight, int n, int m);
 
 // The 4 columns one V x M block keeps, and the |w| they keep after N-of-4 per row.
@@ -30,12 +42,14 @@ struct VnmSearchStats {
   int64_t proven_optimal = 0;
 };
 
-// For each V x M block, the 4 columns that maximise the |w| kept after row-wise N:4 inside them,
+// For each V x M block, the 4 columns that maximise the score kept after row-wise N:4 inside them,
 // then the N largest of those 4 per row.
+Mask prune_vnm_by_score(const ScoreMatrix& score, int v, int n, int m, VnmSearchStats* stats = nullptr);
 Mask prune_vnm_magnitude(const DenseMatrix& weight, int v, int n, int m, VnmSearchStats* stats = nullptr);
 
-// Keeps the fraction `density` of tiles (at least one) with the largest Frobenius norm
-// (ties: the lower tile index in row-major grid order).
+// Keeps the fraction `density` of tiles (at least one) with the largest sum of squared scores, i.e. the
+// largest Frobenius norm for magnitude (ties: the lower tile index in row-major grid order).
+TileMask prune_tiles_by_score(const ScoreMatrix& score, int tile_rows, int tile_cols, double density);
 TileMask prune_tiles_by_norm(const DenseMatrix& weight, int tile_rows, int tile_cols, double density);
 
 // Prunes `weight` into `spec` by magnitude and compresses it.
@@ -45,5 +59,7 @@ struct PruneResult {
   double energy = 1.0;
 };
 PruneResult prune_magnitude(const DenseMatrix& weight, const FormatSpec& spec);
+// Prunes `weight` into `spec` keeping the entries with the largest `score`, and compresses it.
+PruneResult prune_by_score(const DenseMatrix& weight, const ScoreMatrix& score, const FormatSpec& spec);
 
 }  // namespace nmkit
