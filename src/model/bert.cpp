@@ -57,12 +57,15 @@ BertConfig BertConfig::from_model_dir(const std::string& dir) {
 }
 
 BertEncoder BertEncoder::load(const std::string& dir, const std::string& weights) {
+  const std::string file = weights.empty() ? (fs::path(dir) / "model.safetensors").string() : weights;
+  return load(dir, load_model(file), file);
+}
+
+BertEncoder BertEncoder::load(const std::string& dir, const ModelFile& model, const std::string& file) {
   BertEncoder m(BertConfig::from_model_dir(dir), WordPieceTokenizer::from_vocab_file((fs::path(dir) / "vocab.txt").string()));
   const BertConfig& c = m.config_;
   require(m.tokenizer_.vocab_size() == static_cast<std::size_t>(c.vocab), ErrorCode::io_error,
           "vocab.txt has " + std::to_string(m.tokenizer_.vocab_size()) + " tokens, config.json says " + std::to_string(c.vocab));
-  const std::string file = weights.empty() ? (fs::path(dir) / "model.safetensors").string() : weights;
-  const ModelFile model = load_model(file);
   std::map<std::string, const NamedWeight*> by_name;
   for (const auto& w : model.weights) by_name[w.name] = &w;
 

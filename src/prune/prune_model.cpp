@@ -20,6 +20,21 @@ bool is_float_matrix(const StTensor& t) {
   return t.shape.size() == 2 && (t.dtype == StDType::F32 || t.dtype == StDType::F16 || t.dtype == StDType::BF16);
 }
 
+PruneResult prune_one(const std::string& name, const DenseMatrix& dense, const ModelPruneOptions& options) {
+  if (options.method == PruneMethod::magnitude) return prune_magnitude(dense, options.spec);
+  require(options.statistics != nullptr, ErrorCode::invalid_argument,
+          std::string("pruning method ") + prune_method_name(options.method) + " needs calibration statistics");
+  const auto it = options.statistics->find(name);
+  require(it != options.statistics->end(), ErrorCode::invalid_argument,
+          "no calibration statistics for tensor '" + name + "' (is it a linear layer of the model?)");
+  try {
+    return options.method == PruneMethod::wanda ? prune_wanda(dense, it->second, options.spec)
+                                                : prune_obs(dense, it->second, options.spec, options.obs);
+  } catch (const Error& e) {
+    throw Error(e.code(), "tensor '" + name + "': " + e.what());
+  }
+}
+
 }  // namespace
 
 ModelPruneReport prune_model(ModelFile& model, const ModelPruneOptions& options, const PruneProgress& progress) {
@@ -40,7 +55,7 @@ ModelPruneReport prune_model(ModelFile& model, const ModelPruneOptions& options,
     if (selected(w)) {
       if (progress) progress(done, total, w.name);
       const DenseMatrix dense = to_dense_matrix(std::get<StTensor>(w.weight));
-      PruneResult result = prune_magnitude(dense, options.spec);
+      PruneResult result = prune_one(w.name, dense, options);
       row.shape = {dense.rows, dense.cols};
       row.format = format_name(result.compressed);
       row.density = dense.rows * dense.cols == 0 ? 1.0 : static_cast<double>(result.mask.count()) / (dense.rows * dense.cols);

@@ -2,11 +2,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 
 #include "commands.hpp"
 #include "nmkit/format/spec.hpp"
 #include "nmkit/io/model.hpp"
+#include "nmkit/model/calibration.hpp"
 #include "nmkit/prune/prune_model.hpp"
 
 namespace nmkit::cli {
@@ -23,6 +25,11 @@ void draw_progress(std::size_t done, std::size_t total, const std::string& name)
 }
 
 }  // namespace
+
+std::string calibration_model_dir(const std::string& weights_file) {
+  std::string dir = std::filesystem::path(weights_file).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
 
 void print_prune_report(const ModelPruneReport& report, bool all) {
   std::size_t name_width = 6;
@@ -43,7 +50,9 @@ void print_prune_report(const ModelPruneReport& report, bool all) {
 
 Action add_prune(CLI::App& app) {
   struct Options {
-    std::string input, output, format;
+    std::string input, output, format, method = "magnitude", model_dir;
+    std::vector<std::string> corpus = default_corpus_paths();
+    std::size_t calibration_sentences = 256;
     ModelPruneOptions prune;
     bool all = false;
   };
@@ -56,9 +65,26 @@ Action add_prune(CLI::App& app) {
   app.add_option("--exclude", o->prune.exclude, "Regex: never prune weights whose name matches ('' for none)")
       ->capture_default_str();
   app.add_flag("--all", o->all, "List the tensors kept as they were too");
+  app.add_option("--method", o->method, "magnitude | wanda | obs (wanda and obs calibrate on a BERT model)")
+      ->capture_default_str();
+  app.add_option("--model-dir", o->model_dir,
+                 "Directory with config.json and vocab.txt for calibration (default: the input's directory)");
+  app.add_option("--corpus", o->corpus, "Text files or directories of calibration sentences")->capture_default_str();
+  app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   return [o] {
     o->prune.spec = parse_format_spec(o->format);
+    o->prune.method = parse_prune_method(o->method);
     ModelFile model = load_model(o->input);
+    std::map<std::string, LayerStatistics> stats;
+    if (o->prune.method != PruneMethod::magnitude) {
+      const std::string dir = o->model_dir.empty() ? calibration_model_dir(o->input) : o->model_dir;
+      const CorpusSplit split = split_corpus(load_sentences(o->corpus), 4, o->calibration_sentences);
+      fmt::print(stderr, "calibrating on {} sentences with the model in {}\n", split.calibration.size(), dir);
+      stats = collect_statistics(BertEncoder::load(dir, model, o->input), split.calibration);
+      o->prune.statistics = &stats;
+    }
     const bool tty = ::isatty(STDERR_FILENO) != 0;
     const ModelPruneReport report = prune_model(model, o->prune, tty ? PruneProgress(draw_progress) : PruneProgress{});
     if (report.pruned_count == 0)

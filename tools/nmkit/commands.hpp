@@ -13,6 +13,7 @@ Action add_info(CLI::App& app);
 Action add_prune(CLI::App& app);
 Action add_inspect(CLI::App& app);
 Action add_demo(CLI::App& app);
+Action add_eval(CLI::App& app);
 
 // The real model: $NMKIT_MODEL, else the path configured at build time.
 std::string default_model_path();
@@ -28,4 +29,6 @@ struct ModelPruneReport;
 namespace nmkit::cli {
 // The per-tensor table of a pruning run and its totals; `all` lists unpruned tensors too.
 void print_prune_report(const ModelPruneReport& report, bool all);
+// Where config.json and vocab.txt are expected for a weights file: its directory.
+std::string calibration_model_dir(const std::string& weights_file);
 }  // namespace nmkit::cli

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   add("prune", "Prune the 2-D weights of a safetensors file into a sparse format", add_prune);
   add("inspect", "Per tensor: format, shape, density and storage against dense", add_inspect);
   add("demo", "Prune a real model (all-MiniLM-L6-v2) and run one layer's SpMM, verified", add_demo);
+  add("eval", "Compare a pruned BERT model's sentence embeddings with the dense model's", add_eval);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -39,6 +39,8 @@ class BertEncoder {
   // `dir` holds config.json, vocab.txt and model.safetensors; `weights` overrides the weights file (for
   // example a pruned copy). Every tensor is checked against the config; errors name the tensor.
   static BertEncoder load(const std::string& dir, const std::string& weights = "");
+  // The same with the weights already in memory (for example pruned by prune_model).
+  static BertEncoder load(const std::string& dir, const ModelFile& weights, const std::string& origin = "weights");
 
   // The sentence embedding (hidden floats, unit length).
   std::vector<float> embed(std::string_view sentence, const LinearInputObserver* observer = nullptr) const;

@@ -6,6 +6,8 @@
 
 #include "nmkit/format/spec.hpp"
 #include "nmkit/io/model.hpp"
+#include "nmkit/model/calibration.hpp"
+#include "nmkit/prune/activation_aware.hpp"
 #include "nmkit/prune/energy.hpp"
 
 namespace nmkit {
@@ -14,6 +16,10 @@ struct ModelPruneOptions {
   FormatSpec spec = NmSpec{2, 4};
   std::string include = ".*";          // ECMAScript regex, searched in the tensor name
   std::string exclude = "embeddings";  // embedding tables are lookups, not products; "" excludes nothing
+  PruneMethod method = PruneMethod::magnitude;
+  // Input statistics per weight name, needed by wanda and obs (collect_statistics).
+  const std::map<std::string, LayerStatistics>* statistics = nullptr;
+  ObsOptions obs;
 };
 
 struct TensorPruneReport {

@@ -1,0 +1,155 @@
+#include "nmkit/prune/activation_aware.hpp"
+
+#include <cblas.h>
+#include <lapacke.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "nmkit/error.hpp"
+#include "nmkit/prune/energy.hpp"
+#include "nmkit/util/overloaded.hpp"
+
+namespace nmkit {
+namespace {
+
+void check_stats(const DenseMatrix& w, const LayerStatistics& s) {
+  require(s.in_features == w.cols && s.xtx.size() == static_cast<std::size_t>(w.cols * w.cols) && s.tokens > 0,
+          ErrorCode::invalid_argument,
+          "calibration statistics are for " + std::to_string(s.in_features) + " input features over " +
+              std::to_string(s.tokens) + " tokens, the weight has " + std::to_string(w.cols) + " columns");
+}
+
+// U, the upper Cholesky factor of (H + damp * mean(diag H) * I)^-1, row-major K x K (lower part zero).
+// Columns no token ever touched (H_jj = 0) get H_jj = 1, as their weights never mattered.
+std::vector<double> inverse_hessian_factor(const LayerStatistics& s, double damp) {
+  const int64_t k = s.in_features;
+  std::vector<double> h = s.xtx;
+  double mean_diag = 0.0;
+  for (int64_t j = 0; j < k; ++j) mean_diag += h[j * k + j];
+  mean_diag = std::max(mean_diag / k, 1e-12);
+  for (int64_t j = 0; j < k; ++j) {
+    if (h[j * k + j] == 0.0) h[j * k + j] = 1.0;
+    h[j * k + j] += damp * mean_diag;
+  }
+  const auto n = static_cast<lapack_int>(k);
+  // H = L L^T, then H^-1 from the factor (upper triangle of the row-major result holds it).
+  if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0 || LAPACKE_dpotri(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0)
+    throw Error(ErrorCode::invalid_argument, "the calibration Hessian is not positive definite; raise the damping");
+  if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0)
+    throw Error(ErrorCode::invalid_argument, "the inverse Hessian is not positive definite; raise the damping");
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j < i; ++j) h[i * k + j] = 0.0;
+  return h;
+}
+
+// Chooses which entries of columns [c0, c0 + width) stay, from the saliency of the current weights.
+void decide_group(const std::vector<double>& w, int64_t rows, int64_t cols, const std::vector<double>& u, int64_t c0,
+                  int width, const FormatSpec& spec, Mask& mask) {
+  ScoreMatrix s{rows, width, std::vector<float>(static_cast<std::size_t>(rows * width))};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < width; ++j) {
+      const double d = u[(c0 + j) * cols + c0 + j];
+      s.values[r * width + j] = static_cast<float>(w[r * cols + c0 + j] * w[r * cols + c0 + j] / (d * d));
+    }
+  const Mask group = std::visit(overloaded{
+                                    [&](const NmSpec& n) { return prune_nm_by_score(s, n.n, n.m); },
+                                    [&](const VnmSpec& v) { return prune_vnm_by_score(s, v.v, v.n, v.m); },
+                                    [&](const TileSpec&) { return Mask{}; },
+                                },
+                                spec);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < width; ++j) mask.set(r, c0 + j, group.at(r, j));
+}
+
+int group_width(const FormatSpec& spec) {
+  return std::visit(overloaded{[](const NmSpec& s) { return s.m; }, [](const VnmSpec& s) { return s.m; },
+                               [](const TileSpec& s) { return s.tile_cols; }},
+                    spec);
+}
+
+}  // namespace
+
+PruneMethod parse_prune_method(std::string_view name) {
+  if (name == "magnitude") return PruneMethod::magnitude;
+  if (name == "wanda") return PruneMethod::wanda;
+  if (name == "obs") return PruneMethod::obs;
+  throw Error(ErrorCode::invalid_argument, "unknown pruning method '" + std::string(name) + "' (expected magnitude, wanda or obs)");
+}
+
+const char* prune_method_name(PruneMethod m) noexcept {
+  return m == PruneMethod::magnitude ? "magnitude" : m == PruneMethod::wanda ? "wanda" : "obs";
+}
+
+ScoreMatrix wanda_scores(const DenseMatrix& weight, const LayerStatistics& stats) {
+  check_stats(weight, stats);
+  const std::vector<double> norms = stats.column_norms();
+  ScoreMatrix s = ScoreMatrix::magnitude(weight);
+  for (int64_t r = 0; r < s.rows; ++r)
+    for (int64_t c = 0; c < s.cols; ++c) s.values[r * s.cols + c] *= static_cast<float>(norms[c]);
+  return s;
+}
+
+PruneResult prune_wanda(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec) {
+  return prune_by_score(weight, wanda_scores(weight, stats), spec);
+}
+
+PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const ObsOptions& options) {
+  check_stats(weight, stats);
+  require(options.damp > 0.0 && options.block_cols >= 1, ErrorCode::invalid_argument, "OBS needs damp > 0 and block_cols >= 1");
+  const int64_t rows = weight.rows, cols = weight.cols;
+  const std::vector<double> u = inverse_hessian_factor(stats, options.damp);
+  std::vector<double> w(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = weight.values.get(i);
+
+  Mask mask = Mask::none(rows, cols);
+  TileMask kept_tiles;
+  const bool tiles = std::holds_alternative<TileSpec>(spec);
+  if (tiles) {  // whole tiles are chosen up front by their summed saliency (|w| / U_jj, squared per tile)
+    const TileSpec& t = std::get<TileSpec>(spec);
+    ScoreMatrix s{rows, cols, std::vector<float>(static_cast<std::size_t>(rows * cols))};
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) s.values[r * cols + c] = static_cast<float>(std::fabs(w[r * cols + c]) / u[c * cols + c]);
+    kept_tiles = prune_tiles_by_score(s, t.tile_rows, t.tile_cols, t.density);
+    mask = expand(kept_tiles, rows, cols, t.tile_rows, t.tile_cols);
+  }
+  const int group = group_width(spec);
+  const int64_t block = std::max<int64_t>(group, options.block_cols / group * group);
+
+  std::vector<double> err(static_cast<std::size_t>(rows * block));
+  for (int64_t b0 = 0; b0 < cols; b0 += block) {
+    const int64_t b1 = std::min(cols, b0 + block), width = b1 - b0;
+    for (int64_t i = b0; i < b1; ++i) {
+      if (!tiles && (i - b0) % group == 0) decide_group(w, rows, cols, u, i, static_cast<int>(std::min<int64_t>(group, cols - i)), spec, mask);
+      const double d = u[i * cols + i];
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        double& wi = w[r * cols + i];
+        const double e = mask.at(r, i) ? 0.0 : wi / d;
+        if (!mask.at(r, i)) wi = 0.0;
+        err[r * block + (i - b0)] = e;
+        for (int64_t j = i + 1; j < b1; ++j) w[r * cols + j] -= e * u[i * cols + j];
+      }
+    }
+    if (b1 < cols)  // W[:, b1:] -= Err (rows x width) * U[b0:b1, b1:]
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(cols - b1),
+                  static_cast<int>(width), -1.0, err.data(), static_cast<int>(block), u.data() + b0 * cols + b1,
+                  static_cast<int>(cols), 1.0, w.data() + b1, static_cast<int>(cols));
+  }
+
+  DenseMatrix updated = DenseMatrix::zeros(rows, cols, weight.dtype());
+  for (std::size_t i = 0; i < w.size(); ++i) updated.values.set(i, static_cast<float>(w[i]));
+  const double e = energy(weight, mask);
+  return std::visit(overloaded{
+                        [&](const NmSpec& s) { return PruneResult{compress_nm(updated, mask, s.n, s.m), mask, e}; },
+                        [&](const VnmSpec& s) { return PruneResult{compress_vnm(updated, mask, s.v, s.n, s.m), mask, e}; },
+                        [&](const TileSpec& s) {
+                          return PruneResult{compress_tiles(updated, kept_tiles, s.tile_rows, s.tile_cols), mask, e};
+                        },
+                    },
+                    spec);
+}
+
+}  // namespace nmkit

@@ -1,0 +1,81 @@
+// nmkit eval: pruned against dense sentence embeddings on held-out sentences; --sweep runs the whole
+// formats x methods table in memory.
+#include <fmt/core.h>
+
+#include <cmath>
+
+#include "commands.hpp"
+#include "nmkit/error.hpp"
+#include "nmkit/model/bert.hpp"
+#include "nmkit/model/calibration.hpp"
+#include "nmkit/model/evaluate.hpp"
+#include "nmkit/prune/prune_model.hpp"
+
+namespace nmkit::cli {
+namespace {
+
+constexpr const char* kLinearWeights = R"(^encoder\..*\.weight$)";
+
+void print_header() {
+  fmt::print("{:<14} {:<10} {:>8} {:>12} {:>11} {:>10} {:>10}\n", "format", "method", "energy", "1-mean cos", "mean cos",
+             "min cos", "NN agree");
+}
+
+void print_row(const std::string& format, const std::string& method, double energy, const EmbeddingComparison& c) {
+  fmt::print("{:<14} {:<10} {:>8.4f} {:>12.5f} {:>11.5f} {:>10.4f} {:>9.1f}%\n", format, method, energy,
+             1.0 - c.mean_cosine, c.mean_cosine, c.min_cosine, 100.0 * c.neighbour_agreement);
+}
+
+}  // namespace
+
+Action add_eval(CLI::App& app) {
+  struct Options {
+    std::string pruned, model_dir;
+    std::vector<std::string> corpus = default_corpus_paths();
+    std::size_t calibration_sentences = 256, eval_sentences = 128;
+    bool sweep = false;
+    std::vector<std::string> formats = {"2:4", "vnm:64:2:8", "vnm:128:2:8", "vnm:64:2:16"};
+    std::vector<std::string> methods = {"magnitude", "wanda", "obs"};
+  };
+  auto o = std::make_shared<Options>();
+  app.add_option("pruned", o->pruned, "A pruned model file (nmkit prune); omit with --sweep");
+  app.add_option("--model-dir", o->model_dir, "Dense model directory (config.json, vocab.txt, model.safetensors)")
+      ->capture_default_str();
+  app.add_option("--corpus", o->corpus, "Text files or directories of sentences")->capture_default_str();
+  app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences (--sweep)")->capture_default_str();
+  app.add_option("--eval-sentences", o->eval_sentences, "Held-out sentences compared")->capture_default_str();
+  app.add_flag("--sweep", o->sweep, "Prune all encoder linear weights in memory for every format x method and compare");
+  app.add_option("--formats", o->formats, "Formats of the sweep")->capture_default_str();
+  app.add_option("--methods", o->methods, "Methods of the sweep")->capture_default_str();
+  return [o] {
+    const std::string dir = !o->model_dir.empty() ? o->model_dir : calibration_model_dir(default_model_path());
+    require(o->sweep || !o->pruned.empty(), ErrorCode::invalid_argument, "eval needs a pruned model file or --sweep");
+    const CorpusSplit split = split_corpus(load_sentences(o->corpus), 4, o->calibration_sentences, o->eval_sentences);
+    const std::string dense_file = dir + "/model.safetensors";
+    const ModelFile dense_weights = load_model(dense_file);
+    const BertEncoder dense = BertEncoder::load(dir, dense_weights, dense_file);
+    const auto reference = dense.embed_all(split.evaluation);
+    fmt::print("{} held-out sentences, {} calibration sentences, model {}\n", split.evaluation.size(),
+               split.calibration.size(), dir);
+    if (!o->sweep) {
+      const BertEncoder pruned = BertEncoder::load(dir, o->pruned);
+      print_header();
+      print_row("file", o->pruned, std::nan(""), compare_embeddings(reference, pruned.embed_all(split.evaluation)));
+      return 0;
+    }
+    const auto stats = collect_statistics(dense, split.calibration);
+    print_header();
+    for (const auto& format : o->formats)
+      for (const auto& method : o->methods) {
+        ModelFile model = dense_weights;
+        ModelPruneOptions options{parse_format_spec(format), kLinearWeights, "", parse_prune_method(method), &stats, {}};
+        const ModelPruneReport report = prune_model(model, options);
+        const BertEncoder pruned = BertEncoder::load(dir, model, format);
+        print_row(format, method, report.energy.ratio(), compare_embeddings(reference, pruned.embed_all(split.evaluation)));
+        std::fflush(stdout);
+      }
+    return 0;
+  };
+}
+
+}  // namespace nmkit::cli
