@@ -31,6 +31,16 @@ grep -q "53.12%" "$work/p24.txt" || fail "2:4 storage ratio: $(cat "$work/p24.tx
 "$NMKIT" demo --model "$NMKIT_MODEL" --tokens 64 >"$work/demo.txt"
 grep -q "all products verified" "$work/demo.txt" || fail "demo: $(cat "$work/demo.txt")"
 
+# Activation-aware pruning calibrates on the model beside the input, and eval compares it with the dense model.
+model_dir=$(dirname "$NMKIT_MODEL")
+"$NMKIT" prune "$NMKIT_MODEL" -o "$work/obs.safetensors" --format 2:4 --method obs --include '^encoder\.' \
+  --calibration-sentences 32 >"$work/obs.txt" 2>"$work/obs.err"
+grep -q "total: 36 tensors pruned" "$work/obs.txt" || fail "obs prune: $(tail -3 "$work/obs.txt")"
+"$NMKIT" eval "$work/obs.safetensors" --model-dir "$model_dir" --eval-sentences 16 >"$work/eval.txt"
+awk '/^file/ { if ($5 < 0.5 || $5 > 1.0) exit 1; found = 1 } END { exit !found }' "$work/eval.txt" ||
+  fail "eval: $(cat "$work/eval.txt")"
+expect_error "unknown pruning method" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format 2:4 --method sgpt
+
 expect_error "unknown format 'csr'" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format csr
 expect_error "N in {1, 2}" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format vnm:64:3:8
 expect_error "not a valid regex" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format 2:4 --include '('
