@@ -47,12 +47,13 @@ std::vector<double> inverse_hessian_factor(const LayerStatistics& s, double damp
 
 // Chooses which entries of columns [c0, c0 + width) stay, from the saliency of the current weights.
 void decide_group(const std::vector<double>& w, int64_t rows, int64_t cols, const std::vector<double>& u, int64_t c0,
-                  int width, const FormatSpec& spec, Mask& mask) {
+                  int width, const FormatSpec& spec, const Mask* allowed, Mask& mask) {
   ScoreMatrix s{rows, width, std::vector<float>(static_cast<std::size_t>(rows * width))};
   for (int64_t r = 0; r < rows; ++r)
     for (int j = 0; j < width; ++j) {
       const double d = u[(c0 + j) * cols + c0 + j];
-      s.values[r * width + j] = static_cast<float>(w[r * cols + c0 + j] * w[r * cols + c0 + j] / (d * d));
+      const bool may_keep = !allowed || allowed->at(r, c0 + j);
+      s.values[r * width + j] = may_keep ? static_cast<float>(w[r * cols + c0 + j] * w[r * cols + c0 + j] / (d * d)) : 0.0f;
     }
   const Mask group = std::visit(overloaded{
                                     [&](const NmSpec& n) { return prune_nm_by_score(s, n.n, n.m); },
@@ -61,7 +62,7 @@ void decide_group(const std::vector<double>& w, int64_t rows, int64_t cols, cons
                                 },
                                 spec);
   for (int64_t r = 0; r < rows; ++r)
-    for (int j = 0; j < width; ++j) mask.set(r, c0 + j, group.at(r, j));
+    for (int j = 0; j < width; ++j) mask.set(r, c0 + j, group.at(r, j) && (!allowed || allowed->at(r, c0 + j)));
 }
 
 int group_width(const FormatSpec& spec) {
@@ -92,13 +93,15 @@ ScoreMatrix wanda_scores(const DenseMatrix& weight, const LayerStatistics& stats
   return s;
 }
 
-PruneResult prune_wanda(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec) {
-  return prune_by_score(weight, wanda_scores(weight, stats), spec);
+PruneResult prune_wanda(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const Mask* allowed) {
+  return prune_by_score(weight, wanda_scores(weight, stats), spec, allowed);
 }
 
 PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const ObsOptions& options) {
   check_stats(weight, stats);
   require(options.damp > 0.0 && options.block_cols >= 1, ErrorCode::invalid_argument, "OBS needs damp > 0 and block_cols >= 1");
+  require(!options.allowed || (options.allowed->rows == weight.rows && options.allowed->cols == weight.cols),
+          ErrorCode::invalid_argument, "OBS: the allowed mask's shape differs from the weight's");
   const int64_t rows = weight.rows, cols = weight.cols;
   const std::vector<double> u = inverse_hessian_factor(stats, options.damp);
   std::vector<double> w(static_cast<std::size_t>(rows * cols));
@@ -112,8 +115,11 @@ PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, c
     ScoreMatrix s{rows, cols, std::vector<float>(static_cast<std::size_t>(rows * cols))};
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) s.values[r * cols + c] = static_cast<float>(std::fabs(w[r * cols + c]) / u[c * cols + c]);
-    kept_tiles = prune_tiles_by_score(s, t.tile_rows, t.tile_cols, t.density);
+    kept_tiles = prune_tiles_by_score(options.allowed ? restrict_scores(std::move(s), *options.allowed) : s, t.tile_rows,
+                                      t.tile_cols, t.density);
     mask = expand(kept_tiles, rows, cols, t.tile_rows, t.tile_cols);
+    if (options.allowed)
+      for (std::size_t i = 0; i < mask.keep.size(); ++i) mask.keep[i] &= options.allowed->keep[i];
   }
   const int group = group_width(spec);
   const int64_t block = std::max<int64_t>(group, options.block_cols / group * group);
@@ -122,7 +128,7 @@ PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, c
   for (int64_t b0 = 0; b0 < cols; b0 += block) {
     const int64_t b1 = std::min(cols, b0 + block), width = b1 - b0;
     for (int64_t i = b0; i < b1; ++i) {
-      if (!tiles && (i - b0) % group == 0) decide_group(w, rows, cols, u, i, static_cast<int>(std::min<int64_t>(group, cols - i)), spec, mask);
+      if (!tiles && (i - b0) % group == 0) decide_group(w, rows, cols, u, i, static_cast<int>(std::min<int64_t>(group, cols - i)), spec, options.allowed, mask);
       const double d = u[i * cols + i];
 #pragma omp parallel for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {

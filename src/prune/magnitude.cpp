@@ -266,26 +266,42 @@ TileMask prune_tiles_by_score(const ScoreMatrix& weight, int tile_rows, int tile
   return mask;
 }
 
-PruneResult prune_by_score(const DenseMatrix& weight, const ScoreMatrix& score, const FormatSpec& spec) {
-  require(score.rows == weight.rows && score.cols == weight.cols, ErrorCode::invalid_argument,
+ScoreMatrix restrict_scores(ScoreMatrix score, const Mask& allowed) {
+  require(allowed.rows == score.rows && allowed.cols == score.cols, ErrorCode::invalid_argument,
+          "restrict_scores: the allowed mask's shape differs from the scores'");
+  for (std::size_t i = 0; i < score.values.size(); ++i)
+    if (!allowed.keep[i]) score.values[i] = 0.0f;
+  return score;
+}
+
+PruneResult prune_by_score(const DenseMatrix& weight, const ScoreMatrix& raw_score, const FormatSpec& spec, const Mask* allowed) {
+  require(raw_score.rows == weight.rows && raw_score.cols == weight.cols, ErrorCode::invalid_argument,
           "prune_by_score: score shape differs from the weight shape");
+  const ScoreMatrix score = allowed ? restrict_scores(raw_score, *allowed) : raw_score;
+  auto finish = [&](Mask mask) {
+    if (allowed)
+      for (std::size_t i = 0; i < mask.keep.size(); ++i) mask.keep[i] &= allowed->keep[i];
+    return mask;
+  };
   return std::visit(
       overloaded{
           [&](const NmSpec& s) {
-            Mask mask = prune_nm_by_score(score, s.n, s.m);
+            Mask mask = finish(prune_nm_by_score(score, s.n, s.m));
             const double e = energy(weight, mask);
             return PruneResult{compress_nm(weight, mask, s.n, s.m), std::move(mask), e};
           },
           [&](const VnmSpec& s) {
-            Mask mask = prune_vnm_by_score(score, s.v, s.n, s.m);
+            Mask mask = finish(prune_vnm_by_score(score, s.v, s.n, s.m));
             const double e = energy(weight, mask);
             return PruneResult{compress_vnm(weight, mask, s.v, s.n, s.m), std::move(mask), e};
           },
           [&](const TileSpec& s) {
             const TileMask tiles = prune_tiles_by_score(score, s.tile_rows, s.tile_cols, s.density);
-            Mask mask = expand(tiles, weight.rows, weight.cols, s.tile_rows, s.tile_cols);
+            Mask mask = finish(expand(tiles, weight.rows, weight.cols, s.tile_rows, s.tile_cols));
             const double e = energy(weight, mask);
-            return PruneResult{compress_tiles(weight, tiles, s.tile_rows, s.tile_cols), std::move(mask), e};
+            // Entries outside `allowed` inside a kept tile are stored as zeros.
+            return PruneResult{compress_tiles(allowed ? apply_mask(weight, mask) : weight, tiles, s.tile_rows, s.tile_cols),
+                               std::move(mask), e};
           },
       },
       spec);

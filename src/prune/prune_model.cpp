@@ -21,18 +21,27 @@ bool is_float_matrix(const StTensor& t) {
 }
 
 PruneResult prune_one(const std::string& name, const DenseMatrix& dense, const ModelPruneOptions& options) {
-  if (options.method == PruneMethod::magnitude) return prune_magnitude(dense, options.spec);
-  require(options.statistics != nullptr, ErrorCode::invalid_argument,
-          std::string("pruning method ") + prune_method_name(options.method) + " needs calibration statistics");
-  const auto it = options.statistics->find(name);
-  require(it != options.statistics->end(), ErrorCode::invalid_argument,
-          "no calibration statistics for tensor '" + name + "' (is it a linear layer of the model?)");
+  const LayerStatistics* stats = nullptr;
+  if (options.method != PruneMethod::magnitude) {
+    require(options.statistics != nullptr, ErrorCode::invalid_argument,
+            std::string("pruning method ") + prune_method_name(options.method) + " needs calibration statistics");
+    const auto it = options.statistics->find(name);
+    require(it != options.statistics->end(), ErrorCode::invalid_argument,
+            "no calibration statistics for tensor '" + name + "' (is it a linear layer of the model?)");
+    stats = &it->second;
+  }
   try {
-    return options.method == PruneMethod::wanda ? prune_wanda(dense, it->second, options.spec)
-                                                : prune_obs(dense, it->second, options.spec, options.obs);
+    const std::vector<FormatSpec> schedule = structure_decay_schedule(options.spec, options.schedule_steps);
+    if (schedule.size() > 1) return prune_gradual(dense, schedule, options.method, stats, options.obs).final;
+    switch (options.method) {
+      case PruneMethod::magnitude: return prune_magnitude(dense, options.spec);
+      case PruneMethod::wanda: return prune_wanda(dense, *stats, options.spec);
+      case PruneMethod::obs: return prune_obs(dense, *stats, options.spec, options.obs);
+    }
   } catch (const Error& e) {
     throw Error(e.code(), "tensor '" + name + "': " + e.what());
   }
+  return {};
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ Action add_eval(CLI::App& app) {
     bool sweep = false;
     std::vector<std::string> formats = {"2:4", "vnm:64:2:8", "vnm:128:2:8", "vnm:64:2:16"};
     std::vector<std::string> methods = {"magnitude", "wanda", "obs"};
+    int schedule_steps = 1;
   };
   auto o = std::make_shared<Options>();
   app.add_option("pruned", o->pruned, "A pruned model file (nmkit prune); omit with --sweep");
@@ -47,6 +48,9 @@ Action add_eval(CLI::App& app) {
   app.add_flag("--sweep", o->sweep, "Prune all encoder linear weights in memory for every format x method and compare");
   app.add_option("--formats", o->formats, "Formats of the sweep")->capture_default_str();
   app.add_option("--methods", o->methods, "Methods of the sweep")->capture_default_str();
+  app.add_option("--schedule", o->schedule_steps, "Also run each method gradually, in this many steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   return [o] {
     const std::string dir = !o->model_dir.empty() ? o->model_dir : calibration_model_dir(default_model_path());
     require(o->sweep || !o->pruned.empty(), ErrorCode::invalid_argument, "eval needs a pruned model file or --sweep");
@@ -66,14 +70,17 @@ Action add_eval(CLI::App& app) {
     const auto stats = collect_statistics(dense, split.calibration);
     print_header();
     for (const auto& format : o->formats)
-      for (const auto& method : o->methods) {
-        ModelFile model = dense_weights;
-        ModelPruneOptions options{parse_format_spec(format), kLinearWeights, "", parse_prune_method(method), &stats, {}};
-        const ModelPruneReport report = prune_model(model, options);
-        const BertEncoder pruned = BertEncoder::load(dir, model, format);
-        print_row(format, method, report.energy.ratio(), compare_embeddings(reference, pruned.embed_all(split.evaluation)));
-        std::fflush(stdout);
-      }
+      for (const auto& method : o->methods)
+        for (int steps : {1, o->schedule_steps}) {
+          ModelFile model = dense_weights;
+          ModelPruneOptions options{parse_format_spec(format), kLinearWeights, "", parse_prune_method(method), &stats, {}, steps};
+          const ModelPruneReport report = prune_model(model, options);
+          const BertEncoder pruned = BertEncoder::load(dir, model, format);
+          const std::string label = steps == 1 ? method : method + " x" + std::to_string(steps);
+          print_row(format, label, report.energy.ratio(), compare_embeddings(reference, pruned.embed_all(split.evaluation)));
+          std::fflush(stdout);
+          if (o->schedule_steps == 1) break;
+        }
     return 0;
   };
 }

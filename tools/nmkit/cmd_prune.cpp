@@ -73,9 +73,19 @@ Action add_prune(CLI::App& app) {
   app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  app.add_option("--schedule", o->prune.schedule_steps,
+                 "Gradual structure-decay schedule in this many steps (1: one shot); the steps are printed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   return [o] {
     o->prune.spec = parse_format_spec(o->format);
     o->prune.method = parse_prune_method(o->method);
+    if (o->prune.schedule_steps > 1) {
+      fmt::print("schedule:");
+      for (const FormatSpec& step : structure_decay_schedule(o->prune.spec, o->prune.schedule_steps))
+        fmt::print(" {}", to_string(step));
+      fmt::print("\n");
+    }
     ModelFile model = load_model(o->input);
     std::map<std::string, LayerStatistics> stats;
     if (o->prune.method != PruneMethod::magnitude) {

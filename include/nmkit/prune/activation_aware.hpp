@@ -18,13 +18,15 @@ const char* prune_method_name(PruneMethod m) noexcept;
 struct ObsOptions {
   double damp = 0.01;    // added to H's diagonal, as a fraction of its mean
   int block_cols = 128;  // columns per lazy update (rounded to whole groups / tiles)
+  const Mask* allowed = nullptr;  // entries outside it are pruned whatever their saliency (gradual schedules)
 };
 
 ScoreMatrix wanda_scores(const DenseMatrix& weight, const LayerStatistics& stats);
 
 // The weight after pruning (updated by OBS), its mask and compressed form; energy is measured on the
 // original weight. Throws Error when the statistics do not match the weight's columns.
-PruneResult prune_wanda(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec);
+PruneResult prune_wanda(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec,
+                        const Mask* allowed = nullptr);
 PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec,
                       const ObsOptions& options = {});
 

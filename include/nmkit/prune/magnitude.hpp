@@ -59,7 +59,11 @@ struct PruneResult {
   double energy = 1.0;
 };
 PruneResult prune_magnitude(const DenseMatrix& weight, const FormatSpec& spec);
-// Prunes `weight` into `spec` keeping the entries with the largest `score`, and compresses it.
-PruneResult prune_by_score(const DenseMatrix& weight, const ScoreMatrix& score, const FormatSpec& spec);
+// Prunes `weight` into `spec` keeping the entries with the largest `score`, and compresses it. With `allowed`,
+// entries outside it stay pruned whatever their score (gradual schedules: what was pruned stays pruned).
+PruneResult prune_by_score(const DenseMatrix& weight, const ScoreMatrix& score, const FormatSpec& spec,
+                           const Mask* allowed = nullptr);
+// `score` with every entry outside `allowed` set to 0 (never preferred to an allowed one).
+ScoreMatrix restrict_scores(ScoreMatrix score, const Mask& allowed);
 
 }  // namespace nmkit

@@ -9,6 +9,7 @@
 #include "nmkit/model/calibration.hpp"
 #include "nmkit/prune/activation_aware.hpp"
 #include "nmkit/prune/energy.hpp"
+#include "nmkit/prune/schedule.hpp"
 
 namespace nmkit {
 
@@ -20,6 +21,7 @@ struct ModelPruneOptions {
   // Input statistics per weight name, needed by wanda and obs (collect_statistics).
   const std::map<std::string, LayerStatistics>* statistics = nullptr;
   ObsOptions obs;
+  int schedule_steps = 1;  // > 1: the gradual structure-decay schedule towards `spec` (schedule.hpp)
 };
 
 struct TensorPruneReport {

@@ -1,0 +1,26 @@
+#pragma once
+// The gradual structure-decay schedule of seed 000 §6.1.1: prune in steps of increasing sparsity, from N0
+// down to the target N, each step only ever removing more (what was pruned stays pruned).
+#include <vector>
+
+#include "nmkit/prune/activation_aware.hpp"
+
+namespace nmkit {
+
+// The steps towards `target`, the last one being `target` itself:
+//  * N:M n:m      -> N:M with N falling linearly from m - 1 (or `n0`) to n;
+//  * V:N:M v:n:m  -> row-wise N:M with M = m and N falling from m - 1 (or `n0`) to 4, then v:n:m;
+//  * tile         -> the same tiles with the density falling linearly from 1 to the target.
+// `steps` counts them all (at least 1; fewer come out when the range has fewer distinct values).
+std::vector<FormatSpec> structure_decay_schedule(const FormatSpec& target, int steps, int n0 = 0);
+
+struct GradualResult {
+  PruneResult final;        // energy measured on the original weight
+  std::vector<Mask> masks;  // one per step, each a subset of the one before
+};
+
+// Applies the schedule; `stats` is needed by wanda and obs. OBS carries its weight updates from step to step.
+GradualResult prune_gradual(const DenseMatrix& weight, const std::vector<FormatSpec>& schedule, PruneMethod method,
+                            const LayerStatistics* stats = nullptr, const ObsOptions& obs = {});
+
+}  // namespace nmkit
