@@ -47,7 +47,7 @@ std::vector<double> inverse_hessian_factor(const LayerStatistics& s, double damp
 
 // Chooses which entries of columns [c0, c0 + width) stay, from the saliency of the current weights.
 void decide_group(const std::vector<double>& w, int64_t rows, int64_t cols, const std::vector<double>& u, int64_t c0,
-                  int width, const FormatSpec& spec, const Mask* allowed, Mask& mask) {
+                  int width, const FormatSpec& spec, const Mask* allowed, int block_columns, Mask& mask) {
   ScoreMatrix s{rows, width, std::vector<float>(static_cast<std::size_t>(rows * width))};
   for (int64_t r = 0; r < rows; ++r)
     for (int j = 0; j < width; ++j) {
@@ -57,7 +57,10 @@ void decide_group(const std::vector<double>& w, int64_t rows, int64_t cols, cons
     }
   const Mask group = std::visit(overloaded{
                                     [&](const NmSpec& n) { return prune_nm_by_score(s, n.n, n.m); },
-                                    [&](const VnmSpec& v) { return prune_vnm_by_score(s, v.v, v.n, v.m); },
+                                    [&](const VnmSpec& v) {
+                                      return block_columns > 0 ? prune_block_columns_by_score(s, v.v, v.m, block_columns)
+                                                               : prune_vnm_by_score(s, v.v, v.n, v.m);
+                                    },
                                     [&](const TileSpec&) { return Mask{}; },
                                 },
                                 spec);
@@ -98,6 +101,22 @@ PruneResult prune_wanda(const DenseMatrix& weight, const LayerStatistics& stats,
 }
 
 PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const ObsOptions& options) {
+  require(options.block_columns == 0, ErrorCode::invalid_argument, "prune_obs: block_columns steps are for obs_sweep");
+  const ObsSweep sweep = obs_sweep(weight, stats, spec, options);
+  const double e = energy(weight, sweep.mask);
+  return std::visit(overloaded{
+                        [&](const NmSpec& s) { return PruneResult{compress_nm(sweep.weight, sweep.mask, s.n, s.m), sweep.mask, e}; },
+                        [&](const VnmSpec& s) {
+                          return PruneResult{compress_vnm(sweep.weight, sweep.mask, s.v, s.n, s.m), sweep.mask, e};
+                        },
+                        [&](const TileSpec& s) {
+                          return PruneResult{compress_tiles(sweep.weight, sweep.tiles, s.tile_rows, s.tile_cols), sweep.mask, e};
+                        },
+                    },
+                    spec);
+}
+
+ObsSweep obs_sweep(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const ObsOptions& options) {
   check_stats(weight, stats);
   require(options.damp > 0.0 && options.block_cols >= 1, ErrorCode::invalid_argument, "OBS needs damp > 0 and block_cols >= 1");
   require(!options.allowed || (options.allowed->rows == weight.rows && options.allowed->cols == weight.cols),
@@ -128,7 +147,7 @@ PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, c
   for (int64_t b0 = 0; b0 < cols; b0 += block) {
     const int64_t b1 = std::min(cols, b0 + block), width = b1 - b0;
     for (int64_t i = b0; i < b1; ++i) {
-      if (!tiles && (i - b0) % group == 0) decide_group(w, rows, cols, u, i, static_cast<int>(std::min<int64_t>(group, cols - i)), spec, options.allowed, mask);
+      if (!tiles && (i - b0) % group == 0) decide_group(w, rows, cols, u, i, static_cast<int>(std::min<int64_t>(group, cols - i)), spec, options.allowed, options.block_columns, mask);
       const double d = u[i * cols + i];
 #pragma omp parallel for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
@@ -147,15 +166,7 @@ PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, c
 
   DenseMatrix updated = DenseMatrix::zeros(rows, cols, weight.dtype());
   for (std::size_t i = 0; i < w.size(); ++i) updated.values.set(i, static_cast<float>(w[i]));
-  const double e = energy(weight, mask);
-  return std::visit(overloaded{
-                        [&](const NmSpec& s) { return PruneResult{compress_nm(updated, mask, s.n, s.m), mask, e}; },
-                        [&](const VnmSpec& s) { return PruneResult{compress_vnm(updated, mask, s.v, s.n, s.m), mask, e}; },
-                        [&](const TileSpec& s) {
-                          return PruneResult{compress_tiles(updated, kept_tiles, s.tile_rows, s.tile_cols), mask, e};
-                        },
-                    },
-                    spec);
+  return ObsSweep{std::move(updated), std::move(mask), std::move(kept_tiles)};
 }
 
 }  // namespace nmkit

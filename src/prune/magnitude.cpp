@@ -244,6 +244,28 @@ Mask prune_vnm_by_score(const ScoreMatrix& weight, int v, int n, int m, VnmSearc
   return mask;
 }
 
+Mask prune_block_columns_by_score(const ScoreMatrix& score, int v, int m, int columns) {
+  require(v >= 1 && m >= 1 && columns >= 1 && columns <= m, ErrorCode::invalid_argument,
+          "block columns: needs V, M >= 1 and 1 <= columns <= M");
+  Mask mask = Mask::none(score.rows, score.cols);
+  const int64_t row_blocks = ceil_div(score.rows, v), groups = ceil_div(score.cols, m);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t rb = 0; rb < row_blocks; ++rb)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t r0 = rb * v, r1 = std::min<int64_t>(r0 + v, score.rows), c0 = g * m;
+      const int width = static_cast<int>(std::min<int64_t>(m, score.cols - c0));
+      std::vector<double> sum(static_cast<std::size_t>(width), 0.0);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int j = 0; j < width; ++j) sum[j] += score.at(r, c0 + j);
+      std::vector<int> order(static_cast<std::size_t>(width));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sum[a] > sum[b]; });
+      for (int k = 0; k < std::min(columns, width); ++k)
+        for (int64_t r = r0; r < r1; ++r) mask.set(r, c0 + order[k], true);
+    }
+  return mask;
+}
+
 TileMask prune_tiles_by_score(const ScoreMatrix& weight, int tile_rows, int tile_cols, double density) {
   check_tile_shape(tile_rows, tile_cols);
   require(density > 0.0 && density <= 1.0, ErrorCode::invalid_argument,

@@ -31,7 +31,7 @@ PruneResult prune_one(const std::string& name, const DenseMatrix& dense, const M
     stats = &it->second;
   }
   try {
-    const std::vector<FormatSpec> schedule = structure_decay_schedule(options.spec, options.schedule_steps);
+    const std::vector<ScheduleStep> schedule = structure_decay_schedule(options.spec, options.schedule_steps);
     if (schedule.size() > 1) return prune_gradual(dense, schedule, options.method, stats, options.obs).final;
     switch (options.method) {
       case PruneMethod::magnitude: return prune_magnitude(dense, options.spec);

@@ -82,7 +82,7 @@ Action add_prune(CLI::App& app) {
     o->prune.method = parse_prune_method(o->method);
     if (o->prune.schedule_steps > 1) {
       fmt::print("schedule:");
-      for (const FormatSpec& step : structure_decay_schedule(o->prune.spec, o->prune.schedule_steps))
+      for (const ScheduleStep& step : structure_decay_schedule(o->prune.spec, o->prune.schedule_steps))
         fmt::print(" {}", to_string(step));
       fmt::print("\n");
     }

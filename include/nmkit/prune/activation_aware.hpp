@@ -19,7 +19,17 @@ struct ObsOptions {
   double damp = 0.01;    // added to H's diagonal, as a fraction of its mean
   int block_cols = 128;  // columns per lazy update (rounded to whole groups / tiles)
   const Mask* allowed = nullptr;  // entries outside it are pruned whatever their saliency (gradual schedules)
+  int block_columns = 0;  // > 0 with a V:N:M spec: keep this many whole columns per V x M block instead
 };
+
+// The OBS sweep alone: the updated weight (pruned entries zero) and its mask, for any spec (or a
+// block-columns step). prune_obs compresses its result.
+struct ObsSweep {
+  DenseMatrix weight;
+  Mask mask;
+  TileMask tiles;  // the kept tiles of a tile spec
+};
+ObsSweep obs_sweep(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const ObsOptions& options = {});
 
 ScoreMatrix wanda_scores(const DenseMatrix& weight, const LayerStatistics& stats);
 

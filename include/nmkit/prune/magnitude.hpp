@@ -47,6 +47,10 @@ struct VnmSearchStats {
 Mask prune_vnm_by_score(const ScoreMatrix& score, int v, int n, int m, VnmSearchStats* stats = nullptr);
 Mask prune_vnm_magnitude(const DenseMatrix& weight, int v, int n, int m, VnmSearchStats* stats = nullptr);
 
+// For each V x M block, keeps whole columns: the `columns` with the largest score summed over the block's
+// rows (ties: the lower column). The intermediate steps of a gradual V:N:M schedule.
+Mask prune_block_columns_by_score(const ScoreMatrix& score, int v, int m, int columns);
+
 // Keeps the fraction `density` of tiles (at least one) with the largest sum of squared scores, i.e. the
 // largest Frobenius norm for magnitude (ties: the lower tile index in row-major grid order).
 TileMask prune_tiles_by_score(const ScoreMatrix& score, int tile_rows, int tile_cols, double density);
