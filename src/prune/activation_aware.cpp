@@ -4,6 +4,8 @@
 #include <lapacke.h>
 
 #include <algorithm>
+#include <bit>
+#include <functional>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -45,9 +47,83 @@ std::vector<double> inverse_hessian_factor(const LayerStatistics& s, double damp
   return h;
 }
 
+constexpr int kMaxCombinatorialSet = 16;
+
+// 1/2 w^T A^-1 w for a small symmetric positive definite A (n x n, row-major), by Cholesky.
+double half_quadratic_inverse(std::vector<double> a, std::vector<double> w) {
+  const int n = static_cast<int>(w.size());
+  for (int j = 0; j < n; ++j) {
+    double d = a[j * n + j];
+    for (int k = 0; k < j; ++k) d -= a[j * n + k] * a[j * n + k];
+    if (d <= 0.0) return 1e300;  // numerically singular: never the best choice
+    d = std::sqrt(d);
+    a[j * n + j] = d;
+    for (int i = j + 1; i < n; ++i) {
+      double v = a[i * n + j];
+      for (int k = 0; k < j; ++k) v -= a[i * n + k] * a[j * n + k];
+      a[i * n + j] = v / d;
+    }
+  }
+  // y = L^-1 w; w^T A^-1 w = |y|^2
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) {
+    double v = w[i];
+    for (int k = 0; k < i; ++k) v -= a[i * n + k] * w[k];
+    w[i] = v / a[i * n + i];
+    sum += w[i] * w[i];
+  }
+  return 0.5 * sum;
+}
+
+// (H^-1)_GG for the group G = [c0, c0 + width) of the columns not yet decided: (U_GG)^T U_GG, as U is the upper
+// Cholesky factor of H^-1 and the inverse Hessian of the trailing columns is U_FF^T U_FF.
+std::vector<double> group_inverse_hessian(const std::vector<double>& u, int64_t cols, int64_t c0, int width) {
+  std::vector<double> h(static_cast<std::size_t>(width * width), 0.0);
+  for (int a = 0; a < width; ++a)
+    for (int b = a; b < width; ++b) {
+      double sum = 0.0;
+      for (int k = 0; k <= a; ++k) sum += u[(c0 + k) * cols + c0 + a] * u[(c0 + k) * cols + c0 + b];
+      h[a * width + b] = h[b * width + a] = sum;
+    }
+  return h;
+}
+
+// Re-chooses which `keep` of the `candidates` columns each row keeps, by the saliency of the rest of the group.
+void refine_rows(const std::vector<double>& w, int64_t rows, int64_t cols, const std::vector<double>& hg, int64_t c0,
+                 int width, int keep, ObsCandidates mode, const Mask* allowed, const std::function<std::vector<int>(int64_t)>& candidates_of,
+                 Mask& mask) {
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<int> cand;
+    for (int j : candidates_of(r))
+      if (!allowed || allowed->at(r, c0 + j)) cand.push_back(j);
+    const int k = std::min<int>(keep, static_cast<int>(cand.size()));
+    if (k == 0) continue;
+    std::vector<double> w_group(static_cast<std::size_t>(width));
+    for (int j = 0; j < width; ++j) w_group[j] = w[r * cols + c0 + j];
+    // Enumerate the k-subsets of the candidates (bitmask over at most 16 candidates).
+    double best = 1e301;
+    uint32_t best_set = 0;
+    for (uint32_t set = 0; set < (1u << cand.size()); ++set) {
+      if (std::popcount(set) != k) continue;
+      std::vector<int> pruned;
+      for (int j = 0; j < width; ++j) {
+        bool kept = false;
+        for (std::size_t c = 0; c < cand.size(); ++c) kept = kept || ((set >> c) & 1u && cand[c] == j);
+        if (!kept) pruned.push_back(j);
+      }
+      const double rho = group_saliency(hg, width, w_group, pruned, mode);
+      if (rho < best) best = rho, best_set = set;
+    }
+    for (int j = 0; j < width; ++j) mask.set(r, c0 + j, false);
+    for (std::size_t c = 0; c < cand.size(); ++c)
+      if ((best_set >> c) & 1u) mask.set(r, c0 + cand[c], true);
+  }
+}
+
 // Chooses which entries of columns [c0, c0 + width) stay, from the saliency of the current weights.
 void decide_group(const std::vector<double>& w, int64_t rows, int64_t cols, const std::vector<double>& u, int64_t c0,
-                  int width, const FormatSpec& spec, const Mask* allowed, int block_columns, Mask& mask) {
+                  int width, const FormatSpec& spec, const Mask* allowed, int block_columns, ObsCandidates mode, Mask& mask) {
   ScoreMatrix s{rows, width, std::vector<float>(static_cast<std::size_t>(rows * width))};
   for (int64_t r = 0; r < rows; ++r)
     for (int j = 0; j < width; ++j) {
@@ -66,6 +142,25 @@ void decide_group(const std::vector<double>& w, int64_t rows, int64_t cols, cons
                                 spec);
   for (int64_t r = 0; r < rows; ++r)
     for (int j = 0; j < width; ++j) mask.set(r, c0 + j, group.at(r, j) && (!allowed || allowed->at(r, c0 + j)));
+  if (mode == ObsCandidates::diagonal || block_columns > 0 || std::holds_alternative<TileSpec>(spec)) return;
+
+  const std::vector<double> hg = group_inverse_hessian(u, cols, c0, width);
+  if (const auto* nm = std::get_if<NmSpec>(&spec)) {
+    std::vector<int> all(static_cast<std::size_t>(width));
+    std::iota(all.begin(), all.end(), 0);
+    refine_rows(w, rows, cols, hg, c0, width, nm->n, mode, allowed, [&](int64_t) { return all; }, mask);
+  } else {
+    // V:N:M: each row chooses among the columns its block kept (at most 4, from the diagonal decision).
+    const VnmSpec& v = std::get<VnmSpec>(spec);
+    std::vector<std::vector<int>> block_columns_of(static_cast<std::size_t>(ceil_div(rows, v.v)));
+    for (int64_t rb = 0; rb < ceil_div(rows, v.v); ++rb)
+      for (int j = 0; j < width; ++j) {
+        bool any = false;
+        for (int64_t r = rb * v.v; r < std::min<int64_t>(rows, (rb + 1) * v.v) && !any; ++r) any = mask.at(r, c0 + j);
+        if (any) block_columns_of[rb].push_back(j);
+      }
+    refine_rows(w, rows, cols, hg, c0, width, v.n, mode, allowed, [&](int64_t r) { return block_columns_of[r / v.v]; }, mask);
+  }
 }
 
 int group_width(const FormatSpec& spec) {
@@ -75,6 +170,43 @@ int group_width(const FormatSpec& spec) {
 }
 
 }  // namespace
+
+ObsCandidates parse_obs_candidates(std::string_view name) {
+  if (name == "diagonal") return ObsCandidates::diagonal;
+  if (name == "pairwise" || name == "pair-wise") return ObsCandidates::pairwise;
+  if (name == "combinatorial" || name == "m-combinatorial") return ObsCandidates::combinatorial;
+  throw Error(ErrorCode::invalid_argument,
+              "unknown OBS candidate set '" + std::string(name) + "' (expected diagonal, pairwise or combinatorial)");
+}
+
+const char* obs_candidates_name(ObsCandidates c) noexcept {
+  return c == ObsCandidates::diagonal ? "diagonal" : c == ObsCandidates::pairwise ? "pairwise" : "combinatorial";
+}
+
+double group_saliency(const std::vector<double>& hinv_group, int width, const std::vector<double>& w_group,
+                      const std::vector<int>& pruned, ObsCandidates mode) {
+  const int n = static_cast<int>(pruned.size());
+  auto sub = [&](const std::vector<int>& q) {
+    std::vector<double> a(q.size() * q.size()), wq(q.size());
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      wq[i] = w_group[q[i]];
+      for (std::size_t j = 0; j < q.size(); ++j) a[i * q.size() + j] = hinv_group[q[i] * width + q[j]];
+    }
+    return half_quadratic_inverse(std::move(a), std::move(wq));
+  };
+  if (mode == ObsCandidates::combinatorial) {
+    require(n <= kMaxCombinatorialSet, ErrorCode::unsupported,
+            "combinatorial OBS candidates need at most 16 pruned entries per group; use pairwise");
+    return sub(pruned);
+  }
+  std::vector<double> single(static_cast<std::size_t>(n));
+  double rho = 0.0;
+  for (int i = 0; i < n; ++i) rho += single[i] = sub({pruned[i]});
+  if (mode == ObsCandidates::diagonal) return rho;
+  for (int i = 0; i < n; ++i)
+    for (int j = i + 1; j < n; ++j) rho += sub({pruned[i], pruned[j]}) - single[i] - single[j];
+  return rho;
+}
 
 PruneMethod parse_prune_method(std::string_view name) {
   if (name == "magnitude") return PruneMethod::magnitude;
@@ -121,6 +253,15 @@ ObsSweep obs_sweep(const DenseMatrix& weight, const LayerStatistics& stats, cons
   require(options.damp > 0.0 && options.block_cols >= 1, ErrorCode::invalid_argument, "OBS needs damp > 0 and block_cols >= 1");
   require(!options.allowed || (options.allowed->rows == weight.rows && options.allowed->cols == weight.cols),
           ErrorCode::invalid_argument, "OBS: the allowed mask's shape differs from the weight's");
+  if (options.candidates != ObsCandidates::diagonal) {  // checked here: the row loops run in parallel
+    const auto* nm = std::get_if<NmSpec>(&spec);
+    const auto* vnm = std::get_if<VnmSpec>(&spec);
+    require(!nm || nm->m <= kMaxCombinatorialSet, ErrorCode::unsupported,
+            std::string(obs_candidates_name(options.candidates)) + " OBS candidates enumerate the kept sets of N:M groups up to M = 16");
+    const int pruned = nm ? nm->m - nm->n : vnm ? vnm->m - vnm->n : 0;
+    require(options.candidates != ObsCandidates::combinatorial || pruned <= kMaxCombinatorialSet, ErrorCode::unsupported,
+            "combinatorial OBS candidates need at most 16 pruned entries per group; use pairwise");
+  }
   const int64_t rows = weight.rows, cols = weight.cols;
   const std::vector<double> u = inverse_hessian_factor(stats, options.damp);
   std::vector<double> w(static_cast<std::size_t>(rows * cols));
@@ -147,7 +288,7 @@ ObsSweep obs_sweep(const DenseMatrix& weight, const LayerStatistics& stats, cons
   for (int64_t b0 = 0; b0 < cols; b0 += block) {
     const int64_t b1 = std::min(cols, b0 + block), width = b1 - b0;
     for (int64_t i = b0; i < b1; ++i) {
-      if (!tiles && (i - b0) % group == 0) decide_group(w, rows, cols, u, i, static_cast<int>(std::min<int64_t>(group, cols - i)), spec, options.allowed, options.block_columns, mask);
+      if (!tiles && (i - b0) % group == 0) decide_group(w, rows, cols, u, i, static_cast<int>(std::min<int64_t>(group, cols - i)), spec, options.allowed, options.block_columns, options.candidates, mask);
       const double d = u[i * cols + i];
 #pragma omp parallel for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {

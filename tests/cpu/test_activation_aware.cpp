@@ -105,3 +105,86 @@ TEST(ActivationAware, RejectsStatisticsThatDoNotFit) {
 
 }  // namespace
 }  // namespace nmkit
+
+namespace nmkit {
+namespace {
+
+TEST(ObsCandidates, SaliencyOfSmallSetsMatchesTheFormula) {
+  // A 3 x 3 inverse Hessian and one row: rho_Q = 1/2 w_Q^T (Hinv_QQ)^-1 w_Q computed by hand.
+  const std::vector<double> h{2.0, 0.5, 0.2, 0.5, 1.0, 0.3, 0.2, 0.3, 1.5};
+  const std::vector<double> w{1.0, -2.0, 0.5};
+  EXPECT_NEAR(group_saliency(h, 3, w, {1}, ObsCandidates::combinatorial), 0.5 * 4.0 / 1.0, 1e-12);
+  const double det = 2.0 * 1.0 - 0.5 * 0.5;  // Q = {0, 1}
+  const double want = 0.5 * (1.0 * 1.0 * 1.0 - 2 * 1.0 * -2.0 * 0.5 + 4.0 * 2.0) / det;
+  EXPECT_NEAR(group_saliency(h, 3, w, {0, 1}, ObsCandidates::combinatorial), want, 1e-12);
+  EXPECT_NEAR(group_saliency(h, 3, w, {0, 1}, ObsCandidates::pairwise), want, 1e-12);  // exact for pairs
+  EXPECT_NEAR(group_saliency(h, 3, w, {0, 1}, ObsCandidates::diagonal), 0.5 * (1.0 / 2.0 + 4.0 / 1.0), 1e-12);
+}
+
+// Brute force: for each row the kept pair of a 2:4 group that minimises the exact saliency.
+TEST(ObsCandidates, CombinatorialChoiceIsTheBestSetForTheFirstGroup) {
+  const DenseMatrix w = test::random_matrix(24, 16, DType::f32, 21);
+  std::mt19937 rng(22);
+  std::normal_distribution<double> normal;
+  LayerStatistics s{16, 64, std::vector<double>(256, 0.0)};
+  for (int t = 0; t < 64; ++t) {
+    std::vector<double> x(16);
+    const double shared = normal(rng);
+    for (auto& e : x) e = normal(rng) + 1.5 * shared;  // strongly correlated columns
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j) s.xtx[i * 16 + j] += x[i] * x[j];
+  }
+  ObsOptions options;
+  options.candidates = ObsCandidates::combinatorial;
+  const ObsSweep sweep = obs_sweep(w, s, parse_format_spec("2:4"), options);
+  // The first group is decided on the original weights with the full inverse Hessian.
+  std::vector<double> h = s.xtx;
+  double mean = 0.0;
+  for (int j = 0; j < 16; ++j) mean += h[j * 16 + j] / 16;
+  for (int j = 0; j < 16; ++j) h[j * 16 + j] += 0.01 * mean;
+  // Invert H by Gauss-Jordan, then take its 4 x 4 leading block.
+  std::vector<double> inv(256, 0.0), a = h;
+  for (int i = 0; i < 16; ++i) inv[i * 16 + i] = 1.0;
+  for (int c = 0; c < 16; ++c) {
+    const double p = a[c * 16 + c];
+    for (int j = 0; j < 16; ++j) a[c * 16 + j] /= p, inv[c * 16 + j] /= p;
+    for (int r = 0; r < 16; ++r)
+      if (r != c) {
+        const double f = a[r * 16 + c];
+        for (int j = 0; j < 16; ++j) a[r * 16 + j] -= f * a[c * 16 + j], inv[r * 16 + j] -= f * inv[c * 16 + j];
+      }
+  }
+  std::vector<double> g(16);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) g[i * 4 + j] = inv[i * 16 + j];
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const std::vector<double> wg{w.at(r, 0), w.at(r, 1), w.at(r, 2), w.at(r, 3)};
+    double best = 1e300;
+    std::pair<int, int> best_pair;
+    for (int a0 = 0; a0 < 4; ++a0)
+      for (int a1 = a0 + 1; a1 < 4; ++a1) {
+        std::vector<int> pruned;
+        for (int j = 0; j < 4; ++j)
+          if (j != a0 && j != a1) pruned.push_back(j);
+        const double rho = group_saliency(g, 4, wg, pruned, ObsCandidates::combinatorial);
+        if (rho < best) best = rho, best_pair = {a0, a1};
+      }
+    for (int j = 0; j < 4; ++j)
+      EXPECT_EQ(sweep.mask.at(r, j), j == best_pair.first || j == best_pair.second) << "row " << r << " column " << j;
+  }
+}
+
+TEST(ObsCandidates, RejectsSetsTooLargeToEnumerate) {
+  const DenseMatrix w = test::random_matrix(8, 40, DType::f32, 23);
+  LayerStatistics s{40, 10, std::vector<double>(1600, 0.0)};
+  for (int j = 0; j < 40; ++j) s.xtx[j * 40 + j] = 1.0;
+  ObsOptions options;
+  options.candidates = ObsCandidates::combinatorial;
+  EXPECT_NMKIT_ERROR(prune_obs(w, s, parse_format_spec("vnm:8:2:20"), options), ErrorCode::unsupported, "use pairwise");
+  options.candidates = ObsCandidates::pairwise;
+  EXPECT_NO_THROW(prune_obs(w, s, parse_format_spec("vnm:8:2:20"), options));
+  EXPECT_NMKIT_ERROR(parse_obs_candidates("triples"), ErrorCode::invalid_argument, "candidate set");
+}
+
+}  // namespace
+}  // namespace nmkit

@@ -36,6 +36,7 @@ Action add_eval(CLI::App& app) {
     bool sweep = false;
     std::vector<std::string> formats = {"2:4", "vnm:64:2:8", "vnm:128:2:8", "vnm:64:2:16"};
     std::vector<std::string> methods = {"magnitude", "wanda", "obs"};
+    std::vector<std::string> candidates = {"diagonal"};
     int schedule_steps = 1;
   };
   auto o = std::make_shared<Options>();
@@ -48,6 +49,8 @@ Action add_eval(CLI::App& app) {
   app.add_flag("--sweep", o->sweep, "Prune all encoder linear weights in memory for every format x method and compare");
   app.add_option("--formats", o->formats, "Formats of the sweep")->capture_default_str();
   app.add_option("--methods", o->methods, "Methods of the sweep")->capture_default_str();
+  app.add_option("--candidates", o->candidates, "OBS candidate sets of the sweep (diagonal, pairwise, combinatorial)")
+      ->capture_default_str();
   app.add_option("--schedule", o->schedule_steps, "Also run each method gradually, in this many steps")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -70,13 +73,19 @@ Action add_eval(CLI::App& app) {
     const auto stats = collect_statistics(dense, split.calibration);
     print_header();
     for (const auto& format : o->formats)
-      for (const auto& method : o->methods)
+      for (const auto& method_name : o->methods)
+        for (const auto& candidates : o->candidates)
         for (int steps : {1, o->schedule_steps}) {
+          const PruneMethod method = parse_prune_method(method_name);
+          if (method != PruneMethod::obs && candidates != o->candidates.front()) break;  // candidates only shape obs
           ModelFile model = dense_weights;
-          ModelPruneOptions options{parse_format_spec(format), kLinearWeights, "", parse_prune_method(method), &stats, {}, steps};
+          ModelPruneOptions options{parse_format_spec(format), kLinearWeights, "", method, &stats, {}, steps};
+          options.obs.candidates = parse_obs_candidates(candidates);
           const ModelPruneReport report = prune_model(model, options);
           const BertEncoder pruned = BertEncoder::load(dir, model, format);
-          const std::string label = steps == 1 ? method : method + " x" + std::to_string(steps);
+          std::string label = method_name;
+          if (method == PruneMethod::obs && candidates != "diagonal") label += "-" + candidates.substr(0, 4);
+          if (steps > 1) label += " x" + std::to_string(steps);
           print_row(format, label, report.energy.ratio(), compare_embeddings(reference, pruned.embed_all(split.evaluation)));
           std::fflush(stdout);
           if (o->schedule_steps == 1) break;

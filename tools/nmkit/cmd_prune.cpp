@@ -50,7 +50,7 @@ void print_prune_report(const ModelPruneReport& report, bool all) {
 
 Action add_prune(CLI::App& app) {
   struct Options {
-    std::string input, output, format, method = "magnitude", model_dir;
+    std::string input, output, format, method = "magnitude", model_dir, candidates = "diagonal";
     std::vector<std::string> corpus = default_corpus_paths();
     std::size_t calibration_sentences = 256;
     ModelPruneOptions prune;
@@ -73,6 +73,8 @@ Action add_prune(CLI::App& app) {
   app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  app.add_option("--candidates", o->candidates, "OBS candidate sets: diagonal | pairwise | combinatorial")
+      ->capture_default_str();
   app.add_option("--schedule", o->prune.schedule_steps,
                  "Gradual structure-decay schedule in this many steps (1: one shot); the steps are printed")
       ->capture_default_str()
@@ -80,6 +82,7 @@ Action add_prune(CLI::App& app) {
   return [o] {
     o->prune.spec = parse_format_spec(o->format);
     o->prune.method = parse_prune_method(o->method);
+    o->prune.obs.candidates = parse_obs_candidates(o->candidates);
     if (o->prune.schedule_steps > 1) {
       fmt::print("schedule:");
       for (const ScheduleStep& step : structure_decay_schedule(o->prune.spec, o->prune.schedule_steps))

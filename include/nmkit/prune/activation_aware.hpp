@@ -15,7 +15,25 @@ enum class PruneMethod : uint8_t { magnitude, wanda, obs };
 PruneMethod parse_prune_method(std::string_view name);  // "magnitude" | "wanda" | "obs"
 const char* prune_method_name(PruneMethod m) noexcept;
 
+// How OBS scores a row's choice of kept entries inside a group (seed 000 §6.1). The saliency of pruning the
+// set Q of a group G is rho_Q = 1/2 w_Q^T [(H^-1)_QQ]^-1 w_Q, with (H^-1) the inverse Hessian of the columns
+// not yet decided:
+//  * diagonal: rank single weights by w^2 / [U]_jj^2 (SparseGPT; ignores correlations inside the group);
+//  * pairwise: rho_Q from its single and pair terms (E_Q = [[1,0],[0,1],[1,1]]): exact when |Q| <= 2;
+//  * combinatorial: rho_Q exactly, over every candidate set (|Q| <= 16).
+// For V:N:M the 4 columns of a block are chosen by the diagonal saliency summed over its rows; the candidate
+// sets then decide which N of those 4 each row keeps.
+enum class ObsCandidates : uint8_t { diagonal, pairwise, combinatorial };
+ObsCandidates parse_obs_candidates(std::string_view name);
+const char* obs_candidates_name(ObsCandidates c) noexcept;
+
+// The saliency rho_Q of pruning the entries q[0..count) of one row of a group, given (H^-1)_GG (width x width,
+// row-major) and the row's weights w_G. Exposed for tests.
+double group_saliency(const std::vector<double>& hinv_group, int width, const std::vector<double>& w_group,
+                      const std::vector<int>& pruned, ObsCandidates mode);
+
 struct ObsOptions {
+  ObsCandidates candidates = ObsCandidates::diagonal;
   double damp = 0.01;    // added to H's diagonal, as a fraction of its mean
   int block_cols = 128;  // columns per lazy update (rounded to whole groups / tiles)
   const Mask* allowed = nullptr;  // entries outside it are pruned whatever their saliency (gradual schedules)
