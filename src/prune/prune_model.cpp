@@ -21,6 +21,15 @@ bool is_float_matrix(const StTensor& t) {
 }
 
 PruneResult prune_one(const std::string& name, const DenseMatrix& dense, const ModelPruneOptions& options) {
+  if (options.method == PruneMethod::obs && options.fisher_gradients) {
+    require(options.schedule_steps == 1, ErrorCode::unsupported, "Fisher OBS runs one shot (no --schedule)");
+    try {
+      return prune_obs_fisher(dense, read_gradients(*options.fisher_gradients, name, dense.rows, dense.cols), options.spec,
+                              options.fisher);
+    } catch (const Error& e) {
+      throw Error(e.code(), "tensor '" + name + "': " + e.what());
+    }
+  }
   const LayerStatistics* stats = nullptr;
   if (options.method != PruneMethod::magnitude) {
     require(options.statistics != nullptr, ErrorCode::invalid_argument,

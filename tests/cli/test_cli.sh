@@ -39,6 +39,23 @@ grep -q "total: 36 tensors pruned" "$work/obs.txt" || fail "obs prune: $(tail -3
 "$NMKIT" eval "$work/obs.safetensors" --model-dir "$model_dir" --eval-sentences 16 >"$work/eval.txt"
 awk '/^file/ { if ($5 < 0.5 || $5 > 1.0) exit 1; found = 1 } END { exit !found }' "$work/eval.txt" ||
   fail "eval: $(cat "$work/eval.txt")"
+# Fisher OBS: gradients for one layer, written as safetensors by plain Python.
+python3 - "$work/grads.safetensors" <<'PY'
+import json, random, struct, sys
+name, shape = "encoder.layer.0.attention.self.query.weight", [2, 384, 384]
+count = shape[0] * shape[1] * shape[2]
+random.seed(1)
+data = struct.pack(f"<{count}f", *(random.gauss(0.0, 1.0) for _ in range(count)))
+header = json.dumps({name: {"dtype": "F32", "shape": shape, "data_offsets": [0, len(data)]}}).encode()
+header += b" " * ((8 - len(header) % 8) % 8)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(header)) + header + data)
+PY
+"$NMKIT" prune "$NMKIT_MODEL" -o "$work/fisher.safetensors" --format vnm:64:2:8 --method obs --candidates pairwise \
+  --fisher "$work/grads.safetensors" --include 'layer\.0\.attention\.self\.query' >"$work/fisher.txt"
+grep -q "total: 1 tensors pruned" "$work/fisher.txt" || fail "fisher prune: $(cat "$work/fisher.txt")"
+expect_error "no tensor 'encoder.layer.0.attention.self.key.weight'" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" \
+  --format 2:4 --method obs --fisher "$work/grads.safetensors" --include 'layer\.0\.attention\.self\.key'
 expect_error "unknown pruning method" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format 2:4 --method sgpt
 
 expect_error "unknown format 'csr'" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format csr

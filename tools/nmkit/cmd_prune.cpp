@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "nmkit/format/spec.hpp"
 #include "nmkit/io/model.hpp"
+#include "nmkit/error.hpp"
 #include "nmkit/model/calibration.hpp"
 #include "nmkit/prune/prune_model.hpp"
 
@@ -50,7 +51,7 @@ void print_prune_report(const ModelPruneReport& report, bool all) {
 
 Action add_prune(CLI::App& app) {
   struct Options {
-    std::string input, output, format, method = "magnitude", model_dir, candidates = "diagonal";
+    std::string input, output, format, method = "magnitude", model_dir, candidates = "diagonal", fisher;
     std::vector<std::string> corpus = default_corpus_paths();
     std::size_t calibration_sentences = 256;
     ModelPruneOptions prune;
@@ -75,6 +76,11 @@ Action add_prune(CLI::App& app) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--candidates", o->candidates, "OBS candidate sets: diagonal | pairwise | combinatorial")
       ->capture_default_str();
+  app.add_option("--fisher", o->fisher,
+                 "With --method obs: a safetensors file of gradients [samples, R, K] per weight name (empirical Fisher)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--fisher-block", o->prune.fisher.block, "Columns per Fisher block")->capture_default_str();
+  app.add_option("--fisher-damp", o->prune.fisher.damp, "Fisher dampening (lambda)")->capture_default_str();
   app.add_option("--schedule", o->prune.schedule_steps,
                  "Gradual structure-decay schedule in this many steps (1: one shot); the steps are printed")
       ->capture_default_str()
@@ -91,7 +97,13 @@ Action add_prune(CLI::App& app) {
     }
     ModelFile model = load_model(o->input);
     std::map<std::string, LayerStatistics> stats;
-    if (o->prune.method != PruneMethod::magnitude) {
+    SafetensorsFile gradients;
+    if (!o->fisher.empty()) {
+      require(o->prune.method == PruneMethod::obs, ErrorCode::invalid_argument, "--fisher needs --method obs");
+      gradients = read_safetensors(o->fisher);
+      o->prune.fisher_gradients = &gradients;
+      o->prune.fisher.candidates = o->prune.obs.candidates;
+    } else if (o->prune.method != PruneMethod::magnitude) {
       const std::string dir = o->model_dir.empty() ? calibration_model_dir(o->input) : o->model_dir;
       const CorpusSplit split = split_corpus(load_sentences(o->corpus), 4, o->calibration_sentences);
       fmt::print(stderr, "calibrating on {} sentences with the model in {}\n", split.calibration.size(), dir);

@@ -9,6 +9,7 @@
 #include "nmkit/model/calibration.hpp"
 #include "nmkit/prune/activation_aware.hpp"
 #include "nmkit/prune/energy.hpp"
+#include "nmkit/prune/fisher.hpp"
 #include "nmkit/prune/schedule.hpp"
 
 namespace nmkit {
@@ -22,6 +23,10 @@ struct ModelPruneOptions {
   const std::map<std::string, LayerStatistics>* statistics = nullptr;
   ObsOptions obs;
   int schedule_steps = 1;  // > 1: the gradual structure-decay schedule towards `spec` (schedule.hpp)
+  // With obs: gradients per weight name ([samples, R, K]) make the curvature an empirical Fisher (fisher.hpp)
+  // instead of the calibration Hessian.
+  const SafetensorsFile* fisher_gradients = nullptr;
+  FisherOptions fisher;
 };
 
 struct TensorPruneReport {
