@@ -88,6 +88,50 @@ std::vector<double> group_inverse_hessian(const std::vector<double>& u, int64_t 
   return h;
 }
 
+constexpr int kMaxSetSearchWidth = 8;  // C(8, 4) = 70 column sets per V:N:M block
+
+// The 4 columns of one V:N:M block (rows [r0, r1) of the group [c0, c0 + width)) that minimise the summed
+// candidate saliency of what the rows prune, each row keeping its best N of the 4.
+std::vector<int> best_block_columns(const std::vector<double>& w, int64_t cols, const std::vector<double>& hg, int64_t c0,
+                                    int width, int64_t r0, int64_t r1, int keep, ObsCandidates mode, const Mask* allowed) {
+  // rho of every kept N-subset of the group, per row.
+  std::vector<uint32_t> kept_sets;
+  for (uint32_t set = 0; set < (1u << width); ++set)
+    if (std::popcount(set) == keep) kept_sets.push_back(set);
+  std::vector<double> rho(static_cast<std::size_t>((r1 - r0)) * kept_sets.size());
+  std::vector<double> w_group(static_cast<std::size_t>(width));
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int j = 0; j < width; ++j) w_group[j] = w[r * cols + c0 + j];
+    for (std::size_t k = 0; k < kept_sets.size(); ++k) {
+      std::vector<int> pruned;
+      bool possible = true;
+      for (int j = 0; j < width; ++j) {
+        const bool kept = (kept_sets[k] >> j) & 1u;
+        if (kept && allowed && !allowed->at(r, c0 + j)) possible = false;
+        if (!kept) pruned.push_back(j);
+      }
+      rho[(r - r0) * kept_sets.size() + k] = possible ? group_saliency(hg, width, w_group, pruned, mode) : 1e300;
+    }
+  }
+  double best = 1e301;
+  uint32_t best_columns = 0xF;
+  for (uint32_t columns = 0; columns < (1u << width); ++columns) {
+    if (std::popcount(columns) != kVnmSelectedColumns) continue;
+    double cost = 0.0;
+    for (int64_t r = r0; r < r1; ++r) {
+      double row_best = 1e300;
+      for (std::size_t k = 0; k < kept_sets.size(); ++k)
+        if ((kept_sets[k] & ~columns) == 0) row_best = std::min(row_best, rho[(r - r0) * kept_sets.size() + k]);
+      cost += row_best;
+    }
+    if (cost < best) best = cost, best_columns = columns;
+  }
+  std::vector<int> out;
+  for (int j = 0; j < width; ++j)
+    if ((best_columns >> j) & 1u) out.push_back(j);
+  return out;
+}
+
 // Re-chooses which `keep` of the `candidates` columns each row keeps, by the saliency of the rest of the group.
 void refine_rows(const std::vector<double>& w, int64_t rows, int64_t cols, const std::vector<double>& hg, int64_t c0,
                  int width, int keep, ObsCandidates mode, const Mask* allowed, const std::function<std::vector<int>(int64_t)>& candidates_of,
@@ -150,15 +194,24 @@ void decide_group(const std::vector<double>& w, int64_t rows, int64_t cols, cons
     std::iota(all.begin(), all.end(), 0);
     refine_rows(w, rows, cols, hg, c0, width, nm->n, mode, allowed, [&](int64_t) { return all; }, mask);
   } else {
-    // V:N:M: each row chooses among the columns its block kept (at most 4, from the diagonal decision).
+    // V:N:M: the block's 4 columns, then each row's N of them. Small groups choose the columns by the candidate
+    // saliency too (every 4-subset, each row's best N inside it); larger ones keep the diagonal choice.
     const VnmSpec& v = std::get<VnmSpec>(spec);
-    std::vector<std::vector<int>> block_columns_of(static_cast<std::size_t>(ceil_div(rows, v.v)));
-    for (int64_t rb = 0; rb < ceil_div(rows, v.v); ++rb)
-      for (int j = 0; j < width; ++j) {
-        bool any = false;
-        for (int64_t r = rb * v.v; r < std::min<int64_t>(rows, (rb + 1) * v.v) && !any; ++r) any = mask.at(r, c0 + j);
-        if (any) block_columns_of[rb].push_back(j);
-      }
+    const int64_t row_blocks = ceil_div(rows, v.v);
+    std::vector<std::vector<int>> block_columns_of(static_cast<std::size_t>(row_blocks));
+    if (width <= kMaxSetSearchWidth && width > kVnmSelectedColumns) {
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t rb = 0; rb < row_blocks; ++rb)
+        block_columns_of[rb] = best_block_columns(w, cols, hg, c0, width, rb * v.v, std::min<int64_t>(rows, (rb + 1) * v.v),
+                                                  v.n, mode, allowed);
+    } else {
+      for (int64_t rb = 0; rb < row_blocks; ++rb)
+        for (int j = 0; j < width; ++j) {
+          bool any = false;
+          for (int64_t r = rb * v.v; r < std::min<int64_t>(rows, (rb + 1) * v.v) && !any; ++r) any = mask.at(r, c0 + j);
+          if (any) block_columns_of[rb].push_back(j);
+        }
+    }
     refine_rows(w, rows, cols, hg, c0, width, v.n, mode, allowed, [&](int64_t r) { return block_columns_of[r / v.v]; }, mask);
   }
 }

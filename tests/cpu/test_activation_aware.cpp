@@ -2,6 +2,7 @@
 // and the degenerate cases reduce to magnitude pruning.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <random>
 
 #include "nmkit/error.hpp"
@@ -121,6 +122,28 @@ TEST(ObsCandidates, SaliencyOfSmallSetsMatchesTheFormula) {
   EXPECT_NEAR(group_saliency(h, 3, w, {0, 1}, ObsCandidates::diagonal), 0.5 * (1.0 / 2.0 + 4.0 / 1.0), 1e-12);
 }
 
+// (H + 0.01 mean(diag H) I)^-1, leading width x width block, by Gauss-Jordan (the first group's inverse Hessian).
+std::vector<double> leading_inverse_block(const LayerStatistics& s, int width) {
+  const int k = static_cast<int>(s.in_features);
+  std::vector<double> a = s.xtx, inv(static_cast<std::size_t>(k * k), 0.0);
+  double mean = 0.0;
+  for (int j = 0; j < k; ++j) mean += a[j * k + j] / k;
+  for (int j = 0; j < k; ++j) a[j * k + j] += 0.01 * mean, inv[j * k + j] = 1.0;
+  for (int c = 0; c < k; ++c) {
+    const double p = a[c * k + c];
+    for (int j = 0; j < k; ++j) a[c * k + j] /= p, inv[c * k + j] /= p;
+    for (int r = 0; r < k; ++r)
+      if (r != c) {
+        const double f = a[r * k + c];
+        for (int j = 0; j < k; ++j) a[r * k + j] -= f * a[c * k + j], inv[r * k + j] -= f * inv[c * k + j];
+      }
+  }
+  std::vector<double> g(static_cast<std::size_t>(width * width));
+  for (int i = 0; i < width; ++i)
+    for (int j = 0; j < width; ++j) g[i * width + j] = inv[i * k + j];
+  return g;
+}
+
 // Brute force: for each row the kept pair of a 2:4 group that minimises the exact saliency.
 TEST(ObsCandidates, CombinatorialChoiceIsTheBestSetForTheFirstGroup) {
   const DenseMatrix w = test::random_matrix(24, 16, DType::f32, 21);
@@ -138,25 +161,7 @@ TEST(ObsCandidates, CombinatorialChoiceIsTheBestSetForTheFirstGroup) {
   options.candidates = ObsCandidates::combinatorial;
   const ObsSweep sweep = obs_sweep(w, s, parse_format_spec("2:4"), options);
   // The first group is decided on the original weights with the full inverse Hessian.
-  std::vector<double> h = s.xtx;
-  double mean = 0.0;
-  for (int j = 0; j < 16; ++j) mean += h[j * 16 + j] / 16;
-  for (int j = 0; j < 16; ++j) h[j * 16 + j] += 0.01 * mean;
-  // Invert H by Gauss-Jordan, then take its 4 x 4 leading block.
-  std::vector<double> inv(256, 0.0), a = h;
-  for (int i = 0; i < 16; ++i) inv[i * 16 + i] = 1.0;
-  for (int c = 0; c < 16; ++c) {
-    const double p = a[c * 16 + c];
-    for (int j = 0; j < 16; ++j) a[c * 16 + j] /= p, inv[c * 16 + j] /= p;
-    for (int r = 0; r < 16; ++r)
-      if (r != c) {
-        const double f = a[r * 16 + c];
-        for (int j = 0; j < 16; ++j) a[r * 16 + j] -= f * a[c * 16 + j], inv[r * 16 + j] -= f * inv[c * 16 + j];
-      }
-  }
-  std::vector<double> g(16);
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 4; ++j) g[i * 4 + j] = inv[i * 16 + j];
+  const std::vector<double> g = leading_inverse_block(s, 4);
   for (int64_t r = 0; r < w.rows; ++r) {
     const std::vector<double> wg{w.at(r, 0), w.at(r, 1), w.at(r, 2), w.at(r, 3)};
     double best = 1e300;
@@ -172,6 +177,48 @@ TEST(ObsCandidates, CombinatorialChoiceIsTheBestSetForTheFirstGroup) {
     for (int j = 0; j < 4; ++j)
       EXPECT_EQ(sweep.mask.at(r, j), j == best_pair.first || j == best_pair.second) << "row " << r << " column " << j;
   }
+}
+
+TEST(ObsCandidates, VnmColumnsAreTheBestSetForTheFirstGroup) {
+  // One 6-row block, M = 6: the 4 columns and each row's pair must minimise the summed exact saliency.
+  const DenseMatrix w = test::random_matrix(6, 12, DType::f32, 31);
+  const LayerStatistics s = correlated_stats(12, 200, 32);
+  ObsOptions options;
+  options.candidates = ObsCandidates::combinatorial;
+  const ObsSweep sweep = obs_sweep(w, s, parse_format_spec("vnm:6:2:6"), options);
+  const std::vector<double> g = leading_inverse_block(s, 6);
+  double best = 1e300;
+  for (uint32_t columns = 0; columns < 64; ++columns) {
+    if (std::popcount(columns) != 4) continue;
+    double cost = 0.0;
+    for (int64_t r = 0; r < 6; ++r) {
+      std::vector<double> wg(6);
+      for (int j = 0; j < 6; ++j) wg[j] = w.at(r, j);
+      double row_best = 1e300;
+      for (int a = 0; a < 6; ++a)
+        for (int b = a + 1; b < 6; ++b) {
+          if (!((columns >> a) & 1u) || !((columns >> b) & 1u)) continue;
+          std::vector<int> pruned;
+          for (int j = 0; j < 6; ++j)
+            if (j != a && j != b) pruned.push_back(j);
+          row_best = std::min(row_best, group_saliency(g, 6, wg, pruned, ObsCandidates::combinatorial));
+        }
+      cost += row_best;
+    }
+    best = std::min(best, cost);
+  }
+  double chosen = 0.0;  // the saliency of what the sweep pruned in the first group
+  for (int64_t r = 0; r < 6; ++r) {
+    std::vector<double> wg(6);
+    std::vector<int> pruned;
+    for (int j = 0; j < 6; ++j) {
+      wg[j] = w.at(r, j);
+      if (!sweep.mask.at(r, j)) pruned.push_back(j);
+    }
+    ASSERT_EQ(pruned.size(), 4u);
+    chosen += group_saliency(g, 6, wg, pruned, ObsCandidates::combinatorial);
+  }
+  EXPECT_NEAR(chosen, best, 1e-9 * best);
 }
 
 TEST(ObsCandidates, RejectsSetsTooLargeToEnumerate) {
