@@ -8,6 +8,7 @@
 
 #include "nmkit/error.hpp"
 #include "nmkit/model/bert.hpp"
+#include "nmkit/model/calibration.hpp"
 #include "test_util.hpp"
 
 namespace nmkit {
@@ -72,6 +73,28 @@ TEST(Bert, RejectsWeightsThatDoNotFitTheConfig) {
     if (w.name == "encoder.layer.2.intermediate.dense.weight") std::get<StTensor>(w.weight).shape = {384, 1536};
   save_model((dir / "model.safetensors").string(), m);
   EXPECT_NMKIT_ERROR(BertEncoder::load(dir.string()), ErrorCode::io_error, "encoder.layer.2.intermediate.dense.weight");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace nmkit
+
+namespace nmkit {
+namespace {
+
+TEST(Calibration, CorpusSplitsAndRejectsMissingFiles) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nmkit_corpus";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "a.txt") << "First sentence is long enough to count. Short one. Third sentence is also long enough!\n\n"
+                                  "A paragraph without a full stop that still ends here\n\nFirst sentence is long enough to count.";
+  const std::vector<std::string> s = load_sentences({dir.string()});
+  EXPECT_EQ(s, (std::vector<std::string>{"First sentence is long enough to count.", "Third sentence is also long enough!",
+                                         "A paragraph without a full stop that still ends here"}));  // deduplicated, short dropped
+  const CorpusSplit split = split_corpus({"a", "b", "c", "d", "e", "f", "g", "h"}, 4);
+  EXPECT_EQ(split.evaluation, (std::vector<std::string>{"d", "h"}));
+  EXPECT_EQ(split.calibration.size(), 6u);
+  EXPECT_NMKIT_ERROR(load_sentences({"/nonexistent/corpus"}), ErrorCode::io_error, "no such file");
+  EXPECT_NMKIT_ERROR(split_corpus(s, 1), ErrorCode::invalid_argument, "eval_every");
   std::filesystem::remove_all(dir);
 }
 
