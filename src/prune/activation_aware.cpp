@@ -252,12 +252,24 @@ double group_saliency(const std::vector<double>& hinv_group, int width, const st
             "combinatorial OBS candidates need at most 16 pruned entries per group; use pairwise");
     return sub(pruned);
   }
-  std::vector<double> single(static_cast<std::size_t>(n));
+  // Single and pair terms in closed form: rho_a = w_a^2 / (2 h_aa),
+  // rho_ab = (w_a^2 h_bb - 2 w_a w_b h_ab + w_b^2 h_aa) / (2 (h_aa h_bb - h_ab^2)).
+  auto h = [&](int a, int b) { return hinv_group[a * width + b]; };
   double rho = 0.0;
-  for (int i = 0; i < n; ++i) rho += single[i] = sub({pruned[i]});
+  for (int i = 0; i < n; ++i) {
+    const int a = pruned[i];
+    rho += 0.5 * w_group[a] * w_group[a] / h(a, a);
+  }
   if (mode == ObsCandidates::diagonal) return rho;
   for (int i = 0; i < n; ++i)
-    for (int j = i + 1; j < n; ++j) rho += sub({pruned[i], pruned[j]}) - single[i] - single[j];
+    for (int j = i + 1; j < n; ++j) {
+      const int a = pruned[i], b = pruned[j];
+      const double det = h(a, a) * h(b, b) - h(a, b) * h(a, b);
+      if (det <= 0.0) continue;  // numerically dependent pair: no correction
+      const double pair = 0.5 * (w_group[a] * w_group[a] * h(b, b) - 2.0 * w_group[a] * w_group[b] * h(a, b) +
+                                 w_group[b] * w_group[b] * h(a, a)) / det;
+      rho += pair - 0.5 * w_group[a] * w_group[a] / h(a, a) - 0.5 * w_group[b] * w_group[b] / h(b, b);
+    }
   return rho;
 }
 
