@@ -112,6 +112,7 @@ struct KernelConfig {
   int stages = 0;
   int threads = 0;
   int smem_bytes = 0;
+  int cluster = 1;  // 2: two CTAs share each B tile through TMA multicast
 };
 std::ostream& operator<<(std::ostream& os, const KernelConfig& c);
 

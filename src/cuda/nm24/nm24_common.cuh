@@ -103,6 +103,6 @@ template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream);
 // The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned).
 template <class Element, class Out>
-void launch_sm90(const Params& p, int block_n, cudaStream_t stream);
+void launch_sm90(const Params& p, int block_n, bool multicast, cudaStream_t stream);
 
 }  // namespace nmkit::gpu::nm24

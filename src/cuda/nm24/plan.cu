@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <iostream>
 #include <ostream>
 
@@ -81,7 +82,7 @@ const char* kernel_name(Nm24Kernel k) noexcept {
 
 std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
   return os << kernel_name(c.kernel) << " tile " << c.block_m << "x" << c.block_n << "x" << c.block_k << " stages "
-            << c.stages << " threads " << c.threads << " smem " << c.smem_bytes << " B";
+            << c.stages << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "");
 }
 
 bool cuda_available(std::string* why_not) {
@@ -158,6 +159,12 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
           ? nm24::sm90_tile_shape(block_n != 0 ? block_n : sm90_block_n(desc.rows, desc.cols, desc.n, sm_count()))
           : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  // B multicast across a 2-CTA cluster: for n-tiles of 128 and more over an even number of row tiles;
+  // NMKIT_SM90_MULTICAST=0 turns it off (for comparisons).
+  const char* multicast_env = std::getenv("NMKIT_SM90_MULTICAST");
+  const bool multicast_allowed = !(multicast_env && std::string(multicast_env) == "0");
+  if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && t.block_n >= 128 && ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
+    plan.config_.cluster = 2;
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
   return plan;
@@ -185,12 +192,13 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
   const bool f32_out = desc_.out_dtype == DType::f32;
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   if (config_.kernel == Nm24Kernel::sm90_wgmma_sp && aligned16(b)) {
+    const bool multicast = config_.cluster == 2;
     if (desc_.dtype == DType::f16) {
-      if (f32_out) nm24::launch_sm90<__half, float>(p, config_.block_n, stream);
-      else nm24::launch_sm90<__half, __half>(p, config_.block_n, stream);
+      if (f32_out) nm24::launch_sm90<__half, float>(p, config_.block_n, multicast, stream);
+      else nm24::launch_sm90<__half, __half>(p, config_.block_n, multicast, stream);
     } else {
-      if (f32_out) nm24::launch_sm90<__nv_bfloat16, float>(p, config_.block_n, stream);
-      else nm24::launch_sm90<__nv_bfloat16, __nv_bfloat16>(p, config_.block_n, stream);
+      if (f32_out) nm24::launch_sm90<__nv_bfloat16, float>(p, config_.block_n, multicast, stream);
+      else nm24::launch_sm90<__nv_bfloat16, __nv_bfloat16>(p, config_.block_n, multicast, stream);
     }
     return;
   }

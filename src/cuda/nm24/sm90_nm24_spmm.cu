@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "../common/check.cuh"
+#include "../ptx/cluster.cuh"
 #include "../ptx/mbarrier.cuh"
 #include "../ptx/tma.cuh"
 #include "../ptx/wgmma.cuh"
@@ -125,7 +126,10 @@ __device__ void write_tile(const Params& p, const EpilogueTile<kBlockN>& tile, i
   }
 }
 
-template <class Element, class Out, int kBlockN>
+// kMulticast: two CTAs of a cluster (consecutive tiles: same columns, neighbouring rows) each load half of the
+// shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
+// it is released to a producer only when the consumers of both CTAs are done with it.
+template <class Element, class Out, int kBlockN, bool kMulticast>
 __global__ void __launch_bounds__(kThreads, 1) sm90_nm24_spmm_kernel(const Params p, const __grid_constant__ CUtensorMap b_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Shape = Sm90Shape<kBlockN>;
@@ -147,15 +151,19 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nm24_spmm_kernel(const Param
   const int64_t m0 = (group * kGroupRows + in_group % group_rows) * kBlockM, n0 = (in_group / group_rows) * kBlockN;
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
 
+  constexpr int kClusterSize = kMulticast ? 2 : 1;
+  const uint32_t rank = kMulticast ? ptx::cluster_ctarank() : 0;
   if (tid == 0) {
     ptx::prefetch_tensor_map(&b_map);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads);  // every consumer thread releases its reads
+      // Every consumer thread of every CTA writing into this stage releases its reads.
+      ptx::mbarrier_init(&empty[s], kClusterSize * kConsumers * kWarpgroupThreads);
     }
     ptx::fence_barrier_init();
   }
-  __syncthreads();
+  if constexpr (kMulticast) ptx::cluster_sync();  // the peer's barriers exist before its copies signal ours
+  else __syncthreads();
 
   if (warpgroup == kConsumers) {  // producer: one thread streams the A and B tiles
     ptx::setmaxnreg_dec<kProducerRegisters>();
@@ -165,14 +173,23 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nm24_spmm_kernel(const Param
       const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
       for (int64_t kt = 0; kt < k_tiles; ++kt) {
         const int s = static_cast<int>(kt % kStages);
-        if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
         unsigned char* stage = smem + s * Shape::kStageBytes;
-        ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
-        ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+        if constexpr (kMulticast) {
+          if (kt >= kStages) ptx::mbarrier_wait_cluster(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
+          ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
+          constexpr int kHalfRows = kBlockN / 2;
+          ptx::tma_load_2d_multicast(stage + rank * kHalfRows * kBlockK * 2, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK),
+                                     static_cast<int32_t>(n0 + rank * kHalfRows), 0x3);
+        } else {
+          if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
+          ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
+          ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+        }
         ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
         ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
       }
     }
+    if constexpr (kMulticast) ptx::cluster_sync();  // stay until the peer no longer signals this CTA
     return;
   }
 
@@ -204,7 +221,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nm24_spmm_kernel(const Param
     ptx::wgmma_commit_group();
     // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
     ptx::wgmma_wait_group<1>();
-    if (kt > 0) ptx::mbarrier_arrive(&empty[(kt - 1) % kStages]);
+    if (kt > 0) {
+      uint64_t* released = &empty[(kt - 1) % kStages];
+      ptx::mbarrier_arrive(released);
+      if constexpr (kMulticast) ptx::mbarrier_arrive_cluster(ptx::map_to_rank(released, rank ^ 1));
+    }
   }
   ptx::wgmma_wait_group<0>();
   ptx::fence_registers(acc);
@@ -225,6 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_nm24_spmm_kernel(const Param
     }
   consumer_sync();
   write_tile<Out, kBlockN>(p, tile, m0, n0, tid);
+  if constexpr (kMulticast) ptx::cluster_sync();
 #endif
 }
 
@@ -248,11 +270,11 @@ EncodeTiled encode_tiled() {
 // B (col-major K x C, column stride K) as a 2-D tensor {K, C}, boxes of {kBlockK, block_n}, 128-byte swizzle.
 // Out-of-range elements (K and C tails) are filled with zeros by the copy engine.
 template <class Element>
-CUtensorMap make_b_map(const Params& p, int block_n) {
+CUtensorMap make_b_map(const Params& p, int box_rows) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.cols), static_cast<cuuint64_t>(p.n)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.cols) * sizeof(Element)};
-  const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(block_n)};
+  const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUtensorMapDataType type =
       std::is_same_v<Element, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -263,34 +285,50 @@ CUtensorMap make_b_map(const Params& p, int block_n) {
   return map;
 }
 
-template <class Element, class Out, int kBlockN>
+template <class Element, class Out, int kBlockN, bool kMulticast>
 void launch(const Params& p, cudaStream_t stream) {
   constexpr int kSmem = Sm90Shape<kBlockN>::kSmemBytes;
-  auto kernel = sm90_nm24_spmm_kernel<Element, Out, kBlockN>;
+  auto kernel = sm90_nm24_spmm_kernel<Element, Out, kBlockN, kMulticast>;
   // Once per instantiation and process (thread-safe static), not on every run().
   static const bool smem_set = [&] {
     NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     return true;
   }();
   (void)smem_set;
-  const CUtensorMap map = make_b_map<Element>(p, kBlockN);
+  const CUtensorMap map = make_b_map<Element>(p, kMulticast ? kBlockN / 2 : kBlockN);
   const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
   require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 nm24: more than 2^31 tiles");
-  kernel<<<static_cast<unsigned>(tiles), kThreads, kSmem, stream>>>(p, map);
+  if constexpr (kMulticast) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(tiles));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map));
+  } else {
+    kernel<<<static_cast<unsigned>(tiles), kThreads, kSmem, stream>>>(p, map);
+  }
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
 template <class Element, class Out>
-void launch_sm90(const Params& p, int block_n, cudaStream_t stream) {
+void launch_sm90(const Params& p, int block_n, bool multicast, cudaStream_t stream) {
+  require(!multicast || (ceil_div(p.rows, kBlockM) % 2 == 0 && block_n >= 128), ErrorCode::invalid_argument,
+          "sm90 nm24: B multicast needs an even number of row tiles and an n-tile of at least 128");
   switch (block_n) {
-    case 256: launch<Element, Out, 256>(p, stream); break;
-    case 192: launch<Element, Out, 192>(p, stream); break;
-    case 128: launch<Element, Out, 128>(p, stream); break;
-    case 64: launch<Element, Out, 64>(p, stream); break;
-    case 32: launch<Element, Out, 32>(p, stream); break;
-    case 16: launch<Element, Out, 16>(p, stream); break;
+    case 256: multicast ? launch<Element, Out, 256, true>(p, stream) : launch<Element, Out, 256, false>(p, stream); break;
+    case 192: multicast ? launch<Element, Out, 192, true>(p, stream) : launch<Element, Out, 192, false>(p, stream); break;
+    case 128: multicast ? launch<Element, Out, 128, true>(p, stream) : launch<Element, Out, 128, false>(p, stream); break;
+    case 64: launch<Element, Out, 64, false>(p, stream); break;
+    case 32: launch<Element, Out, 32, false>(p, stream); break;
+    case 16: launch<Element, Out, 16, false>(p, stream); break;
     default: throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
   }
 }
@@ -312,9 +350,9 @@ TileShape sm90_tile_shape(int block_n) {
   throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
 }
 
-template void launch_sm90<__half, __half>(const Params&, int, cudaStream_t);
-template void launch_sm90<__half, float>(const Params&, int, cudaStream_t);
-template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Params&, int, cudaStream_t);
-template void launch_sm90<__nv_bfloat16, float>(const Params&, int, cudaStream_t);
+template void launch_sm90<__half, __half>(const Params&, int, bool, cudaStream_t);
+template void launch_sm90<__half, float>(const Params&, int, bool, cudaStream_t);
+template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Params&, int, bool, cudaStream_t);
+template void launch_sm90<__nv_bfloat16, float>(const Params&, int, bool, cudaStream_t);
 
 }  // namespace nmkit::gpu::nm24
