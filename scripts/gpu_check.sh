@@ -44,7 +44,7 @@ grep -E "^\[  (PASSED|FAILED) |^\[==========\]|Failure|error|rel" "$OUT/gpu_test
 summary+=("gpu tests: $([ $tests_rc -eq 0 ] && echo passed || echo FAILED) ($(grep -c '^\[       OK' "$OUT/gpu_tests.log") ok)")
 
 step "CPU unit tests (the real-model fixture is not carried)"
-$BUILD/tests/nmkit_cpu_tests --gtest_filter=-*RealModel* >/tmp/nmkit_cpu_tests.log 2>&1
+$BUILD/tests/nmkit_cpu_tests --gtest_filter='-*RealModel*:WordPiece.*:Bert.*' >/tmp/nmkit_cpu_tests.log 2>&1
 summary+=("cpu tests: $([ $? -eq 0 ] && echo passed || echo FAILED)")
 
 step "nmkit demo on a synthetic layer (the real model is not carried)"
@@ -62,7 +62,7 @@ if [ $quick -eq 0 ]; then
   for tool in memcheck racecheck initcheck synccheck; do
     step "compute-sanitizer $tool"
     compute-sanitizer --tool $tool --error-exitcode 9 \
-      $BUILD/tests/nmkit_gpu_tests --gtest_filter='Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*' >/tmp/nmkit_san.log 2>&1
+      $BUILD/tests/nmkit_gpu_tests --gtest_filter='Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.BMulticast*' >/tmp/nmkit_san.log 2>&1
     rc=$?
     { echo "=== $tool (rc $rc)"; grep -v "^\[" /tmp/nmkit_san.log | head -80; } >>"$OUT/sanitizer.log"
     tail -3 /tmp/nmkit_san.log

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <tuple>
 #include <string>
@@ -149,6 +150,24 @@ TEST(Nm24Gpu, EveryHopperTileWidth) {
       t.block_n = block_n;
       EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << block_n;
     }
+}
+
+TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
+  SKIP_WITHOUT_GPU();
+  const auto kernels = kernels_here();
+  if (std::find(kernels.begin(), kernels.end(), Nm24Kernel::sm90_wgmma_sp) == kernels.end())
+    GTEST_SKIP() << "no sm90 device";
+  setenv("NMKIT_SM90_MULTICAST", "1", 1);  // read when a plan is created
+  uint32_t seed = 900;
+  for (int block_n : {256, 192, 128})
+    for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 300}, {512, 192, 37}, {1000, 1024, 515}}) {
+      Case t{r, k, c, DType::bf16, DType::bf16, Layout::col_major, Layout::row_major, 1.0f, 0.0f, false, Activation::none,
+             Nm24Kernel::sm90_wgmma_sp};
+      t.block_n = block_n;
+      EXPECT_EQ(Nm24SpmmPlan::create({r, k, c, DType::bf16, DType::bf16}, Nm24Kernel::sm90_wgmma_sp, block_n).config().cluster, 2);
+      EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << block_n;
+    }
+  unsetenv("NMKIT_SM90_MULTICAST");
 }
 
 TEST(Nm24Gpu, LayoutsAndEpilogues) {

@@ -159,10 +159,10 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
           ? nm24::sm90_tile_shape(block_n != 0 ? block_n : sm90_block_n(desc.rows, desc.cols, desc.n, sm_count()))
           : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
-  // B multicast across a 2-CTA cluster: for n-tiles of 128 and more over an even number of row tiles;
-  // NMKIT_SM90_MULTICAST=0 turns it off (for comparisons).
+  // B multicast across a 2-CTA cluster (n-tiles of 128 and more, an even number of row tiles) is an experiment,
+  // off unless NMKIT_SM90_MULTICAST=1: it measured slower (docs/performance.md).
   const char* multicast_env = std::getenv("NMKIT_SM90_MULTICAST");
-  const bool multicast_allowed = !(multicast_env && std::string(multicast_env) == "0");
+  const bool multicast_allowed = multicast_env && std::string(multicast_env) == "1";
   if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && t.block_n >= 128 && ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
     plan.config_.cluster = 2;
   if (std::getenv("NMKIT_LOG_CONFIG"))
