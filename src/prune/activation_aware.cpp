@@ -13,6 +13,7 @@
 #include "nmkit/error.hpp"
 #include "nmkit/prune/energy.hpp"
 #include "nmkit/util/overloaded.hpp"
+#include "obs_groups.hpp"
 
 namespace nmkit {
 namespace {
@@ -48,32 +49,6 @@ std::vector<double> inverse_hessian_factor(const LayerStatistics& s, double damp
 }
 
 constexpr int kMaxCombinatorialSet = 16;
-
-// 1/2 w^T A^-1 w for a small symmetric positive definite A (n x n, row-major), by Cholesky.
-double half_quadratic_inverse(std::vector<double> a, std::vector<double> w) {
-  const int n = static_cast<int>(w.size());
-  for (int j = 0; j < n; ++j) {
-    double d = a[j * n + j];
-    for (int k = 0; k < j; ++k) d -= a[j * n + k] * a[j * n + k];
-    if (d <= 0.0) return 1e300;  // numerically singular: never the best choice
-    d = std::sqrt(d);
-    a[j * n + j] = d;
-    for (int i = j + 1; i < n; ++i) {
-      double v = a[i * n + j];
-      for (int k = 0; k < j; ++k) v -= a[i * n + k] * a[j * n + k];
-      a[i * n + j] = v / d;
-    }
-  }
-  // y = L^-1 w; w^T A^-1 w = |y|^2
-  double sum = 0.0;
-  for (int i = 0; i < n; ++i) {
-    double v = w[i];
-    for (int k = 0; k < i; ++k) v -= a[i * n + k] * w[k];
-    w[i] = v / a[i * n + i];
-    sum += w[i] * w[i];
-  }
-  return 0.5 * sum;
-}
 
 // (H^-1)_GG for the group G = [c0, c0 + width) of the columns not yet decided: (U_GG)^T U_GG, as U is the upper
 // Cholesky factor of H^-1 and the inverse Hessian of the trailing columns is U_FF^T U_FF.
@@ -145,20 +120,7 @@ void refine_rows(const std::vector<double>& w, int64_t rows, int64_t cols, const
     if (k == 0) continue;
     std::vector<double> w_group(static_cast<std::size_t>(width));
     for (int j = 0; j < width; ++j) w_group[j] = w[r * cols + c0 + j];
-    // Enumerate the k-subsets of the candidates (bitmask over at most 16 candidates).
-    double best = 1e301;
-    uint32_t best_set = 0;
-    for (uint32_t set = 0; set < (1u << cand.size()); ++set) {
-      if (std::popcount(set) != k) continue;
-      std::vector<int> pruned;
-      for (int j = 0; j < width; ++j) {
-        bool kept = false;
-        for (std::size_t c = 0; c < cand.size(); ++c) kept = kept || ((set >> c) & 1u && cand[c] == j);
-        if (!kept) pruned.push_back(j);
-      }
-      const double rho = group_saliency(hg, width, w_group, pruned, mode);
-      if (rho < best) best = rho, best_set = set;
-    }
+    const uint32_t best_set = detail::best_kept_set(hg, width, w_group, cand, k, mode);
     for (int j = 0; j < width; ++j) mask.set(r, c0 + j, false);
     for (std::size_t c = 0; c < cand.size(); ++c)
       if ((best_set >> c) & 1u) mask.set(r, c0 + cand[c], true);
@@ -224,6 +186,24 @@ int group_width(const FormatSpec& spec) {
 
 }  // namespace
 
+uint32_t detail::best_kept_set(const std::vector<double>& hinv_group, int width, const std::vector<double>& w_group,
+                               const std::vector<int>& candidates, int keep, ObsCandidates mode) {
+  double best = 1e301;
+  uint32_t best_set = 0;
+  for (uint32_t set = 0; set < (1u << candidates.size()); ++set) {
+    if (std::popcount(set) != keep) continue;
+    std::vector<int> pruned;
+    for (int j = 0; j < width; ++j) {
+      bool kept = false;
+      for (std::size_t c = 0; c < candidates.size(); ++c) kept = kept || (((set >> c) & 1u) && candidates[c] == j);
+      if (!kept) pruned.push_back(j);
+    }
+    const double rho = group_saliency(hinv_group, width, w_group, pruned, mode);
+    if (rho < best) best = rho, best_set = set;
+  }
+  return best_set;
+}
+
 ObsCandidates parse_obs_candidates(std::string_view name) {
   if (name == "diagonal") return ObsCandidates::diagonal;
   if (name == "pairwise" || name == "pair-wise") return ObsCandidates::pairwise;
@@ -245,7 +225,11 @@ double group_saliency(const std::vector<double>& hinv_group, int width, const st
       wq[i] = w_group[q[i]];
       for (std::size_t j = 0; j < q.size(); ++j) a[i * q.size() + j] = hinv_group[q[i] * width + q[j]];
     }
-    return half_quadratic_inverse(std::move(a), std::move(wq));
+    std::vector<double> x = wq;
+    if (!detail::solve_spd(std::move(a), x)) return 1e300;  // numerically singular: never the best choice
+    double quad = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) quad += wq[i] * x[i];
+    return 0.5 * quad;
   };
   if (mode == ObsCandidates::combinatorial) {
     require(n <= kMaxCombinatorialSet, ErrorCode::unsupported,

@@ -8,62 +8,15 @@
 #include "nmkit/error.hpp"
 #include "nmkit/prune/energy.hpp"
 #include "nmkit/util/overloaded.hpp"
+#include "obs_groups.hpp"
 
 namespace nmkit {
 namespace {
-
-// x = A^-1 b for a small symmetric positive definite A (n x n), by Cholesky; false when A is not SPD.
-bool solve_spd(std::vector<double> a, std::vector<double>& b) {
-  const int n = static_cast<int>(b.size());
-  for (int j = 0; j < n; ++j) {
-    double d = a[j * n + j];
-    for (int k = 0; k < j; ++k) d -= a[j * n + k] * a[j * n + k];
-    if (d <= 0.0) return false;
-    d = std::sqrt(d);
-    a[j * n + j] = d;
-    for (int i = j + 1; i < n; ++i) {
-      double v = a[i * n + j];
-      for (int k = 0; k < j; ++k) v -= a[i * n + k] * a[j * n + k];
-      a[i * n + j] = v / d;
-    }
-  }
-  for (int i = 0; i < n; ++i) {
-    double v = b[i];
-    for (int k = 0; k < i; ++k) v -= a[i * n + k] * b[k];
-    b[i] = v / a[i * n + i];
-  }
-  for (int i = n - 1; i >= 0; --i) {
-    double v = b[i];
-    for (int k = i + 1; k < n; ++k) v -= a[k * n + i] * b[k];
-    b[i] = v / a[i * n + i];
-  }
-  return true;
-}
 
 int group_of(const FormatSpec& spec) {
   return std::visit(overloaded{[](const NmSpec& s) { return s.m; }, [](const VnmSpec& s) { return s.m; },
                                [](const TileSpec& s) { return s.tile_cols; }},
                     spec);
-}
-
-// The kept set of `keep` entries among `cand` (block-relative columns) minimising the saliency of the rest of
-// the group [g0, g0 + width).
-uint32_t best_kept(const std::vector<double>& finv_group, int width, const std::vector<double>& w_group,
-                   const std::vector<int>& cand, int keep, ObsCandidates mode) {
-  double best = 1e301;
-  uint32_t best_set = 0;
-  for (uint32_t set = 0; set < (1u << cand.size()); ++set) {
-    if (std::popcount(set) != keep) continue;
-    std::vector<int> pruned;
-    for (int j = 0; j < width; ++j) {
-      bool kept = false;
-      for (std::size_t c = 0; c < cand.size(); ++c) kept = kept || (((set >> c) & 1u) && cand[c] == j);
-      if (!kept) pruned.push_back(j);
-    }
-    const double rho = group_saliency(finv_group, width, w_group, pruned, mode);
-    if (rho < best) best = rho, best_set = set;
-  }
-  return best_set;
 }
 
 }  // namespace
@@ -183,7 +136,8 @@ PruneResult prune_obs_fisher(const DenseMatrix& weight, const GradientSamples& g
             any = diagonal.at(rr, g0 + j);
           if (any) cand.push_back(j);
         }
-        const uint32_t set = best_kept(fg, width, wg, cand, std::min<int>(keep, static_cast<int>(cand.size())), options.candidates);
+        const uint32_t set =
+            detail::best_kept_set(fg, width, wg, cand, std::min<int>(keep, static_cast<int>(cand.size())), options.candidates);
         for (int j = 0; j < width; ++j) mask.set(r, g0 + j, false);
         for (std::size_t c = 0; c < cand.size(); ++c)
           if ((set >> c) & 1u) mask.set(r, g0 + cand[c], true);
@@ -205,7 +159,7 @@ PruneResult prune_obs_fisher(const DenseMatrix& weight, const GradientSamples& g
         x[i] = w[r * cols + b * block + q[i]];
         for (std::size_t j = 0; j < q.size(); ++j) a[i * q.size() + j] = f[q[i] * width + q[j]];
       }
-      if (!solve_spd(std::move(a), x)) continue;  // leave the block unchanged rather than apply a wrong update
+      if (!detail::solve_spd(std::move(a), x)) continue;  // leave the block unchanged rather than apply a wrong update
       for (int j = 0; j < width; ++j) {
         double dw = 0.0;
         for (std::size_t i = 0; i < q.size(); ++i) dw -= f[j * width + q[i]] * x[i];

@@ -36,4 +36,23 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t phase) {
       "r"(phase));
 }
 
+// Arrives on an mbarrier of another CTA of the cluster (address from map_to_rank), releasing at cluster scope.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t remote_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+
+// Waits for the phase with parity `phase`, acquiring what other CTAs of the cluster released.
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t phase) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_loop:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_loop;\n"
+      "}\n" ::"r"(address),
+      "r"(phase)
+      : "memory");
+}
+
 }  // namespace nmkit::ptx
