@@ -75,6 +75,11 @@ step "benchmark ${bench_args[*]}"
 $BUILD/bench/nmkit_bench "${bench_args[@]}" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
 python3 bench/plot_speedup.py "$OUT/bench.json" "$OUT/speedup.png" || echo "plot failed"
 
+if [ -n "${NMKIT_BENCH_AUTOTUNE:-}" ]; then
+  step "benchmark with autotuned tiles ${bench_args[*]}"
+  $BUILD/bench/nmkit_bench "${bench_args[@]}" --autotune --no-cusparselt 2>&1 | tee "$OUT/bench_autotune.txt"
+fi
+
 step "summary"
 printf '%s\n' "${summary[@]}"
 echo

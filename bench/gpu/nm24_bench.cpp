@@ -209,6 +209,7 @@ struct Options {
   std::string json_path;
   int warmup = 5, iters = 30;
   bool cusparselt = true;
+  bool autotune = false;
 };
 
 int run(const Options& o) {
@@ -290,7 +291,7 @@ int run(const Options& o) {
                                 o.iters, stream);
 
       gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
-      const gpu::Nm24SpmmPlan plan = gpu::Nm24SpmmPlan::create(desc);
+      const gpu::Nm24SpmmPlan plan = o.autotune ? gpu::Nm24SpmmPlan::autotune(desc) : gpu::Nm24SpmmPlan::create(desc);
       const double nmkit_ms = time_median_ms(
           [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters, stream);
       dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);
@@ -320,11 +321,11 @@ int run(const Options& o) {
       kernel << plan.config();
       char shape_text[64];
       std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
-      std::printf("%-7s %-20s %-5s %10.1f %10s %8s %10.1f %7.2fx %9s %9.1e  %s\n", s.suite.c_str(), shape_text,
+      std::printf("%-7s %-20s %-5s %10.1f %10s %8s %10.1f %7.2fx %9s %9.1e  %s n%d\n", s.suite.c_str(), shape_text,
                   dtype_name(dtype), tflops(dense_ms), lt_ms ? std::to_string(tflops(*lt_ms)).substr(0, 6).c_str() : "-",
                   lt_ms ? (std::to_string(dense_ms / *lt_ms).substr(0, 4) + "x").c_str() : "-", tflops(nmkit_ms),
                   dense_ms / nmkit_ms, lt_ms ? (std::to_string(*lt_ms / nmkit_ms).substr(0, 4) + "x").c_str() : "-", err,
-                  kernel_name(plan.config().kernel));
+                  kernel_name(plan.config().kernel), plan.config().block_n);
       std::fflush(stdout);
       json row = {{"suite", s.suite}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
                   {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms}, {"nmkit_rel_error", err},
@@ -366,6 +367,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "Warm-up launches")->capture_default_str();
   app.add_option("--iters", o.iters, "Timed launches (median)")->capture_default_str();
   app.add_flag("!--no-cusparselt", o.cusparselt, "Skip cuSPARSELt");
+  app.add_flag("--autotune", o.autotune, "Choose nmkit's tile by timing (Nm24SpmmPlan::autotune) instead of the heuristic");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);

@@ -170,6 +170,18 @@ TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
   unsetenv("NMKIT_SM90_MULTICAST");
 }
 
+TEST(Nm24Gpu, AutotunedPlansAreCorrectAndCached) {
+  SKIP_WITHOUT_GPU();
+  const SpmmDesc desc{640, 512, 300};
+  const Nm24SpmmPlan first = Nm24SpmmPlan::autotune(desc);
+  const Nm24SpmmPlan again = Nm24SpmmPlan::autotune(desc);  // from the cache
+  EXPECT_EQ(first.config().block_n, again.config().block_n);
+  Case t{640, 512, 300, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none,
+         first.config().kernel};
+  if (first.config().kernel == Nm24Kernel::sm90_wgmma_sp) t.block_n = first.config().block_n;
+  EXPECT_LE(run_case(t, 4242), tolerance(DType::f16)) << describe(t);
+}
+
 TEST(Nm24Gpu, LayoutsAndEpilogues) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 1000;

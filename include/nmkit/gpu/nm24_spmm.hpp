@@ -121,6 +121,10 @@ class Nm24SpmmPlan {
   // Validates the description and picks the kernel; throws Error (invalid_argument, unsupported).
   // block_n = 0 lets the heuristic choose the sm90 n-tile; otherwise one of 256, 192, 128, 64, 32, 16.
   static Nm24SpmmPlan create(const SpmmDesc& desc, Nm24Kernel kernel = Nm24Kernel::automatic, int block_n = 0);
+  // Like create(), but on an sm90 device times every n-tile width on the problem's shape (temporary device
+  // buffers, a few launches each, synchronising) and keeps the fastest. The choice is cached per description
+  // for the rest of the process, so later calls cost a map lookup.
+  static Nm24SpmmPlan autotune(const SpmmDesc& desc);
 
   // Device pointers: b (K x C), c (R x C, only when beta != 0), d (R x C), bias (R floats, when the desc
   // says so). Leading dimensions are dense (K or C for B, R or C for C/D). Throws Error on mismatched

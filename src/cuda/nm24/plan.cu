@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <sstream>
 #include <string>
 #include <iostream>
 #include <ostream>
@@ -168,6 +171,73 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
   return plan;
+}
+
+namespace {
+
+// Everything a description fixes that can change the best tile.
+std::string autotune_key(const SpmmDesc& d) {
+  std::ostringstream key;
+  key << d.rows << 'x' << d.cols << 'x' << d.n << ' ' << dtype_name(d.dtype) << ' ' << dtype_name(d.out_dtype) << ' '
+      << layout_name(d.d_layout) << ' ' << (d.beta != 0.0f) << d.bias << static_cast<int>(d.activation);
+  return key.str();
+}
+
+constexpr int kAutotuneWarmup = 1;
+constexpr int kAutotuneRuns = 3;
+
+}  // namespace
+
+Nm24SpmmPlan Nm24SpmmPlan::autotune(const SpmmDesc& desc) {
+  const Nm24SpmmPlan heuristic = create(desc);
+  if (heuristic.config().kernel != Nm24Kernel::sm90_wgmma_sp || desc.n == 0) return heuristic;
+  static std::mutex mutex;
+  static std::map<std::string, int> cache;
+  const std::string key = autotune_key(desc);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = cache.find(key); it != cache.end()) return create(desc, Nm24Kernel::sm90_wgmma_sp, it->second);
+  }
+  // Non-zero operands (constant patterns; valid 2:4 metadata) in temporary buffers.
+  DeviceNm24 a = DeviceNm24::allocate(desc.rows, desc.cols, desc.dtype);
+  constexpr int kHalfPattern = 0x3c, kMetadataPattern = 0x44;  // ~1.06 in f16; indices (0, 1) in every group
+  NMKIT_CUDA_CHECK(cudaMemset(a.values(), kHalfPattern, a.value_bytes()));
+  NMKIT_CUDA_CHECK(cudaMemset(a.metadata(), kMetadataPattern, a.metadata_bytes()));
+  const std::size_t out_bytes = static_cast<std::size_t>(desc.rows * desc.n) * dtype_size(desc.out_dtype);
+  void *b = nullptr, *c = nullptr, *d = nullptr, *bias = nullptr;
+  NMKIT_CUDA_CHECK(cudaMalloc(&b, static_cast<std::size_t>(desc.cols * desc.n) * 2));
+  NMKIT_CUDA_CHECK(cudaMalloc(&c, out_bytes));
+  NMKIT_CUDA_CHECK(cudaMalloc(&d, out_bytes));
+  NMKIT_CUDA_CHECK(cudaMalloc(&bias, static_cast<std::size_t>(desc.rows) * sizeof(float)));
+  NMKIT_CUDA_CHECK(cudaMemset(b, kHalfPattern, static_cast<std::size_t>(desc.cols * desc.n) * 2));
+  NMKIT_CUDA_CHECK(cudaMemset(c, 0, out_bytes));
+  NMKIT_CUDA_CHECK(cudaMemset(bias, 0, static_cast<std::size_t>(desc.rows) * sizeof(float)));
+  cudaEvent_t start, stop;
+  NMKIT_CUDA_CHECK(cudaEventCreate(&start));
+  NMKIT_CUDA_CHECK(cudaEventCreate(&stop));
+  int best = heuristic.config().block_n;
+  float best_ms = 1e30f;
+  for (int block_n : {256, 192, 128, 64, 32, 16}) {
+    const Nm24SpmmPlan candidate = create(desc, Nm24Kernel::sm90_wgmma_sp, block_n);
+    for (int i = 0; i < kAutotuneWarmup; ++i) candidate.run(nullptr, a, b, c, d, static_cast<const float*>(bias));
+    float times[kAutotuneRuns];
+    for (float& t : times) {
+      NMKIT_CUDA_CHECK(cudaEventRecord(start));
+      candidate.run(nullptr, a, b, c, d, static_cast<const float*>(bias));
+      NMKIT_CUDA_CHECK(cudaEventRecord(stop));
+      NMKIT_CUDA_CHECK(cudaEventSynchronize(stop));
+      NMKIT_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    }
+    std::sort(times, times + kAutotuneRuns);
+    if (times[kAutotuneRuns / 2] < best_ms) best_ms = times[kAutotuneRuns / 2], best = block_n;
+  }
+  cudaEventDestroy(start), cudaEventDestroy(stop);
+  cudaFree(b), cudaFree(c), cudaFree(d), cudaFree(bias);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    cache[key] = best;
+  }
+  return create(desc, Nm24Kernel::sm90_wgmma_sp, best);
 }
 
 void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias) const {
