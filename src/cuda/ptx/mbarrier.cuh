@@ -23,17 +23,17 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                "r"(bytes));
 }
 
-// Spins until the phase with parity `phase` has completed.
+// The try_wait spin loop around one form of the instruction (scoped labels, so it can be inlined many times).
+#define NMKIT_MBARRIER_WAIT_LOOP(TRY_WAIT) \
+  "{\n.reg .pred done;\nwait_loop:\n" TRY_WAIT " done, [%0], %1;\n@!done bra wait_loop;\n}\n"
+
+// Spins until the phase with parity `phase` has completed. The memory clobber keeps the compiler from moving
+// the reads of what the phase delivered above the wait.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t phase) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_loop:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_loop;\n"
-      "}\n" ::"r"(address),
-      "r"(phase));
+  asm volatile(NMKIT_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.shared::cta.b64")::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+               "r"(phase)
+               : "memory");
 }
 
 // Arrives on an mbarrier of another CTA of the cluster (address from map_to_rank), releasing at cluster scope.
@@ -43,16 +43,10 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t remote_bar) {
 
 // Waits for the phase with parity `phase`, acquiring what other CTAs of the cluster released.
 __device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t phase) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_loop:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_loop;\n"
-      "}\n" ::"r"(address),
-      "r"(phase)
-      : "memory");
+  asm volatile(NMKIT_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64")::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+               "r"(phase)
+               : "memory");
 }
 
 }  // namespace nmkit::ptx
