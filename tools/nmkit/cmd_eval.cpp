@@ -71,25 +71,30 @@ Action add_eval(CLI::App& app) {
       return 0;
     }
     const auto stats = collect_statistics(dense, split.calibration);
+    // One row: prune every encoder linear weight in memory, embed the held-out sentences, compare.
+    auto evaluate = [&](const std::string& format, const std::string& method_name, const std::string& candidates, int steps) {
+      ModelFile model = dense_weights;
+      ModelPruneOptions options{parse_format_spec(format), kLinearWeights, "", parse_prune_method(method_name), &stats, {}, steps};
+      options.obs.candidates = parse_obs_candidates(candidates);
+      const ModelPruneReport report = prune_model(model, options);
+      const BertEncoder pruned = BertEncoder::load(dir, model, format);
+      std::string label = method_name;
+      if (options.method == PruneMethod::obs && candidates != "diagonal") label += "-" + candidates.substr(0, 4);
+      if (steps > 1) label += " x" + std::to_string(steps);
+      print_row(format, label, report.energy.ratio(), compare_embeddings(reference, pruned.embed_all(split.evaluation)));
+      std::fflush(stdout);
+    };
     print_header();
     for (const auto& format : o->formats)
-      for (const auto& method_name : o->methods)
-        for (const auto& candidates : o->candidates)
-        for (int steps : {1, o->schedule_steps}) {
-          const PruneMethod method = parse_prune_method(method_name);
-          if (method != PruneMethod::obs && candidates != o->candidates.front()) break;  // candidates only shape obs
-          ModelFile model = dense_weights;
-          ModelPruneOptions options{parse_format_spec(format), kLinearWeights, "", method, &stats, {}, steps};
-          options.obs.candidates = parse_obs_candidates(candidates);
-          const ModelPruneReport report = prune_model(model, options);
-          const BertEncoder pruned = BertEncoder::load(dir, model, format);
-          std::string label = method_name;
-          if (method == PruneMethod::obs && candidates != "diagonal") label += "-" + candidates.substr(0, 4);
-          if (steps > 1) label += " x" + std::to_string(steps);
-          print_row(format, label, report.energy.ratio(), compare_embeddings(reference, pruned.embed_all(split.evaluation)));
-          std::fflush(stdout);
-          if (o->schedule_steps == 1) break;
+      for (const auto& method : o->methods) {
+        // Candidate sets only shape OBS; the other methods run once.
+        const std::vector<std::string> candidate_sets =
+            parse_prune_method(method) == PruneMethod::obs ? o->candidates : std::vector<std::string>{"diagonal"};
+        for (const auto& candidates : candidate_sets) {
+          evaluate(format, method, candidates, 1);
+          if (o->schedule_steps > 1) evaluate(format, method, candidates, o->schedule_steps);
         }
+      }
     return 0;
   };
 }
