@@ -12,7 +12,10 @@ expect_error() {  # expect_error "fragment" cmd...: non-zero exit and one line o
 }
 
 "$NMKIT" --help >/dev/null
-for sub in info prune inspect demo; do "$NMKIT" $sub --help | grep -qi usage || fail "$sub --help"; done
+for sub in info prune inspect demo eval; do "$NMKIT" $sub --help | grep -qi usage || fail "$sub --help"; done
+if [ -x "$(dirname "$NMKIT")/../../bench/nmkit_bench" ]; then  # CUDA builds: bench hands its arguments to the driver
+  "$NMKIT" bench --help | grep -q -- "--suite" || fail "bench --help does not show the driver's options"
+fi
 "$NMKIT" info | grep -q "^nmkit " || fail "info prints no version"
 
 for format in 2:4 vnm:64:2:8 vnm:128:2:8 tile:64x64:0.25; do

@@ -14,6 +14,7 @@ Action add_prune(CLI::App& app);
 Action add_inspect(CLI::App& app);
 Action add_demo(CLI::App& app);
 Action add_eval(CLI::App& app);
+Action add_bench(CLI::App& app);
 
 // The real model: $NMKIT_MODEL, else the path configured at build time.
 std::string default_model_path();
