@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "nmkit/error.hpp"
 
@@ -77,8 +78,18 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, const std::st
     fail(origin, "header length " + std::to_string(header_len) + " runs past the end of the file (" +
                      std::to_string(file.size()) + " bytes): truncated or not a safetensors file");
   const char* header_begin = reinterpret_cast<const char*>(file.data() + kHeaderLengthBytes);
-  const json header = json::parse(header_begin, header_begin + header_len, nullptr, /*allow_exceptions=*/false);
+  // JSON keeps the last of repeated keys silently; a header naming a tensor twice is lying, so count them.
+  std::set<std::string> top_level_keys;
+  std::string repeated_key;
+  const json::parser_callback_t note_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1 && !top_level_keys.insert(parsed.get<std::string>()).second &&
+        repeated_key.empty())
+      repeated_key = parsed.get<std::string>();
+    return true;
+  };
+  const json header = json::parse(header_begin, header_begin + header_len, note_keys, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) fail(origin, "header is not a JSON object");
+  if (!repeated_key.empty()) fail(origin, "header names '" + repeated_key + "' more than once");
 
   const std::span<const std::byte> data = file.subspan(kHeaderLengthBytes + header_len);
   SafetensorsFile out;

@@ -103,6 +103,8 @@ TEST(Safetensors, MalformedFilesAreRejectedWithAReason) {
   expect_rejected(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
                   "overlap");
   expect_rejected(raw_file(R"({"__metadata__":{"k":1}})", 0), "not a string");
+  expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8),
+                  "names 't' more than once");
 }
 
 TEST(Safetensors, MutatedFilesNeverCrash) {
