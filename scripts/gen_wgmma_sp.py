@@ -28,7 +28,8 @@ struct WgmmaSpRS;
 '''
 
 
-def specialization(n, element, ptx_type):
+def specialization_macro(n):
+    """One macro per width N; it is expanded once per element type."""
     regs = n // 2
     d_list = ", ".join(f"%{i}" for i in range(regs))
     a0 = regs
@@ -36,36 +37,46 @@ def specialization(n, element, ptx_type):
     e = regs + 5
     scale = regs + 6
     d_ops = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    return f'''
-template <>
-struct WgmmaSpRS<{n}, {element}> {{
-  static constexpr int kAccumulators = {regs};
-  // scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates.
-  __device__ __forceinline__ static void mma(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b, uint32_t e,
-                                             int scale_d) {{
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile(
-        "{{\\n"
-        ".reg .pred p;\\n"
-        "setp.ne.b32 p, %{scale}, 0;\\n"
-        "wgmma.mma_async.sp.sync.aligned.m64n{n}k32.f32.{ptx_type}.{ptx_type} "
-        "{{{d_list}}}, "
-        "{{%{a0}, %{a0 + 1}, %{a0 + 2}, %{a0 + 3}}}, %{b}, %{e}, 0, p, 1, 1, 0;\\n"
-        "}}\\n"
-        : {d_ops}
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d));
-#endif
-  }}
-}};
-'''
+    lines = [
+        f"#define NMKIT_WGMMA_SP_RS_N{n}(ELEMENT, PTX_TYPE)",
+        "template <>",
+        f"struct WgmmaSpRS<{n}, ELEMENT> {{",
+        f"  static constexpr int kAccumulators = {regs};",
+        "  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. */",
+        f"  __device__ __forceinline__ static void mma(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b, uint32_t e,",
+        "                                             int scale_d) {",
+        "    NMKIT_WGMMA_SP_ASM(",
+        '        "{\\n"',
+        '        ".reg .pred p;\\n"',
+        f'        "setp.ne.b32 p, %{scale}, 0;\\n"',
+        f'        "wgmma.mma_async.sp.sync.aligned.m64n{n}k32.f32." PTX_TYPE "." PTX_TYPE " "',
+        f'        "{{{d_list}}}, "',
+        f'        "{{%{a0}, %{a0 + 1}, %{a0 + 2}, %{a0 + 3}}}, %{b}, %{e}, 0, p, 1, 1, 0;\\n"',
+        '        "}\\n"',
+        f"        : {d_ops}",
+        '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d));',
+        "  }",
+        "};",
+    ]
+    return " \\\n".join(lines) + "\n"
 
 
 def main():
     out = [HEADER]
-    for element, ptx_type in TYPES.items():
-        for n in WIDTHS:
-            out.append(specialization(n, element, ptx_type))
-    out.append("\n}  // namespace nmkit::ptx\n")
+    out.append("""
+// The instruction exists only in sm_90a code; other passes compile an empty body.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define NMKIT_WGMMA_SP_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define NMKIT_WGMMA_SP_ASM(...)
+#endif
+""")
+    for n in WIDTHS:
+        out.append("\n" + specialization_macro(n))
+        for element, ptx_type in TYPES.items():
+            out.append(f'NMKIT_WGMMA_SP_RS_N{n}({element}, "{ptx_type}")\n')
+        out.append(f"#undef NMKIT_WGMMA_SP_RS_N{n}\n")
+    out.append("\n#undef NMKIT_WGMMA_SP_ASM\n\n}  // namespace nmkit::ptx\n")
     print("".join(out), end="")
 
 

@@ -36,7 +36,7 @@ constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows
 constexpr int kRegisterFile = 64 * 1024;
 // CTAs are launched in groups of kGroupRows row tiles that sweep all column tiles: one wave then reuses
 // ~16 row tiles of A and ~8 column tiles of B from L2 instead of streaming A from HBM per column tile.
-constexpr int64_t kGroupRows = 16;
+[[maybe_unused]] constexpr int64_t kGroupRows = 16;
 
 static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
 static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole number of sparse k32 steps");
@@ -67,7 +67,7 @@ struct Sm90Shape {
 // that D (and C) are written and read along their contiguous direction, 4 elements per access.
 // Col-major D: [kBlockN columns][kBlockM + kPad rows]; row-major D: [kBlockM rows][kBlockN + kPad cols].
 // The padding of 4 floats keeps float4 alignment and spreads a warp's fragment stores over the banks.
-constexpr int kStagePad = 4;
+[[maybe_unused]] constexpr int kStagePad = 4;
 constexpr int kVector = 4;
 
 template <int kBlockN>
@@ -79,7 +79,7 @@ struct EpilogueTile {
 };
 
 // Named barrier among the consumer warpgroups only (the producer has left).
-__device__ __forceinline__ void consumer_sync() {
+[[maybe_unused]] __device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * kWarpgroupThreads));
 }
 
