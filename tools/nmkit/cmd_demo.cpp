@@ -120,7 +120,9 @@ Action add_demo(CLI::App& app) {
                "ratio");
     for (const FormatSpec& spec : formats) {
       ModelFile model = dense_model;
-      const ModelPruneReport r = prune_model(model, {spec, kLinearWeights, ""});
+      ModelPruneOptions options;
+      options.spec = spec, options.include = kLinearWeights, options.exclude = "";
+      const ModelPruneReport r = prune_model(model, options);
       std::size_t before = 0, after = 0;
       for (const auto& t : r.tensors)
         if (t.pruned) before += t.bytes_before, after += t.bytes_after;

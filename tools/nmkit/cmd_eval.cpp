@@ -74,7 +74,9 @@ Action add_eval(CLI::App& app) {
     // One row: prune every encoder linear weight in memory, embed the held-out sentences, compare.
     auto evaluate = [&](const std::string& format, const std::string& method_name, const std::string& candidates, int steps) {
       ModelFile model = dense_weights;
-      ModelPruneOptions options{parse_format_spec(format), kLinearWeights, "", parse_prune_method(method_name), &stats, {}, steps};
+      ModelPruneOptions options;
+      options.spec = parse_format_spec(format), options.include = kLinearWeights, options.exclude = "";
+      options.method = parse_prune_method(method_name), options.statistics = &stats, options.schedule_steps = steps;
       options.obs.candidates = parse_obs_candidates(candidates);
       const ModelPruneReport report = prune_model(model, options);
       const BertEncoder pruned = BertEncoder::load(dir, model, format);
