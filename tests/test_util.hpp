@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "nmkit/cpu/spmm.hpp"
 #include "nmkit/matrix.hpp"
 
 namespace nmkit::test {
@@ -35,12 +36,7 @@ inline void expect_same_matrix(const DenseMatrix& got, const DenseMatrix& want) 
 }
 
 inline double relative_frobenius(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double d = double{got[i]} - want[i];
-    num += d * d, den += double{want[i]} * want[i];
-  }
-  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+  return relative_frobenius_error(got, want);
 }
 
 // Throws nmkit::Error whose code is `code` and whose message contains `fragment`.

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/cuda/common/check.cuh"
 #include "bench_kernels.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
@@ -33,10 +34,6 @@ namespace {
 using namespace nmkit;
 using json = nlohmann::json;
 
-#define CHECK_CUDA(x) nmkit_bench_check_cuda((x), #x)
-void nmkit_bench_check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(ErrorCode::cuda_error, std::string(what) + ": " + cudaGetErrorString(e));
-}
 #define CHECK_CUBLAS(x) nmkit_bench_check_status(static_cast<int>(x), #x)
 void nmkit_bench_check_status(int status, const char* what) {
   if (status != 0) throw Error(ErrorCode::cuda_error, std::string(what) + " returned status " + std::to_string(status));
@@ -65,7 +62,7 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
 struct DeviceArray {
   void* ptr = nullptr;
   DeviceArray() = default;
-  explicit DeviceArray(std::size_t bytes) { CHECK_CUDA(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16))); }
+  explicit DeviceArray(std::size_t bytes) { NMKIT_CUDA_CHECK(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16))); }
   DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr) { o.ptr = nullptr; }
   DeviceArray& operator=(DeviceArray&& o) noexcept { std::swap(ptr, o.ptr); return *this; }
   ~DeviceArray() { cudaFree(ptr); }
@@ -75,15 +72,15 @@ struct DeviceArray {
 double time_median_ms(const std::function<void(int)>& launch, int sets, int warmup, int iters, cudaStream_t s) {
   for (int i = 0; i < warmup; ++i) launch(i % sets);
   std::vector<cudaEvent_t> events(2 * iters);
-  for (auto& e : events) CHECK_CUDA(cudaEventCreate(&e));
+  for (auto& e : events) NMKIT_CUDA_CHECK(cudaEventCreate(&e));
   for (int i = 0; i < iters; ++i) {
-    CHECK_CUDA(cudaEventRecord(events[2 * i], s));
+    NMKIT_CUDA_CHECK(cudaEventRecord(events[2 * i], s));
     launch(i % sets);
-    CHECK_CUDA(cudaEventRecord(events[2 * i + 1], s));
+    NMKIT_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], s));
   }
-  CHECK_CUDA(cudaStreamSynchronize(s));
+  NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<float> ms(iters);
-  for (int i = 0; i < iters; ++i) CHECK_CUDA(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]));
+  for (int i = 0; i < iters; ++i) NMKIT_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]));
   for (auto& e : events) cudaEventDestroy(e);
   std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
   return ms[iters / 2];
@@ -158,7 +155,7 @@ class SparseLt {
       compressed_.emplace_back(compressed);
       CHECK_CUSPARSELT(cusparseLtSpMMACompress(h_, &plan_, w, compressed_.back().ptr, scratch.ptr, stream));
     }
-    CHECK_CUDA(cudaStreamSynchronize(stream));
+    NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
     stream_ = stream;
   }
   void search(const void* b, void* d) {
@@ -194,11 +191,11 @@ class SparseLt {
 
 double relative_error(const void* got, const void* want, int64_t count, DType dtype, cudaStream_t s) {
   DeviceArray sums(2 * sizeof(double));
-  CHECK_CUDA(cudaMemsetAsync(sums.ptr, 0, 2 * sizeof(double), s));
+  NMKIT_CUDA_CHECK(cudaMemsetAsync(sums.ptr, 0, 2 * sizeof(double), s));
   bench::compare(got, want, count, dtype, static_cast<double*>(sums.ptr), s);
   double host[2];
-  CHECK_CUDA(cudaMemcpyAsync(host, sums.ptr, sizeof host, cudaMemcpyDeviceToHost, s));
-  CHECK_CUDA(cudaStreamSynchronize(s));
+  NMKIT_CUDA_CHECK(cudaMemcpyAsync(host, sums.ptr, sizeof host, cudaMemcpyDeviceToHost, s));
+  NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
   return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
 }
 
@@ -225,11 +222,11 @@ int run(const Options& o) {
   else dtypes = {parse_dtype(o.dtype)};
 
   cudaDeviceProp prop{};
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  NMKIT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver), cudaRuntimeGetVersion(&runtime);
   cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreate(&stream));
+  NMKIT_CUDA_CHECK(cudaStreamCreate(&stream));
   cublasLtHandle_t lt;
   CHECK_CUBLAS(cublasLtCreate(&lt));
   constexpr std::size_t kWorkspace = 64u << 20;
@@ -266,15 +263,15 @@ int run(const Options& o) {
         bench::fill_packed(weights[i].values(), weights[i].metadata(), s.r, s.k, weights[i].rows_padded(),
                            weights[i].cols_padded(), dtype, 1234 + i, stream);
         dense_w.emplace_back(w_bytes);
-        CHECK_CUDA(cudaMemsetAsync(dense_w[i].ptr, 0, w_bytes, stream));
+        NMKIT_CUDA_CHECK(cudaMemsetAsync(dense_w[i].ptr, 0, w_bytes, stream));
         bench::expand_packed(weights[i].values(), weights[i].metadata(), dense_w[i].ptr, s.r, s.k, weights[i].rows_padded(),
                              weights[i].cols_padded(), dtype, stream);
         b.emplace_back(b_bytes);
         bench::fill_dense(b[i].ptr, s.k * s.c, dtype, 99 + i, stream);
         d_nmkit.emplace_back(d_bytes), d_dense.emplace_back(d_bytes), d_lt.emplace_back(d_bytes);
       }
-      CHECK_CUDA(cudaGetLastError());
-      CHECK_CUDA(cudaStreamSynchronize(stream));
+      NMKIT_CUDA_CHECK(cudaGetLastError());
+      NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
 
       // Dense: the fastest of cuBLASLt's heuristic algorithms.
       DenseGemm dense(lt, s, dtype, workspace.ptr, kWorkspace);
@@ -343,11 +340,11 @@ int run(const Options& o) {
     bench::fill_dense(b.ptr, 64 * 16, DType::f16, 8, stream);
     constexpr int kCalls = 2000;
     for (int i = 0; i < 100; ++i) plan.run(stream, w, b.ptr, nullptr, d.ptr);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
+    NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kCalls; ++i) plan.run(stream, w, b.ptr, nullptr, d.ptr);
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls;
-    CHECK_CUDA(cudaStreamSynchronize(stream));
+    NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::printf("host overhead of Nm24SpmmPlan::run(): %.2f us per call (%s)\n", us, kernel_name(plan.config().kernel));
     out["run_host_overhead_us"] = us;
   }

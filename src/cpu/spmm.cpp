@@ -1,6 +1,7 @@
 #include "nmkit/cpu/spmm.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,16 @@ void run_entries(const RowEntries& a, ConstMatrixRef b, ConstMatrixRef c, Matrix
 }
 
 }  // namespace
+
+double relative_frobenius_error(std::span<const float> got, std::span<const float> want) {
+  require(got.size() == want.size(), ErrorCode::invalid_argument, "relative_frobenius_error: sizes differ");
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double d = double{got[i]} - want[i];
+    num += d * d, den += double{want[i]} * want[i];
+  }
+  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+}
 
 void spmm(const SparseMatrix& a, ConstMatrixRef b, ConstMatrixRef c, MatrixRef d, const Epilogue& epilogue) {
   validate(a);

@@ -82,6 +82,12 @@ std::string to_string(const FormatSpec& spec) {
                     spec);
 }
 
+int group_width(const FormatSpec& spec) noexcept {
+  return std::visit(overloaded{[](const NmSpec& s) { return s.m; }, [](const VnmSpec& s) { return s.m; },
+                               [](const TileSpec& s) { return s.tile_cols; }},
+                    spec);
+}
+
 std::string format_name(const SparseMatrix& a) {
   return std::visit(overloaded{
                         [](const NmMatrix& x) { return std::to_string(x.n) + ":" + std::to_string(x.m); },

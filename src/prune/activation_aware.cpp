@@ -178,11 +178,6 @@ void decide_group(const std::vector<double>& w, int64_t rows, int64_t cols, cons
   }
 }
 
-int group_width(const FormatSpec& spec) {
-  return std::visit(overloaded{[](const NmSpec& s) { return s.m; }, [](const VnmSpec& s) { return s.m; },
-                               [](const TileSpec& s) { return s.tile_cols; }},
-                    spec);
-}
 
 }  // namespace
 

@@ -13,11 +13,6 @@
 namespace nmkit {
 namespace {
 
-int group_of(const FormatSpec& spec) {
-  return std::visit(overloaded{[](const NmSpec& s) { return s.m; }, [](const VnmSpec& s) { return s.m; },
-                               [](const TileSpec& s) { return s.tile_cols; }},
-                    spec);
-}
 
 }  // namespace
 
@@ -60,7 +55,7 @@ PruneResult prune_obs_fisher(const DenseMatrix& weight, const GradientSamples& g
   require(grads.rows == rows && grads.cols == cols && grads.samples >= 1 &&
               grads.values.size() == static_cast<std::size_t>(grads.samples * rows * cols),
           ErrorCode::invalid_argument, "Fisher OBS: the gradients do not match the weight's shape");
-  const int group = group_of(spec), block = options.block;
+  const int group = group_width(spec), block = options.block;
   require(block >= group && block % group == 0 && block <= 256, ErrorCode::invalid_argument,
           "Fisher OBS: the block (" + std::to_string(block) + ") must be a multiple of the group width " +
               std::to_string(group) + ", at most 256");

@@ -22,18 +22,9 @@
 namespace nmkit::cli {
 namespace {
 
-constexpr const char* kLinearWeights = R"(^encoder\..*\.weight$)";  // the encoder's linear layers
 constexpr const char* kDemoLayer = "encoder.layer.0.intermediate.dense.weight";
 constexpr double kFp16Tolerance = 2e-3;  // relative Frobenius error, fp16 values with fp32 accumulation
 
-double relative_frobenius(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double d = double{got[i]} - want[i];
-    num += d * d, den += double{want[i]} * want[i];
-  }
-  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 
 // y = x * W^T for a linear layer, x (T x K) row-major: B = x^T is K x T column-major, D = y^T.
 bool run_layer(const DenseMatrix& weight, const FormatSpec& spec, int64_t tokens) {
@@ -53,7 +44,7 @@ bool run_layer(const DenseMatrix& weight, const FormatSpec& spec, int64_t tokens
   const auto t1 = std::chrono::steady_clock::now();
   gemm(decompress(pruned.compressed), b, {}, d_dense);
   const auto t2 = std::chrono::steady_clock::now();
-  const double error = relative_frobenius(y_sparse, y_dense);
+  const double error = relative_frobenius_error(y_sparse, y_dense);
   const bool ok = error <= kFp16Tolerance;
   const auto ms = [](auto a, auto z) { return std::chrono::duration<double, std::milli>(z - a).count(); };
   fmt::print("  {:<12} {}x{}x{} fp16  energy {:.4f}  cpu spmm {:7.2f} ms  dense gemm {:7.2f} ms  rel. error {:.2e}  {}\n",
@@ -86,7 +77,7 @@ bool run_layer_gpu(const DenseMatrix& weight, int64_t tokens) {
   std::vector<float> want(static_cast<std::size_t>(weight.rows * tokens));
   spmm(SparseMatrix{a}, {xf.data(), weight.cols, tokens, Layout::col_major}, {},
        {want.data(), weight.rows, tokens, Layout::col_major});
-  const double error = relative_frobenius(y.to_float(), want);
+  const double error = relative_frobenius_error(y.to_float(), want);
   const bool ok = error <= kFp16Tolerance;
   std::ostringstream config;
   config << plan.config();
@@ -115,13 +106,13 @@ Action add_demo(CLI::App& app) {
     const ModelFile dense_model = load_model(o->model);
     const FormatSpec formats[] = {NmSpec{2, 4}, VnmSpec{64, 2, 8}, VnmSpec{128, 2, 8}};
 
-    fmt::print("\nmagnitude pruning of the encoder's linear weights ({}):\n", kLinearWeights);
+    fmt::print("\nmagnitude pruning of the encoder's linear weights ({}):\n", kEncoderLinearWeights);
     fmt::print("  {:<14} {:>8} {:>10} {:>12} {:>12} {:>8}\n", "format", "tensors", "energy", "dense", "compressed",
                "ratio");
     for (const FormatSpec& spec : formats) {
       ModelFile model = dense_model;
       ModelPruneOptions options;
-      options.spec = spec, options.include = kLinearWeights, options.exclude = "";
+      options.spec = spec, options.include = kEncoderLinearWeights, options.exclude = "";
       const ModelPruneReport r = prune_model(model, options);
       std::size_t before = 0, after = 0;
       for (const auto& t : r.tensors)

@@ -14,7 +14,6 @@
 namespace nmkit::cli {
 namespace {
 
-constexpr const char* kLinearWeights = R"(^encoder\..*\.weight$)";
 
 void print_header() {
   fmt::print("{:<14} {:<10} {:>8} {:>12} {:>11} {:>10} {:>10}\n", "format", "method", "energy", "1-mean cos", "mean cos",
@@ -75,7 +74,7 @@ Action add_eval(CLI::App& app) {
     auto evaluate = [&](const std::string& format, const std::string& method_name, const std::string& candidates, int steps) {
       ModelFile model = dense_weights;
       ModelPruneOptions options;
-      options.spec = parse_format_spec(format), options.include = kLinearWeights, options.exclude = "";
+      options.spec = parse_format_spec(format), options.include = kEncoderLinearWeights, options.exclude = "";
       options.method = parse_prune_method(method_name), options.statistics = &stats, options.schedule_steps = steps;
       options.obs.candidates = parse_obs_candidates(candidates);
       const ModelPruneReport report = prune_model(model, options);

@@ -9,6 +9,9 @@ namespace nmkit::cli {
 
 using Action = std::function<int()>;
 
+// The linear layers of a BERT encoder file (what demo and eval prune).
+inline constexpr const char* kEncoderLinearWeights = R"(^encoder\..*\.weight$)";
+
 Action add_info(CLI::App& app);
 Action add_prune(CLI::App& app);
 Action add_inspect(CLI::App& app);

@@ -3,6 +3,7 @@
 // fp32 accumulation, OpenMP. A is sparse (R x K) in any format; B (K x C), C and D (R x C) are fp32
 // in either layout. Simple and obviously right; fast enough for 4096^3 in seconds.
 #include <cstdint>
+#include <span>
 
 #include "nmkit/format/spec.hpp"
 #include "nmkit/matrix.hpp"
@@ -35,6 +36,9 @@ struct Epilogue {
   const float* bias = nullptr;
   Activation activation = Activation::none;
 };
+
+// ||got - want||_F / ||want||_F (||got - want||_F when want is zero): how GPU and CPU results are compared.
+double relative_frobenius_error(std::span<const float> got, std::span<const float> want);
 
 // Sparse A in any format.
 void spmm(const SparseMatrix& a, ConstMatrixRef b, ConstMatrixRef c, MatrixRef d, const Epilogue& epilogue = {});

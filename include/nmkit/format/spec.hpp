@@ -33,6 +33,9 @@ std::string to_string(const FormatSpec& spec);
 
 using SparseMatrix = std::variant<NmMatrix, VnmMatrix, TileMatrix>;
 
+// The columns a format decides together: M for N:M and V:N:M, the tile width for tiles.
+int group_width(const FormatSpec& spec) noexcept;
+
 std::string format_name(const SparseMatrix& a);  // "2:4", "vnm:128:2:8", "tile:64x64"
 DenseMatrix decompress(const SparseMatrix& a);
 void validate(const SparseMatrix& a);
