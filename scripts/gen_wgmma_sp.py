@@ -36,13 +36,16 @@ def specialization_macro(n):
     b = regs + 4
     e = regs + 5
     scale = regs + 6
+    trans = regs + 7
     d_ops = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     lines = [
         f"#define NMKIT_WGMMA_SP_RS_N{n}(ELEMENT, PTX_TYPE)",
         "template <>",
         f"struct WgmmaSpRS<{n}, ELEMENT> {{",
         f"  static constexpr int kAccumulators = {regs};",
-        "  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. */",
+        "  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates.",
+        "     kTransB = 1 reads B MN-major (N contiguous: B row-major) instead of K-major. */",
+        "  template <int kTransB = 0>",
         f"  __device__ __forceinline__ static void mma(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t desc_b, uint32_t e,",
         "                                             int scale_d) {",
         "    NMKIT_WGMMA_SP_ASM(",
@@ -51,10 +54,10 @@ def specialization_macro(n):
         f'        "setp.ne.b32 p, %{scale}, 0;\\n"',
         f'        "wgmma.mma_async.sp.sync.aligned.m64n{n}k32.f32." PTX_TYPE "." PTX_TYPE " "',
         f'        "{{{d_list}}}, "',
-        f'        "{{%{a0}, %{a0 + 1}, %{a0 + 2}, %{a0 + 3}}}, %{b}, %{e}, 0, p, 1, 1, 0;\\n"',
+        f'        "{{%{a0}, %{a0 + 1}, %{a0 + 2}, %{a0 + 3}}}, %{b}, %{e}, 0, p, 1, 1, %{trans};\\n"',
         '        "}\\n"',
         f"        : {d_ops}",
-        '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d));',
+        '        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d), "n"(kTransB));',
         "  }",
         "};",
     ]

@@ -4,7 +4,9 @@
 #   bash scripts/gpu_check.sh [--quick] [bench args...]
 # --quick skips the sanitizers and runs the llm suite only. Results go to $OUT (or ./gpu_out), few files
 # so that the device tool brings them all back: gpu_tests.log, sanitizer.log, bench.json, bench.txt,
-# speedup.png. Build logs stay in build/gpu and are printed on failure.
+# speedup.png (and vnm.json, vnm.txt, vnm_*.png). Build logs stay in build/gpu and are printed on failure.
+# Environment: NMKIT_GPU_TESTS=<gtest filter> narrows the GPU tests; NMKIT_BENCH_VNM="<args>" also runs the
+# V:N:M suite (e.g. "--suite vnm --dtype both"); NMKIT_BENCH_SKIP=1 skips the 2:4 benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -32,13 +34,15 @@ fi
 summary+=("build: ok")
 
 step "SASS: the wgmma.sp kernel issues HGMMA"
-cuobjdump --dump-sass $BUILD/CMakeFiles/nmkit.dir/src/cuda/nm24/sm90_nm24_spmm.cu.o 2>/dev/null >/tmp/nmkit_sm90.sass
-hgmma=$(grep -c "HGMMA" /tmp/nmkit_sm90.sass || true)
-echo "HGMMA instructions: $hgmma"
-summary+=("sm90 SASS HGMMA count: $hgmma")
+for unit in nm24/sm90_nm24_spmm vnm/sm90_vnm_spmm; do
+  cuobjdump --dump-sass $BUILD/CMakeFiles/nmkit.dir/src/cuda/$unit.cu.o 2>/dev/null >/tmp/nmkit_sm90.sass
+  hgmma=$(grep -c "HGMMA" /tmp/nmkit_sm90.sass || true)
+  echo "$unit: HGMMA instructions: $hgmma"
+  summary+=("$unit SASS HGMMA count: $hgmma")
+done
 
 step "GPU tests"
-$BUILD/tests/nmkit_gpu_tests >"$OUT/gpu_tests.log" 2>&1
+$BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_GPU_TESTS:-*}" >"$OUT/gpu_tests.log" 2>&1
 tests_rc=$?
 grep -E "^\[  (PASSED|FAILED) |^\[==========\]|Failure|error|rel" "$OUT/gpu_tests.log" | head -40
 summary+=("gpu tests: $([ $tests_rc -eq 0 ] && echo passed || echo FAILED) ($(grep -c '^\[       OK' "$OUT/gpu_tests.log") ok)")
@@ -62,7 +66,7 @@ if [ $quick -eq 0 ]; then
   for tool in memcheck racecheck initcheck synccheck; do
     step "compute-sanitizer $tool"
     compute-sanitizer --tool $tool --error-exitcode 9 \
-      $BUILD/tests/nmkit_gpu_tests --gtest_filter='Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.BMulticast*' >/tmp/nmkit_san.log 2>&1
+      $BUILD/tests/nmkit_gpu_tests --gtest_filter='Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.BMulticast*:VnmGpu.EveryHopperTileWidth:VnmGpu.Fallbacks*' >/tmp/nmkit_san.log 2>&1
     rc=$?
     { echo "=== $tool (rc $rc)"; grep -v "^\[" /tmp/nmkit_san.log | head -80; } >>"$OUT/sanitizer.log"
     tail -3 /tmp/nmkit_san.log
@@ -71,9 +75,18 @@ if [ $quick -eq 0 ]; then
   done
 fi
 
-step "benchmark ${bench_args[*]}"
-$BUILD/bench/nmkit_bench "${bench_args[@]}" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
-python3 bench/plot_speedup.py "$OUT/bench.json" "$OUT/speedup.png" || echo "plot failed"
+if [ -z "${NMKIT_BENCH_SKIP:-}" ]; then
+  step "benchmark ${bench_args[*]}"
+  $BUILD/bench/nmkit_bench "${bench_args[@]}" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+  python3 bench/plot_speedup.py "$OUT/bench.json" "$OUT/speedup.png" || echo "plot failed"
+fi
+
+if [ -n "${NMKIT_BENCH_VNM:-}" ]; then
+  step "benchmark $NMKIT_BENCH_VNM"
+  # shellcheck disable=SC2086  # the variable holds several arguments
+  $BUILD/bench/nmkit_bench $NMKIT_BENCH_VNM --json "$OUT/vnm.json" 2>&1 | tee "$OUT/vnm.txt"
+  python3 bench/plot_vnm.py "$OUT/vnm.json" "$OUT" || echo "plot failed"
+fi
 
 if [ -n "${NMKIT_BENCH_AUTOTUNE:-}" ]; then
   step "benchmark with autotuned tiles ${bench_args[*]}"
@@ -83,4 +96,6 @@ fi
 step "summary"
 printf '%s\n' "${summary[@]}"
 echo
-cat "$OUT/bench.txt" | grep -v "^cuSPARSELt skipped"
+[ -f "$OUT/bench.txt" ] && grep -v "^cuSPARSELt skipped" "$OUT/bench.txt"
+[ -f "$OUT/vnm.txt" ] && cat "$OUT/vnm.txt"
+exit 0

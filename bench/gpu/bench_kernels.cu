@@ -109,6 +109,40 @@ __global__ void compare_kernel(const T* got, const T* want, int64_t count, doubl
   atomicAdd(&sums[1], den);
 }
 
+// dense[r, gather[block(r), k']] = condensed[r, k']: the V:N:M weight from its condensed 2:4 matrix.
+template <class T>
+__global__ void scatter_columns_kernel(const T* condensed, const int32_t* gather, T* dense, int64_t rows, int64_t cols,
+                                       int64_t condensed_cols, int64_t gather_stride, int gather_block_rows) {
+  const int64_t count = rows * condensed_cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / condensed_cols, kc = i % condensed_cols;
+    const int32_t k = gather[(r / gather_block_rows) * gather_stride + kc];
+    if (k >= 0) dense[r * cols + k] = condensed[i];
+  }
+}
+
+// Column k' of the row-major R x K' output is column gather[k'] of the first row block's table (the ablation's
+// B rows, contiguous).
+template <class T>
+__global__ void gather_rows_kernel(const T* b, const int32_t* gather, T* out, int64_t k_rows, int64_t n,
+                                   int64_t condensed_rows) {
+  const int64_t count = condensed_rows * n;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t j = i / condensed_rows, kc = i % condensed_rows;  // B col-major: column j, row kc
+    const int32_t k = gather[kc];
+    out[i] = k >= 0 ? b[j * k_rows + k] : static_cast<T>(0.0f);
+  }
+}
+
+// out (row-major rows x cols) = in (col-major rows x cols), 16-bit elements.
+__global__ void transpose_kernel(const uint16_t* in, uint16_t* out, int64_t rows, int64_t cols) {
+  const int64_t count = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    out[i] = in[c * rows + r];
+  }
+}
+
 constexpr int kThreads = 256;
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 8)); }
 
@@ -150,6 +184,31 @@ void compare(const void* got, const void* want, int64_t count, DType dtype, doub
   else
     compare_kernel<<<blocks_for(count), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(got),
                                                           static_cast<const __nv_bfloat16*>(want), count, sums_device);
+}
+
+}  // namespace nmkit::bench
+
+namespace nmkit::bench {
+
+void scatter_columns(const void* condensed, const int32_t* gather, void* dense, int64_t rows, int64_t cols,
+                     int64_t condensed_cols, int64_t gather_stride, int gather_block_rows, cudaStream_t s) {
+  const int64_t n = rows * condensed_cols;
+  // Same 16-bit payload for f16 and bf16: copy the bits.
+  scatter_columns_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(condensed), gather,
+                                                            static_cast<uint16_t*>(dense), rows, cols, condensed_cols,
+                                                            gather_stride, gather_block_rows);
+}
+
+void transpose(const void* col_major, void* row_major, int64_t rows, int64_t cols, cudaStream_t s) {
+  transpose_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(static_cast<const uint16_t*>(col_major),
+                                                                 static_cast<uint16_t*>(row_major), rows, cols);
+}
+
+void gather_b_rows(const void* b, const int32_t* gather, void* out, int64_t k_rows, int64_t n, int64_t condensed_rows,
+                   cudaStream_t s) {
+  const int64_t count = condensed_rows * n;
+  gather_rows_kernel<<<blocks_for(count), kThreads, 0, s>>>(static_cast<const uint16_t*>(b), gather,
+                                                            static_cast<uint16_t*>(out), k_rows, n, condensed_rows);
 }
 
 }  // namespace nmkit::bench

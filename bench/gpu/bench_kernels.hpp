@@ -16,6 +16,16 @@ void fill_packed(void* values, void* meta, int64_t rows, int64_t cols, int64_t r
 // The packed weight as a dense row-major R x K matrix; `dense` must be zeroed first.
 void expand_packed(const void* values, const void* meta, void* dense, int64_t rows, int64_t cols, int64_t rows_padded,
                    int64_t cols_padded, DType dtype, cudaStream_t s);
+// The V:N:M weight (dense row-major R x K, zeroed first) from its condensed R x K' matrix (dense row-major) and
+// gather table (row block = gather_block_rows rows).
+void scatter_columns(const void* condensed, const int32_t* gather, void* dense, int64_t rows, int64_t cols,
+                     int64_t condensed_cols, int64_t gather_stride, int gather_block_rows, cudaStream_t s);
+// The K' rows of a col-major K x C matrix B named by `gather` (one row block's table), as a col-major K' x C
+// matrix: the contiguous operand of the fixed-index ablation.
+void gather_b_rows(const void* b, const int32_t* gather, void* out, int64_t k_rows, int64_t n, int64_t condensed_rows,
+                   cudaStream_t s);
+// A col-major rows x cols matrix of 16-bit elements written row-major.
+void transpose(const void* col_major, void* row_major, int64_t rows, int64_t cols, cudaStream_t s);
 // Accumulates sum((got - want)^2) and sum(want^2) into sums_device[0..1].
 void compare(const void* got, const void* want, int64_t count, DType dtype, double* sums_device, cudaStream_t s);
 

@@ -1,9 +1,10 @@
-// nmkit_bench: 2:4 SpMM side by side with dense cuBLASLt (best of its heuristic algorithms) and cuSPARSELt
+// nmkit_bench: 2:4 SpMM (and, with --suite vnm, V:N:M SpMM: vnm_suite.cpp) side by side with dense cuBLASLt (best of its heuristic algorithms) and cuSPARSELt
 // (algorithm search, plan made once), in one process on one GPU. Kernel times are medians of CUDA-event
 // timings after warm-up; operand sets rotate so that no library runs out of L2. Every row is checked
 // against cuBLAS in the same run.
 //
 //   nmkit_bench --suite llm|bert|decode|all [--shape R,K,C]... [--dtype f16|bf16|both] [--json FILE]
+//   nmkit_bench --suite vnm [--v 64,128] [--m 8,16,32] [--b-layout col|row|both] [--shape R,K,C]...
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -21,7 +22,9 @@
 #include <vector>
 
 #include "../../src/cuda/common/check.cuh"
+#include "bench_common.hpp"
 #include "bench_kernels.hpp"
+#include "vnm_suite.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 
@@ -33,16 +36,7 @@ namespace {
 
 using namespace nmkit;
 using json = nlohmann::json;
-
-#define CHECK_CUBLAS(x) nmkit_bench_check_status(static_cast<int>(x), #x)
-void nmkit_bench_check_status(int status, const char* what) {
-  if (status != 0) throw Error(ErrorCode::cuda_error, std::string(what) + " returned status " + std::to_string(status));
-}
-
-struct Shape {
-  int64_t r, k, c;
-  std::string suite;
-};
+using namespace nmkit::bench;
 
 std::vector<Shape> suite_shapes(const std::string& suite) {
   std::vector<Shape> out;
@@ -55,83 +49,12 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
       out.push_back({r, k, c, "llm"});
   if (suite == "decode" || suite == "all")
     for (int64_t c : {1, 16, 128}) out.push_back({11008, 4096, c, "decode"});
+  if (suite == "vnm")  // the acceptance shapes of the V:N:M issue: llm, BERT-large
+    for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{11008, 4096, 4096}, {8192, 8192, 8192}, {1024, 4096, 4096}})
+      out.push_back({r, k, c, "vnm"});
   if (out.empty() && suite != "none") throw Error(ErrorCode::invalid_argument, "unknown suite '" + suite + "'");
   return out;
 }
-
-struct DeviceArray {
-  void* ptr = nullptr;
-  DeviceArray() = default;
-  explicit DeviceArray(std::size_t bytes) { NMKIT_CUDA_CHECK(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16))); }
-  DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr) { o.ptr = nullptr; }
-  DeviceArray& operator=(DeviceArray&& o) noexcept { std::swap(ptr, o.ptr); return *this; }
-  ~DeviceArray() { cudaFree(ptr); }
-};
-
-// Median kernel time in ms of `launch(set)` over `iters` launches after `warmup`, rotating operand sets.
-double time_median_ms(const std::function<void(int)>& launch, int sets, int warmup, int iters, cudaStream_t s) {
-  for (int i = 0; i < warmup; ++i) launch(i % sets);
-  std::vector<cudaEvent_t> events(2 * iters);
-  for (auto& e : events) NMKIT_CUDA_CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < iters; ++i) {
-    NMKIT_CUDA_CHECK(cudaEventRecord(events[2 * i], s));
-    launch(i % sets);
-    NMKIT_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], s));
-  }
-  NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
-  std::vector<float> ms(iters);
-  for (int i = 0; i < iters; ++i) NMKIT_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]));
-  for (auto& e : events) cudaEventDestroy(e);
-  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
-  return ms[iters / 2];
-}
-
-cudaDataType cuda_type(DType d) { return d == DType::f16 ? CUDA_R_16F : CUDA_R_16BF; }
-
-// Dense D = W * B with cuBLASLt: W row-major R x K (op T on a K x R column-major view), B and D col-major.
-class DenseGemm {
- public:
-  DenseGemm(cublasLtHandle_t lt, const Shape& s, DType dtype, void* workspace, std::size_t workspace_bytes)
-      : lt_(lt), workspace_(workspace), workspace_bytes_(workspace_bytes) {
-    CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
-    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&a_, cuda_type(dtype), s.k, s.r, s.k));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&b_, cuda_type(dtype), s.k, s.c, s.k));
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d_, cuda_type(dtype), s.r, s.c, s.r));
-    cublasLtMatmulPreference_t pref;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
-                                                      sizeof workspace_bytes_));
-    heuristics_.resize(8);
-    int found = 0;
-    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt_, desc_, a_, b_, d_, d_, pref, 8, heuristics_.data(), &found));
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (found == 0) throw Error(ErrorCode::cuda_error, "cuBLASLt found no algorithm");
-    heuristics_.resize(found);
-  }
-  ~DenseGemm() {
-    cublasLtMatrixLayoutDestroy(a_), cublasLtMatrixLayoutDestroy(b_), cublasLtMatrixLayoutDestroy(d_);
-    cublasLtMatmulDescDestroy(desc_);
-  }
-  int algorithms() const { return static_cast<int>(heuristics_.size()); }
-  void select(int i) { chosen_ = i; }
-  void run(const void* w, const void* b, void* d, cudaStream_t s) const {
-    const float alpha = 1.0f, beta = 0.0f;
-    CHECK_CUBLAS(cublasLtMatmul(lt_, desc_, &alpha, w, a_, b, b_, &beta, d, d_, d, d_, &heuristics_[chosen_].algo,
-                                workspace_, workspace_bytes_, s));
-  }
-
- private:
-  cublasLtHandle_t lt_;
-  void* workspace_;
-  std::size_t workspace_bytes_;
-  cublasLtMatmulDesc_t desc_{};
-  cublasLtMatrixLayout_t a_{}, b_{}, d_{};
-  std::vector<cublasLtMatmulHeuristicResult_t> heuristics_;
-  int chosen_ = 0;
-};
 
 #if defined(NMKIT_HAVE_CUSPARSELT)
 #define CHECK_CUSPARSELT(x) nmkit_bench_check_status(static_cast<int>(x), #x)
@@ -189,18 +112,11 @@ class SparseLt {
 };
 #endif
 
-double relative_error(const void* got, const void* want, int64_t count, DType dtype, cudaStream_t s) {
-  DeviceArray sums(2 * sizeof(double));
-  NMKIT_CUDA_CHECK(cudaMemsetAsync(sums.ptr, 0, 2 * sizeof(double), s));
-  bench::compare(got, want, count, dtype, static_cast<double*>(sums.ptr), s);
-  double host[2];
-  NMKIT_CUDA_CHECK(cudaMemcpyAsync(host, sums.ptr, sizeof host, cudaMemcpyDeviceToHost, s));
-  NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
-  return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
-}
-
 struct Options {
   std::string suite = "all";
+  std::vector<int> vnm_v{64, 128};
+  std::vector<int> vnm_m{4, 5, 7, 8, 10, 16, 20, 32, 40, 100};
+  std::string vnm_b_layout = "both";
   std::vector<std::string> shapes;
   std::string dtype = "both";
   std::string json_path;
@@ -210,7 +126,7 @@ struct Options {
 };
 
 int run(const Options& o) {
-  std::vector<Shape> shapes = suite_shapes(o.shapes.empty() ? o.suite : (o.suite == "all" ? "none" : o.suite));
+  std::vector<Shape> shapes = suite_shapes(o.shapes.empty() ? o.suite : (o.suite == "all" || o.suite == "vnm" ? "none" : o.suite));
   for (const auto& text : o.shapes) {
     Shape s{0, 0, 0, "custom"};
     if (std::sscanf(text.c_str(), "%ld,%ld,%ld", &s.r, &s.k, &s.c) != 3 || s.r < 1 || s.k < 1 || s.c < 1)
@@ -233,6 +149,14 @@ int run(const Options& o) {
   DeviceArray workspace(kWorkspace);
   json out = {{"gpu", prop.name}, {"sm_count", prop.multiProcessorCount}, {"l2_bytes", prop.l2CacheSize},
               {"driver", driver}, {"cuda_runtime", runtime}, {"cublaslt", cublasLtGetVersion()}, {"rows", json::array()}};
+  if (o.suite == "vnm") {
+    VnmSuiteOptions v{shapes, dtypes, o.vnm_v, o.vnm_m, {}, o.warmup, o.iters};
+    if (o.vnm_b_layout != "row") v.b_layouts.push_back(Layout::col_major);
+    if (o.vnm_b_layout != "col") v.b_layouts.push_back(Layout::row_major);
+    run_vnm_suite(v, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
+    if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
+    return 0;
+  }
 #if defined(NMKIT_HAVE_CUSPARSELT)
   cusparseLtHandle_t lt_sparse;
   const bool have_lt = o.cusparselt && cusparseLtInit(&lt_sparse) == CUSPARSE_STATUS_SUCCESS;
@@ -357,7 +281,11 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"nmkit 2:4 SpMM benchmark against cuBLASLt and cuSPARSELt"};
   Options o;
-  app.add_option("--suite", o.suite, "bert | llm | decode | all")->capture_default_str();
+  app.add_option("--suite", o.suite, "bert | llm | decode | all (2:4) | vnm (V:N:M)")->capture_default_str();
+  app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
+  app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();
+  app.add_option("--b-layout", o.vnm_b_layout, "vnm suite: col (x[T,K] row-major) | row (K x C) | both")
+      ->check(CLI::IsMember({"col", "row", "both"}))->capture_default_str();
   app.add_option("--shape", o.shapes, "Extra shape R,K,C (repeatable)");
   app.add_option("--dtype", o.dtype, "f16 | bf16 | both")->capture_default_str();
   app.add_option("--json", o.json_path, "Write the results as JSON");

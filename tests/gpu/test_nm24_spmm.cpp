@@ -13,103 +13,28 @@
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
-#include "test_util.hpp"
+#include "gpu/gpu_test_util.hpp"
 
 namespace nmkit::gpu {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                              \
-  do {                                                                  \
-    std::string why;                                                    \
-    if (!cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
-
-void check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
-
-struct DeviceBytes {
-  void* ptr = nullptr;
-  explicit DeviceBytes(std::size_t bytes) { check(cudaMalloc(&ptr, bytes + 16), "cudaMalloc"); }
-  ~DeviceBytes() { cudaFree(ptr); }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-};
-
-// Host buffer of `dtype` values (as raw bytes) from floats already rounded to that dtype.
-std::vector<std::byte> encode(const std::vector<float>& v, DType dtype) {
-  TypedBuffer b(dtype, v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) b.set(i, v[i]);
-  return {b.data(), b.data() + b.size_bytes()};
-}
-
-std::vector<float> decode(const std::vector<std::byte>& bytes, DType dtype) {
-  std::vector<float> out(bytes.size() / dtype_size(dtype));
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = load_as_float(bytes.data(), dtype, i);
-  return out;
-}
-
-std::vector<float> rounded_random(std::size_t count, DType dtype, uint32_t seed) {
-  std::vector<float> v = test::random_nonzero(count, seed);
-  for (float& x : v) x = round_to(dtype, x);
-  return v;
-}
-
-struct Case {
-  int64_t r, k, c;
-  DType dtype;
-  DType out;
-  Layout b_layout, d_layout;
-  float alpha, beta;
-  bool bias;
-  Activation act;
+struct Case : Problem {
   Nm24Kernel kernel;
   int block_n = 0;  // 0: the heuristic's choice
 };
 
-std::string describe(const Case& t) {
-  return std::to_string(t.r) + "x" + std::to_string(t.k) + "x" + std::to_string(t.c) + " " + dtype_name(t.dtype) + "->" +
-         dtype_name(t.out) + " B " + layout_name(t.b_layout) + " D " + layout_name(t.d_layout) + " alpha " +
-         std::to_string(t.alpha) + " beta " + std::to_string(t.beta) + (t.bias ? " bias" : "") + " act " +
-         activation_name(t.act) + " kernel " + kernel_name(t.kernel);
-}
+std::string describe(const Case& t) { return describe(static_cast<const Problem&>(t)) + " kernel " + kernel_name(t.kernel); }
 
 // Runs one case on the GPU and returns the relative Frobenius error against the CPU oracle.
 double run_case(const Case& t, uint32_t seed) {
   const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
   const NmMatrix a = compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4);
   const DeviceNm24 da = DeviceNm24::upload(pack_nm24(a));
-
-  const std::vector<float> b = rounded_random(t.k * t.c, t.dtype, seed + 1);
-  const std::vector<float> c = rounded_random(t.r * t.c, t.out, seed + 2);
-  const std::vector<float> bias = test::random_nonzero(t.r, seed + 3);
-  const auto b_bytes = encode(b, t.dtype), c_bytes = encode(c, t.out);
-  const std::size_t d_bytes = t.r * t.c * dtype_size(t.out);
-
-  DeviceBytes db(b_bytes.size()), dc(c_bytes.size()), dd(d_bytes), dbias(bias.size() * 4);
-  check(cudaMemcpy(db.ptr, b_bytes.data(), b_bytes.size(), cudaMemcpyHostToDevice), "copy B");
-  check(cudaMemcpy(dc.ptr, c_bytes.data(), c_bytes.size(), cudaMemcpyHostToDevice), "copy C");
-  check(cudaMemcpy(dbias.ptr, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice), "copy bias");
-  check(cudaMemset(dd.ptr, 0xff, d_bytes), "poison D");  // NaN in every dtype: an unwritten output fails
-
-  SpmmDesc desc{t.r, t.k, t.c, t.dtype, t.out, t.b_layout, t.d_layout, t.alpha, t.beta, t.bias, t.act};
-  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(desc, t.kernel, t.block_n);
-  plan.run(nullptr, da, db.ptr, dc.ptr, dd.ptr, static_cast<const float*>(dbias.ptr));
-  check(cudaDeviceSynchronize(), "kernel");
-  std::vector<std::byte> d_host(d_bytes);
-  check(cudaMemcpy(d_host.data(), dd.ptr, d_bytes, cudaMemcpyDeviceToHost), "copy D");
-
-  std::vector<float> want(t.r * t.c);
-  spmm(SparseMatrix{a}, {b.data(), t.k, t.c, t.b_layout}, {c.data(), t.r, t.c, t.d_layout},
-       {want.data(), t.r, t.c, t.d_layout}, {t.alpha, t.beta, t.bias ? bias.data() : nullptr, t.act});
-  const std::vector<float> got = decode(d_host, t.out);
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (!std::isfinite(got[i])) {
-      ADD_FAILURE() << describe(t) << ": element " << i << " not written or not finite";
-      return 1.0;
-    }
-  return test::relative_frobenius(got, want);
+  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(t.desc(), t.kernel, t.block_n);
+  return error_against_oracle(SparseMatrix{a}, t, seed, [&](const void* b, const void* c, void* d, const float* bias) {
+    plan.run(nullptr, da, b, c, d, bias);
+  });
 }
-
-double tolerance(DType dtype) { return dtype == DType::bf16 ? 1e-2 : 2e-3; }
 
 std::vector<Nm24Kernel> kernels_here() {
   std::vector<Nm24Kernel> k{Nm24Kernel::sm80_mma_sp};
@@ -132,7 +57,7 @@ TEST(Nm24Gpu, ShapesWithTailsAgainstTheCpuOracle) {
       for (const auto& s : shapes) {
         const Layout b_layout = Layout::col_major;
         if (kernel == Nm24Kernel::sm90_wgmma_sp && s[1] % 8 != 0) continue;  // the plan refuses; tested below
-        const Case t{s[0], s[1], s[2], dtype, dtype, b_layout, Layout::col_major, 1.0f, 0.0f, false, Activation::none, kernel};
+        const Case t{{s[0], s[1], s[2], dtype, dtype, b_layout, Layout::col_major, 1.0f, 0.0f, false, Activation::none}, kernel};
         EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t);
       }
 }
@@ -145,7 +70,7 @@ TEST(Nm24Gpu, EveryHopperTileWidth) {
   uint32_t seed = 500;
   for (int block_n : {256, 192, 128, 64, 32, 16})
     for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{300, 256, 1}, {256, 512, 37}, {129, 192, 300}}) {
-      Case t{r, k, c, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none,
+      Case t{{r, k, c, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
              Nm24Kernel::sm90_wgmma_sp};
       t.block_n = block_n;
       EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << block_n;
@@ -161,7 +86,7 @@ TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
   uint32_t seed = 900;
   for (int block_n : {256, 192, 128})
     for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 300}, {512, 192, 37}, {1000, 1024, 515}}) {
-      Case t{r, k, c, DType::bf16, DType::bf16, Layout::col_major, Layout::row_major, 1.0f, 0.0f, false, Activation::none,
+      Case t{{r, k, c, DType::bf16, DType::bf16, Layout::col_major, Layout::row_major, 1.0f, 0.0f, false, Activation::none},
              Nm24Kernel::sm90_wgmma_sp};
       t.block_n = block_n;
       EXPECT_EQ(Nm24SpmmPlan::create({r, k, c, DType::bf16, DType::bf16}, Nm24Kernel::sm90_wgmma_sp, block_n).config().cluster, 2);
@@ -176,7 +101,7 @@ TEST(Nm24Gpu, AutotunedPlansAreCorrectAndCached) {
   const Nm24SpmmPlan first = Nm24SpmmPlan::autotune(desc);
   const Nm24SpmmPlan again = Nm24SpmmPlan::autotune(desc);  // from the cache
   EXPECT_EQ(first.config().block_n, again.config().block_n);
-  Case t{640, 512, 300, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none,
+  Case t{{640, 512, 300, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
          first.config().kernel};
   if (first.config().kernel == Nm24Kernel::sm90_wgmma_sp) t.block_n = first.config().block_n;
   EXPECT_LE(run_case(t, 4242), tolerance(DType::f16)) << describe(t);
@@ -192,8 +117,8 @@ TEST(Nm24Gpu, LayoutsAndEpilogues) {
           for (Layout dl : {Layout::col_major, Layout::row_major})
             for (Activation act : {Activation::none, Activation::relu, Activation::gelu}) {
               if (kernel == Nm24Kernel::sm90_wgmma_sp && bl == Layout::row_major) continue;
-              const Case t{136, 200, 96, dtype, out, bl, dl, 0.75f, act == Activation::none ? 0.0f : -0.5f,
-                           act != Activation::relu, act, kernel};
+              const Case t{{136, 200, 96, dtype, out, bl, dl, 0.75f, act == Activation::none ? 0.0f : -0.5f,
+                           act != Activation::relu, act}, kernel};
               EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t);
             }
 }
@@ -202,7 +127,7 @@ TEST(Nm24Gpu, UnalignedLeadingDimensionsTakeTheScalarPath) {
   SKIP_WITHOUT_GPU();
   // K = 36 and C = 13: neither B layout allows 16-byte loads.
   for (Layout bl : {Layout::col_major, Layout::row_major}) {
-    const Case t{70, 36, 13, DType::f16, DType::f16, bl, Layout::row_major, 1.0f, 0.0f, false, Activation::none,
+    const Case t{{70, 36, 13, DType::f16, DType::f16, bl, Layout::row_major, 1.0f, 0.0f, false, Activation::none},
                  Nm24Kernel::automatic};
     EXPECT_LE(run_case(t, 77), tolerance(DType::f16)) << describe(t);
   }

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <span>
 
 #include "../ptx/mma_sp.cuh"
 #include "nmkit/gpu/nm24_spmm.hpp"
@@ -23,6 +24,11 @@ struct Params {
   float alpha, beta;
   Activation activation;
   bool d_col_major;
+  // V:N:M (src/cuda/vnm): A is the condensed 2:4 matrix and condensed column k' of row block rb multiplies
+  // B row b_gather[rb * gather_stride + k'] (kNoBRow: zeros). Null for 2:4, where column k reads B row k.
+  const int32_t* b_gather = nullptr;
+  int64_t gather_stride = 0;
+  int gather_block_rows = kPackRowAlign;  // rows per gather row block: min(V, 128)
 };
 
 template <class Element>
@@ -98,11 +104,39 @@ TileShape sm80_tile_shape();
 TileShape sm90_tile_shape(int block_n);
 bool sm90_compiled();  // whether this build holds sm_90a code for the wgmma.sp kernel
 
+// Plan helpers shared by the nm24 and vnm plans (plan.cu).
+int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const int> widths);
+int sm_count();
+bool device_is_sm90();
+// Throw Error (invalid_argument / unsupported) naming `who` and what is wrong.
+void check_desc(const SpmmDesc& desc, const char* who);
+void check_operands(const SpmmDesc& desc, const void* b, const void* c, const void* d, const float* bias, const char* who);
+
+// Calls f.template operator()<Element, Out>() for the description's input and output types.
+template <class F>
+void dispatch_types(const SpmmDesc& desc, F&& f) {
+  const bool f32_out = desc.out_dtype == DType::f32;
+  if (desc.dtype == DType::f16) {
+    if (f32_out) f.template operator()<__half, float>();
+    else f.template operator()<__half, __half>();
+  } else {
+    if (f32_out) f.template operator()<__nv_bfloat16, float>();
+    else f.template operator()<__nv_bfloat16, __nv_bfloat16>();
+  }
+}
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 // Launchers, one per kernel family (explicitly instantiated in their .cu files).
 template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream);
 // The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned).
 template <class Element, class Out>
 void launch_sm90(const Params& p, int block_n, bool multicast, cudaStream_t stream);
+// V:N:M on sm90 (p.b_gather set, p.gather_block_rows 64 or 128): B row-major needs 16-byte aligned rows and
+// C % 8 == 0; B col-major has no alignment needs. block_n in {256, 128, 64} (one B tile per stage) or
+// {128, 64} (two, V = 64).
+template <class Element, class Out>
+void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, cudaStream_t stream);
+TileShape sm90_gather_tile_shape(int block_n, int b_tiles);
 
 }  // namespace nmkit::gpu::nm24

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <span>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -16,8 +17,6 @@
 namespace nmkit::gpu {
 namespace {
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // The sm90 kernel's n-tile: the width whose waves of tiles finish soonest, each tile costing the larger of
 // its math (narrow tiles issue small, less efficient wgmma) and its share of the weight's bytes (decode
 // shapes are bound by reading A). Rates are the measured ones of docs/performance.md; only ratios matter.
@@ -30,12 +29,17 @@ constexpr double kSmMathRate = 6.5e12;      // dense-equivalent FLOP/s of one SM
 constexpr double kMemoryBandwidth = 4.0e12;  // bytes/s from HBM
 constexpr double kPackedBytesPerWeight = 1.25;  // 2:4 fp16: half the values plus metadata
 
-int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count) {
+}  // namespace
+
+namespace nm24 {
+
+int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const int> widths) {
   const int64_t row_tiles = ceil_div(rows, kPackRowAlign);
   const double weight_time = static_cast<double>(rows) * static_cast<double>(cols) * kPackedBytesPerWeight / kMemoryBandwidth;
-  int best = kSm90BlockN[0].block_n;
+  int best = widths.front();
   double best_cost = 1e300;
   for (const BlockNChoice& c : kSm90BlockN) {
+    if (std::find(widths.begin(), widths.end(), c.block_n) == widths.end()) continue;
     const int64_t tiles = row_tiles * ceil_div(n, c.block_n);
     const double tile_math = 2.0 * kPackRowAlign * c.block_n * static_cast<double>(cols) / (kSmMathRate * c.efficiency);
     const double cost = std::max(static_cast<double>(ceil_div(tiles, sm_count)) * tile_math, weight_time);
@@ -54,6 +58,27 @@ int sm_count() {
   return count;
 }
 
+void check_desc(const SpmmDesc& desc, const char* who) {
+  require(desc.rows >= 1 && desc.cols >= 1 && desc.n >= 0, ErrorCode::invalid_argument,
+          std::string(who) + ": shape must be R >= 1, K >= 1, C >= 0, got " + std::to_string(desc.rows) + "x" +
+              std::to_string(desc.cols) + "x" + std::to_string(desc.n));
+  require(desc.dtype == DType::f16 || desc.dtype == DType::bf16, ErrorCode::unsupported,
+          std::string(who) + ": A and B must be f16 or bf16, got " + dtype_name(desc.dtype));
+  require(desc.out_dtype == desc.dtype || desc.out_dtype == DType::f32, ErrorCode::unsupported,
+          std::string(who) + ": output dtype must be the input dtype or f32, got " + dtype_name(desc.out_dtype));
+}
+
+void check_operands(const SpmmDesc& desc, const void* b, const void* c, const void* d, const float* bias, const char* who) {
+  require(b != nullptr && d != nullptr, ErrorCode::invalid_argument, std::string(who) + ": B and D must not be null");
+  require(desc.beta == 0.0f || c != nullptr, ErrorCode::invalid_argument, std::string(who) + ": beta != 0 needs C");
+  require(!desc.bias || bias != nullptr, ErrorCode::invalid_argument,
+          std::string(who) + ": the plan has a bias but none was given");
+  const std::size_t out_size = dtype_size(desc.out_dtype);
+  require(reinterpret_cast<uintptr_t>(d) % out_size == 0 && reinterpret_cast<uintptr_t>(c) % out_size == 0 &&
+              reinterpret_cast<uintptr_t>(b) % 2 == 0,
+          ErrorCode::invalid_argument, std::string(who) + ": B, C and D must be aligned to their element size");
+}
+
 bool device_is_sm90() {
   int device = 0, major = 0, minor = 0;
   NMKIT_CUDA_CHECK(cudaGetDevice(&device));
@@ -62,6 +87,9 @@ bool device_is_sm90() {
   return major == 9 && minor == 0;
 }
 
+}  // namespace nm24
+
+namespace {
 }  // namespace
 
 namespace nm24 {
@@ -140,17 +168,12 @@ DeviceNm24::~DeviceNm24() {
 }
 
 Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int block_n) {
-  require(desc.rows >= 1 && desc.cols >= 1 && desc.n >= 0, ErrorCode::invalid_argument,
-          "nm24 plan: shape must be R >= 1, K >= 1, C >= 0, got " + std::to_string(desc.rows) + "x" +
-              std::to_string(desc.cols) + "x" + std::to_string(desc.n));
-  require(desc.dtype == DType::f16 || desc.dtype == DType::bf16, ErrorCode::unsupported,
-          std::string("nm24 plan: A and B must be f16 or bf16, got ") + dtype_name(desc.dtype));
-  require(desc.out_dtype == desc.dtype || desc.out_dtype == DType::f32, ErrorCode::unsupported,
-          std::string("nm24 plan: output dtype must be the input dtype or f32, got ") + dtype_name(desc.out_dtype));
+  nm24::check_desc(desc, "nm24 plan");
 
   Nm24SpmmPlan plan;
   plan.desc_ = desc;
-  const bool sm90_possible = nm24::sm90_compiled() && device_is_sm90() && desc.b_layout == Layout::col_major &&
+  constexpr int kAllWidths[] = {256, 192, 128, 64, 32, 16};
+  const bool sm90_possible = nm24::sm90_compiled() && nm24::device_is_sm90() && desc.b_layout == Layout::col_major &&
                              desc.cols % 8 == 0;
   if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
   require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
@@ -159,7 +182,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
           "nm24 plan: block_n can only be chosen for the sm90 kernel");
   const nm24::TileShape t =
       kernel == Nm24Kernel::sm90_wgmma_sp
-          ? nm24::sm90_tile_shape(block_n != 0 ? block_n : sm90_block_n(desc.rows, desc.cols, desc.n, sm_count()))
+          ? nm24::sm90_tile_shape(block_n != 0 ? block_n : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::sm_count(), kAllWidths))
           : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   // B multicast across a 2-CTA cluster (n-tiles of 128 and more, an even number of row tiles) is an experiment,
@@ -246,39 +269,19 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
               ", the plan was made for " + std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " +
               dtype_name(desc_.dtype));
   if (desc_.n == 0) return;
-  require(b != nullptr && d != nullptr, ErrorCode::invalid_argument, "nm24 run: B and D must not be null");
-  require(desc_.beta == 0.0f || c != nullptr, ErrorCode::invalid_argument, "nm24 run: beta != 0 needs C");
-  require(!desc_.bias || bias != nullptr, ErrorCode::invalid_argument, "nm24 run: the plan has a bias but none was given");
-  const std::size_t out_size = dtype_size(desc_.out_dtype);
-  require(reinterpret_cast<uintptr_t>(d) % out_size == 0 && reinterpret_cast<uintptr_t>(c) % out_size == 0 &&
-              reinterpret_cast<uintptr_t>(b) % 2 == 0,
-          ErrorCode::invalid_argument, "nm24 run: B, C and D must be aligned to their element size");
+  nm24::check_operands(desc_, b, c, d, bias, "nm24 run");
 
   const nm24::Params p{static_cast<const uint4*>(a.values()), static_cast<const uint32_t*>(a.metadata()), b, c, d,
                        desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, a.cols_padded() / kFragmentK,
                        desc_.alpha, desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major};
   const int64_t ldb = desc_.b_layout == Layout::col_major ? desc_.cols : desc_.n;
-  const bool vector_b = aligned16(b) && ldb % 8 == 0;
-  const bool f32_out = desc_.out_dtype == DType::f32;
+  const bool vector_b = nm24::aligned16(b) && ldb % 8 == 0;
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
-  if (config_.kernel == Nm24Kernel::sm90_wgmma_sp && aligned16(b)) {
-    const bool multicast = config_.cluster == 2;
-    if (desc_.dtype == DType::f16) {
-      if (f32_out) nm24::launch_sm90<__half, float>(p, config_.block_n, multicast, stream);
-      else nm24::launch_sm90<__half, __half>(p, config_.block_n, multicast, stream);
-    } else {
-      if (f32_out) nm24::launch_sm90<__nv_bfloat16, float>(p, config_.block_n, multicast, stream);
-      else nm24::launch_sm90<__nv_bfloat16, __nv_bfloat16>(p, config_.block_n, multicast, stream);
-    }
-    return;
-  }
-  if (desc_.dtype == DType::f16) {
-    if (f32_out) nm24::launch_sm80<__half, float>(p, desc_.b_layout, vector_b, stream);
-    else nm24::launch_sm80<__half, __half>(p, desc_.b_layout, vector_b, stream);
-  } else {
-    if (f32_out) nm24::launch_sm80<__nv_bfloat16, float>(p, desc_.b_layout, vector_b, stream);
-    else nm24::launch_sm80<__nv_bfloat16, __nv_bfloat16>(p, desc_.b_layout, vector_b, stream);
-  }
+  const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && nm24::aligned16(b);
+  nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
+    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, stream);
+    else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
+  });
 }
 
 }  // namespace nmkit::gpu

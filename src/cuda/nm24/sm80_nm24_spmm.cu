@@ -2,7 +2,11 @@
 // into registers (double-buffered), B through a cp.async multi-stage shared-memory pipeline.
 //
 // CTA tile kBlockM x kBlockN x kBlockK = 128 x 128 x 64, 8 warps as 4 (M) x 2 (N), warp tile 32 x 64.
+// The same kernel runs V:N:M weights (their condensed 2:4 matrix) with B rows read through a gather table.
 #include <cuda_runtime.h>
+
+#include <atomic>
+#include <mutex>
 
 #include "../common/check.cuh"
 #include "../ptx/cp_async.cuh"
@@ -44,28 +48,39 @@ struct BTile {
   __device__ static int offset(int row, int chunk) { return row * kRowHalves + ((chunk ^ (row % 8)) * kChunk); }
 };
 
-// Loads one k-tile of B into a stage. Vector path: 16-byte cp.async with zero-fill past K and C.
+// The row of B that k-tile row `k_local` (0 .. kBlockK-1) reads, or -1 for zeros: row k0 + k_local for 2:4,
+// the gather table's entry for V:N:M (`gather` points at the tile's first entry).
+template <bool kGather>
+__device__ __forceinline__ int64_t b_row(const Params& p, const int32_t* gather, int64_t k0, int k_local) {
+  if constexpr (kGather) return __ldg(gather + k_local);
+  else return k0 + k_local < p.cols ? k0 + k_local : -1;
+}
+
+// Loads one k-tile of B into a stage. Vector path: 16-byte cp.async with zero-fill past K and C (for a
+// gathered K-major tile the 8 halves of a chunk come from 8 rows of B, so it always takes the scalar path).
 // Scalar path (unaligned B): element loads, for leading dimensions that are not multiples of 8.
-template <class Element, bool kKMajor, bool kVector>
-__device__ void load_b_tile(const Params& p, Element* stage, int64_t k0, int64_t n0, int tid) {
+template <class Element, bool kKMajor, bool kVector, bool kGather>
+__device__ void load_b_tile(const Params& p, Element* stage, int64_t k0, int64_t n0, const int32_t* gather, int tid) {
+  static_assert(!(kGather && kKMajor && kVector), "a gathered K-major chunk is not contiguous in B");
   using Tile = BTile<kKMajor>;
   const Element* b = static_cast<const Element*>(p.b);
   const int64_t ldb = kKMajor ? p.cols : p.n;
   constexpr int kChunks = Tile::kRows * Tile::kChunksPerRow;
   for (int i = tid; i < kChunks; i += kThreads) {
     const int row = i / Tile::kChunksPerRow, chunk = i % Tile::kChunksPerRow;
-    // Global coordinates of the chunk's first element: (k, n).
-    const int64_t k = kKMajor ? k0 + chunk * kChunk : k0 + row;
+    const int k_local = kKMajor ? chunk * kChunk : row;  // the chunk's first k inside the tile
     const int64_t n = kKMajor ? n0 + row : n0 + chunk * kChunk;
     Element* dst = stage + Tile::offset(row, chunk);
     if constexpr (kVector) {
-      const bool inside = k < p.cols && n < p.n;
+      const int64_t k = b_row<kGather>(p, gather, k0, k_local);
+      const bool inside = k >= 0 && n < p.n;
       const Element* src = inside ? b + (kKMajor ? n * ldb + k : k * ldb + n) : b;
       ptx::cp_async_16(ptx::smem_address(dst), src, inside ? 16 : 0);
     } else {
       for (int e = 0; e < kChunk; ++e) {
-        const int64_t ke = kKMajor ? k + e : k, ne = kKMajor ? n : n + e;
-        dst[e] = (ke < p.cols && ne < p.n) ? b[kKMajor ? ne * ldb + ke : ke * ldb + ne] : Element(0.0f);
+        const int64_t ke = b_row<kGather>(p, gather, k0, kKMajor ? k_local + e : k_local);
+        const int64_t ne = kKMajor ? n : n + e;
+        dst[e] = (ke >= 0 && ne < p.n) ? b[kKMajor ? ne * ldb + ke : ke * ldb + ne] : Element(0.0f);
       }
     }
   }
@@ -85,7 +100,9 @@ __device__ __forceinline__ void load_b_fragment(uint32_t (&frag)[4], const void*
   }
 }
 
-template <class Element, class Out, bool kKMajor, bool kVector>
+// kGather (V:N:M): the CTA's 128 rows span kBlockM / gather_block_rows row blocks, each with its own gathered
+// B tile in every stage; warp row w multiplies the tile of its block.
+template <class Element, class Out, bool kKMajor, bool kVector, bool kGather>
 __global__ void __launch_bounds__(kThreads) sm80_nm24_spmm_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Mma = typename ElementTraits<Element>::Mma;
@@ -97,6 +114,16 @@ __global__ void __launch_bounds__(kThreads) sm80_nm24_spmm_kernel(const Params p
   const int64_t m0 = int64_t{blockIdx.x} * kBlockM, n0 = int64_t{blockIdx.y} * kBlockN;
   const int64_t slab0 = (m0 + warp_m * kWarpM) / kSlabRows;
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
+  const int b_tiles = kGather ? kBlockM / p.gather_block_rows : 1;
+  const int my_b_tile = kGather ? warp_m * kWarpM / p.gather_block_rows : 0;
+  const int stage_elems = b_tiles * kStageElems;
+  // Gather-table row of the CTA's first row block (unused for 2:4).
+  const int32_t* gather = kGather ? p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride : nullptr;
+  auto load_stage = [&](int64_t kt, Element* stage) {
+    for (int t = 0; t < b_tiles; ++t)
+      load_b_tile<Element, kKMajor, kVector, kGather>(p, stage + t * kStageElems, kt * kBlockK, n0,
+                                                      kGather ? gather + t * p.gather_stride + kt * kBlockK : nullptr, tid);
+  };
 
   float acc[kSlabsPerWarp][kTilesN][4] = {};
   AFragment a_cur[kSlabsPerWarp][kKBlocksPerTile], a_next[kSlabsPerWarp][kKBlocksPerTile];
@@ -110,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) sm80_nm24_spmm_kernel(const Params p
   // Prologue: the first kStages - 1 k-tiles of B in flight.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_tiles) load_b_tile<Element, kKMajor, kVector>(p, smem_b + s * kStageElems, s * kBlockK, n0, tid);
+    if (s < k_tiles) load_stage(s, smem_b + s * stage_elems);
     ptx::cp_async_commit();
   }
   load_a(a_cur, 0);
@@ -120,11 +147,10 @@ __global__ void __launch_bounds__(kThreads) sm80_nm24_spmm_kernel(const Params p
     ptx::cp_async_wait<kStages - 2>();
     __syncthreads();  // stage kt is visible; stage kt - 1 is free for the next load
     const int64_t next = kt + kStages - 1;
-    if (next < k_tiles)
-      load_b_tile<Element, kKMajor, kVector>(p, smem_b + (next % kStages) * kStageElems, next * kBlockK, n0, tid);
+    if (next < k_tiles) load_stage(next, smem_b + (next % kStages) * stage_elems);
     ptx::cp_async_commit();
 
-    const Element* stage = smem_b + (kt % kStages) * kStageElems;
+    const Element* stage = smem_b + (kt % kStages) * stage_elems + my_b_tile * kStageElems;
 #pragma unroll
     for (int kk = 0; kk < kKBlocksPerTile; ++kk)
 #pragma unroll
@@ -151,16 +177,22 @@ __global__ void __launch_bounds__(kThreads) sm80_nm24_spmm_kernel(const Params p
 #endif
 }
 
-template <class Element, class Out, bool kKMajor, bool kVector>
+template <class Element, class Out, bool kKMajor, bool kVector, bool kGather>
 void launch(const Params& p, cudaStream_t stream) {
-  auto kernel = sm80_nm24_spmm_kernel<Element, Out, kKMajor, kVector>;
-  static const bool smem_set = [&] {  // once per instantiation and process
-    NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    return true;
-  }();
-  (void)smem_set;
+  auto kernel = sm80_nm24_spmm_kernel<Element, Out, kKMajor, kVector, kGather>;
+  const int smem_bytes = kSmemBytes * (kGather ? kBlockM / p.gather_block_rows : 1);
+  // The attribute is raised once per instantiation to the largest size asked for so far (not on every run()).
+  static std::atomic<int> smem_allowed{0};
+  static std::mutex mutex;
+  if (smem_allowed.load(std::memory_order_acquire) < smem_bytes) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (smem_allowed.load() < smem_bytes) {
+      NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+      smem_allowed.store(smem_bytes, std::memory_order_release);
+    }
+  }
   const dim3 grid(static_cast<unsigned>(ceil_div(p.rows, kBlockM)), static_cast<unsigned>(ceil_div(p.n, kBlockN)));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -169,10 +201,19 @@ void launch(const Params& p, cudaStream_t stream) {
 template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream) {
   const bool k_major = b_layout == Layout::col_major;
-  if (k_major && b_vector_loads) launch<Element, Out, true, true>(p, stream);
-  else if (k_major) launch<Element, Out, true, false>(p, stream);
-  else if (b_vector_loads) launch<Element, Out, false, true>(p, stream);
-  else launch<Element, Out, false, false>(p, stream);
+  if (p.b_gather != nullptr) {  // V:N:M: rows of B through the gather table
+    if (k_major) launch<Element, Out, true, false, true>(p, stream);
+    else if (b_vector_loads) launch<Element, Out, false, true, true>(p, stream);
+    else launch<Element, Out, false, false, true>(p, stream);
+  } else if (k_major && b_vector_loads) {
+    launch<Element, Out, true, true, false>(p, stream);
+  } else if (k_major) {
+    launch<Element, Out, true, false, false>(p, stream);
+  } else if (b_vector_loads) {
+    launch<Element, Out, false, true, false>(p, stream);
+  } else {
+    launch<Element, Out, false, false, false>(p, stream);
+  }
 }
 
 TileShape sm80_tile_shape() { return {kBlockM, kBlockN, kBlockK, kStages, kThreads, kSmemBytes}; }

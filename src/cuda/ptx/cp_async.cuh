@@ -19,4 +19,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Arrives on an mbarrier once all of this thread's earlier cp.async copies have landed (PTX ISA §9.7.9.25.4,
+// cp.async.mbarrier.arrive). .noinc: the arrival is one of those the barrier was initialised to expect.
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
+               : "memory");
+}
+
 }  // namespace nmkit::ptx

@@ -22,6 +22,23 @@ __device__ __forceinline__ uint64_t make_smem_desc_k_major_sw128(uint32_t smem_a
   return desc;
 }
 
+// Descriptor of an MN-major operand tile (B row-major, N contiguous) with the 128-byte swizzle: atoms of
+// 64 N-elements x 8 K-rows (one 128-byte row per k); `mn_atom_stride` bytes between atoms along N (leading
+// byte offset), `k_group_stride` bytes between groups of 8 k-rows (stride byte offset).
+__device__ __forceinline__ uint64_t make_smem_desc_mn_major_sw128(uint32_t smem_address, uint32_t mn_atom_stride,
+                                                                  uint32_t k_group_stride) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_address & 0x3ffff) >> 4);
+  desc |= static_cast<uint64_t>((mn_atom_stride >> 4) & 0x3fff) << 16;
+  desc |= static_cast<uint64_t>((k_group_stride >> 4) & 0x3fff) << 32;
+  desc |= static_cast<uint64_t>(SmemSwizzle::bytes128) << 62;
+  return desc;
+}
+
+// Orders this thread's generic-proxy shared-memory accesses (st.shared, cp.async) before later async-proxy
+// ones (wgmma, TMA) (PTX ISA §9.7.13.4, membar/fence: fence.proxy.async).
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 // The start address is in 16-byte units: moving along K inside a swizzled row adds bytes / 16.
 __device__ __forceinline__ uint64_t advance_smem_desc(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 

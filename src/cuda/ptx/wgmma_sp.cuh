@@ -26,7 +26,9 @@ struct WgmmaSpRS;
 template <> \
 struct WgmmaSpRS<8, ELEMENT> { \
   static constexpr int kAccumulators = 4; \
-  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. */ \
+  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. \
+     kTransB = 1 reads B MN-major (N contiguous: B row-major) instead of K-major. */ \
+  template <int kTransB = 0> \
   __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b, uint32_t e, \
                                              int scale_d) { \
     NMKIT_WGMMA_SP_ASM( \
@@ -35,10 +37,10 @@ struct WgmmaSpRS<8, ELEMENT> { \
         "setp.ne.b32 p, %10, 0;\n" \
         "wgmma.mma_async.sp.sync.aligned.m64n8k32.f32." PTX_TYPE "." PTX_TYPE " " \
         "{%0, %1, %2, %3}, " \
-        "{%4, %5, %6, %7}, %8, %9, 0, p, 1, 1, 0;\n" \
+        "{%4, %5, %6, %7}, %8, %9, 0, p, 1, 1, %11;\n" \
         "}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d)); \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d), "n"(kTransB)); \
   } \
 };
 NMKIT_WGMMA_SP_RS_N8(MmaF16, "f16")
@@ -49,7 +51,9 @@ NMKIT_WGMMA_SP_RS_N8(MmaBF16, "bf16")
 template <> \
 struct WgmmaSpRS<16, ELEMENT> { \
   static constexpr int kAccumulators = 8; \
-  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. */ \
+  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. \
+     kTransB = 1 reads B MN-major (N contiguous: B row-major) instead of K-major. */ \
+  template <int kTransB = 0> \
   __device__ __forceinline__ static void mma(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b, uint32_t e, \
                                              int scale_d) { \
     NMKIT_WGMMA_SP_ASM( \
@@ -58,10 +62,10 @@ struct WgmmaSpRS<16, ELEMENT> { \
         "setp.ne.b32 p, %14, 0;\n" \
         "wgmma.mma_async.sp.sync.aligned.m64n16k32.f32." PTX_TYPE "." PTX_TYPE " " \
         "{%0, %1, %2, %3, %4, %5, %6, %7}, " \
-        "{%8, %9, %10, %11}, %12, %13, 0, p, 1, 1, 0;\n" \
+        "{%8, %9, %10, %11}, %12, %13, 0, p, 1, 1, %15;\n" \
         "}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d)); \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d), "n"(kTransB)); \
   } \
 };
 NMKIT_WGMMA_SP_RS_N16(MmaF16, "f16")
@@ -72,7 +76,9 @@ NMKIT_WGMMA_SP_RS_N16(MmaBF16, "bf16")
 template <> \
 struct WgmmaSpRS<32, ELEMENT> { \
   static constexpr int kAccumulators = 16; \
-  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. */ \
+  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. \
+     kTransB = 1 reads B MN-major (N contiguous: B row-major) instead of K-major. */ \
+  template <int kTransB = 0> \
   __device__ __forceinline__ static void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b, uint32_t e, \
                                              int scale_d) { \
     NMKIT_WGMMA_SP_ASM( \
@@ -81,10 +87,10 @@ struct WgmmaSpRS<32, ELEMENT> { \
         "setp.ne.b32 p, %22, 0;\n" \
         "wgmma.mma_async.sp.sync.aligned.m64n32k32.f32." PTX_TYPE "." PTX_TYPE " " \
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, " \
-        "{%16, %17, %18, %19}, %20, %21, 0, p, 1, 1, 0;\n" \
+        "{%16, %17, %18, %19}, %20, %21, 0, p, 1, 1, %23;\n" \
         "}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d)); \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d), "n"(kTransB)); \
   } \
 };
 NMKIT_WGMMA_SP_RS_N32(MmaF16, "f16")
@@ -95,7 +101,9 @@ NMKIT_WGMMA_SP_RS_N32(MmaBF16, "bf16")
 template <> \
 struct WgmmaSpRS<64, ELEMENT> { \
   static constexpr int kAccumulators = 32; \
-  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. */ \
+  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. \
+     kTransB = 1 reads B MN-major (N contiguous: B row-major) instead of K-major. */ \
+  template <int kTransB = 0> \
   __device__ __forceinline__ static void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, uint32_t e, \
                                              int scale_d) { \
     NMKIT_WGMMA_SP_ASM( \
@@ -104,10 +112,10 @@ struct WgmmaSpRS<64, ELEMENT> { \
         "setp.ne.b32 p, %38, 0;\n" \
         "wgmma.mma_async.sp.sync.aligned.m64n64k32.f32." PTX_TYPE "." PTX_TYPE " " \
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
-        "{%32, %33, %34, %35}, %36, %37, 0, p, 1, 1, 0;\n" \
+        "{%32, %33, %34, %35}, %36, %37, 0, p, 1, 1, %39;\n" \
         "}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d)); \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d), "n"(kTransB)); \
   } \
 };
 NMKIT_WGMMA_SP_RS_N64(MmaF16, "f16")
@@ -118,7 +126,9 @@ NMKIT_WGMMA_SP_RS_N64(MmaBF16, "bf16")
 template <> \
 struct WgmmaSpRS<128, ELEMENT> { \
   static constexpr int kAccumulators = 64; \
-  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. */ \
+  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. \
+     kTransB = 1 reads B MN-major (N contiguous: B row-major) instead of K-major. */ \
+  template <int kTransB = 0> \
   __device__ __forceinline__ static void mma(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, uint32_t e, \
                                              int scale_d) { \
     NMKIT_WGMMA_SP_ASM( \
@@ -127,10 +137,10 @@ struct WgmmaSpRS<128, ELEMENT> { \
         "setp.ne.b32 p, %70, 0;\n" \
         "wgmma.mma_async.sp.sync.aligned.m64n128k32.f32." PTX_TYPE "." PTX_TYPE " " \
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
-        "{%64, %65, %66, %67}, %68, %69, 0, p, 1, 1, 0;\n" \
+        "{%64, %65, %66, %67}, %68, %69, 0, p, 1, 1, %71;\n" \
         "}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d)); \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d), "n"(kTransB)); \
   } \
 };
 NMKIT_WGMMA_SP_RS_N128(MmaF16, "f16")
@@ -141,7 +151,9 @@ NMKIT_WGMMA_SP_RS_N128(MmaBF16, "bf16")
 template <> \
 struct WgmmaSpRS<192, ELEMENT> { \
   static constexpr int kAccumulators = 96; \
-  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. */ \
+  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. \
+     kTransB = 1 reads B MN-major (N contiguous: B row-major) instead of K-major. */ \
+  template <int kTransB = 0> \
   __device__ __forceinline__ static void mma(float (&d)[96], const uint32_t (&a)[4], uint64_t desc_b, uint32_t e, \
                                              int scale_d) { \
     NMKIT_WGMMA_SP_ASM( \
@@ -150,10 +162,10 @@ struct WgmmaSpRS<192, ELEMENT> { \
         "setp.ne.b32 p, %102, 0;\n" \
         "wgmma.mma_async.sp.sync.aligned.m64n192k32.f32." PTX_TYPE "." PTX_TYPE " " \
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, " \
-        "{%96, %97, %98, %99}, %100, %101, 0, p, 1, 1, 0;\n" \
+        "{%96, %97, %98, %99}, %100, %101, 0, p, 1, 1, %103;\n" \
         "}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]) \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d)); \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d), "n"(kTransB)); \
   } \
 };
 NMKIT_WGMMA_SP_RS_N192(MmaF16, "f16")
@@ -164,7 +176,9 @@ NMKIT_WGMMA_SP_RS_N192(MmaBF16, "bf16")
 template <> \
 struct WgmmaSpRS<256, ELEMENT> { \
   static constexpr int kAccumulators = 128; \
-  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. */ \
+  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. \
+     kTransB = 1 reads B MN-major (N contiguous: B row-major) instead of K-major. */ \
+  template <int kTransB = 0> \
   __device__ __forceinline__ static void mma(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, uint32_t e, \
                                              int scale_d) { \
     NMKIT_WGMMA_SP_ASM( \
@@ -173,10 +187,10 @@ struct WgmmaSpRS<256, ELEMENT> { \
         "setp.ne.b32 p, %134, 0;\n" \
         "wgmma.mma_async.sp.sync.aligned.m64n256k32.f32." PTX_TYPE "." PTX_TYPE " " \
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, " \
-        "{%128, %129, %130, %131}, %132, %133, 0, p, 1, 1, 0;\n" \
+        "{%128, %129, %130, %131}, %132, %133, 0, p, 1, 1, %135;\n" \
         "}\n" \
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127]) \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d)); \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(e), "r"(scale_d), "n"(kTransB)); \
   } \
 };
 NMKIT_WGMMA_SP_RS_N256(MmaF16, "f16")

@@ -1,0 +1,113 @@
+#pragma once
+// Pieces shared by the GPU benchmark suites: device arrays, CUDA-event medians, the dense cuBLASLt baseline
+// and the on-device error against it.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../../src/cuda/common/check.cuh"
+#include "bench_kernels.hpp"
+#include "nmkit/error.hpp"
+
+namespace nmkit::bench {
+
+#define CHECK_CUBLAS(x) nmkit_bench_check_status(static_cast<int>(x), #x)
+inline void nmkit_bench_check_status(int status, const char* what) {
+  if (status != 0) throw Error(ErrorCode::cuda_error, std::string(what) + " returned status " + std::to_string(status));
+}
+
+struct Shape {
+  int64_t r, k, c;
+  std::string suite;
+};
+
+struct DeviceArray {
+  void* ptr = nullptr;
+  DeviceArray() = default;
+  explicit DeviceArray(std::size_t bytes) { NMKIT_CUDA_CHECK(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16))); }
+  DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr) { o.ptr = nullptr; }
+  DeviceArray& operator=(DeviceArray&& o) noexcept { std::swap(ptr, o.ptr); return *this; }
+  ~DeviceArray() { cudaFree(ptr); }
+};
+
+// Median kernel time in ms of `launch(set)` over `iters` launches after `warmup`, rotating operand sets.
+inline double time_median_ms(const std::function<void(int)>& launch, int sets, int warmup, int iters, cudaStream_t s) {
+  for (int i = 0; i < warmup; ++i) launch(i % sets);
+  std::vector<cudaEvent_t> events(2 * iters);
+  for (auto& e : events) NMKIT_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < iters; ++i) {
+    NMKIT_CUDA_CHECK(cudaEventRecord(events[2 * i], s));
+    launch(i % sets);
+    NMKIT_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], s));
+  }
+  NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i) NMKIT_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]));
+  for (auto& e : events) cudaEventDestroy(e);
+  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
+  return ms[iters / 2];
+}
+
+inline cudaDataType cuda_type(DType d) { return d == DType::f16 ? CUDA_R_16F : CUDA_R_16BF; }
+
+// Dense D = W * B with cuBLASLt: W row-major R x K (op T on a K x R column-major view), B and D col-major.
+class DenseGemm {
+ public:
+  DenseGemm(cublasLtHandle_t lt, const Shape& s, DType dtype, void* workspace, std::size_t workspace_bytes)
+      : lt_(lt), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+    CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a));
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&a_, cuda_type(dtype), s.k, s.r, s.k));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&b_, cuda_type(dtype), s.k, s.c, s.k));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&d_, cuda_type(dtype), s.r, s.c, s.r));
+    cublasLtMatmulPreference_t pref;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                                      sizeof workspace_bytes_));
+    heuristics_.resize(8);
+    int found = 0;
+    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt_, desc_, a_, b_, d_, d_, pref, 8, heuristics_.data(), &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found == 0) throw Error(ErrorCode::cuda_error, "cuBLASLt found no algorithm");
+    heuristics_.resize(found);
+  }
+  ~DenseGemm() {
+    cublasLtMatrixLayoutDestroy(a_), cublasLtMatrixLayoutDestroy(b_), cublasLtMatrixLayoutDestroy(d_);
+    cublasLtMatmulDescDestroy(desc_);
+  }
+  int algorithms() const { return static_cast<int>(heuristics_.size()); }
+  void select(int i) { chosen_ = i; }
+  void run(const void* w, const void* b, void* d, cudaStream_t s) const {
+    const float alpha = 1.0f, beta = 0.0f;
+    CHECK_CUBLAS(cublasLtMatmul(lt_, desc_, &alpha, w, a_, b, b_, &beta, d, d_, d, d_, &heuristics_[chosen_].algo,
+                                workspace_, workspace_bytes_, s));
+  }
+
+ private:
+  cublasLtHandle_t lt_;
+  void* workspace_;
+  std::size_t workspace_bytes_;
+  cublasLtMatmulDesc_t desc_{};
+  cublasLtMatrixLayout_t a_{}, b_{}, d_{};
+  std::vector<cublasLtMatmulHeuristicResult_t> heuristics_;
+  int chosen_ = 0;
+};
+
+inline double relative_error(const void* got, const void* want, int64_t count, DType dtype, cudaStream_t s) {
+  DeviceArray sums(2 * sizeof(double));
+  NMKIT_CUDA_CHECK(cudaMemsetAsync(sums.ptr, 0, 2 * sizeof(double), s));
+  compare(got, want, count, dtype, static_cast<double*>(sums.ptr), s);
+  double host[2];
+  NMKIT_CUDA_CHECK(cudaMemcpyAsync(host, sums.ptr, sizeof host, cudaMemcpyDeviceToHost, s));
+  NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
+  return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
+}
+
+}  // namespace nmkit::bench

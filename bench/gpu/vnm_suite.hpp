@@ -1,0 +1,27 @@
+#pragma once
+// The `vnm` suite of nmkit_bench: V:N:M SpMM against dense cuBLASLt and against its own fixed-index ablation.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "nmkit/matrix.hpp"
+
+namespace nmkit::bench {
+
+struct VnmSuiteOptions {
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  std::vector<int> vs;           // V values
+  std::vector<int> ms;           // M values (N = 2)
+  std::vector<Layout> b_layouts;  // col_major: x[T, K] row-major (the linear layer); row_major: K x C
+  int warmup = 5, iters = 30;
+};
+
+// Prints one table row per (dtype, shape, V, M, B layout) and appends JSON rows to `rows`.
+void run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
+                   std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
+
+}  // namespace nmkit::bench

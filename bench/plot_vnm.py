@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Plots the vnm suite of nmkit_bench (like VENOM's Figures 13/14 and 9).
+
+vnm_speedup.png: speed-up over dense cuBLAS against sparsity 1 - 2/M (log scale), one panel per shape and
+dtype, one line per V and B layout, the fixed-index ablation ("ideal") dashed, the operation-count limit M/2
+dotted. vnm_gather.png: what gathering B costs against the ablation, per M.
+
+Usage: plot_vnm.py vnm.json OUT_DIR
+"""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(json_path, out_dir):
+    rows = [r for r in json.load(open(json_path))["rows"] if r.get("suite") == "vnm"]
+    if not rows:
+        return
+    panels = sorted({(r["r"], r["k"], r["c"], r["dtype"]) for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.5), squeeze=False)
+    for ax, (r, k, c, dtype) in zip(axes[0], panels):
+        sel = [x for x in rows if (x["r"], x["k"], x["c"], x["dtype"]) == (r, k, c, dtype)]
+        ms = sorted({x["m"] for x in sel})
+        ax.plot([1 - 2 / m for m in ms], [m / 2 for m in ms], ":", color="gray", label="limit M/2")
+        for v in sorted({x["v"] for x in sel}):
+            for layout in sorted({x["b_layout"] for x in sel}):
+                line = sorted((x for x in sel if x["v"] == v and x["b_layout"] == layout), key=lambda x: x["m"])
+                ax.plot([1 - 2 / x["m"] for x in line], [x["speedup_vs_cublas"] for x in line], "o-",
+                        label=f"V={v}, B {layout}")
+            ideal = sorted((x for x in sel if x["v"] == v and x["b_layout"] == sel[0]["b_layout"]), key=lambda x: x["m"])
+            ax.plot([1 - 2 / x["m"] for x in ideal], [x["ideal_speedup_vs_cublas"] for x in ideal], "--",
+                    label=f"V={v}, fixed indices (ideal)")
+        ax.set_xscale("logit")
+        ax.set_yscale("log")
+        ax.set_xlabel("sparsity 1 - 2/M")
+        ax.set_ylabel("speed-up over cuBLAS")
+        ax.set_title(f"{r}x{k}x{c} {dtype}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "vnm_speedup.png"), dpi=110)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (r, k, c, dtype) in panels:
+        for layout in sorted({x["b_layout"] for x in rows}):
+            line = sorted((x for x in rows if (x["r"], x["k"], x["c"], x["dtype"], x["b_layout"]) == (r, k, c, dtype, layout)
+                           and x["v"] == max(y["v"] for y in rows)), key=lambda x: x["m"])
+            ax.plot([x["m"] for x in line], [100 * x["gather_cost"] for x in line], "o-", label=f"{r}x{k}x{c} {dtype} B {layout}")
+    ax.axhline(10, color="gray", linestyle=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("M")
+    ax.set_ylabel("gather cost vs fixed indices (%)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "vnm_gather.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

@@ -1,0 +1,90 @@
+#pragma once
+// V:N:M SpMM on the GPU (VENOM's Spatha, on the 2:4 kernels): D = act(alpha * A * B + beta * C + bias).
+//
+// A V:N:M weight is a 2:4 matrix over its selected columns: each V x M block keeps 4 of its M columns and
+// each row at most 2 values among those 4. pack_vnm writes that "condensed" R x (4 * ceil(K / M)) 2:4
+// matrix in the nm24 packed layout, plus a gather table naming, for every row block and condensed column,
+// the row of B it multiplies. The kernels read B through that table while staging it (no gathered copy of B).
+//
+//   PackedVnm p = pack_vnm(compress_vnm(w, mask, 128, 2, 8));   // once per weight, host side
+//   DeviceVnm a = DeviceVnm::upload(p);                          // once per weight
+//   VnmSpmmPlan plan = VnmSpmmPlan::create(desc, a.v(), a.m());  // once per shape
+//   plan.run(stream, a, b, c, d, bias);                          // one launch: no allocation, search or sync
+#include <cstdint>
+#include <vector>
+
+#include "nmkit/format/vnm.hpp"
+#include "nmkit/gpu/device_buffer.hpp"
+#include "nmkit/gpu/nm24_spmm.hpp"
+
+namespace nmkit::gpu {
+
+// Gather-table entry for condensed columns that read no row of B (K padding, the last group's tail).
+inline constexpr int32_t kNoBRow = -1;
+
+// V values the kernels run: 32 and 64 (several row blocks per 128-row tile) and multiples of 128.
+bool vnm_kernel_supports_v(int v) noexcept;
+
+struct PackedVnm {
+  int64_t rows = 0, cols = 0;  // logical R, K
+  int v = 128, n = 2, m = 8;
+  PackedNm24 condensed;        // R x (4 * ceil(K / M)), the 2:4 matrix over the selected columns
+  // (row_blocks_padded, condensed.cols_padded): row_blocks_padded = condensed.rows_padded / V (at least one
+  // block per 128-row tile); entry = the row of B, in [0, K), or kNoBRow.
+  std::vector<int32_t> gather;
+  int64_t gather_row_blocks() const noexcept;
+};
+
+// Packs a V:N:M matrix (f16 or bf16, N in {1, 2}, any R and K); validates it first (column_loc in range,
+// strictly ascending; m-indices ascending). Throws Error naming what is wrong, or unsupported for V the
+// kernels do not run (vnm_kernel_supports_v).
+PackedVnm pack_vnm(const VnmMatrix& a);
+// The inverse (for tests and inspection); N = 1 weights come back with N = 2 and explicit zeros unless
+// `n` asks for 1.
+VnmMatrix unpack_vnm(const PackedVnm& p);
+
+class DeviceVnm {
+ public:
+  static DeviceVnm upload(const PackedVnm& packed);
+  // A weight whose condensed R x 4*ceil(K/M) matrix is already on the device (written by a GPU producer);
+  // `gather` is the table pack_vnm writes for it, validated here (size, entries in [0, K) or kNoBRow).
+  static DeviceVnm from_parts(DeviceNm24 condensed, const std::vector<int32_t>& gather, int64_t cols, int v, int m);
+  int64_t rows() const noexcept { return rows_; }
+  int64_t cols() const noexcept { return cols_; }
+  int v() const noexcept { return v_; }
+  int m() const noexcept { return m_; }
+  DType dtype() const noexcept { return condensed_.dtype(); }
+  const DeviceNm24& condensed() const noexcept { return condensed_; }
+  const int32_t* gather() const noexcept { return static_cast<const int32_t*>(gather_.data()); }
+  int64_t gather_stride() const noexcept { return condensed_.cols_padded(); }
+
+ private:
+  DeviceVnm(DeviceNm24 condensed, DeviceBuffer gather) : condensed_(std::move(condensed)), gather_(std::move(gather)) {}
+  DeviceNm24 condensed_;
+  DeviceBuffer gather_;
+  int64_t rows_ = 0, cols_ = 0;
+  int v_ = 0, m_ = 0;
+};
+
+class VnmSpmmPlan {
+ public:
+  // desc describes the logical product (R x K x C); v and m the weight's pattern. Validates and picks the
+  // kernel: sm90 wgmma.sp with B gathered while staged (sm_90a, V = 64 or a multiple of 128, 16-byte
+  // aligned B rows), else the portable mma.sp kernel. block_n = 0 lets the heuristic choose.
+  static VnmSpmmPlan create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel = Nm24Kernel::automatic,
+                            int block_n = 0);
+  // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype, V and M.
+  void run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
+
+  const SpmmDesc& desc() const noexcept { return desc_; }
+  const KernelConfig& config() const noexcept { return config_; }
+  int v() const noexcept { return v_; }
+  int m() const noexcept { return m_; }
+
+ private:
+  SpmmDesc desc_;
+  KernelConfig config_;
+  int v_ = 0, m_ = 0;
+};
+
+}  // namespace nmkit::gpu

@@ -1,0 +1,479 @@
+#pragma once
+// The Hopper sparse kernel behind the 2:4 and V:N:M SpMMs: wgmma.mma_async.sp (sm_90a), one producer
+// warpgroup and two consumer warpgroups. Per k-tile the producer stages, on one mbarrier, the packed A tile
+// (values and metadata, contiguous in the tile-major packed layout) by two bulk copies, and B:
+//   - 2:4 (BSource::tma): by TMA, K-major with the 128-byte swizzle that both TMA and the wgmma descriptor
+//     understand (B col-major, the linear-layer layout x[T, K] row-major);
+//   - V:N:M (gather_rows / gather_cols): the rows of B named by the weight's gather table, copied by the whole
+//     producer warpgroup into the same swizzled layouts (MN-major for B row-major, K-major for B col-major).
+// Consumers read their A fragments from shared memory into registers (the RS form of wgmma.sp) and keep one
+// wgmma group in flight while the next stage is waited for.
+//
+// CTA tile kBlockM x kBlockN x kBlockK = 128 x kBlockN x 64; consumer warpgroup w owns rows 64w..64w+63.
+// Included by the .cu files that instantiate it (sm90_nm24_spmm.cu, ../vnm/sm90_vnm_spmm.cu).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "../common/check.cuh"
+#include "../ptx/cluster.cuh"
+#include "../ptx/cp_async.cuh"
+#include "../ptx/mbarrier.cuh"
+#include "../ptx/tma.cuh"
+#include "../ptx/wgmma.cuh"
+#include "../ptx/wgmma_sp.cuh"
+#include "nm24_common.cuh"
+
+// Internal linkage: each including .cu file gets its own instantiations (no cross-file symbols).
+namespace nmkit::gpu::nm24::sm90 {
+namespace {
+
+
+constexpr int kBlockM = 128;
+constexpr int kBlockK = 64;                     // one 128-byte swizzle row of halves
+constexpr int kConsumers = 2;                   // warpgroups doing math
+constexpr int kWarpgroupThreads = 128;
+constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+constexpr int kRowsPerConsumer = kBlockM / kConsumers;   // 64: one m64 wgmma
+constexpr int kKBlocksPerTile = kBlockK / kFragmentK;    // 2 wgmma.sp per k-tile
+constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows x 128 bytes
+constexpr int kRegisterFile = 64 * 1024;
+// CTAs are launched in groups of kGroupRows row tiles that sweep all column tiles: one wave then reuses
+// ~16 row tiles of A and ~8 column tiles of B from L2 instead of streaming A from HBM per column tile.
+[[maybe_unused]] constexpr int64_t kGroupRows = 16;
+
+static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
+static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole number of sparse k32 steps");
+
+constexpr int kTileFragments = kTileSlabs * kTileKBlocks;              // 16 fragments of 32 lanes
+constexpr int kAValueBytes = kTileFragments * kLanes * 16;               // 8 KiB per k-tile
+constexpr int kAMetaBytes = kTileFragments * kLanes * 4;                 // 2 KiB per k-tile
+static_assert(kBlockM == kPackRowAlign && kBlockK == kPackKAlign, "a CTA tile is one packed tile");
+
+// Stage layout: [kBTiles B tiles (kBlockN x 64 halves each, swizzled)][A values][A metadata]; stages
+// 1024-aligned. kBTiles = 2 when the CTA's rows are two V:N:M row blocks (V = 64) that gather different rows.
+template <int kBlockN, int kBTiles = 1>
+struct Sm90Shape {
+  static constexpr int kBBytes = kBlockN * kBlockK * 2;
+  static constexpr int kStageBytes = kBTiles * kBBytes + kAValueBytes + kAMetaBytes;
+  static constexpr int kPipelineBytes = 210 * 1024;  // what the stages may take of the 227 KiB
+  static constexpr int kMaxStages = 12;
+  static constexpr int kStages = kPipelineBytes / kStageBytes < kMaxStages ? kPipelineBytes / kStageBytes : kMaxStages;
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kBarrierBytes;
+  static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
+  static_assert(kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
+  static_assert(kStages >= 2, "the pipeline needs two stages");
+  static_assert(kBlockM * (kBlockN + 4) * 4 <= kStages * kStageBytes, "the epilogue tile reuses the stages");
+};
+
+// The epilogue stages the fp32 tile alpha*acc + bias in shared memory (reusing the pipeline stages) so
+// that D (and C) are written and read along their contiguous direction, 4 elements per access.
+// Col-major D: [kBlockN columns][kBlockM + kPad rows]; row-major D: [kBlockM rows][kBlockN + kPad cols].
+// The padding of 4 floats keeps float4 alignment and spreads a warp's fragment stores over the banks.
+[[maybe_unused]] constexpr int kStagePad = 4;
+constexpr int kVector = 4;
+
+template <int kBlockN>
+struct EpilogueTile {
+  bool col_major;
+  float* data;
+  __device__ int stride() const { return col_major ? kBlockM + kStagePad : kBlockN + kStagePad; }
+  __device__ float& at(int r, int j) const { return col_major ? data[j * stride() + r] : data[r * stride() + j]; }
+};
+
+// Named barrier among the consumer warpgroups only (the producer has left).
+[[maybe_unused]] __device__ __forceinline__ void consumer_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * kWarpgroupThreads));
+}
+
+template <class Out>
+__device__ __forceinline__ void store_vector(const Params& p, int64_t index, const float (&v)[kVector]) {
+  if constexpr (std::is_same_v<Out, float>) {
+    *reinterpret_cast<float4*>(static_cast<float*>(p.d) + index) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    Out h[kVector];
+#pragma unroll
+    for (int i = 0; i < kVector; ++i) h[i] = static_cast<Out>(v[i]);
+    *reinterpret_cast<uint2*>(static_cast<Out*>(p.d) + index) = *reinterpret_cast<const uint2*>(h);
+  }
+}
+
+// Writes the staged tile: each thread takes runs of 4 elements along D's contiguous direction.
+template <class Out, int kBlockN>
+__device__ void write_tile(const Params& p, const EpilogueTile<kBlockN>& tile, int64_t m0, int64_t n0, int thread) {
+  const int run_len = tile.col_major ? kBlockM : kBlockN;   // contiguous extent inside the tile
+  const int runs = tile.col_major ? kBlockN : kBlockM;
+  const int64_t ld = tile.col_major ? p.rows : p.n;         // global stride between runs
+  const int64_t run_limit = tile.col_major ? p.rows - m0 : p.n - n0;
+  const int64_t runs_limit = tile.col_major ? p.n - n0 : p.rows - m0;
+  const int64_t origin = tile.col_major ? n0 * ld + m0 : m0 * ld + n0;
+  const bool aligned = ld % kVector == 0 && origin % kVector == 0 &&
+                       (reinterpret_cast<uintptr_t>(p.d) % 16 == 0) && (p.beta == 0.0f || reinterpret_cast<uintptr_t>(p.c) % 16 == 0);
+  for (int i = thread; i < runs * (run_len / kVector); i += kConsumers * kWarpgroupThreads) {
+    const int run = i / (run_len / kVector), pos = (i % (run_len / kVector)) * kVector;
+    if (run >= runs_limit || pos >= run_limit) continue;
+    const int64_t index = origin + run * ld + pos;
+    const float4 staged = *reinterpret_cast<const float4*>(&(tile.col_major ? tile.at(pos, run) : tile.at(run, pos)));
+    float v[kVector] = {staged.x, staged.y, staged.z, staged.w};
+    const int valid = run_limit - pos < kVector ? static_cast<int>(run_limit - pos) : kVector;
+#pragma unroll
+    for (int e = 0; e < kVector; ++e) {
+      if (e < valid && p.beta != 0.0f) v[e] += p.beta * load_out<Out>(p.c, index + e);
+      v[e] = activate(p.activation, v[e]);
+    }
+    if (aligned && valid == kVector) {
+      store_vector<Out>(p, index, v);
+    } else {
+      for (int e = 0; e < valid; ++e) store_out<Out>(p.d, index + e, v[e]);
+    }
+  }
+}
+
+// Where a stage's B tiles come from.
+enum class BSource {
+  tma,          // 2:4, B col-major: one TMA box per stage (K-major, 128-byte swizzle)
+  gather_rows,  // V:N:M, B row-major: the producer warpgroup cp.asyncs each gathered row (MN-major, swizzled)
+  gather_cols,  // V:N:M, B col-major: the producer warpgroup gathers elements along K (K-major, swizzled)
+};
+
+template <BSource kSource>
+struct BSourceTraits {
+  static constexpr bool kGather = kSource != BSource::tma;
+  // The gather loops need more registers than the single TMA-issuing thread.
+  static constexpr int kProducerRegisters = kGather ? 96 : 40;
+  static constexpr int kConsumerRegisters = kGather ? 208 : 232;
+  // Arrivals that complete a full barrier: the thread posting the transaction bytes, plus every producer
+  // thread once its share of a gathered tile is written.
+  static constexpr int kFullArrivals = kGather ? 1 + kWarpgroupThreads : 1;
+  static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kRegisterFile,
+                "setmaxnreg budgets must fit the register file");
+};
+
+constexpr int kMnAtomHalves = 64;                   // MN-major swizzle atom: 64 halves (128 B) along N
+constexpr int kMnAtomBytes = kBlockK * 128;          // one atom column of a 64-row k-tile
+constexpr int kKGroupBytes = 8 * 128;                // 8 k-rows of 128 B
+constexpr int kChunkHalves = 8;                      // 16-byte chunk
+
+// 128-byte swizzle: the 16-byte chunk c of 128-byte row r sits at chunk c ^ (r % 8).
+__device__ __forceinline__ int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
+
+// One k-tile's gather entries (64 B rows), spread over a warp: lane l holds entries l and l + 32. Loaded one
+// k-tile ahead so that the table's latency hides behind the wait for a free stage.
+struct TileRows {
+  int32_t entry[2];
+  __device__ static TileRows load(const int32_t* gather, int lane) {
+    return {{__ldg(gather + lane), __ldg(gather + lane + 32)}};
+  }
+  // Entry k_local (0..63) for every lane; k_local may differ between lanes.
+  __device__ int32_t at(int k_local) const {
+    const int32_t low = __shfl_sync(0xffffffffu, entry[0], k_local % 32);
+    const int32_t high = __shfl_sync(0xffffffffu, entry[1], k_local % 32);
+    return k_local < 32 ? low : high;
+  }
+};
+
+// B row-major (K x C, 16-byte aligned rows, C % 8 == 0): tile row k_local is B row rows.at(k_local), copied
+// 16 bytes at a time into the MN-major layout: atom a (columns 64a..64a+63), row k_local, chunk c. Consecutive
+// threads take consecutive chunks of a row, so each warp copies whole row segments.
+template <class Element, int kBlockN>
+__device__ __forceinline__ void gather_b_rows(const Params& p, unsigned char* tile, const TileRows& rows, int64_t n0,
+                                              int thread) {
+  constexpr int kChunksPerRow = kBlockN / kChunkHalves;
+  constexpr int kIterations = kBlockK * kChunksPerRow / kWarpgroupThreads;
+  static_assert(kIterations * kWarpgroupThreads == kBlockK * kChunksPerRow, "whole rows per pass");
+  const Element* b = static_cast<const Element*>(p.b);
+#pragma unroll
+  for (int j = 0; j < kIterations; ++j) {
+    const int i = thread + j * kWarpgroupThreads;
+    const int k_local = i / kChunksPerRow, chunk = i % kChunksPerRow;
+    const int64_t k = rows.at(k_local), n = n0 + chunk * kChunkHalves;
+    const bool inside = k >= 0 && n < p.n;
+    const unsigned char* dst = tile + (chunk / 8) * kMnAtomBytes + swizzled(k_local, chunk % 8);
+    ptx::cp_async_16(ptx::smem_address(dst), inside ? b + k * p.n + n : b, inside ? 16 : 0);
+  }
+}
+
+// B col-major (x[C, K] row-major): tile row n holds x[n0 + n, rows.at(0..63)] in the K-major layout. Lane l of
+// producer warp w takes condensed columns 2l, 2l+1 of rows w, w+4, ...: a warp's loads stay inside one row of
+// x. Loads are issued kBatch rows at a time, then stored, to keep many in flight.
+template <class Element, int kBlockN>
+__device__ __forceinline__ void gather_b_cols(const Params& p, unsigned char* tile, const TileRows& rows, int64_t n0,
+                                              int thread) {
+  constexpr int kWarps = kWarpgroupThreads / 32;
+  constexpr int kBatch = 8;
+  static_assert(kBlockN % (kWarps * kBatch) == 0, "whole batches of rows");
+  const int warp = thread / 32, k_local = 2 * (thread % 32);
+  const int32_t k0 = rows.at(k_local), k1 = rows.at(k_local + 1);
+  const auto* b = static_cast<const uint16_t*>(p.b);
+  const int valid_rows = static_cast<int>(min(static_cast<int64_t>(kBlockN), p.n - n0));  // past C: zeros
+  const int column_offset = (k_local % kChunkHalves) * 2;
+  for (int row0 = warp; row0 < kBlockN; row0 += kWarps * kBatch) {
+    uint32_t pair[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int row = row0 + i * kWarps;
+      const uint16_t* x = b + (n0 + row) * p.cols;
+      const bool inside = row < valid_rows;
+      const uint32_t lo = inside && k0 >= 0 ? __ldg(x + k0) : 0u, hi = inside && k1 >= 0 ? __ldg(x + k1) : 0u;
+      pair[i] = lo | (hi << 16);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int row = row0 + i * kWarps;
+      *reinterpret_cast<uint32_t*>(tile + swizzled(row, k_local / kChunkHalves) + column_offset) = pair[i];
+    }
+  }
+}
+
+// kMulticast: two CTAs of a cluster (consecutive tiles: same columns, neighbouring rows) each load half of the
+// shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
+// it is released to a producer only when the consumers of both CTAs are done with it.
+template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
+__global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Shape = Sm90Shape<kBlockN, kBTiles>;
+  using Traits = BSourceTraits<kSource>;
+  using Mma = typename ElementTraits<Element>::Mma;
+  using Wgmma = ptx::WgmmaSpRS<kBlockN, Mma>;
+  constexpr int kStages = Shape::kStages;
+  constexpr int kABytes = kAValueBytes + kAMetaBytes;
+  static_assert(!kMulticast || kSource == BSource::tma, "multicast shares TMA boxes");
+  static_assert(kBTiles == 1 || (kBTiles == kConsumers && Traits::kGather), "one B tile per consumer, or one for both");
+  static_assert(kSource != BSource::gather_rows || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
+
+  extern __shared__ unsigned char smem_raw[];
+  // Stage buffers on a 1024-byte boundary (the swizzle atom), barriers after them.
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Shape::kStageBytes);
+  uint64_t* empty = full + kStages;
+
+  const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
+  const int64_t row_tiles = (p.rows + kBlockM - 1) / kBlockM, col_tiles = (p.n + kBlockN - 1) / kBlockN;
+  const int64_t group = blockIdx.x / (kGroupRows * col_tiles), in_group = blockIdx.x % (kGroupRows * col_tiles);
+  const int64_t group_rows = min(kGroupRows, row_tiles - group * kGroupRows);
+  const int64_t m0 = (group * kGroupRows + in_group % group_rows) * kBlockM, n0 = (in_group / group_rows) * kBlockN;
+  const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
+
+  constexpr int kClusterSize = kMulticast ? 2 : 1;
+  const uint32_t rank = kMulticast ? ptx::cluster_ctarank() : 0;
+  if (tid == 0) {
+    if constexpr (kSource == BSource::tma) ptx::prefetch_tensor_map(&b_map);
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&full[s], Traits::kFullArrivals);
+      // Every consumer thread of every CTA writing into this stage releases its reads.
+      ptx::mbarrier_init(&empty[s], kClusterSize * kConsumers * kWarpgroupThreads);
+    }
+    ptx::fence_barrier_init();
+  }
+  if constexpr (kMulticast) ptx::cluster_sync();  // the peer's barriers exist before its copies signal ours
+  else __syncthreads();
+
+  if (warpgroup == kConsumers) {  // producer warpgroup
+    ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
+    const int thread = tid % kWarpgroupThreads;
+    const int64_t row_tile = m0 / kBlockM;
+    const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
+    const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
+    if constexpr (kSource == BSource::tma) {
+      if (thread == 0) {  // one thread streams the A and B tiles
+        for (int64_t kt = 0; kt < k_tiles; ++kt) {
+          const int s = static_cast<int>(kt % kStages);
+          unsigned char* stage = smem + s * Shape::kStageBytes;
+          if constexpr (kMulticast) {
+            if (kt >= kStages) ptx::mbarrier_wait_cluster(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
+            ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
+            constexpr int kHalfRows = kBlockN / 2;
+            ptx::tma_load_2d_multicast(stage + rank * kHalfRows * kBlockK * 2, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK),
+                                       static_cast<int32_t>(n0 + rank * kHalfRows), 0x3);
+          } else {
+            if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
+            ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
+            ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+          }
+          ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
+          ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
+        }
+      }
+    } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
+      const int32_t* gather = p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride;
+      const int lane_in_warp = thread % 32;
+      TileRows next[kBTiles];
+#pragma unroll
+      for (int t = 0; t < kBTiles; ++t) next[t] = TileRows::load(gather + t * p.gather_stride, lane_in_warp);
+      for (int64_t kt = 0; kt < k_tiles; ++kt) {
+        TileRows rows[kBTiles];
+#pragma unroll
+        for (int t = 0; t < kBTiles; ++t) {
+          rows[t] = next[t];
+          if (kt + 1 < k_tiles) next[t] = TileRows::load(gather + t * p.gather_stride + (kt + 1) * kBlockK, lane_in_warp);
+        }
+        const int s = static_cast<int>(kt % kStages);
+        unsigned char* stage = smem + s * Shape::kStageBytes;
+        if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
+        if (thread == 0) {
+          unsigned char* a_dst = stage + kBTiles * Shape::kBBytes;
+          ptx::mbarrier_arrive_expect_tx(&full[s], kABytes);
+          ptx::bulk_load(a_dst, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
+          ptx::bulk_load(a_dst + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
+        }
+#pragma unroll
+        for (int t = 0; t < kBTiles; ++t) {
+          if constexpr (kSource == BSource::gather_rows)
+            gather_b_rows<Element, kBlockN>(p, stage + t * Shape::kBBytes, rows[t], n0, thread);
+          else
+            gather_b_cols<Element, kBlockN>(p, stage + t * Shape::kBBytes, rows[t], n0, thread);
+        }
+        if constexpr (kSource == BSource::gather_rows) {
+          ptx::cp_async_mbarrier_arrive_noinc(&full[s]);
+        } else {
+          ptx::fence_proxy_async_shared();  // the st.shared above, before wgmma reads them
+          ptx::mbarrier_arrive(&full[s]);
+        }
+      }
+    }
+    if constexpr (kMulticast) ptx::cluster_sync();  // stay until the peer no longer signals this CTA
+    return;
+  }
+
+  // Consumers: warp w of warpgroup c owns slab 4c + w of the tile.
+  ptx::setmaxnreg_inc<Traits::kConsumerRegisters>();
+  const int warp_in_group = (tid % kWarpgroupThreads) / 32;
+  const int slab_in_tile = warpgroup * (kRowsPerConsumer / kSlabRows) + warp_in_group;
+  const int my_b_tile = kBTiles == 1 ? 0 : warpgroup;
+  float acc[Wgmma::kAccumulators];
+#pragma unroll
+  for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
+
+  for (int64_t kt = 0; kt < k_tiles; ++kt) {
+    const int s = static_cast<int>(kt % kStages);
+    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((kt / kStages) & 1));
+    // cp.async writes through the generic proxy: order them before this thread's wgmma reads.
+    if constexpr (kSource == BSource::gather_rows) ptx::fence_proxy_async_shared();
+    const unsigned char* stage = smem + s * Shape::kStageBytes;
+    const unsigned char* a_stage = stage + kBTiles * Shape::kBBytes;
+    AFragment a[kKBlocksPerTile];
+#pragma unroll
+    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
+      const int fragment = slab_in_tile * kTileKBlocks + kk;
+      const uint4 v = *reinterpret_cast<const uint4*>(a_stage + (fragment * kLanes + lane) * 16);
+      a[kk] = {{v.x, v.y, v.z, v.w}, *reinterpret_cast<const uint32_t*>(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4)};
+    }
+    const uint32_t b_tile = ptx::smem_address(stage + my_b_tile * Shape::kBBytes);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
+      if constexpr (kSource == BSource::gather_rows) {  // k32 step kk starts 32 rows of 128 B further
+        const uint64_t desc = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
+        Wgmma::template mma<1>(acc, a[kk].values, desc, a[kk].meta, 1);
+      } else {  // k32 step kk starts 64 bytes into each swizzled row
+        const uint64_t desc = ptx::make_smem_desc_k_major_sw128(b_tile);
+        Wgmma::template mma<0>(acc, a[kk].values, ptx::advance_smem_desc(desc, kk * kFragmentK * 2), a[kk].meta, 1);
+      }
+    }
+    ptx::wgmma_commit_group();
+    // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
+    ptx::wgmma_wait_group<1>();
+    if (kt > 0) {
+      uint64_t* released = &empty[(kt - 1) % kStages];
+      ptx::mbarrier_arrive(released);
+      if constexpr (kMulticast) ptx::mbarrier_arrive_cluster(ptx::map_to_rank(released, rank ^ 1));
+    }
+  }
+  ptx::wgmma_wait_group<0>();
+  ptx::fence_registers(acc);
+
+  // Epilogue: alpha * acc + bias into the staged tile, then coalesced stores (write_tile).
+  consumer_sync();  // every consumer's wgmma is done: the stages are free
+  const EpilogueTile<kBlockN> tile{p.d_col_major, reinterpret_cast<float*>(smem)};
+  const int g = lane / 4, t = lane % 4;
+  const int row_base = warpgroup * kRowsPerConsumer + warp_in_group * kSlabRows + g;
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row_base + 8 * half;
+      const float bias = (p.bias && m0 + r < p.rows) ? __ldg(p.bias + m0 + r) : 0.0f;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) tile.at(r, 8 * j + 2 * t + e) = p.alpha * acc[4 * j + 2 * half + e] + bias;
+    }
+  consumer_sync();
+  write_tile<Out, kBlockN>(p, tile, m0, n0, tid);
+  if constexpr (kMulticast) ptx::cluster_sync();
+#endif
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    NMKIT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
+    require(status == cudaDriverEntryPointSuccess && f != nullptr, ErrorCode::cuda_error,
+            "cuTensorMapEncodeTiled is not available from the driver");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// B (col-major K x C, column stride K) as a 2-D tensor {K, C}, boxes of {kBlockK, block_n}, 128-byte swizzle.
+// Out-of-range elements (K and C tails) are filled with zeros by the copy engine.
+template <class Element>
+CUtensorMap make_b_map(const Params& p, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.cols), static_cast<cuuint64_t>(p.n)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.cols) * sizeof(Element)};
+  const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUtensorMapDataType type =
+      std::is_same_v<Element, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const CUresult r = encode_tiled()(&map, type, 2, const_cast<void*>(p.b), dims, strides, box, element_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  require(r == CUDA_SUCCESS, ErrorCode::cuda_error, "cuTensorMapEncodeTiled failed with code " + std::to_string(r));
+  return map;
+}
+
+template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
+void launch(const Params& p, cudaStream_t stream) {
+  constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
+  auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kMulticast>;
+  // Once per instantiation and process (thread-safe static), not on every run().
+  static const bool smem_set = [&] {
+    NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)smem_set;
+  CUtensorMap map{};  // gathered sources read B with plain loads
+  if constexpr (kSource == BSource::tma) map = make_b_map<Element>(p, kMulticast ? kBlockN / 2 : kBlockN);
+  const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
+  require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 tiles");
+  if constexpr (kMulticast) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(tiles));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map));
+  } else {
+    kernel<<<static_cast<unsigned>(tiles), kThreads, kSmem, stream>>>(p, map);
+  }
+  NMKIT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kBlockN, int kBTiles = 1>
+TileShape shape_of() {
+  return {kBlockM, kBlockN, kBlockK, Sm90Shape<kBlockN, kBTiles>::kStages, kThreads, Sm90Shape<kBlockN, kBTiles>::kSmemBytes};
+}
+
+}  // namespace
+}  // namespace nmkit::gpu::nm24::sm90

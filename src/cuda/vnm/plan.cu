@@ -1,0 +1,108 @@
+// Host side of the V:N:M SpMM: device weights, plan creation (validation, kernel choice) and run().
+// The kernels are the nm24 ones run on the condensed 2:4 weight with B read through the gather table.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "../common/check.cuh"
+#include "../nm24/nm24_common.cuh"
+#include "nmkit/gpu/vnm_spmm.hpp"
+
+namespace nmkit::gpu {
+namespace {
+
+int gather_block_rows(int v) { return std::min(v, kPackRowAlign); }
+int b_tiles_per_stage(int v) { return kPackRowAlign / gather_block_rows(v); }
+
+}  // namespace
+
+DeviceVnm DeviceVnm::from_parts(DeviceNm24 condensed, const std::vector<int32_t>& gather, int64_t cols, int v, int m) {
+  check_vnm_pattern(v, 2, m);
+  require(vnm_kernel_supports_v(v), ErrorCode::unsupported,
+          "DeviceVnm: the kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
+  const int64_t table_blocks = condensed.rows_padded() / gather_block_rows(v);
+  require(cols >= 1 && condensed.cols() == 4 * ceil_div(cols, m) &&
+              gather.size() == static_cast<std::size_t>(table_blocks * condensed.cols_padded()),
+          ErrorCode::invalid_argument, "DeviceVnm: condensed matrix or gather table does not match R x K");
+  for (const int32_t k : gather)
+    require(k == kNoBRow || (k >= 0 && k < cols), ErrorCode::invalid_argument,
+            "DeviceVnm: gather table entry " + std::to_string(k) + " is not a row of B (K=" + std::to_string(cols) + ")");
+  DeviceBuffer table(gather.size() * sizeof(int32_t));
+  table.copy_from_host(gather.data(), table.size());
+  const int64_t rows = condensed.rows();
+  DeviceVnm w(std::move(condensed), std::move(table));
+  w.rows_ = rows, w.cols_ = cols, w.v_ = v, w.m_ = m;
+  return w;
+}
+
+DeviceVnm DeviceVnm::upload(const PackedVnm& packed) {
+  require(packed.condensed.rows == packed.rows, ErrorCode::invalid_argument,
+          "DeviceVnm::upload: condensed matrix does not match R");
+  return from_parts(DeviceNm24::upload(packed.condensed), packed.gather, packed.cols, packed.v, packed.m);
+}
+
+VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel, int block_n) {
+  nm24::check_desc(desc, "vnm plan");
+  check_vnm_pattern(v, 2, m);
+  require(vnm_kernel_supports_v(v), ErrorCode::unsupported,
+          "vnm plan: the kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
+  const int64_t condensed_cols = 4 * ceil_div(desc.cols, m);
+  const int b_tiles = b_tiles_per_stage(v);
+  // sm90: one or two gathered B tiles per stage (the wgmma's 64 rows must share their B rows, so V >= 64);
+  // B row-major is copied in 16-byte pieces of rows (C % 8 == 0), B col-major element by element.
+  const bool sm90_possible = nm24::sm90_compiled() && nm24::device_is_sm90() && b_tiles <= 2 &&
+                             (desc.b_layout == Layout::col_major || desc.n % 8 == 0);
+  if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
+  require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
+          "vnm plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, V >= 64 and, for B "
+          "row-major, C % 8 == 0");
+  require(block_n == 0 || kernel == Nm24Kernel::sm90_wgmma_sp, ErrorCode::unsupported,
+          "vnm plan: block_n can only be chosen for the sm90 kernel");
+
+  VnmSpmmPlan plan;
+  plan.desc_ = desc, plan.v_ = v, plan.m_ = m;
+  nm24::TileShape t = nm24::sm80_tile_shape();
+  if (kernel == Nm24Kernel::sm90_wgmma_sp) {
+    constexpr int kOneTile[] = {256, 128, 64}, kTwoTiles[] = {128, 64};
+    const std::span<const int> widths = b_tiles == 1 ? std::span<const int>(kOneTile) : std::span<const int>(kTwoTiles);
+    if (block_n == 0) block_n = nm24::sm90_block_n(desc.rows, condensed_cols, desc.n, nm24::sm_count(), widths);
+    t = nm24::sm90_gather_tile_shape(block_n, b_tiles);
+  } else {
+    t.smem_bytes *= b_tiles;  // one gathered B tile per row block of the CTA
+  }
+  plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  if (std::getenv("NMKIT_LOG_CONFIG"))
+    std::clog << "nmkit: vnm " << v << ":2:" << m << " " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> "
+              << plan.config_ << "\n";
+  return plan;
+}
+
+void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d, const float* bias) const {
+  require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype && a.v() == v_ && a.m() == m_,
+          ErrorCode::invalid_argument,
+          "vnm run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " + dtype_name(a.dtype()) +
+              " " + std::to_string(a.v()) + ":2:" + std::to_string(a.m()) + ", the plan was made for " +
+              std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " + dtype_name(desc_.dtype) + " " +
+              std::to_string(v_) + ":2:" + std::to_string(m_));
+  if (desc_.n == 0) return;
+  nm24::check_operands(desc_, b, c, d, bias, "vnm run");
+
+  const DeviceNm24& w = a.condensed();
+  nm24::Params p{static_cast<const uint4*>(w.values()), static_cast<const uint32_t*>(w.metadata()), b, c, d,
+                 desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, w.cols_padded() / kFragmentK,
+                 desc_.alpha, desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major};
+  p.b_gather = a.gather(), p.gather_stride = a.gather_stride(), p.gather_block_rows = gather_block_rows(v_);
+  const int64_t ldb = desc_.b_layout == Layout::col_major ? desc_.cols : desc_.n;
+  const bool vector_b = nm24::aligned16(b) && ldb % 8 == 0;
+  // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.
+  const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
+  nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
+    if (sm90) nm24::launch_sm90_gather<Element, Out>(p, config_.block_n, desc_.b_layout, stream);
+    else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
+  });
+}
+
+}  // namespace nmkit::gpu
