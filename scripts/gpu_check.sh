@@ -42,7 +42,8 @@ for unit in nm24/sm90_nm24_spmm vnm/sm90_vnm_spmm; do
 done
 
 step "GPU tests"
-$BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_GPU_TESTS:-*}" >"$OUT/gpu_tests.log" 2>&1
+# A time limit, so that a kernel that hangs costs minutes of device time, not the whole call.
+timeout 300 $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_GPU_TESTS:-*}" >"$OUT/gpu_tests.log" 2>&1
 tests_rc=$?
 grep -E "^\[  (PASSED|FAILED) |^\[==========\]|Failure|error|rel" "$OUT/gpu_tests.log" | head -40
 summary+=("gpu tests: $([ $tests_rc -eq 0 ] && echo passed || echo FAILED) ($(grep -c '^\[       OK' "$OUT/gpu_tests.log") ok)")
@@ -65,7 +66,7 @@ summary+=("nmkit demo (GPU 2:4 layer vs CPU oracle): $([ $demo_rc -eq 0 ] && ech
 if [ $quick -eq 0 ]; then
   for tool in memcheck racecheck initcheck synccheck; do
     step "compute-sanitizer $tool"
-    compute-sanitizer --tool $tool --error-exitcode 9 \
+    timeout 600 compute-sanitizer --tool $tool --error-exitcode 9 \
       $BUILD/tests/nmkit_gpu_tests --gtest_filter='Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.BMulticast*:VnmGpu.EveryHopperTileWidth:VnmGpu.Fallbacks*' >/tmp/nmkit_san.log 2>&1
     rc=$?
     { echo "=== $tool (rc $rc)"; grep -v "^\[" /tmp/nmkit_san.log | head -80; } >>"$OUT/sanitizer.log"
@@ -77,14 +78,14 @@ fi
 
 if [ -z "${NMKIT_BENCH_SKIP:-}" ]; then
   step "benchmark ${bench_args[*]}"
-  $BUILD/bench/nmkit_bench "${bench_args[@]}" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+  timeout 900 $BUILD/bench/nmkit_bench "${bench_args[@]}" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
   python3 bench/plot_speedup.py "$OUT/bench.json" "$OUT/speedup.png" || echo "plot failed"
 fi
 
 if [ -n "${NMKIT_BENCH_VNM:-}" ]; then
   step "benchmark $NMKIT_BENCH_VNM"
   # shellcheck disable=SC2086  # the variable holds several arguments
-  $BUILD/bench/nmkit_bench $NMKIT_BENCH_VNM --json "$OUT/vnm.json" 2>&1 | tee "$OUT/vnm.txt"
+  timeout 900 $BUILD/bench/nmkit_bench $NMKIT_BENCH_VNM --json "$OUT/vnm.json" 2>&1 | tee "$OUT/vnm.txt"
   python3 bench/plot_vnm.py "$OUT/vnm.json" "$OUT" || echo "plot failed"
 fi
 

@@ -140,13 +140,15 @@ template <BSource kSource>
 struct BSourceTraits {
   static constexpr bool kGather = kSource != BSource::tma;
   // The gather loops need more registers than the single TMA-issuing thread.
-  static constexpr int kProducerRegisters = kGather ? 96 : 40;
+  static constexpr int kProducerRegisters = kGather ? 88 : 40;
   static constexpr int kConsumerRegisters = kGather ? 208 : 232;
   // Arrivals that complete a full barrier: the thread posting the transaction bytes, plus every producer
   // thread once its share of a gathered tile is written.
   static constexpr int kFullArrivals = kGather ? 1 + kWarpgroupThreads : 1;
-  static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= kRegisterFile,
-                "setmaxnreg budgets must fit the register file");
+  // setmaxnreg.inc waits for registers that the producer's .dec released: the budgets must fit what the
+  // launch allocated (kRegisterFile / kThreads, in units of 8), or the consumers wait forever.
+  static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
+                "setmaxnreg budgets must fit the registers allocated at launch");
 };
 
 constexpr int kMnAtomHalves = 64;                   // MN-major swizzle atom: 64 halves (128 B) along N
