@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -116,21 +115,7 @@ void run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspac
               [&](int i) { ideal_plan.run(stream, ideal_weights[i], b_ideal[i].ptr, nullptr, d_nmkit[i].ptr); }, sets,
               o.warmup, o.iters, stream);
 
-          // Row-major B: the gather variants named in NMKIT_BENCH_VNM_VARIANTS (comma-separated values of
-          // NMKIT_VNM_EXPERIMENT, "default" for none) side by side.
-          std::vector<std::pair<Layout, std::string>> runs;
           for (Layout b_layout : o.b_layouts) {
-            const char* variants = std::getenv("NMKIT_BENCH_VNM_VARIANTS");
-            if (b_layout == Layout::row_major && variants) {
-              std::stringstream list(variants);
-              for (std::string v; std::getline(list, v, ',');) runs.emplace_back(b_layout, v);
-            } else {
-              runs.emplace_back(b_layout, "default");
-            }
-          }
-          for (const auto& [b_layout, variant] : runs) {
-            if (variant == "default") unsetenv("NMKIT_VNM_EXPERIMENT");
-            else setenv("NMKIT_VNM_EXPERIMENT", variant.c_str(), 1);
             // Row-major B holds the same logical matrix: transpose the col-major sets once.
             std::vector<DeviceArray> b_run;
             if (b_layout == Layout::row_major)
@@ -155,17 +140,17 @@ void run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspac
             std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
             std::snprintf(pattern, sizeof pattern, "%d:2:%d", v, m);
             const bool col = b_layout == Layout::col_major;
-            std::printf("%-7s %-20s %-5s %-9s %-4s %9.1f %9.3f %7.2fx %9.3f %7.2fx %9.1e  %s n%d (%+.0f%%) %s\n", "vnm",
+            std::printf("%-7s %-20s %-5s %-9s %-4s %9.1f %9.3f %7.2fx %9.3f %7.2fx %9.1e  %s n%d (%+.0f%%)\n", "vnm",
                         shape_text, dtype_name(dtype), pattern, col ? "col" : "row", tflops, nmkit_ms, dense_ms / nmkit_ms,
                         ideal_ms, dense_ms / ideal_ms, err, kernel_name(plan.config().kernel), plan.config().block_n,
-                        100.0 * (nmkit_ms / ideal_ms - 1.0), variant == "default" ? "" : variant.c_str());
+                        100.0 * (nmkit_ms / ideal_ms - 1.0));
             std::fflush(stdout);
             rows.push_back({{"suite", "vnm"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
                             {"v", v}, {"n", 2}, {"m", m}, {"b_layout", layout_name(b_layout)}, {"operand_sets", sets},
                             {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms}, {"ideal_ms", ideal_ms},
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"ideal_speedup_vs_cublas", dense_ms / ideal_ms},
                             {"gather_cost", nmkit_ms / ideal_ms - 1.0}, {"nmkit_rel_error", err},
-                            {"nmkit_config", config.str()}, {"variant", variant}});
+                            {"nmkit_config", config.str()}});
           }
         }
     }

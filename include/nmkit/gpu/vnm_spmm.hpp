@@ -11,7 +11,6 @@
 //   VnmSpmmPlan plan = VnmSpmmPlan::create(desc, a.v(), a.m());  // once per shape
 //   plan.run(stream, a, b, c, d, bias);                          // one launch: no allocation, search or sync
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "nmkit/format/vnm.hpp"
@@ -86,7 +85,6 @@ class VnmSpmmPlan {
   SpmmDesc desc_;
   KernelConfig config_;
   int v_ = 0, m_ = 0;
-  std::string experiment_;  // NMKIT_VNM_EXPERIMENT at creation: "cp_async", "no_fence" (row-major B gathers)
 };
 
 }  // namespace nmkit::gpu

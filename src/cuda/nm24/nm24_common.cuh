@@ -29,7 +29,6 @@ struct Params {
   const int32_t* b_gather = nullptr;
   int64_t gather_stride = 0;
   int gather_block_rows = kPackRowAlign;  // rows per gather row block: min(V, 128)
-  bool skip_consumer_fence = false;       // experiment (NMKIT_VNM_EXPERIMENT): see docs/performance.md
 };
 
 template <class Element>
@@ -137,7 +136,7 @@ void launch_sm90(const Params& p, int block_n, bool multicast, cudaStream_t stre
 // C % 8 == 0; B col-major has no alignment needs. block_n in {256, 128, 64} (one B tile per stage) or
 // {128, 64} (two, V = 64).
 template <class Element, class Out>
-void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, bool rows_by_tma, cudaStream_t stream);
+void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, cudaStream_t stream);
 TileShape sm90_gather_tile_shape(int block_n, int b_tiles);
 
 }  // namespace nmkit::gpu::nm24

@@ -133,7 +133,6 @@ __device__ void write_tile(const Params& p, const EpilogueTile<kBlockN>& tile, i
 enum class BSource {
   tma,          // 2:4, B col-major: one TMA box per stage (K-major, 128-byte swizzle)
   gather_rows,  // V:N:M, B row-major: the producer warpgroup cp.asyncs each gathered row (MN-major, swizzled)
-  gather_rows_tma,  // V:N:M, B row-major: one producer warp issues a TMA box per gathered row and 64 columns
   gather_cols,  // V:N:M, B col-major: the producer warpgroup gathers elements along K (K-major, swizzled)
 };
 
@@ -145,9 +144,7 @@ struct BSourceTraits {
   static constexpr int kConsumerRegisters = kGather ? 208 : 232;
   // Arrivals that complete a full barrier: the thread posting the transaction bytes, plus every producer
   // thread once its share of a gathered tile is written.
-  static constexpr bool kPerThreadArrivals = kSource == BSource::gather_rows || kSource == BSource::gather_cols;
-  static constexpr int kFullArrivals = kPerThreadArrivals ? 1 + kWarpgroupThreads : 1;
-  static constexpr bool kMnMajorB = kSource == BSource::gather_rows || kSource == BSource::gather_rows_tma;
+  static constexpr int kFullArrivals = kGather ? 1 + kWarpgroupThreads : 1;
   // setmaxnreg.inc waits for registers that the producer's .dec released: the budgets must fit what the
   // launch allocated (kRegisterFile / kThreads, in units of 8), or the consumers wait forever.
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
@@ -244,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   constexpr int kABytes = kAValueBytes + kAMetaBytes;
   static_assert(!kMulticast || kSource == BSource::tma, "multicast shares TMA boxes");
   static_assert(kBTiles == 1 || (kBTiles == kConsumers && Traits::kGather), "one B tile per consumer, or one for both");
-  static_assert(!Traits::kMnMajorB || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
+  static_assert(kSource != BSource::gather_rows || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
 
   extern __shared__ unsigned char smem_raw[];
   // Stage buffers on a 1024-byte boundary (the swizzle atom), barriers after them.
@@ -263,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   constexpr int kClusterSize = kMulticast ? 2 : 1;
   const uint32_t rank = kMulticast ? ptx::cluster_ctarank() : 0;
   if (tid == 0) {
-    if constexpr (kSource == BSource::tma || kSource == BSource::gather_rows_tma) ptx::prefetch_tensor_map(&b_map);
+    if constexpr (kSource == BSource::tma) ptx::prefetch_tensor_map(&b_map);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&full[s], Traits::kFullArrivals);
       // Every consumer thread of every CTA writing into this stage releases its reads.
@@ -298,39 +295,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
           }
           ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
           ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
-        }
-      }
-    } else if constexpr (kSource == BSource::gather_rows_tma) {
-      // One warp: lane l copies tile rows l and l + 32 (the gather entries it holds), 64 columns per box. Rows
-      // that read nothing (kNoBRow) and columns past C are outside the tensor: the copy engine writes zeros.
-      if (thread < 32) {
-        const int32_t* gather = p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride;
-        constexpr int kAtoms = kBlockN / kMnAtomHalves;
-        for (int64_t kt = 0; kt < k_tiles; ++kt) {
-          TileRows rows[kBTiles];
-#pragma unroll
-          for (int t = 0; t < kBTiles; ++t) rows[t] = TileRows::load(gather + t * p.gather_stride + kt * kBlockK, thread);
-          const int s = static_cast<int>(kt % kStages);
-          unsigned char* stage = smem + s * Shape::kStageBytes;
-          if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
-          if (thread == 0) {
-            unsigned char* a_dst = stage + kBTiles * Shape::kBBytes;
-            ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
-            ptx::bulk_load(a_dst, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
-            ptx::bulk_load(a_dst + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
-          }
-          __syncwarp();  // the transaction bytes are posted before any box can complete
-#pragma unroll
-          for (int t = 0; t < kBTiles; ++t)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int k_local = thread + 32 * half;
-              const int32_t k = rows[t].entry[half];
-#pragma unroll
-              for (int a = 0; a < kAtoms; ++a)
-                ptx::tma_load_2d(stage + t * Shape::kBBytes + a * kMnAtomBytes + k_local * 128, &b_map, &full[s],
-                                 static_cast<int32_t>(n0 + a * kMnAtomHalves), k);
-            }
         }
       }
     } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
@@ -387,9 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     const int s = static_cast<int>(kt % kStages);
     ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((kt / kStages) & 1));
     // cp.async writes through the generic proxy: order them before this thread's wgmma reads.
-    if constexpr (kSource == BSource::gather_rows) {
-      if (!p.skip_consumer_fence) ptx::fence_proxy_async_shared();
-    }
+    if constexpr (kSource == BSource::gather_rows) ptx::fence_proxy_async_shared();
     const unsigned char* stage = smem + s * Shape::kStageBytes;
     const unsigned char* a_stage = stage + kBTiles * Shape::kBBytes;
     AFragment a[kKBlocksPerTile];
@@ -403,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
-      if constexpr (Traits::kMnMajorB) {  // k32 step kk starts 32 rows of 128 B further
+      if constexpr (kSource == BSource::gather_rows) {  // k32 step kk starts 32 rows of 128 B further
         const uint64_t desc = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
         Wgmma::template mma<1>(acc, a[kk].values, desc, a[kk].meta, 1);
       } else {  // k32 step kk starts 64 bytes into each swizzled row
@@ -478,24 +440,6 @@ CUtensorMap make_b_map(const Params& p, int box_rows) {
   return map;
 }
 
-// B row-major (K x C, row stride C) as a 2-D tensor {C, K}, boxes of one row and 64 columns (one MN-major
-// swizzle atom row), 128-byte swizzle. Row -1 (kNoBRow) and columns past C are outside: zeros.
-template <class Element>
-CUtensorMap make_b_rows_map(const Params& p) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.n), static_cast<cuuint64_t>(p.cols)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.n) * sizeof(Element)};
-  const cuuint32_t box[2] = {kMnAtomHalves, 1};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUtensorMapDataType type =
-      std::is_same_v<Element, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r = encode_tiled()(&map, type, 2, const_cast<void*>(p.b), dims, strides, box, element_strides,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  require(r == CUDA_SUCCESS, ErrorCode::cuda_error, "cuTensorMapEncodeTiled failed with code " + std::to_string(r));
-  return map;
-}
-
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
 void launch(const Params& p, cudaStream_t stream) {
   constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
@@ -508,7 +452,6 @@ void launch(const Params& p, cudaStream_t stream) {
   (void)smem_set;
   CUtensorMap map{};  // gathered sources read B with plain loads
   if constexpr (kSource == BSource::tma) map = make_b_map<Element>(p, kMulticast ? kBlockN / 2 : kBlockN);
-  if constexpr (kSource == BSource::gather_rows_tma) map = make_b_rows_map<Element>(p);
   const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
   require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 tiles");
   if constexpr (kMulticast) {

@@ -64,7 +64,6 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel k
 
   VnmSpmmPlan plan;
   plan.desc_ = desc, plan.v_ = v, plan.m_ = m;
-  if (const char* e = std::getenv("NMKIT_VNM_EXPERIMENT")) plan.experiment_ = e;
   nm24::TileShape t = nm24::sm80_tile_shape();
   if (kernel == Nm24Kernel::sm90_wgmma_sp) {
     constexpr int kOneTile[] = {256, 128, 64}, kTwoTiles[] = {128, 64};
@@ -96,13 +95,12 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
                  desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, w.cols_padded() / kFragmentK,
                  desc_.alpha, desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major};
   p.b_gather = a.gather(), p.gather_stride = a.gather_stride(), p.gather_block_rows = gather_block_rows(v_);
-  p.skip_consumer_fence = experiment_ == "no_fence";
   const int64_t ldb = desc_.b_layout == Layout::col_major ? desc_.cols : desc_.n;
   const bool vector_b = nm24::aligned16(b) && ldb % 8 == 0;
   // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) nm24::launch_sm90_gather<Element, Out>(p, config_.block_n, desc_.b_layout, experiment_ != "cp_async" && experiment_ != "no_fence", stream);
+    if (sm90) nm24::launch_sm90_gather<Element, Out>(p, config_.block_n, desc_.b_layout, stream);
     else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });
 }

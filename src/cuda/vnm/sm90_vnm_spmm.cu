@@ -31,10 +31,9 @@ void launch_source(const Params& p, int block_n, int b_tiles, cudaStream_t strea
 }  // namespace
 
 template <class Element, class Out>
-void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, bool rows_by_tma, cudaStream_t stream) {
+void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, cudaStream_t stream) {
   const int b_tiles = sm90::kBlockM / p.gather_block_rows;
-  if (b_layout == Layout::row_major && rows_by_tma) launch_source<Element, Out, BSource::gather_rows_tma>(p, block_n, b_tiles, stream);
-  else if (b_layout == Layout::row_major) launch_source<Element, Out, BSource::gather_rows>(p, block_n, b_tiles, stream);
+  if (b_layout == Layout::row_major) launch_source<Element, Out, BSource::gather_rows>(p, block_n, b_tiles, stream);
   else launch_source<Element, Out, BSource::gather_cols>(p, block_n, b_tiles, stream);
 }
 
@@ -49,9 +48,9 @@ TileShape sm90_gather_tile_shape(int block_n, int b_tiles) {
                                                std::to_string(b_tiles) + " B tiles per stage");
 }
 
-template void launch_sm90_gather<__half, __half>(const Params&, int, Layout, bool, cudaStream_t);
-template void launch_sm90_gather<__half, float>(const Params&, int, Layout, bool, cudaStream_t);
-template void launch_sm90_gather<__nv_bfloat16, __nv_bfloat16>(const Params&, int, Layout, bool, cudaStream_t);
-template void launch_sm90_gather<__nv_bfloat16, float>(const Params&, int, Layout, bool, cudaStream_t);
+template void launch_sm90_gather<__half, __half>(const Params&, int, Layout, cudaStream_t);
+template void launch_sm90_gather<__half, float>(const Params&, int, Layout, cudaStream_t);
+template void launch_sm90_gather<__nv_bfloat16, __nv_bfloat16>(const Params&, int, Layout, cudaStream_t);
+template void launch_sm90_gather<__nv_bfloat16, float>(const Params&, int, Layout, cudaStream_t);
 
 }  // namespace nmkit::gpu::nm24
