@@ -83,9 +83,14 @@ if [ -z "${NMKIT_BENCH_SKIP:-}" ]; then
 fi
 
 if [ -n "${NMKIT_BENCH_VNM:-}" ]; then
-  step "benchmark $NMKIT_BENCH_VNM"
-  # shellcheck disable=SC2086  # the variable holds several arguments
-  timeout 900 $BUILD/bench/nmkit_bench $NMKIT_BENCH_VNM --json "$OUT/vnm.json" 2>&1 | tee "$OUT/vnm.txt"
+  # Several runs may be separated by ';': run i writes vnm<i>.json / vnm<i>.txt (the first: vnm.json, vnm.txt).
+  IFS=';' read -ra vnm_runs <<<"$NMKIT_BENCH_VNM"
+  for i in "${!vnm_runs[@]}"; do
+    tag=$([ "$i" -eq 0 ] && echo "" || echo "$((i + 1))")
+    step "benchmark ${vnm_runs[$i]}"
+    # shellcheck disable=SC2086  # the run holds several arguments
+    timeout 900 $BUILD/bench/nmkit_bench ${vnm_runs[$i]} --json "$OUT/vnm$tag.json" 2>&1 | tee "$OUT/vnm$tag.txt"
+  done
   python3 bench/plot_vnm.py "$OUT/vnm.json" "$OUT" || echo "plot failed"
 fi
 
@@ -98,5 +103,5 @@ step "summary"
 printf '%s\n' "${summary[@]}"
 echo
 [ -f "$OUT/bench.txt" ] && grep -v "^cuSPARSELt skipped" "$OUT/bench.txt"
-[ -f "$OUT/vnm.txt" ] && cat "$OUT/vnm.txt"
+for f in "$OUT"/vnm*.txt; do [ -f "$f" ] && grep -E "^vnm" "$f" | awk '{print $2, $3, $4, $5, "x" $8, "ideal x" $10, $NF}'; done
 exit 0
