@@ -103,5 +103,5 @@ step "summary"
 printf '%s\n' "${summary[@]}"
 echo
 [ -f "$OUT/bench.txt" ] && grep -v "^cuSPARSELt skipped" "$OUT/bench.txt"
-for f in "$OUT"/vnm*.txt; do [ -f "$f" ] && grep -E "^vnm" "$f" | awk '{print $2, $3, $4, $5, "x" $8, "ideal x" $10, $NF}'; done
+for f in "$OUT"/vnm*.txt; do [ -f "$f" ] && grep -E "^vnm" "$f" | awk '{print $2, $3, $4, $5, $8, "ideal", $10, $NF}'; done
 exit 0
