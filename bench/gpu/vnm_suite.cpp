@@ -81,7 +81,7 @@ void run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspac
             NMKIT_CUDA_CHECK(cudaMemsetAsync(condensed_dense.ptr, 0, static_cast<std::size_t>(s.r * condensed_cols) * 2, stream));
             expand_packed(condensed.values(), condensed.metadata(), condensed_dense.ptr, s.r, condensed_cols,
                           condensed.rows_padded(), condensed.cols_padded(), dtype, stream);
-            gpu::DeviceNm24 ideal = gpu::DeviceNm24::allocate(s.r, condensed_cols, dtype);
+            gpu::DeviceNm24 ideal = gpu::DeviceNm24::allocate(s.r, condensed.cols_padded(), dtype);
             NMKIT_CUDA_CHECK(cudaMemcpyAsync(ideal.values(), condensed.values(), condensed.value_bytes(), cudaMemcpyDeviceToDevice, stream));
             NMKIT_CUDA_CHECK(cudaMemcpyAsync(ideal.metadata(), condensed.metadata(), condensed.metadata_bytes(), cudaMemcpyDeviceToDevice, stream));
             weights.push_back(gpu::DeviceVnm::from_parts(std::move(condensed), table, s.k, v, m));
@@ -105,12 +105,15 @@ void run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspac
                                       o.warmup, o.iters, stream);
           }
           // The ablation's operand: the first row block's B rows, contiguous (col-major K' x C).
+          // Its K is the condensed width padded to the packing's 64 (zero rows of B there), so that the ablation
+          // runs the same sm90 kernel for every M (an unpadded K' = 4 * ceil(K / M) need not be a multiple of 8).
+          const int64_t ideal_k = weights[0].gather_stride();
           b_ideal.clear();
           for (int i = 0; i < sets; ++i) {
-            b_ideal.emplace_back(static_cast<std::size_t>(condensed_cols * s.c) * 2);
-            gather_b_rows(b[i].ptr, weights[0].gather(), b_ideal[i].ptr, s.k, s.c, condensed_cols, stream);
+            b_ideal.emplace_back(static_cast<std::size_t>(ideal_k * s.c) * 2);
+            gather_b_rows(b[i].ptr, weights[0].gather(), b_ideal[i].ptr, s.k, s.c, ideal_k, stream);
           }
-          const gpu::Nm24SpmmPlan ideal_plan = gpu::Nm24SpmmPlan::create({s.r, condensed_cols, s.c, dtype, dtype});
+          const gpu::Nm24SpmmPlan ideal_plan = gpu::Nm24SpmmPlan::create({s.r, ideal_k, s.c, dtype, dtype});
           const double ideal_ms = time_median_ms(
               [&](int i) { ideal_plan.run(stream, ideal_weights[i], b_ideal[i].ptr, nullptr, d_nmkit[i].ptr); }, sets,
               o.warmup, o.iters, stream);

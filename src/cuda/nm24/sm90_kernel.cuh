@@ -86,6 +86,17 @@ struct EpilogueTile {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * kWarpgroupThreads));
 }
 
+// Named barrier 2 of the whole CTA, which a gathering producer arrives at when its last cp.async landed: the
+// epilogue then reuses the stages after an ordering that compute-sanitizer's racecheck also sees (the mbarrier
+// arrivals of cp.async already order them, but the tool does not model them).
+constexpr int kStagesDrainedBarrier = 2;
+[[maybe_unused]] __device__ __forceinline__ void producer_drained_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kStagesDrainedBarrier), "n"(kThreads) : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void wait_producer_drained() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kStagesDrainedBarrier), "n"(kThreads) : "memory");
+}
+
 template <class Out>
 __device__ __forceinline__ void store_vector(const Params& p, int64_t index, const float (&v)[kVector]) {
   if constexpr (std::is_same_v<Out, float>) {
@@ -333,6 +344,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
           ptx::mbarrier_arrive(&full[s]);
         }
       }
+      ptx::cp_async_wait<0>();
+      producer_drained_arrive();
     }
     if constexpr (kMulticast) ptx::cluster_sync();  // stay until the peer no longer signals this CTA
     return;
@@ -386,7 +399,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   ptx::fence_registers(acc);
 
   // Epilogue: alpha * acc + bias into the staged tile, then coalesced stores (write_tile).
-  consumer_sync();  // every consumer's wgmma is done: the stages are free
+  // Every consumer's wgmma is done (and, when gathering, every producer copy): the stages are free.
+  if constexpr (Traits::kGather) wait_producer_drained();
+  else consumer_sync();
   const EpilogueTile<kBlockN> tile{p.d_col_major, reinterpret_cast<float*>(smem)};
   const int g = lane / 4, t = lane % 4;
   const int row_base = warpgroup * kRowsPerConsumer + warp_in_group * kSlabRows + g;
