@@ -67,6 +67,20 @@ inline std::string describe(const Problem& t) {
          activation_name(t.act);
 }
 
+// Every dtype pairing, B and D layout and epilogue on one R x K x C shape with tails (alpha 0.75; beta -0.5
+// with ReLU/GELU; a bias except with ReLU).
+inline std::vector<Problem> layout_and_epilogue_problems(int64_t r, int64_t k, int64_t c) {
+  std::vector<Problem> out;
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (DType result : {dtype, DType::f32})
+      for (Layout bl : {Layout::col_major, Layout::row_major})
+        for (Layout dl : {Layout::col_major, Layout::row_major})
+          for (Activation act : {Activation::none, Activation::relu, Activation::gelu})
+            out.push_back({r, k, c, dtype, result, bl, dl, 0.75f, act == Activation::none ? 0.0f : -0.5f,
+                           act != Activation::relu, act});
+  return out;
+}
+
 // Fresh random B, C and bias (seeded), D poisoned with NaN; `launch(b, c, d, bias)` runs the GPU product on
 // device pointers. Returns the relative Frobenius error of D against the CPU oracle spmm(a, ...), or 1 (and a
 // failure) when an element of D was not written.

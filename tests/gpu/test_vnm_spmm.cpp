@@ -96,17 +96,10 @@ TEST(VnmGpu, LayoutsAndEpilogues) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 1000;
   for (Nm24Kernel kernel : kernels_here())
-    for (DType dtype : {DType::f16, DType::bf16})
-      for (DType out : {dtype, DType::f32})
-        for (Layout bl : {Layout::col_major, Layout::row_major})
-          for (Layout dl : {Layout::col_major, Layout::row_major})
-            for (Activation act : {Activation::none, Activation::relu, Activation::gelu}) {
-              const Case t{{136, 200, 96, dtype, out, bl, dl, 0.75f, act == Activation::none ? 0.0f : -0.5f,
-                            act != Activation::relu, act},
-                           {64, 2, 8},
-                           kernel};
-              EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t);
-            }
+    for (const Problem& problem : layout_and_epilogue_problems(136, 200, 96)) {
+      const Case t{problem, {64, 2, 8}, kernel};
+      EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+    }
 }
 
 TEST(VnmGpu, FallbacksArePickedAndCorrect) {
