@@ -6,7 +6,8 @@
 # so that the device tool brings them all back: gpu_tests.log, sanitizer.log, bench.json, bench.txt,
 # speedup.png (and vnm.json, vnm.txt, vnm_*.png). Build logs stay in build/gpu and are printed on failure.
 # Environment: NMKIT_GPU_TESTS=<gtest filter> narrows the GPU tests; NMKIT_BENCH_VNM="<args>" also runs the
-# V:N:M suite (e.g. "--suite vnm --dtype both"); NMKIT_BENCH_SKIP=1 skips the 2:4 benchmark.
+# V:N:M suite (e.g. "--suite vnm --dtype both"; any nmkit_bench arguments, "--suite tile" too); NMKIT_BENCH_SKIP=1
+# skips the 2:4 benchmark; NMKIT_SANITIZE_TESTS / NMKIT_SANITIZE_TOOLS override the sanitizer's tests and tools.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -64,10 +65,10 @@ grep -A2 "on the GPU" /tmp/nmkit_demo.log
 summary+=("nmkit demo (GPU 2:4 layer vs CPU oracle): $([ $demo_rc -eq 0 ] && echo ok || echo FAILED)")
 
 if [ $quick -eq 0 ]; then
-  for tool in memcheck racecheck initcheck synccheck; do
+  for tool in ${NMKIT_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
     step "compute-sanitizer $tool"
     timeout 600 compute-sanitizer --tool $tool --error-exitcode 9 \
-      $BUILD/tests/nmkit_gpu_tests --gtest_filter='Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.BMulticast*:VnmGpu.EveryHopperTileWidth:VnmGpu.Fallbacks*' >/tmp/nmkit_san.log 2>&1
+      $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_SANITIZE_TESTS:-Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.BMulticast*:VnmGpu.EveryHopperTileWidth:VnmGpu.Fallbacks*:TileGpu.Skewed*:TileGpu.LayoutsAndEpilogues}" >/tmp/nmkit_san.log 2>&1
     rc=$?
     { echo "=== $tool (rc $rc)"; grep -v "^\[" /tmp/nmkit_san.log | head -80; } >>"$OUT/sanitizer.log"
     tail -3 /tmp/nmkit_san.log

@@ -134,6 +134,23 @@ __global__ void gather_rows_kernel(const T* b, const int32_t* gather, T* out, in
   }
 }
 
+// The dense row-major R x K weight of packed tiles (CSR of tiles): one thread per stored element.
+__global__ void expand_tiles_kernel(const int32_t* row_ptr, const int32_t* col_index, const uint16_t* tiles,
+                                    uint16_t* dense, int64_t rows, int64_t cols, int tile_rows, int tile_cols,
+                                    int64_t nnz_tiles, int64_t grid_rows) {
+  const int64_t elems = int64_t{tile_rows} * tile_cols, count = nnz_tiles * elems;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / elems, e = i % elems;
+    int64_t lo = 0, hi = grid_rows;  // the tile row owning tile t: row_ptr[lo] <= t < row_ptr[lo + 1]
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      if (row_ptr[mid] <= t) lo = mid; else hi = mid;
+    }
+    const int64_t r = lo * tile_rows + e / tile_cols, k = int64_t{col_index[t]} * tile_cols + e % tile_cols;
+    if (r < rows && k < cols) dense[r * cols + k] = tiles[i];
+  }
+}
+
 // out (row-major rows x cols) = in (col-major rows x cols), 16-bit elements.
 __global__ void transpose_kernel(const uint16_t* in, uint16_t* out, int64_t rows, int64_t cols) {
   const int64_t count = rows * cols;
@@ -197,6 +214,15 @@ void scatter_columns(const void* condensed, const int32_t* gather, void* dense, 
   scatter_columns_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<const uint16_t*>(condensed), gather,
                                                             static_cast<uint16_t*>(dense), rows, cols, condensed_cols,
                                                             gather_stride, gather_block_rows);
+}
+
+void expand_tiles(const int32_t* row_ptr, const int32_t* col_index, const void* tiles, void* dense, int64_t rows,
+                  int64_t cols, int tile_rows, int tile_cols, int64_t nnz_tiles, int64_t grid_rows, cudaStream_t s) {
+  const int64_t count = nnz_tiles * tile_rows * tile_cols;
+  if (count == 0) return;
+  expand_tiles_kernel<<<blocks_for(count), kThreads, 0, s>>>(row_ptr, col_index, static_cast<const uint16_t*>(tiles),
+                                                             static_cast<uint16_t*>(dense), rows, cols, tile_rows,
+                                                             tile_cols, nnz_tiles, grid_rows);
 }
 
 void transpose(const void* col_major, void* row_major, int64_t rows, int64_t cols, cudaStream_t s) {

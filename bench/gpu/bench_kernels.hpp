@@ -24,6 +24,9 @@ void scatter_columns(const void* condensed, const int32_t* gather, void* dense, 
 // matrix: the contiguous operand of the fixed-index ablation.
 void gather_b_rows(const void* b, const int32_t* gather, void* out, int64_t k_rows, int64_t n, int64_t condensed_rows,
                    cudaStream_t s);
+// The dense row-major R x K weight (zeroed first) of packed tiles in CSR order (DeviceTiles' arrays).
+void expand_tiles(const int32_t* row_ptr, const int32_t* col_index, const void* tiles, void* dense, int64_t rows,
+                  int64_t cols, int tile_rows, int tile_cols, int64_t nnz_tiles, int64_t grid_rows, cudaStream_t s);
 // A col-major rows x cols matrix of 16-bit elements written row-major.
 void transpose(const void* col_major, void* row_major, int64_t rows, int64_t cols, cudaStream_t s);
 // Accumulates sum((got - want)^2) and sum(want^2) into sums_device[0..1].

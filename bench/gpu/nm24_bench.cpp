@@ -24,6 +24,7 @@
 #include "../../src/cuda/common/check.cuh"
 #include "bench_common.hpp"
 #include "bench_kernels.hpp"
+#include "tile_suite.hpp"
 #include "vnm_suite.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
@@ -49,6 +50,8 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
       out.push_back({r, k, c, "llm"});
   if (suite == "decode" || suite == "all")
     for (int64_t c : {1, 16, 128}) out.push_back({11008, 4096, c, "decode"});
+  if (suite == "tile")  // seed 003: a 4096 x 4096 weight, a small batch and a large one
+    for (int64_t c : {32, 4096}) out.push_back({4096, 4096, c, "tile"});
   if (suite == "vnm")  // the acceptance shapes of the V:N:M issue: llm, BERT-large
     for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{11008, 4096, 4096}, {8192, 8192, 8192}, {1024, 4096, 4096}})
       out.push_back({r, k, c, "vnm"});
@@ -126,7 +129,7 @@ struct Options {
 };
 
 int run(const Options& o) {
-  std::vector<Shape> shapes = suite_shapes(o.shapes.empty() ? o.suite : (o.suite == "all" || o.suite == "vnm" ? "none" : o.suite));
+  std::vector<Shape> shapes = suite_shapes(o.shapes.empty() ? o.suite : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" ? "none" : o.suite));
   for (const auto& text : o.shapes) {
     Shape s{0, 0, 0, "custom"};
     if (std::sscanf(text.c_str(), "%ld,%ld,%ld", &s.r, &s.k, &s.c) != 3 || s.r < 1 || s.k < 1 || s.c < 1)
@@ -149,6 +152,13 @@ int run(const Options& o) {
   DeviceArray workspace(kWorkspace);
   json out = {{"gpu", prop.name}, {"sm_count", prop.multiProcessorCount}, {"l2_bytes", prop.l2CacheSize},
               {"driver", driver}, {"cuda_runtime", runtime}, {"cublaslt", cublasLtGetVersion()}, {"rows", json::array()}};
+  if (o.suite == "tile") {
+    TileSuiteOptions t{shapes, dtypes};
+    t.warmup = o.warmup, t.iters = o.iters;
+    run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
+    if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
+    return 0;
+  }
   if (o.suite == "vnm") {
     VnmSuiteOptions v{shapes, dtypes, o.vnm_v, o.vnm_m, {}, o.warmup, o.iters};
     if (o.vnm_b_layout != "row") v.b_layouts.push_back(Layout::col_major);
@@ -281,7 +291,7 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"nmkit 2:4 SpMM benchmark against cuBLASLt and cuSPARSELt"};
   Options o;
-  app.add_option("--suite", o.suite, "bert | llm | decode | all (2:4) | vnm (V:N:M)")->capture_default_str();
+  app.add_option("--suite", o.suite, "bert | llm | decode | all (2:4) | vnm (V:N:M) | tile")->capture_default_str();
   app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();
   app.add_option("--b-layout", o.vnm_b_layout, "vnm suite: col (x[T,K] row-major) | row (K x C) | both")

@@ -75,8 +75,10 @@ __device__ __forceinline__ void store_out(void* base, int64_t index, float v) {
 }
 
 // Applies the epilogue to accumulator `acc` of D(row, col) and stores it; rows/cols past R/C are skipped.
-template <class Out>
-__device__ __forceinline__ void epilogue_store(const Params& p, int64_t row, int64_t col, float acc) {
+// P: any kernel's parameters with Params' epilogue fields (d, c, bias, rows, n, alpha, beta, activation,
+// d_col_major).
+template <class Out, class P>
+__device__ __forceinline__ void epilogue_store(const P& p, int64_t row, int64_t col, float acc) {
   if (row >= p.rows || col >= p.n) return;
   const int64_t index = p.d_col_major ? col * p.rows + row : row * p.n + col;
   float v = p.alpha * acc;
@@ -86,8 +88,8 @@ __device__ __forceinline__ void epilogue_store(const Params& p, int64_t row, int
 }
 
 // Stores one m16n8 accumulator tile (c0,c1: row g, cols 2t, 2t+1; c2,c3: row g+8) at (row0, col0).
-template <class Out>
-__device__ __forceinline__ void epilogue_store_m16n8(const Params& p, int64_t row0, int64_t col0, int lane,
+template <class Out, class P>
+__device__ __forceinline__ void epilogue_store_m16n8(const P& p, int64_t row0, int64_t col0, int lane,
                                                      const float* acc) {
   const int g = lane / 4, t = lane % 4;
   epilogue_store<Out>(p, row0 + g, col0 + 2 * t, acc[0]);

@@ -1,0 +1,124 @@
+// The tile suite: for every (dtype, shape, tile side, density, distribution), side by side in one process:
+// dense cuBLASLt (best of its heuristic algorithms, once per shape) on the expanded weight and nmkit's tile
+// SpMM. Weights are random packed tiles: `uniform` gives every tile row the same number of tiles, `skewed`
+// draws the per-row counts from a geometric-like law (a few long rows, many short ones) with the same total.
+// Every row is checked against cuBLAS.
+#include "tile_suite.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "nmkit/dtype.hpp"
+#include "nmkit/gpu/tile_spmm.hpp"
+
+namespace nmkit::bench {
+namespace {
+
+gpu::PackedTiles random_tiles(int64_t rows, int64_t cols, int side, double density, bool skewed, DType dtype,
+                              uint32_t seed) {
+  gpu::PackedTiles p;
+  p.rows = rows, p.cols = cols, p.tile_rows = side, p.tile_cols = side, p.dtype = dtype;
+  const int64_t grid_rows = p.grid_rows(), grid_cols = p.grid_cols();
+  const int64_t total = std::max<int64_t>(1, static_cast<int64_t>(density * grid_rows * grid_cols + 0.5));
+  std::mt19937 rng(seed);
+  std::vector<int64_t> counts(static_cast<std::size_t>(grid_rows), total / grid_rows);
+  for (int64_t i = 0; i < total % grid_rows; ++i) ++counts[static_cast<std::size_t>(i)];
+  if (skewed) {  // move tiles from random rows to a few heavy ones, keeping the total and the row capacity
+    std::geometric_distribution<int64_t> heavy(0.3);
+    for (int64_t moved = 0; moved < total / 2;) {
+      const auto from = static_cast<std::size_t>(rng() % grid_rows);
+      const auto to = static_cast<std::size_t>(std::min<int64_t>(heavy(rng), grid_rows - 1));
+      if (counts[from] == 0 || counts[to] == grid_cols || from == to) {
+        if (++moved > total) break;  // the heavy rows are full
+        continue;
+      }
+      --counts[from], ++counts[to], ++moved;
+    }
+  }
+  p.row_ptr.assign(static_cast<std::size_t>(grid_rows + 1), 0);
+  std::vector<int32_t> columns(static_cast<std::size_t>(grid_cols));
+  for (int64_t i = 0; i < grid_rows; ++i) {
+    std::iota(columns.begin(), columns.end(), 0);
+    std::shuffle(columns.begin(), columns.end(), rng);
+    const auto count = static_cast<std::size_t>(counts[static_cast<std::size_t>(i)]);
+    std::sort(columns.begin(), columns.begin() + static_cast<std::ptrdiff_t>(count));
+    p.col_index.insert(p.col_index.end(), columns.begin(), columns.begin() + static_cast<std::ptrdiff_t>(count));
+    p.row_ptr[static_cast<std::size_t>(i + 1)] = static_cast<int32_t>(p.col_index.size());
+  }
+  p.data.resize(p.col_index.size() * static_cast<std::size_t>(side) * side);
+  std::uniform_real_distribution<float> value(0.125f, 1.0f);
+  for (uint16_t& bits : p.data) {
+    const float v = (rng() & 1) ? -value(rng) : value(rng);
+    bits = dtype == DType::f16 ? Half::from_float(v).bits : BFloat16::from_float(v).bits;
+  }
+  return p;
+}
+
+}  // namespace
+
+void run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
+                    std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
+  std::printf("\n%-5s %-18s %-5s %-7s %-7s %-7s %9s %9s %8s %9s  %s\n", "suite", "R x K x C", "dtype", "tile", "density",
+              "rows", "cuBLAS", "nmkit ms", "vs cuBL", "rel.err", "kernel");
+  for (DType dtype : o.dtypes)
+    for (const Shape& s : o.shapes) {
+      const std::size_t b_bytes = s.k * s.c * 2, d_bytes = s.r * s.c * 2, w_bytes = s.r * s.k * 2;
+      const int sets = static_cast<int>(std::clamp<std::size_t>(3 * l2_bytes / (w_bytes / 2 + b_bytes + d_bytes) + 1, 1, 8));
+      std::vector<DeviceArray> b, dense_w, d_dense, d_nmkit;
+      for (int i = 0; i < sets; ++i) {
+        b.emplace_back(b_bytes), dense_w.emplace_back(w_bytes), d_dense.emplace_back(d_bytes), d_nmkit.emplace_back(d_bytes);
+        fill_dense(b[i].ptr, s.k * s.c, dtype, 77 + i, stream);
+      }
+      DenseGemm dense(lt, s, dtype, workspace, workspace_bytes);
+      double dense_ms = -1.0;
+      for (int side : o.tile_sides)
+        for (double density : o.densities)
+          for (bool skewed : {false, true}) {
+            // One random pattern per row, copied into every operand set (the sets keep L2 honest, not the pattern).
+            const gpu::PackedTiles packed = random_tiles(s.r, s.k, side, density, skewed, dtype, 1000u * side);
+            std::vector<gpu::DeviceTiles> weights;
+            for (int i = 0; i < sets; ++i) {
+              weights.push_back(gpu::DeviceTiles::upload(packed));
+              NMKIT_CUDA_CHECK(cudaMemsetAsync(dense_w[i].ptr, 0, w_bytes, stream));
+              expand_tiles(weights[i].row_ptr(), weights[i].col_index(), weights[i].data(), dense_w[i].ptr, s.r, s.k,
+                           side, side, static_cast<int64_t>(packed.col_index.size()), packed.grid_rows(), stream);
+            }
+            if (dense_ms < 0) {
+              double best_ms = 1e30;
+              int best = 0;
+              for (int a = 0; a < dense.algorithms(); ++a) {
+                dense.select(a);
+                const double ms = time_median_ms([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); },
+                                                 sets, 2, 5, stream);
+                if (ms < best_ms) best_ms = ms, best = a;
+              }
+              dense.select(best);
+              dense_ms = time_median_ms([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets,
+                                        o.warmup, o.iters, stream);
+            }
+            const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side);
+            const double nmkit_ms = time_median_ms(
+                [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters, stream);
+            dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);
+            plan.run(stream, weights[0], b[0].ptr, nullptr, d_nmkit[0].ptr);
+            const double err = relative_error(d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+            char shape_text[64], tile_text[16];
+            std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
+            std::snprintf(tile_text, sizeof tile_text, "%dx%d", side, side);
+            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %9.1e  %s\n", "tile", shape_text,
+                        dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
+                        dense_ms / nmkit_ms, err, gpu::kernel_name(plan.kernel()));
+            std::fflush(stdout);
+            rows.push_back({{"suite", "tile"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
+                            {"tile", side}, {"density", density}, {"distribution", skewed ? "skewed" : "uniform"},
+                            {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms},
+                            {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
+                            {"kernel", gpu::kernel_name(plan.kernel())}});
+          }
+    }
+}
+
+}  // namespace nmkit::bench

@@ -1,0 +1,25 @@
+#pragma once
+// The `tile` suite of nmkit_bench: tile-sparse SpMM against dense cuBLASLt (seed 003's comparison).
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "bench_common.hpp"
+
+namespace nmkit::bench {
+
+struct TileSuiteOptions {
+  std::vector<Shape> shapes;          // default: 4096 x 4096 weights, C in {32, 4096}
+  std::vector<DType> dtypes;
+  std::vector<int> tile_sides{32, 64, 128};
+  std::vector<double> densities{0.5, 0.25, 0.1, 0.05};
+  int warmup = 5, iters = 30;
+};
+
+// One row per (dtype, shape, tile side, density, distribution of tiles over rows: uniform or skewed).
+void run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
+                    std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
+
+}  // namespace nmkit::bench

@@ -1,0 +1,87 @@
+#pragma once
+// Tile-sparse SpMM on the GPU (seed 003): D = act(alpha * A * B + beta * C + bias), A stored as dense tiles.
+//
+//   PackedTiles p = pack_tiles(compress_tiles(w, mask, 64, 64));   // once per weight, host side
+//   DeviceTiles a = DeviceTiles::upload(p);                        // once per weight
+//   TileSpmmPlan plan = TileSpmmPlan::create(desc, 64, 64);        // once per shape
+//   plan.run(stream, a, b, c, d, bias);                            // one launch: no allocation, search or sync
+//
+// The logical format stores tiles by tile column (CSC); a CTA computes a tile row, so pack_tiles reorders them
+// by tile row (CSR of tiles), each tile still row-major and contiguous. Byte layout: docs/formats.md.
+#include <cstdint>
+#include <vector>
+
+#include "nmkit/format/tile.hpp"
+#include "nmkit/gpu/device_buffer.hpp"
+#include "nmkit/gpu/nm24_spmm.hpp"
+
+namespace nmkit::gpu {
+
+// Tile sides the kernels run: 16, 32, 64 or 128 (whole 16 x 16 MMA steps), rows and columns chosen separately.
+inline constexpr int kTileSideUnit = 16;
+inline constexpr int kMaxKernelTileSide = 128;
+bool tile_kernel_supports(int tile_rows, int tile_cols) noexcept;
+
+struct PackedTiles {
+  int64_t rows = 0, cols = 0;  // logical R, K
+  int tile_rows = 64, tile_cols = 64;
+  DType dtype = DType::f16;
+  std::vector<int32_t> row_ptr;    // (grid_rows + 1): tile row i owns tiles [row_ptr[i], row_ptr[i+1])
+  std::vector<int32_t> col_index;  // (nnz_tiles): tile-column index, strictly ascending within a tile row
+  std::vector<uint16_t> data;      // (nnz_tiles, tile_rows, tile_cols) 16-bit values, each tile row-major
+  int64_t grid_rows() const noexcept { return ceil_div(rows, tile_rows); }
+  int64_t grid_cols() const noexcept { return ceil_div(cols, tile_cols); }
+  int64_t nnz_tiles() const noexcept { return static_cast<int64_t>(col_index.size()); }
+};
+
+// Validates the tile matrix (ptr monotone and complete, indices in range and ascending, zero padding) and
+// reorders it by tile row. Throws Error naming what is wrong; unsupported for f32 values or tile sides the
+// kernels do not run.
+PackedTiles pack_tiles(const TileMatrix& a);
+TileMatrix unpack_tiles(const PackedTiles& p);  // the inverse (tests, inspection)
+// Throws Error unless row_ptr, col_index and data are consistent with the shape (what upload checks).
+void check_packed_tiles(const PackedTiles& p);
+
+class DeviceTiles {
+ public:
+  // Checks the packed arrays' consistency (sizes, row_ptr, col_index) before uploading.
+  static DeviceTiles upload(const PackedTiles& packed);
+  int64_t rows() const noexcept { return rows_; }
+  int64_t cols() const noexcept { return cols_; }
+  int tile_rows() const noexcept { return tile_rows_; }
+  int tile_cols() const noexcept { return tile_cols_; }
+  DType dtype() const noexcept { return dtype_; }
+  const int32_t* row_ptr() const noexcept { return static_cast<const int32_t*>(row_ptr_.data()); }
+  const int32_t* col_index() const noexcept { return static_cast<const int32_t*>(col_index_.data()); }
+  const void* data() const noexcept { return data_.data(); }
+
+ private:
+  DeviceTiles() = default;
+  DeviceBuffer row_ptr_, col_index_, data_;
+  int64_t rows_ = 0, cols_ = 0;
+  int tile_rows_ = 0, tile_cols_ = 0;
+  DType dtype_ = DType::f16;
+};
+
+enum class TileKernel : uint8_t { automatic, sm80_mma };
+const char* kernel_name(TileKernel k) noexcept;
+
+class TileSpmmPlan {
+ public:
+  // Validates the description and the tile shape; the CTA computes one tile row x 128 columns of D.
+  static TileSpmmPlan create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel = TileKernel::automatic);
+  // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype and tile shape.
+  void run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
+
+  const SpmmDesc& desc() const noexcept { return desc_; }
+  TileKernel kernel() const noexcept { return kernel_; }
+  int tile_rows() const noexcept { return tile_rows_; }
+  int tile_cols() const noexcept { return tile_cols_; }
+
+ private:
+  SpmmDesc desc_;
+  TileKernel kernel_ = TileKernel::sm80_mma;
+  int tile_rows_ = 0, tile_cols_ = 0;
+};
+
+}  // namespace nmkit::gpu

@@ -1,0 +1,104 @@
+// pack_tiles / unpack_tiles: the CSC-of-tiles logical format <-> the CSR-of-tiles layout the tile kernels read.
+// Host code only (no CUDA), so that CI tests it.
+#include <cstring>
+#include <string>
+
+#include "nmkit/error.hpp"
+#include "nmkit/gpu/tile_spmm.hpp"
+
+namespace nmkit::gpu {
+
+bool tile_kernel_supports(int tile_rows, int tile_cols) noexcept {
+  // Powers of two, so that a tile row holds a power-of-two number of 16-byte chunks (the shared-memory swizzle).
+  auto side_ok = [](int s) { return s >= kTileSideUnit && s <= kMaxKernelTileSide && (s & (s - 1)) == 0; };
+  return side_ok(tile_rows) && side_ok(tile_cols);
+}
+
+namespace {
+
+std::string tile_shape_name(int r, int c) { return std::to_string(r) + "x" + std::to_string(c); }
+
+// Throws unless the CSR arrays describe grid_rows tile rows of tiles in [0, grid_cols), ascending per row.
+void check_csr(const PackedTiles& p, const char* who) {
+  const int64_t grid_rows = p.grid_rows(), grid_cols = p.grid_cols(), nnz = p.nnz_tiles();
+  require(p.row_ptr.size() == static_cast<std::size_t>(grid_rows + 1) && p.row_ptr.front() == 0 &&
+              p.row_ptr.back() == nnz,
+          ErrorCode::invalid_argument,
+          std::string(who) + ": row_ptr must hold " + std::to_string(grid_rows + 1) + " entries from 0 to " +
+              std::to_string(nnz));
+  for (int64_t i = 0; i < grid_rows; ++i)
+    require(p.row_ptr[static_cast<std::size_t>(i)] <= p.row_ptr[static_cast<std::size_t>(i + 1)],
+            ErrorCode::invalid_argument, std::string(who) + ": row_ptr decreases at tile row " + std::to_string(i));
+  for (int64_t i = 0; i < grid_rows; ++i) {
+    for (int32_t t = p.row_ptr[static_cast<std::size_t>(i)]; t < p.row_ptr[static_cast<std::size_t>(i + 1)]; ++t) {
+      const int32_t j = p.col_index[static_cast<std::size_t>(t)];
+      require(j >= 0 && j < grid_cols, ErrorCode::invalid_argument,
+              std::string(who) + ": tile column " + std::to_string(j) + " out of range at tile row " + std::to_string(i));
+      require(t == p.row_ptr[static_cast<std::size_t>(i)] || j > p.col_index[static_cast<std::size_t>(t - 1)],
+              ErrorCode::invalid_argument,
+              std::string(who) + ": tile columns not strictly ascending at tile row " + std::to_string(i));
+    }
+  }
+  require(p.data.size() == static_cast<std::size_t>(nnz * p.tile_rows * p.tile_cols), ErrorCode::invalid_argument,
+          std::string(who) + ": data holds " + std::to_string(p.data.size()) + " values, expected " +
+              std::to_string(nnz * p.tile_rows * p.tile_cols));
+}
+
+}  // namespace
+
+PackedTiles pack_tiles(const TileMatrix& a) {
+  validate(a);
+  require(tile_kernel_supports(a.tile_rows, a.tile_cols), ErrorCode::unsupported,
+          "pack_tiles: the kernels run tile sides 16, 32, 64 or 128, got " +
+              tile_shape_name(a.tile_rows, a.tile_cols));
+  require(a.dtype() == DType::f16 || a.dtype() == DType::bf16, ErrorCode::unsupported,
+          std::string("pack_tiles needs f16 or bf16 values, got ") + dtype_name(a.dtype()));
+  PackedTiles p;
+  p.rows = a.rows, p.cols = a.cols, p.tile_rows = a.tile_rows, p.tile_cols = a.tile_cols, p.dtype = a.dtype();
+  const int64_t grid_rows = a.grid_rows(), grid_cols = a.grid_cols(), nnz = a.nnz_tiles(), elems = a.tile_elems();
+  p.row_ptr.assign(static_cast<std::size_t>(grid_rows + 1), 0);
+  for (const int32_t i : a.indices) ++p.row_ptr[static_cast<std::size_t>(i + 1)];
+  for (int64_t i = 0; i < grid_rows; ++i) p.row_ptr[static_cast<std::size_t>(i + 1)] += p.row_ptr[static_cast<std::size_t>(i)];
+  p.col_index.resize(static_cast<std::size_t>(nnz));
+  p.data.resize(static_cast<std::size_t>(nnz * elems));
+  std::vector<int32_t> next(p.row_ptr.begin(), p.row_ptr.end() - 1);
+  // Walking tile columns in order appends each tile row's tiles by ascending column.
+  for (int64_t j = 0; j < grid_cols; ++j)
+    for (int32_t t = a.ptr[static_cast<std::size_t>(j)]; t < a.ptr[static_cast<std::size_t>(j + 1)]; ++t) {
+      const int32_t slot = next[static_cast<std::size_t>(a.indices[static_cast<std::size_t>(t)])]++;
+      p.col_index[static_cast<std::size_t>(slot)] = static_cast<int32_t>(j);
+      std::memcpy(p.data.data() + slot * elems, a.data.data() + t * elems * 2, static_cast<std::size_t>(elems) * 2);
+    }
+  return p;
+}
+
+TileMatrix unpack_tiles(const PackedTiles& p) {
+  check_tile_shape(p.tile_rows, p.tile_cols);
+  check_csr(p, "unpack_tiles");
+  TileMatrix a;
+  a.rows = p.rows, a.cols = p.cols, a.tile_rows = p.tile_rows, a.tile_cols = p.tile_cols;
+  const int64_t grid_cols = p.grid_cols(), nnz = p.nnz_tiles(), elems = int64_t{p.tile_rows} * p.tile_cols;
+  a.ptr.assign(static_cast<std::size_t>(grid_cols + 1), 0);
+  for (const int32_t j : p.col_index) ++a.ptr[static_cast<std::size_t>(j + 1)];
+  for (int64_t j = 0; j < grid_cols; ++j) a.ptr[static_cast<std::size_t>(j + 1)] += a.ptr[static_cast<std::size_t>(j)];
+  a.indices.resize(static_cast<std::size_t>(nnz));
+  a.data = TypedBuffer(p.dtype, static_cast<std::size_t>(nnz * elems));
+  std::vector<int32_t> next(a.ptr.begin(), a.ptr.end() - 1);
+  for (int64_t i = 0; i < p.grid_rows(); ++i)  // tile rows in order: ascending row indices per tile column
+    for (int32_t t = p.row_ptr[static_cast<std::size_t>(i)]; t < p.row_ptr[static_cast<std::size_t>(i + 1)]; ++t) {
+      const int32_t slot = next[static_cast<std::size_t>(p.col_index[static_cast<std::size_t>(t)])]++;
+      a.indices[static_cast<std::size_t>(slot)] = static_cast<int32_t>(i);
+      std::memcpy(a.data.data() + slot * elems * 2, p.data.data() + t * elems, static_cast<std::size_t>(elems) * 2);
+    }
+  validate(a);
+  return a;
+}
+
+void check_packed_tiles(const PackedTiles& p) {
+  require(tile_kernel_supports(p.tile_rows, p.tile_cols), ErrorCode::unsupported,
+          "DeviceTiles: the kernels run tile sides 16, 32, 64 or 128, got " + tile_shape_name(p.tile_rows, p.tile_cols));
+  require(p.dtype == DType::f16 || p.dtype == DType::bf16, ErrorCode::unsupported, "DeviceTiles: f16 or bf16 only");
+  check_csr(p, "DeviceTiles::upload");
+}
+
+}  // namespace nmkit::gpu

@@ -1,0 +1,66 @@
+// Host side of the tile-sparse SpMM: device weights, plan creation (validation, kernel choice) and run().
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "../common/check.cuh"
+#include "../nm24/nm24_common.cuh"
+#include "nmkit/gpu/tile_spmm.hpp"
+#include "tile_common.cuh"
+
+namespace nmkit::gpu {
+
+const char* kernel_name(TileKernel k) noexcept {
+  switch (k) {
+    case TileKernel::automatic: return "automatic";
+    case TileKernel::sm80_mma: return "sm80_mma";
+  }
+  return "?";
+}
+
+DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
+  check_packed_tiles(packed);
+  DeviceTiles w;
+  w.rows_ = packed.rows, w.cols_ = packed.cols, w.tile_rows_ = packed.tile_rows, w.tile_cols_ = packed.tile_cols;
+  w.dtype_ = packed.dtype;
+  w.row_ptr_ = DeviceBuffer(packed.row_ptr.size() * sizeof(int32_t));
+  w.row_ptr_.copy_from_host(packed.row_ptr.data(), w.row_ptr_.size());
+  w.col_index_ = DeviceBuffer(std::max<std::size_t>(packed.col_index.size(), 1) * sizeof(int32_t));
+  if (!packed.col_index.empty()) w.col_index_.copy_from_host(packed.col_index.data(), packed.col_index.size() * sizeof(int32_t));
+  w.data_ = DeviceBuffer(std::max<std::size_t>(packed.data.size(), 1) * sizeof(uint16_t));
+  if (!packed.data.empty()) w.data_.copy_from_host(packed.data.data(), packed.data.size() * sizeof(uint16_t));
+  return w;
+}
+
+TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel) {
+  nm24::check_desc(desc, "tile plan");
+  require(tile_kernel_supports(tile_rows, tile_cols), ErrorCode::unsupported,
+          "tile plan: the kernels run tile sides 16, 32, 64 or 128, got " + std::to_string(tile_rows) + "x" +
+              std::to_string(tile_cols));
+  TileSpmmPlan plan;
+  plan.desc_ = desc, plan.tile_rows_ = tile_rows, plan.tile_cols_ = tile_cols;
+  plan.kernel_ = kernel == TileKernel::automatic ? TileKernel::sm80_mma : kernel;  // the only kernel so far
+  return plan;
+}
+
+void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias) const {
+  require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype && a.tile_rows() == tile_rows_ &&
+              a.tile_cols() == tile_cols_,
+          ErrorCode::invalid_argument,
+          "tile run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " + dtype_name(a.dtype()) +
+              " in " + std::to_string(a.tile_rows()) + "x" + std::to_string(a.tile_cols()) + " tiles, the plan was made for " +
+              std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " + dtype_name(desc_.dtype) + " in " +
+              std::to_string(tile_rows_) + "x" + std::to_string(tile_cols_) + " tiles");
+  if (desc_.n == 0) return;
+  nm24::check_operands(desc_, b, c, d, bias, "tile run");
+  const bool b_col_major = desc_.b_layout == Layout::col_major;
+  const int64_t ldb = b_col_major ? desc_.cols : desc_.n;
+  const tile::TileParams p{a.row_ptr(), a.col_index(), static_cast<const uint16_t*>(a.data()), b, c, d,
+                           desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, tile_cols_, desc_.alpha,
+                           desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major, b_col_major,
+                           nm24::aligned16(b) && ldb % 8 == 0};
+  nm24::dispatch_types(desc_, [&]<class Element, class Out>() { tile::launch_sm80<Element, Out>(p, tile_rows_, stream); });
+}
+
+}  // namespace nmkit::gpu

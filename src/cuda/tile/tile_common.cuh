@@ -1,0 +1,34 @@
+#pragma once
+// Launch parameters of the tile-sparse kernels. The epilogue fields carry the names of nm24::Params, so the
+// nm24 epilogue (nm24_common.cuh) serves both.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "nmkit/matrix.hpp"
+
+namespace nmkit::gpu::tile {
+
+struct TileParams {
+  const int32_t* row_ptr;    // (grid_rows + 1)
+  const int32_t* col_index;  // (nnz_tiles)
+  const uint16_t* tiles;     // (nnz_tiles, tile_rows, tile_cols), row-major 16-bit values
+  const void* b;             // K x C, ldb = K (col-major) or C (row-major)
+  const void* c;             // R x C in D's layout, read when beta != 0
+  void* d;                   // R x C
+  const float* bias;         // R, or null
+  int64_t rows, cols, n;     // R, K, C
+  int tile_cols;             // 16, 32, 64 or 128
+  float alpha, beta;
+  Activation activation;
+  bool d_col_major;
+  bool b_col_major;
+  bool b_vector;             // B's leading dimension and address allow 16-byte copies
+};
+
+// The portable kernel (sm80_tile_spmm.cu): tile_rows 16, 32, 64 or 128.
+template <class Element, class Out>
+void launch_sm80(const TileParams& p, int tile_rows, cudaStream_t stream);
+
+}  // namespace nmkit::gpu::tile

@@ -1,0 +1,61 @@
+// pack_tiles: the CSR-of-tiles layout of the tile kernels, round trip and rejections.
+#include <gtest/gtest.h>
+
+#include "nmkit/error.hpp"
+#include "nmkit/gpu/tile_spmm.hpp"
+#include "nmkit/prune/magnitude.hpp"
+#include "test_util.hpp"
+
+namespace nmkit::gpu {
+namespace {
+
+TileMatrix random_tiles(int64_t r, int64_t k, int tr, int tc, double density, DType dtype, uint32_t seed) {
+  const DenseMatrix w = test::random_matrix(r, k, dtype, seed);
+  return compress_tiles(w, prune_tiles_by_norm(w, tr, tc, density), tr, tc);
+}
+
+TEST(TilePack, RoundTripsWithTailsAndEmptyRows) {
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (auto [tr, tc] : {std::pair{16, 16}, {32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 16}})
+      for (double density : {0.05, 0.5, 1.0})
+        for (auto [r, k] : {std::pair<int64_t, int64_t>{1, 1}, {200, 333}, {256, 512}}) {
+          const TileMatrix a = random_tiles(r, k, tr, tc, density, dtype, static_cast<uint32_t>(r + k + tr));
+          const PackedTiles p = pack_tiles(a);
+          EXPECT_EQ(p.row_ptr.back(), p.nnz_tiles());
+          for (int64_t i = 0; i < p.grid_rows(); ++i)
+            for (int32_t t = p.row_ptr[i] + 1; t < p.row_ptr[i + 1]; ++t) EXPECT_LT(p.col_index[t - 1], p.col_index[t]);
+          test::expect_same_matrix(decompress(unpack_tiles(p)), decompress(a));
+        }
+}
+
+TEST(TilePack, OrdersTilesByTileRow) {
+  // Tiles (row, col) kept: (1, 0), (0, 1), (1, 1) in a 2 x 2 grid of 16 x 16 tiles.
+  DenseMatrix w = DenseMatrix::zeros(32, 32, DType::f16);
+  w.set(20, 3, 1.0f), w.set(2, 20, 2.0f), w.set(17, 17, 3.0f);
+  const PackedTiles p = pack_tiles(compress_tiles(w, 16, 16));
+  EXPECT_EQ(p.row_ptr, (std::vector<int32_t>{0, 1, 3}));
+  EXPECT_EQ(p.col_index, (std::vector<int32_t>{1, 0, 1}));
+  EXPECT_EQ(p.data[0 * 256 + 2 * 16 + 4], Half::from_float(2.0f).bits);   // tile (0, 1): element (2, 4)
+  EXPECT_EQ(p.data[1 * 256 + 4 * 16 + 3], Half::from_float(1.0f).bits);   // tile (1, 0): element (4, 3)
+}
+
+TEST(TilePack, RejectsInconsistentEncodingsAndUnsupportedTiles) {
+  const TileMatrix good = random_tiles(64, 64, 16, 16, 0.5, DType::f16, 3);
+  TileMatrix bad_ptr = good;
+  bad_ptr.ptr[1] = bad_ptr.ptr[2] + 1;
+  EXPECT_THROW(pack_tiles(bad_ptr), Error);
+  TileMatrix bad_index = good;
+  bad_index.indices[0] = 99;
+  EXPECT_THROW(pack_tiles(bad_index), Error);
+  EXPECT_NMKIT_ERROR(pack_tiles(random_tiles(64, 64, 24, 16, 0.5, DType::f16, 4)), ErrorCode::unsupported, "16, 32, 64 or 128");
+  EXPECT_NMKIT_ERROR(pack_tiles(random_tiles(64, 64, 16, 16, 0.5, DType::f32, 5)), ErrorCode::unsupported, "f16 or bf16");
+  PackedTiles p = pack_tiles(good);
+  p.col_index[0] = static_cast<int32_t>(p.grid_cols());
+  EXPECT_NMKIT_ERROR(check_packed_tiles(p), ErrorCode::invalid_argument, "out of range");
+  p = pack_tiles(good);
+  p.row_ptr[1] = p.row_ptr[2] + 1;
+  EXPECT_NMKIT_ERROR(check_packed_tiles(p), ErrorCode::invalid_argument, "row_ptr");
+}
+
+}  // namespace
+}  // namespace nmkit::gpu

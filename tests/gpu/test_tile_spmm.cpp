@@ -1,0 +1,101 @@
+// The tile-sparse SpMM against the CPU oracle: tile shapes 16..128 (square and rectangular), densities down to
+// empty tile rows and columns, skewed patterns, tails in R, K and C, both layouts, every epilogue, f16 and bf16,
+// outputs poisoned. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "gpu/gpu_test_util.hpp"
+#include "nmkit/error.hpp"
+#include "nmkit/gpu/tile_spmm.hpp"
+#include "nmkit/prune/magnitude.hpp"
+
+namespace nmkit::gpu {
+namespace {
+
+struct Case : Problem {
+  int tile_rows, tile_cols;
+  double density;
+};
+
+std::string describe(const Case& t) {
+  return describe(static_cast<const Problem&>(t)) + " tiles " + std::to_string(t.tile_rows) + "x" +
+         std::to_string(t.tile_cols) + " density " + std::to_string(t.density);
+}
+
+double run_with(const TileMatrix& a, const Problem& t, uint32_t seed) {
+  const DeviceTiles da = DeviceTiles::upload(pack_tiles(a));
+  const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), a.tile_rows, a.tile_cols);
+  return error_against_oracle(SparseMatrix{a}, t, seed, [&](const void* b, const void* c, void* d, const float* bias) {
+    plan.run(nullptr, da, b, c, d, bias);
+  });
+}
+
+double run_case(const Case& t, uint32_t seed) {
+  const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
+  return run_with(compress_tiles(w, prune_tiles_by_norm(w, t.tile_rows, t.tile_cols, t.density), t.tile_rows, t.tile_cols),
+                  t, seed);
+}
+
+Problem plain(int64_t r, int64_t k, int64_t c, DType dtype, Layout b_layout) {
+  return {r, k, c, dtype, dtype, b_layout, Layout::col_major, 1.0f, 0.0f, false, Activation::none};
+}
+
+TEST(TileGpu, TileShapesDensitiesAndTails) {
+  SKIP_WITHOUT_GPU();
+  const int64_t shapes[][3] = {{256, 256, 128}, {200, 333, 77}, {64, 40, 17}, {1, 16, 1}, {520, 1000, 300}};
+  const std::pair<int, int> tiles[] = {{16, 16}, {32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}, {16, 128}};
+  uint32_t seed = 1;
+  for (Layout b_layout : {Layout::col_major, Layout::row_major})
+    for (std::size_t i = 0; i < std::size(shapes); ++i)
+      for (std::size_t j = 0; j < std::size(tiles); ++j)
+        for (double density : {0.1, 0.5, 1.0}) {
+          const auto& s = shapes[i];
+          const DType dtype = (i + j) % 2 ? DType::bf16 : DType::f16;
+          const Case t{plain(s[0], s[1], s[2], dtype, b_layout), tiles[j].first, tiles[j].second, density};
+          EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t);
+        }
+}
+
+TEST(TileGpu, SkewedRowsAndEmptyTileRows) {
+  SKIP_WITHOUT_GPU();
+  // Tile row 0 full, tile row 1 empty, the others one tile each: D's empty rows are alpha * 0 + beta * C + bias.
+  constexpr int kSide = 32;
+  const int64_t r = 5 * kSide - 7, k = 9 * kSide;
+  const DenseMatrix w = test::random_matrix(r, k, DType::f16, 9);
+  TileMask mask{ceil_div(r, int64_t{kSide}), ceil_div(k, int64_t{kSide}), {}};
+  mask.keep.assign(static_cast<std::size_t>(mask.grid_rows * mask.grid_cols), 0);
+  for (int64_t j = 0; j < mask.grid_cols; ++j) mask.keep[static_cast<std::size_t>(j)] = 1;
+  for (int64_t i = 2; i < mask.grid_rows; ++i) mask.keep[static_cast<std::size_t>(i * mask.grid_cols + (i * 3) % mask.grid_cols)] = 1;
+  const TileMatrix a = compress_tiles(w, mask, kSide, kSide);
+  for (Layout d_layout : {Layout::col_major, Layout::row_major}) {
+    const Problem t{r, k, 70, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
+    EXPECT_LE(run_with(a, t, 21), tolerance(DType::f16)) << describe(t);
+  }
+}
+
+TEST(TileGpu, LayoutsAndEpilogues) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 1000;
+  for (const Problem& problem : layout_and_epilogue_problems(136, 200, 96)) {
+    const Case t{problem, 32, 64, 0.5};
+    EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+  }
+}
+
+TEST(TileGpu, BadInputsAreRejected) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 48, 64), ErrorCode::unsupported, "16, 32, 64 or 128");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64, DType::f32}, 64, 64), ErrorCode::unsupported, "f16 or bf16");
+  const DenseMatrix w = test::random_matrix(64, 64, DType::f16, 5);
+  const DeviceTiles a = DeviceTiles::upload(pack_tiles(compress_tiles(w, prune_tiles_by_norm(w, 32, 32, 0.5), 32, 32)));
+  DeviceBytes b(64 * 64 * 2), d(64 * 64 * 2);
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 64, 64).run(nullptr, a, b.ptr, nullptr, d.ptr),
+                     ErrorCode::invalid_argument, "plan was made for");
+  const TileSpmmPlan plan = TileSpmmPlan::create({64, 64, 64}, 32, 32);
+  EXPECT_NMKIT_ERROR(plan.run(nullptr, a, nullptr, nullptr, d.ptr), ErrorCode::invalid_argument, "must not be null");
+}
+
+}  // namespace
+}  // namespace nmkit::gpu
