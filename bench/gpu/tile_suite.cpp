@@ -8,14 +8,61 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
+
+#include <cusparse.h>
 
 #include "nmkit/dtype.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 
 namespace nmkit::bench {
 namespace {
+
+#define CHECK_CUSPARSE(x) nmkit_bench_check_status(static_cast<int>(x), #x)
+
+// cuSPARSE's BSR SpMM (cusparseSpMM, CUSPARSE_SPMM_BSR_ALG1) on nmkit's own packed arrays, which are BSR with
+// row-major blocks: row_ptr, col_index, tiles. B col-major K x C, D col-major R x C, fp32 compute.
+class CusparseBsr {
+ public:
+  CusparseBsr(cusparseHandle_t h, const gpu::DeviceTiles& a, int64_t grid_rows, int64_t grid_cols, int64_t nnz,
+              const Shape& s, DType dtype, const void* b, void* d)
+      : h_(h) {
+    const cudaDataType type = cuda_type(dtype);
+    CHECK_CUSPARSE(cusparseCreateBsr(&a_, grid_rows, grid_cols, nnz, a.tile_rows(), a.tile_cols(),
+                                     const_cast<int32_t*>(a.row_ptr()), const_cast<int32_t*>(a.col_index()),
+                                     const_cast<void*>(a.data()), CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
+                                     CUSPARSE_INDEX_BASE_ZERO, type, CUSPARSE_ORDER_ROW));
+    CHECK_CUSPARSE(cusparseCreateDnMat(&b_, grid_cols * a.tile_cols(), s.c, s.k, const_cast<void*>(b), type, CUSPARSE_ORDER_COL));
+    CHECK_CUSPARSE(cusparseCreateDnMat(&d_, grid_rows * a.tile_rows(), s.c, s.r, d, type, CUSPARSE_ORDER_COL));
+    std::size_t bytes = 0;
+    const float alpha = 1.0f, beta = 0.0f;
+    CHECK_CUSPARSE(cusparseSpMM_bufferSize(h_, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha,
+                                           a_, b_, &beta, d_, CUDA_R_32F, CUSPARSE_SPMM_BSR_ALG1, &bytes));
+    buffer_ = DeviceArray(bytes);
+  }
+  CusparseBsr(const CusparseBsr&) = delete;
+  CusparseBsr& operator=(const CusparseBsr&) = delete;
+  ~CusparseBsr() {
+    cusparseDestroySpMat(a_);
+    cusparseDestroyDnMat(b_), cusparseDestroyDnMat(d_);
+  }
+  // The same weight with another B and D (operand set).
+  void run(const void* b, void* d) {
+    CHECK_CUSPARSE(cusparseDnMatSetValues(b_, const_cast<void*>(b)));
+    CHECK_CUSPARSE(cusparseDnMatSetValues(d_, d));
+    const float alpha = 1.0f, beta = 0.0f;
+    CHECK_CUSPARSE(cusparseSpMM(h_, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, a_, b_,
+                                &beta, d_, CUDA_R_32F, CUSPARSE_SPMM_BSR_ALG1, buffer_.ptr));
+  }
+
+ private:
+  cusparseHandle_t h_;
+  cusparseSpMatDescr_t a_{};
+  cusparseDnMatDescr_t b_{}, d_{};
+  DeviceArray buffer_;
+};
 
 gpu::PackedTiles random_tiles(int64_t rows, int64_t cols, int side, double density, bool skewed, DType dtype,
                               uint32_t seed) {
@@ -61,8 +108,11 @@ gpu::PackedTiles random_tiles(int64_t rows, int64_t cols, int side, double densi
 
 void run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
                     std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
-  std::printf("\n%-5s %-18s %-5s %-7s %-7s %-7s %9s %9s %8s %9s  %s\n", "suite", "R x K x C", "dtype", "tile", "density",
-              "rows", "cuBLAS", "nmkit ms", "vs cuBL", "rel.err", "kernel");
+  cusparseHandle_t sparse;
+  CHECK_CUSPARSE(cusparseCreate(&sparse));
+  CHECK_CUSPARSE(cusparseSetStream(sparse, stream));
+  std::printf("\n%-5s %-18s %-5s %-7s %-7s %-7s %9s %9s %8s %10s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "tile",
+              "density", "rows", "cuBLAS", "nmkit ms", "vs cuBL", "cuSPARSE", "vs cuSP", "rel.err", "kernel");
   for (DType dtype : o.dtypes)
     for (const Shape& s : o.shapes) {
       const std::size_t b_bytes = s.k * s.c * 2, d_bytes = s.r * s.c * 2, w_bytes = s.r * s.k * 2;
@@ -105,20 +155,43 @@ void run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);
             plan.run(stream, weights[0], b[0].ptr, nullptr, d_nmkit[0].ptr);
             const double err = relative_error(d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+            // cuSPARSE BSR on the same arrays, checked against cuBLAS too; reported as skipped where it refuses.
+            std::optional<double> bsr_ms, bsr_err;
+            try {
+              require(s.r % side == 0 && s.k % side == 0, ErrorCode::unsupported, "R and K must be whole tiles for BSR");
+              CusparseBsr bsr(sparse, weights[0], packed.grid_rows(), packed.grid_cols(), packed.nnz_tiles(), s, dtype,
+                              b[0].ptr, d_nmkit[0].ptr);
+              // B and D rotate through the operand sets; the weight stays set 0's (if anything, this flatters cuSPARSE).
+              bsr_ms = time_median_ms([&](int i) { bsr.run(b[i].ptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters, stream);
+              bsr.run(b[0].ptr, d_nmkit[0].ptr);
+              bsr_err = relative_error(d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+            } catch (const Error& e) {
+              std::fprintf(stderr, "cuSPARSE BSR skipped: %s\n", e.what());
+              cudaGetLastError();
+            }
             char shape_text[64], tile_text[16];
             std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
             std::snprintf(tile_text, sizeof tile_text, "%dx%d", side, side);
-            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %9.1e  %s\n", "tile", shape_text,
+            char bsr_text[32] = "-", bsr_ratio[32] = "-";
+            if (bsr_ms) {
+              std::snprintf(bsr_text, sizeof bsr_text, "%.3f", *bsr_ms);
+              std::snprintf(bsr_ratio, sizeof bsr_ratio, "%.2fx", *bsr_ms / nmkit_ms);
+            }
+            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s\n", "tile", shape_text,
                         dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
-                        dense_ms / nmkit_ms, err, gpu::kernel_name(plan.kernel()));
+                        dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, gpu::kernel_name(plan.kernel()));
             std::fflush(stdout);
             rows.push_back({{"suite", "tile"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
                             {"tile", side}, {"density", density}, {"distribution", skewed ? "skewed" : "uniform"},
                             {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms},
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
                             {"kernel", gpu::kernel_name(plan.kernel())}});
+            if (bsr_ms)
+              rows.back()["cusparse_bsr_ms"] = *bsr_ms, rows.back()["cusparse_bsr_rel_error"] = *bsr_err,
+              rows.back()["nmkit_vs_cusparse_bsr"] = *bsr_ms / nmkit_ms;
           }
     }
+  cusparseDestroy(sparse);
 }
 
 }  // namespace nmkit::bench
