@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -108,6 +109,19 @@ inline double relative_error(const void* got, const void* want, int64_t count, D
   NMKIT_CUDA_CHECK(cudaMemcpyAsync(host, sums.ptr, sizeof host, cudaMemcpyDeviceToHost, s));
   NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
   return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
+}
+
+// Host time of one call of `enqueue` (validation, launch set-up, the launch itself) in microseconds: tiny
+// products enqueued back to back after a warm-up, the stream drained afterwards.
+inline double host_overhead_us(const std::function<void()>& enqueue, cudaStream_t s) {
+  constexpr int kWarmup = 100, kCalls = 2000;
+  for (int i = 0; i < kWarmup; ++i) enqueue();
+  NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) enqueue();
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls;
+  NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
+  return us;
 }
 
 }  // namespace nmkit::bench

@@ -52,7 +52,7 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
     for (int64_t c : {1, 16, 128}) out.push_back({11008, 4096, c, "decode"});
   if (suite == "tile")  // seed 003: a 4096 x 4096 weight, a small batch and a large one
     for (int64_t c : {32, 4096}) out.push_back({4096, 4096, c, "tile"});
-  if (suite == "vnm")  // the acceptance shapes of the V:N:M issue: llm, BERT-large
+  if (suite == "vnm")  // the acceptance shapes of the V:N:M issue: llm, BERT-large (--vnm-shapes for the suites)
     for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{11008, 4096, 4096}, {8192, 8192, 8192}, {1024, 4096, 4096}})
       out.push_back({r, k, c, "vnm"});
   if (out.empty() && suite != "none") throw Error(ErrorCode::invalid_argument, "unknown suite '" + suite + "'");
@@ -117,9 +117,10 @@ class SparseLt {
 
 struct Options {
   std::string suite = "all";
-  std::vector<int> vnm_v{64, 128};
+  std::vector<int> vnm_v{32, 64, 128};
   std::vector<int> vnm_m{4, 5, 7, 8, 10, 16, 20, 32, 40, 100};
   std::string vnm_b_layout = "both";
+  std::string vnm_shapes = "acceptance";
   std::vector<std::string> shapes;
   std::string dtype = "both";
   std::string json_path;
@@ -130,6 +131,10 @@ struct Options {
 
 int run(const Options& o) {
   std::vector<Shape> shapes = suite_shapes(o.shapes.empty() ? o.suite : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" ? "none" : o.suite));
+  if (o.suite == "vnm" && o.shapes.empty() && o.vnm_shapes != "acceptance") {
+    shapes = suite_shapes(o.vnm_shapes == "all" ? "llm" : o.vnm_shapes);
+    if (o.vnm_shapes == "all") for (const Shape& s : suite_shapes("bert")) shapes.push_back(s);
+  }
   for (const auto& text : o.shapes) {
     Shape s{0, 0, 0, "custom"};
     if (std::sscanf(text.c_str(), "%ld,%ld,%ld", &s.r, &s.k, &s.c) != 3 || s.r < 1 || s.k < 1 || s.c < 1)
@@ -155,7 +160,7 @@ int run(const Options& o) {
   if (o.suite == "tile") {
     TileSuiteOptions t{shapes, dtypes};
     t.warmup = o.warmup, t.iters = o.iters;
-    run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
+    out["tile_run_host_overhead_us"] = run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
     if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
     return 0;
   }
@@ -163,7 +168,7 @@ int run(const Options& o) {
     VnmSuiteOptions v{shapes, dtypes, o.vnm_v, o.vnm_m, {}, o.warmup, o.iters};
     if (o.vnm_b_layout != "row") v.b_layouts.push_back(Layout::col_major);
     if (o.vnm_b_layout != "col") v.b_layouts.push_back(Layout::row_major);
-    run_vnm_suite(v, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
+    out["vnm_run_host_overhead_us"] = run_vnm_suite(v, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
     if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
     return 0;
   }
@@ -272,13 +277,7 @@ int run(const Options& o) {
     bench::fill_packed(w.values(), w.metadata(), 128, 64, w.rows_padded(), w.cols_padded(), DType::f16, 7, stream);
     DeviceArray b(64 * 16 * 2), d(128 * 16 * 2);
     bench::fill_dense(b.ptr, 64 * 16, DType::f16, 8, stream);
-    constexpr int kCalls = 2000;
-    for (int i = 0; i < 100; ++i) plan.run(stream, w, b.ptr, nullptr, d.ptr);
-    NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kCalls; ++i) plan.run(stream, w, b.ptr, nullptr, d.ptr);
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls;
-    NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const double us = host_overhead_us([&] { plan.run(stream, w, b.ptr, nullptr, d.ptr); }, stream);
     std::printf("host overhead of Nm24SpmmPlan::run(): %.2f us per call (%s)\n", us, kernel_name(plan.config().kernel));
     out["run_host_overhead_us"] = us;
   }
@@ -289,11 +288,13 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"nmkit 2:4 SpMM benchmark against cuBLASLt and cuSPARSELt"};
+  CLI::App app{"nmkit SpMM benchmark (2:4, V:N:M, tile-sparse) against cuBLASLt, cuSPARSELt and cuSPARSE"};
   Options o;
   app.add_option("--suite", o.suite, "bert | llm | decode | all (2:4) | vnm (V:N:M) | tile")->capture_default_str();
   app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();
+  app.add_option("--vnm-shapes", o.vnm_shapes, "vnm suite: acceptance (the issue's three) | llm | bert | all")
+      ->check(CLI::IsMember({"acceptance", "llm", "bert", "all"}))->capture_default_str();
   app.add_option("--b-layout", o.vnm_b_layout, "vnm suite: col (x[T,K] row-major) | row (K x C) | both")
       ->check(CLI::IsMember({"col", "row", "both"}))->capture_default_str();
   app.add_option("--shape", o.shapes, "Extra shape R,K,C (repeatable)");

@@ -106,7 +106,7 @@ gpu::PackedTiles random_tiles(int64_t rows, int64_t cols, int side, double densi
 
 }  // namespace
 
-void run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
+double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
                     std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
   cusparseHandle_t sparse;
   CHECK_CUSPARSE(cusparseCreate(&sparse));
@@ -192,6 +192,15 @@ void run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* worksp
           }
     }
   cusparseDestroy(sparse);
+  // Host cost of one TileSpmmPlan::run() on a tiny weight.
+  const gpu::PackedTiles packed = random_tiles(128, 64, 32, 0.5, false, DType::f16, 3);
+  const gpu::DeviceTiles w = gpu::DeviceTiles::upload(packed);
+  const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create({128, 64, 16}, 32, 32);
+  DeviceArray b(64 * 16 * 2), d(128 * 16 * 2);
+  fill_dense(b.ptr, 64 * 16, DType::f16, 8, stream);
+  const double us = host_overhead_us([&] { plan.run(stream, w, b.ptr, nullptr, d.ptr); }, stream);
+  std::printf("host overhead of TileSpmmPlan::run(): %.2f us per call (%s)\n", us, gpu::kernel_name(plan.kernel()));
+  return us;
 }
 
 }  // namespace nmkit::bench

@@ -18,8 +18,9 @@ struct TileSuiteOptions {
   int warmup = 5, iters = 30;
 };
 
-// One row per (dtype, shape, tile side, density, distribution of tiles over rows: uniform or skewed).
-void run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
+// One row per (dtype, shape, tile side, density, distribution of tiles over rows: uniform or skewed); returns
+// the host time of one TileSpmmPlan::run() in microseconds.
+double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
                     std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
 
 }  // namespace nmkit::bench

@@ -49,7 +49,7 @@ std::vector<int32_t> random_gather(const gpu::DeviceNm24& condensed, int64_t col
 
 }  // namespace
 
-void run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
+double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
                    std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
   std::printf("\n%-7s %-20s %-5s %-9s %-4s %9s %9s %8s %9s %8s %9s  %s\n", "suite", "R x K x C", "dtype", "V:N:M", "B",
               "cuBLAS", "nmkit", "vs cuBL", "ideal", "vs cuBL", "rel.err", "nmkit kernel (gather cost vs ideal)");
@@ -157,6 +157,20 @@ void run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspac
           }
         }
     }
+  // Host cost of one VnmSpmmPlan::run() (B row-major: the gathering sm90 kernel where available).
+  gpu::DeviceNm24 condensed = gpu::DeviceNm24::allocate(128, 32, DType::f16);  // 128 x 64 at 128:2:8
+  fill_packed(condensed.values(), condensed.metadata(), 128, 32, condensed.rows_padded(), condensed.cols_padded(),
+              DType::f16, 5, stream);
+  const std::vector<int32_t> table = random_gather(condensed, 64, 128, 8, 1);
+  const gpu::DeviceVnm w = gpu::DeviceVnm::from_parts(std::move(condensed), table, 64, 128, 8);
+  gpu::SpmmDesc tiny{128, 64, 16};
+  tiny.b_layout = Layout::row_major;
+  const gpu::VnmSpmmPlan plan = gpu::VnmSpmmPlan::create(tiny, 128, 8);
+  DeviceArray b(64 * 16 * 2), d(128 * 16 * 2);
+  fill_dense(b.ptr, 64 * 16, DType::f16, 8, stream);
+  const double us = host_overhead_us([&] { plan.run(stream, w, b.ptr, nullptr, d.ptr); }, stream);
+  std::printf("host overhead of VnmSpmmPlan::run(): %.2f us per call (%s)\n", us, kernel_name(plan.config().kernel));
+  return us;
 }
 
 }  // namespace nmkit::bench

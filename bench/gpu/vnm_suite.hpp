@@ -20,8 +20,9 @@ struct VnmSuiteOptions {
   int warmup = 5, iters = 30;
 };
 
-// Prints one table row per (dtype, shape, V, M, B layout) and appends JSON rows to `rows`.
-void run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
+// Prints one table row per (dtype, shape, V, M, B layout) and appends JSON rows to `rows`; returns the host
+// time of one VnmSpmmPlan::run() in microseconds.
+double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
                    std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
 
 }  // namespace nmkit::bench
