@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -51,8 +52,9 @@ std::vector<int32_t> random_gather(const gpu::DeviceNm24& condensed, int64_t col
 
 double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
                    std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
-  std::printf("\n%-7s %-20s %-5s %-9s %-4s %9s %9s %8s %9s %8s %9s  %s\n", "suite", "R x K x C", "dtype", "V:N:M", "B",
-              "cuBLAS", "nmkit", "vs cuBL", "ideal", "vs cuBL", "rel.err", "nmkit kernel (gather cost vs ideal)");
+  std::printf("\n%-7s %-20s %-5s %-9s %-4s %9s %9s %8s %9s %8s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "V:N:M",
+              "B", "cuBLAS", "nmkit", "vs cuBL", "ideal", "vs cuBL", "full 2:4", "rel.err",
+              "condensed kernel (gather cost vs ideal)");
   for (DType dtype : o.dtypes)
     for (const Shape& s : o.shapes) {
       const std::size_t b_bytes = s.k * s.c * 2, d_bytes = s.r * s.c * 2, w_bytes = s.r * s.k * 2;
@@ -64,6 +66,29 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
       }
       DenseGemm dense(lt, s, dtype, workspace, workspace_bytes);
       double dense_ms = -1.0;  // timed once per shape, on the first pattern's weights
+      // The full_2_4 form (M % 4 == 0): the nm24 product over all of K, whatever V and M; timed once per layout.
+      std::map<Layout, double> full_ms;
+      {
+        std::vector<gpu::DeviceNm24> full;
+        for (int i = 0; i < sets; ++i) {
+          full.push_back(gpu::DeviceNm24::allocate(s.r, s.k, dtype));
+          fill_packed(full[i].values(), full[i].metadata(), s.r, s.k, full[i].rows_padded(), full[i].cols_padded(), dtype,
+                      4321 + i, stream);
+        }
+        for (Layout b_layout : o.b_layouts) {
+          std::vector<DeviceArray> b_run;
+          if (b_layout == Layout::row_major)
+            for (int i = 0; i < sets; ++i) b_run.emplace_back(b_bytes), transpose(b[i].ptr, b_run[i].ptr, s.k, s.c, stream);
+          gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
+          desc.b_layout = b_layout;
+          const gpu::Nm24SpmmPlan plan = gpu::Nm24SpmmPlan::create(desc);
+          full_ms[b_layout] = time_median_ms(
+              [&](int i) {
+                plan.run(stream, full[i], b_layout == Layout::row_major ? b_run[i].ptr : b[i].ptr, nullptr, d_nmkit[i].ptr);
+              },
+              sets, o.warmup, o.iters, stream);
+        }
+      }
 
       for (int v : o.vs)
         for (int m : o.ms) {
@@ -129,7 +154,8 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             auto b_of = [&](int i) { return b_layout == Layout::row_major ? b_run[i].ptr : b[i].ptr; };
             gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
             desc.b_layout = b_layout;
-            const gpu::VnmSpmmPlan plan = gpu::VnmSpmmPlan::create(desc, v, m);
+            const gpu::VnmSpmmPlan plan =
+                gpu::VnmSpmmPlan::create(desc, v, m, gpu::Nm24Kernel::automatic, 0, gpu::VnmForm::condensed);
             const double nmkit_ms = time_median_ms(
                 [&](int i) { plan.run(stream, weights[i], b_of(i), nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters, stream);
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);
@@ -143,17 +169,21 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
             std::snprintf(pattern, sizeof pattern, "%d:2:%d", v, m);
             const bool col = b_layout == Layout::col_major;
-            std::printf("%-7s %-20s %-5s %-9s %-4s %9.1f %9.3f %7.2fx %9.3f %7.2fx %9.1e  %s n%d (%+.0f%%)\n", "vnm",
+            // The full_2_4 form's speed-up where M allows it (M % 4 == 0).
+            char full_text[32] = "-";
+            if (m % 4 == 0) std::snprintf(full_text, sizeof full_text, "%.2fx", dense_ms / full_ms[b_layout]);
+            std::printf("%-7s %-20s %-5s %-9s %-4s %9.1f %9.3f %7.2fx %9.3f %7.2fx %9s %9.1e  %s n%d (%+.0f%%)\n", "vnm",
                         shape_text, dtype_name(dtype), pattern, col ? "col" : "row", tflops, nmkit_ms, dense_ms / nmkit_ms,
-                        ideal_ms, dense_ms / ideal_ms, err, kernel_name(plan.config().kernel), plan.config().block_n,
-                        100.0 * (nmkit_ms / ideal_ms - 1.0));
+                        ideal_ms, dense_ms / ideal_ms, full_text, err, kernel_name(plan.config().kernel),
+                        plan.config().block_n, 100.0 * (nmkit_ms / ideal_ms - 1.0));
             std::fflush(stdout);
             rows.push_back({{"suite", "vnm"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
                             {"v", v}, {"n", 2}, {"m", m}, {"b_layout", layout_name(b_layout)}, {"operand_sets", sets},
                             {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms}, {"ideal_ms", ideal_ms},
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"ideal_speedup_vs_cublas", dense_ms / ideal_ms},
                             {"gather_cost", nmkit_ms / ideal_ms - 1.0}, {"nmkit_rel_error", err},
-                            {"nmkit_config", config.str()}});
+                            {"nmkit_config", config.str()}, {"full_2_4_ms", full_ms[b_layout]},
+                            {"full_2_4_speedup_vs_cublas", dense_ms / full_ms[b_layout]}});
           }
         }
     }
@@ -165,7 +195,7 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
   const gpu::DeviceVnm w = gpu::DeviceVnm::from_parts(std::move(condensed), table, 64, 128, 8);
   gpu::SpmmDesc tiny{128, 64, 16};
   tiny.b_layout = Layout::row_major;
-  const gpu::VnmSpmmPlan plan = gpu::VnmSpmmPlan::create(tiny, 128, 8);
+  const gpu::VnmSpmmPlan plan = gpu::VnmSpmmPlan::create(tiny, 128, 8, gpu::Nm24Kernel::automatic, 0, gpu::VnmForm::condensed);
   DeviceArray b(64 * 16 * 2), d(128 * 16 * 2);
   fill_dense(b.ptr, 64 * 16, DType::f16, 8, stream);
   const double us = host_overhead_us([&] { plan.run(stream, w, b.ptr, nullptr, d.ptr); }, stream);

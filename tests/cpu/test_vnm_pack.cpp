@@ -21,10 +21,14 @@ TEST(VnmPack, RoundTripsWithTails) {
         for (int m : {4, 5, 8, 10, 16, 100})
           for (auto [r, k] : {std::pair<int64_t, int64_t>{1, 5}, {70, 64}, {130, 333}}) {
             const VnmMatrix a = random_vnm(r, k, v, n, m, dtype, static_cast<uint32_t>(r * k + v + m));
-            const PackedVnm p = pack_vnm(a);
-            EXPECT_EQ(p.condensed.cols, 4 * ceil_div(k, m));
-            const VnmMatrix back = unpack_vnm(p);
-            test::expect_same_matrix(decompress(back), decompress(a));
+            for (VnmForm form : {VnmForm::automatic, VnmForm::condensed, VnmForm::full_2_4}) {
+              if (form == VnmForm::full_2_4 && m % 4 != 0) continue;  // rejected, tested below
+              const PackedVnm p = pack_vnm(a, form);
+              EXPECT_EQ(p.form, resolve_vnm_form(form, m));
+              EXPECT_EQ(p.condensed.cols, p.form == VnmForm::full_2_4 ? k : 4 * ceil_div(k, m));
+              EXPECT_EQ(p.gather.empty(), p.form == VnmForm::full_2_4);
+              test::expect_same_matrix(decompress(unpack_vnm(p)), decompress(a));
+            }
           }
 }
 
@@ -33,7 +37,7 @@ TEST(VnmPack, GatherTableNamesTheSelectedRowsOfB) {
   DenseMatrix w = DenseMatrix::zeros(128, 10, DType::f16);
   w.set(0, 1, 1.0f), w.set(0, 6, 2.0f), w.set(70, 9, 3.0f);
   const VnmMatrix a = compress_vnm(w, 64, 2, 8);
-  const PackedVnm p = pack_vnm(a);
+  const PackedVnm p = pack_vnm(a, VnmForm::condensed);
   ASSERT_EQ(p.gather_row_blocks(), 2);
   const int64_t stride = p.condensed.cols_padded;
   for (int s = 0; s < 4; ++s) {
@@ -51,6 +55,17 @@ TEST(VnmPack, GatherTableNamesTheSelectedRowsOfB) {
   EXPECT_GE(none, 2);
   // The K padding of the condensed matrix reads nothing.
   for (int64_t c = p.condensed.cols; c < stride; ++c) EXPECT_EQ(p.gather[static_cast<std::size_t>(c)], kNoBRow);
+}
+
+TEST(VnmPack, FormsFollowM) {
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 4), VnmForm::full_2_4);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 8), VnmForm::full_2_4);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 12), VnmForm::condensed);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 7), VnmForm::condensed);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::full_2_4, 16), VnmForm::full_2_4);
+  EXPECT_NMKIT_ERROR(resolve_vnm_form(VnmForm::full_2_4, 10), ErrorCode::invalid_argument, "M % 4 == 0");
+  EXPECT_NMKIT_ERROR(pack_vnm(random_vnm(64, 40, 64, 2, 10, DType::f16, 2), VnmForm::full_2_4), ErrorCode::invalid_argument,
+                     "M=10");
 }
 
 TEST(VnmPack, RejectsMalformedColumnLocAndUnsupportedV) {

@@ -22,11 +22,13 @@ struct Case : Problem {
   Pattern pattern;
   Nm24Kernel kernel = Nm24Kernel::automatic;
   int block_n = 0;
+  VnmForm form = VnmForm::automatic;
 };
 
 std::string describe(const Case& t) {
   return describe(static_cast<const Problem&>(t)) + " pattern " + std::to_string(t.pattern.v) + ":" +
-         std::to_string(t.pattern.n) + ":" + std::to_string(t.pattern.m) + " kernel " + kernel_name(t.kernel) +
+         std::to_string(t.pattern.n) + ":" + std::to_string(t.pattern.m) + " " + vnm_form_name(t.form) + " kernel " +
+         kernel_name(t.kernel) +
          (t.block_n ? " block_n " + std::to_string(t.block_n) : "");
 }
 
@@ -34,8 +36,8 @@ double run_case(const Case& t, uint32_t seed) {
   const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
   const auto [v, n, m] = t.pattern;
   const VnmMatrix a = compress_vnm(w, prune_vnm_magnitude(w, v, n, m), v, n, m);
-  const DeviceVnm da = DeviceVnm::upload(pack_vnm(a));
-  const VnmSpmmPlan plan = VnmSpmmPlan::create(t.desc(), v, m, t.kernel, t.block_n);
+  const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, t.form));
+  const VnmSpmmPlan plan = VnmSpmmPlan::create(t.desc(), v, m, t.kernel, t.block_n, t.form);
   return error_against_oracle(SparseMatrix{a}, t, seed, [&](const void* b, const void* c, void* d, const float* bias) {
     plan.run(nullptr, da, b, c, d, bias);
   });
@@ -43,7 +45,7 @@ double run_case(const Case& t, uint32_t seed) {
 
 bool sm90_here() {
   try {
-    VnmSpmmPlan::create({128, 64, 128}, 128, 8, Nm24Kernel::sm90_wgmma_sp);
+    VnmSpmmPlan::create({128, 64, 128}, 128, 16, Nm24Kernel::sm90_wgmma_sp);  // the gathering kernel
     return true;
   } catch (const Error&) {
     return false;
@@ -72,7 +74,8 @@ TEST(VnmGpu, PatternsAndShapesWithTails) {
         for (std::size_t j = 0; j < std::size(patterns); ++j) {
           const DType dtype = (i + j) % 2 ? DType::bf16 : DType::f16;
           const auto& s = shapes[i];
-          Case t{plain(s[0], s[1], s[2], dtype, b_layout), patterns[j], kernel};
+          // The condensed form throughout: the full_2_4 form is the nm24 product (its own tests, and below).
+          Case t{plain(s[0], s[1], s[2], dtype, b_layout), patterns[j], kernel, 0, VnmForm::condensed};
           const bool sm90_ok = t.pattern.v >= 64 && (b_layout == Layout::col_major || s[2] % 8 == 0);
           if (kernel == Nm24Kernel::sm90_wgmma_sp && !sm90_ok) continue;  // the plan refuses; tested below
           EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t);
@@ -87,7 +90,7 @@ TEST(VnmGpu, EveryHopperTileWidth) {
     for (const auto& [v, widths] : {std::pair<int, std::vector<int>>{128, {256, 128, 64}}, {64, {128, 64}}})
       for (int block_n : widths)
         for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{300, 256, 8}, {256, 1000, 264}}) {
-          Case t{plain(r, k, c, DType::f16, b_layout), {v, 2, 8}, Nm24Kernel::sm90_wgmma_sp, block_n};
+          Case t{plain(r, k, c, DType::f16, b_layout), {v, 2, 16}, Nm24Kernel::sm90_wgmma_sp, block_n};
           EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
         }
 }
@@ -97,25 +100,36 @@ TEST(VnmGpu, LayoutsAndEpilogues) {
   uint32_t seed = 1000;
   for (Nm24Kernel kernel : kernels_here())
     for (const Problem& problem : layout_and_epilogue_problems(136, 200, 96)) {
-      const Case t{problem, {64, 2, 8}, kernel};
+      const Case t{problem, {64, 2, 10}, kernel};
       EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
     }
+}
+
+TEST(VnmGpu, BothFormsAgreeWithTheOracle) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 3000;
+  for (int m : {4, 8, 16, 32})
+    for (VnmForm form : {VnmForm::automatic, VnmForm::condensed, VnmForm::full_2_4})
+      for (Layout b_layout : {Layout::col_major, Layout::row_major}) {
+        const Case t{plain(300, 520, 136, DType::bf16, b_layout), {128, 2, m}, Nm24Kernel::automatic, 0, form};
+        EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+      }
 }
 
 TEST(VnmGpu, FallbacksArePickedAndCorrect) {
   SKIP_WITHOUT_GPU();
   // C % 8 != 0 with B row-major, and V = 32: the portable kernel. An unaligned B row-major pointer: the same
   // plan falls back at run time.
-  for (const Case& t : {Case{plain(100, 96, 13, DType::f16, Layout::row_major), {128, 2, 8}},
-                        Case{plain(100, 96, 40, DType::bf16, Layout::col_major), {32, 2, 8}}}) {
+  for (const Case& t : {Case{plain(100, 96, 13, DType::f16, Layout::row_major), {128, 2, 16}},
+                        Case{plain(100, 96, 40, DType::bf16, Layout::col_major), {32, 2, 10}}}) {
     EXPECT_EQ(VnmSpmmPlan::create(t.desc(), t.pattern.v, t.pattern.m).config().kernel, Nm24Kernel::sm80_mma_sp);
     EXPECT_LE(run_case(t, 31), tolerance(t.dtype)) << describe(t);
   }
   const Problem p = plain(130, 64, 24, DType::f16, Layout::row_major);
   const DenseMatrix w = DenseMatrix::from_float(p.r, p.k, rounded_random(p.r * p.k, p.dtype, 5), p.dtype);
-  const VnmMatrix a = compress_vnm(w, prune_vnm_magnitude(w, 128, 2, 8), 128, 2, 8);
+  const VnmMatrix a = compress_vnm(w, prune_vnm_magnitude(w, 128, 2, 16), 128, 2, 16);
   const DeviceVnm da = DeviceVnm::upload(pack_vnm(a));
-  const VnmSpmmPlan plan = VnmSpmmPlan::create(p.desc(), 128, 8);
+  const VnmSpmmPlan plan = VnmSpmmPlan::create(p.desc(), 128, 16);
   const double error = error_against_oracle(SparseMatrix{a}, p, 6, [&](const void* b, const void* c, void* d, const float* bias) {
     // Shift B by one element: a copy of B one half further on (the oracle reads the original values).
     DeviceBytes shifted(p.k * p.c * 2 + 2);
@@ -131,7 +145,9 @@ TEST(VnmGpu, BadInputsAreRejected) {
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 48, 8), ErrorCode::unsupported, "V=48");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 300), ErrorCode::invalid_argument, "M=300");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64, DType::f32}, 64, 8), ErrorCode::unsupported, "f16 or bf16");
-  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 32, 8, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported, "V >= 64");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 32, 16, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported, "V >= 64");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 10, Nm24Kernel::automatic, 0, VnmForm::full_2_4),
+                     ErrorCode::invalid_argument, "M % 4 == 0");
   const DenseMatrix w = test::random_matrix(64, 64, DType::f16, 5);
   const DeviceVnm a = DeviceVnm::upload(pack_vnm(compress_vnm(w, prune_vnm_magnitude(w, 64, 2, 8), 64, 2, 8)));
   DeviceBytes b(64 * 64 * 2), d(64 * 64 * 2);
@@ -141,7 +157,9 @@ TEST(VnmGpu, BadInputsAreRejected) {
   EXPECT_NMKIT_ERROR(plan.run(nullptr, a, nullptr, nullptr, d.ptr), ErrorCode::invalid_argument, "must not be null");
   EXPECT_NMKIT_ERROR(plan.run(nullptr, a, b.ptr, nullptr, static_cast<char*>(d.ptr) + 1), ErrorCode::invalid_argument,
                      "aligned");
-  PackedVnm bad = pack_vnm(compress_vnm(w, prune_vnm_magnitude(w, 64, 2, 8), 64, 2, 8));
+  const VnmSpmmPlan condensed = VnmSpmmPlan::create({64, 64, 64}, 64, 8, Nm24Kernel::automatic, 0, VnmForm::condensed);
+  EXPECT_NMKIT_ERROR(condensed.run(nullptr, a, b.ptr, nullptr, d.ptr), ErrorCode::invalid_argument, "full_2_4 form");
+  PackedVnm bad = pack_vnm(compress_vnm(w, prune_vnm_magnitude(w, 64, 2, 8), 64, 2, 8), VnmForm::condensed);
   bad.gather[0] = 64;  // past K
   EXPECT_NMKIT_ERROR(DeviceVnm::upload(bad), ErrorCode::invalid_argument, "not a row of B");
 }

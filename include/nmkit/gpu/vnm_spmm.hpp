@@ -11,6 +11,7 @@
 //   VnmSpmmPlan plan = VnmSpmmPlan::create(desc, a.v(), a.m());  // once per shape
 //   plan.run(stream, a, b, c, d, bias);                          // one launch: no allocation, search or sync
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "nmkit/format/vnm.hpp"
@@ -25,12 +26,25 @@ inline constexpr int32_t kNoBRow = -1;
 // V values the kernels run: 32 and 64 (several row blocks per 128-row tile) and multiples of 128.
 bool vnm_kernel_supports_v(int v) noexcept;
 
+// How a V:N:M weight reaches the tensor cores.
+//   condensed: the 2:4 matrix over the selected columns (K' = 4 ceil(K/M)) and B gathered through a table: M/2
+//              times less math than dense, but B's rows are gathered.
+//   full_2_4:  when M % 4 == 0 every aligned 4 columns of a V:N:M row hold at most 2 non-zeros, so the weight
+//              is also a plain 2:4 matrix over all of K: the nm24 kernels run it at 2:4 speed with B read by TMA.
+//   automatic: full_2_4 for M in {4, 8} (where the gather costs more than the extra math saves; measured in
+//              docs/performance.md), condensed otherwise.
+enum class VnmForm : uint8_t { automatic, condensed, full_2_4 };
+VnmForm resolve_vnm_form(VnmForm form, int m);  // automatic -> the concrete form; throws for full_2_4 with M % 4 != 0
+const char* vnm_form_name(VnmForm form) noexcept;
+
 struct PackedVnm {
   int64_t rows = 0, cols = 0;  // logical R, K
   int v = 128, n = 2, m = 8;
-  PackedNm24 condensed;        // R x (4 * ceil(K / M)), the 2:4 matrix over the selected columns
-  // (row_blocks_padded, condensed.cols_padded): row_blocks_padded = condensed.rows_padded / V (at least one
-  // block per 128-row tile); entry = the row of B, in [0, K), or kNoBRow.
+  VnmForm form = VnmForm::condensed;
+  // condensed: R x (4 * ceil(K / M)), the 2:4 matrix over the selected columns; full_2_4: R x K, the whole weight.
+  PackedNm24 condensed;
+  // condensed form: (row_blocks_padded, condensed.cols_padded), row_blocks_padded = condensed.rows_padded /
+  // min(V, 128); entry = the row of B, in [0, K), or kNoBRow. Empty in the full_2_4 form.
   std::vector<int32_t> gather;
   int64_t gather_row_blocks() const noexcept;
 };
@@ -38,7 +52,7 @@ struct PackedVnm {
 // Packs a V:N:M matrix (f16 or bf16, N in {1, 2}, any R and K); validates it first (column_loc in range,
 // strictly ascending; m-indices ascending). Throws Error naming what is wrong, or unsupported for V the
 // kernels do not run (vnm_kernel_supports_v).
-PackedVnm pack_vnm(const VnmMatrix& a);
+PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form = VnmForm::automatic);
 // The inverse (for tests and inspection); N = 1 weights come back with N = 2 and explicit zeros unless
 // `n` asks for 1.
 VnmMatrix unpack_vnm(const PackedVnm& p);
@@ -49,11 +63,15 @@ class DeviceVnm {
   // A weight whose condensed R x 4*ceil(K/M) matrix is already on the device (written by a GPU producer);
   // `gather` is the table pack_vnm writes for it, validated here (size, entries in [0, K) or kNoBRow).
   static DeviceVnm from_parts(DeviceNm24 condensed, const std::vector<int32_t>& gather, int64_t cols, int v, int m);
+  // A weight in the full_2_4 form: its R x K 2:4 packing.
+  static DeviceVnm from_full_2_4(DeviceNm24 full, int v, int m);
   int64_t rows() const noexcept { return rows_; }
   int64_t cols() const noexcept { return cols_; }
   int v() const noexcept { return v_; }
   int m() const noexcept { return m_; }
+  VnmForm form() const noexcept { return form_; }
   DType dtype() const noexcept { return condensed_.dtype(); }
+  // The packed 2:4 matrix: condensed (R x K') or, in the full_2_4 form, the whole R x K weight.
   const DeviceNm24& condensed() const noexcept { return condensed_; }
   const int32_t* gather() const noexcept { return static_cast<const int32_t*>(gather_.data()); }
   int64_t gather_stride() const noexcept { return condensed_.cols_padded(); }
@@ -64,6 +82,7 @@ class DeviceVnm {
   DeviceBuffer gather_;
   int64_t rows_ = 0, cols_ = 0;
   int v_ = 0, m_ = 0;
+  VnmForm form_ = VnmForm::condensed;
 };
 
 class VnmSpmmPlan {
@@ -71,8 +90,9 @@ class VnmSpmmPlan {
   // desc describes the logical product (R x K x C); v and m the weight's pattern. Validates and picks the
   // kernel: sm90 wgmma.sp with B gathered while staged (sm_90a, V = 64 or a multiple of 128, 16-byte
   // aligned B rows), else the portable mma.sp kernel. block_n = 0 lets the heuristic choose.
+  // `form` must be the weight's (automatic resolves as pack_vnm does); the full_2_4 form runs the nm24 plan.
   static VnmSpmmPlan create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel = Nm24Kernel::automatic,
-                            int block_n = 0);
+                            int block_n = 0, VnmForm form = VnmForm::automatic);
   // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype, V and M.
   void run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
 
@@ -80,11 +100,14 @@ class VnmSpmmPlan {
   const KernelConfig& config() const noexcept { return config_; }
   int v() const noexcept { return v_; }
   int m() const noexcept { return m_; }
+  VnmForm form() const noexcept { return form_; }
 
  private:
   SpmmDesc desc_;
   KernelConfig config_;
   int v_ = 0, m_ = 0;
+  VnmForm form_ = VnmForm::condensed;
+  std::optional<Nm24SpmmPlan> full_;  // the plan of the full_2_4 form
 };
 
 }  // namespace nmkit::gpu

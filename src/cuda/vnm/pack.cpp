@@ -5,6 +5,7 @@
 
 #include "nmkit/error.hpp"
 #include "nmkit/format/bit_packing.hpp"
+#include "nmkit/format/nm.hpp"
 #include "nmkit/gpu/vnm_spmm.hpp"
 
 namespace nmkit::gpu {
@@ -26,14 +27,41 @@ IndexPair pair_for_single(unsigned index) {
 
 bool vnm_kernel_supports_v(int v) noexcept { return v == 32 || v == 64 || (v > 0 && v % kPackRowAlign == 0); }
 
+// The largest M that `automatic` runs in the full 2:4 form: at M = 8 the gathered path measured 0.71-0.90x cuBLAS
+// against the 2:4 kernel's 1.2-1.35x; from M = 16 on the gathered path is ahead (docs/performance.md).
+constexpr int kFullFormMaxM = 8;
+
+VnmForm resolve_vnm_form(VnmForm form, int m) {
+  const bool aligned = m % kSelected == 0;
+  if (form == VnmForm::automatic) return aligned && m <= kFullFormMaxM ? VnmForm::full_2_4 : VnmForm::condensed;
+  require(form != VnmForm::full_2_4 || aligned, ErrorCode::invalid_argument,
+          "the full_2_4 form needs M % 4 == 0 (groups of M must not straddle the 2:4 groups), got M=" + std::to_string(m));
+  return form;
+}
+
+const char* vnm_form_name(VnmForm form) noexcept {
+  switch (form) {
+    case VnmForm::automatic: return "automatic";
+    case VnmForm::condensed: return "condensed";
+    case VnmForm::full_2_4: return "full_2_4";
+  }
+  return "?";
+}
+
 int64_t PackedVnm::gather_row_blocks() const noexcept { return condensed.rows_padded / std::min(v, kPackRowAlign); }
 
-PackedVnm pack_vnm(const VnmMatrix& a) {
+PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form) {
   validate(a);
   require(vnm_kernel_supports_v(a.v), ErrorCode::unsupported,
           "pack_vnm: the kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(a.v));
   require(a.dtype() == DType::f16 || a.dtype() == DType::bf16, ErrorCode::unsupported,
           std::string("pack_vnm needs f16 or bf16 values, got ") + dtype_name(a.dtype()));
+  if (resolve_vnm_form(form, a.m) == VnmForm::full_2_4) {
+    PackedVnm p;
+    p.rows = a.rows, p.cols = a.cols, p.v = a.v, p.n = a.n, p.m = a.m, p.form = VnmForm::full_2_4;
+    p.condensed = pack_nm24(compress_nm(decompress(a), 2, kSelected));  // at most 2 per aligned 4: M % 4 == 0
+    return p;
+  }
   const int64_t groups = a.groups();
 
   NmMatrix condensed;
@@ -81,6 +109,7 @@ PackedVnm pack_vnm(const VnmMatrix& a) {
 
 VnmMatrix unpack_vnm(const PackedVnm& p) {
   check_vnm_pattern(p.v, p.n, p.m);
+  if (p.form == VnmForm::full_2_4) return compress_vnm(decompress(unpack_nm24(p.condensed)), p.v, p.n, p.m);
   const NmMatrix condensed = unpack_nm24(p.condensed);
   const int64_t groups = ceil_div(p.cols, p.m);
   const int table_rows = std::min(p.v, kPackRowAlign);

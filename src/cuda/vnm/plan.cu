@@ -38,17 +38,38 @@ DeviceVnm DeviceVnm::from_parts(DeviceNm24 condensed, const std::vector<int32_t>
   return w;
 }
 
+DeviceVnm DeviceVnm::from_full_2_4(DeviceNm24 full, int v, int m) {
+  check_vnm_pattern(v, 2, m);
+  resolve_vnm_form(VnmForm::full_2_4, m);  // M % 4 == 0
+  const int64_t rows = full.rows(), cols = full.cols();
+  DeviceVnm w(std::move(full), DeviceBuffer());
+  w.rows_ = rows, w.cols_ = cols, w.v_ = v, w.m_ = m, w.form_ = VnmForm::full_2_4;
+  return w;
+}
+
 DeviceVnm DeviceVnm::upload(const PackedVnm& packed) {
   require(packed.condensed.rows == packed.rows, ErrorCode::invalid_argument,
           "DeviceVnm::upload: condensed matrix does not match R");
+  if (packed.form == VnmForm::full_2_4) {
+    require(packed.condensed.cols == packed.cols && packed.gather.empty(), ErrorCode::invalid_argument,
+            "DeviceVnm::upload: a full_2_4 weight is an R x K 2:4 matrix without a gather table");
+    return from_full_2_4(DeviceNm24::upload(packed.condensed), packed.v, packed.m);
+  }
   return from_parts(DeviceNm24::upload(packed.condensed), packed.gather, packed.cols, packed.v, packed.m);
 }
 
-VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel, int block_n) {
+VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel, int block_n, VnmForm form) {
   nm24::check_desc(desc, "vnm plan");
   check_vnm_pattern(v, 2, m);
   require(vnm_kernel_supports_v(v), ErrorCode::unsupported,
           "vnm plan: the kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
+  if (resolve_vnm_form(form, m) == VnmForm::full_2_4) {  // a plain 2:4 product over all of K
+    VnmSpmmPlan plan;
+    plan.desc_ = desc, plan.v_ = v, plan.m_ = m, plan.form_ = VnmForm::full_2_4;
+    plan.full_ = Nm24SpmmPlan::create(desc, kernel, block_n);
+    plan.config_ = plan.full_->config();
+    return plan;
+  }
   const int64_t condensed_cols = 4 * ceil_div(desc.cols, m);
   const int b_tiles = b_tiles_per_stage(v);
   // sm90: one or two gathered B tiles per stage (the wgmma's 64 rows must share their B rows, so V >= 64);
@@ -75,8 +96,8 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel k
   }
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   if (std::getenv("NMKIT_LOG_CONFIG"))
-    std::clog << "nmkit: vnm " << v << ":2:" << m << " " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> "
-              << plan.config_ << "\n";
+    std::clog << "nmkit: vnm " << v << ":2:" << m << " " << desc.rows << "x" << desc.cols << "x" << desc.n
+              << " condensed -> " << plan.config_ << "\n";
   return plan;
 }
 
@@ -87,6 +108,10 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
               " " + std::to_string(a.v()) + ":2:" + std::to_string(a.m()) + ", the plan was made for " +
               std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " + dtype_name(desc_.dtype) + " " +
               std::to_string(v_) + ":2:" + std::to_string(m_));
+  require(a.form() == form_, ErrorCode::invalid_argument,
+          std::string("vnm run: the weight is in the ") + vnm_form_name(a.form()) + " form, the plan was made for the " +
+              vnm_form_name(form_) + " form");
+  if (full_) return full_->run(stream, a.condensed(), b, c, d, bias);
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "vnm run");
 
