@@ -214,17 +214,8 @@ int run(const Options& o) {
 
       // Dense: the fastest of cuBLASLt's heuristic algorithms.
       DenseGemm dense(lt, s, dtype, workspace.ptr, kWorkspace);
-      double dense_ms = 1e30;
-      int best = 0;
-      for (int a = 0; a < dense.algorithms(); ++a) {
-        dense.select(a);
-        const double ms = time_median_ms([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets, 2,
-                                         5, stream);
-        if (ms < dense_ms) dense_ms = ms, best = a;
-      }
-      dense.select(best);
-      dense_ms = time_median_ms([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets, o.warmup,
-                                o.iters, stream);
+      const double dense_ms = dense.time_fastest(
+          [&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets, o.warmup, o.iters, stream);
 
       gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
       const gpu::Nm24SpmmPlan plan = o.autotune ? gpu::Nm24SpmmPlan::autotune(desc) : gpu::Nm24SpmmPlan::create(desc);

@@ -136,19 +136,9 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               expand_tiles(weights[i].row_ptr(), weights[i].col_index(), weights[i].data(), dense_w[i].ptr, s.r, s.k,
                            side, side, static_cast<int64_t>(packed.col_index.size()), packed.grid_rows(), stream);
             }
-            if (dense_ms < 0) {
-              double best_ms = 1e30;
-              int best = 0;
-              for (int a = 0; a < dense.algorithms(); ++a) {
-                dense.select(a);
-                const double ms = time_median_ms([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); },
-                                                 sets, 2, 5, stream);
-                if (ms < best_ms) best_ms = ms, best = a;
-              }
-              dense.select(best);
-              dense_ms = time_median_ms([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets,
-                                        o.warmup, o.iters, stream);
-            }
+            if (dense_ms < 0)
+              dense_ms = dense.time_fastest([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets,
+                                             o.warmup, o.iters, stream);
             const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side);
             const double nmkit_ms = time_median_ms(
                 [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters, stream);

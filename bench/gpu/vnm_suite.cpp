@@ -116,19 +116,9 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             ideal_weights.push_back(std::move(ideal));
             NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));  // condensed_dense is freed at the end of the iteration
           }
-          if (dense_ms < 0) {
-            double best_ms = 1e30;
-            int best = 0;
-            for (int a = 0; a < dense.algorithms(); ++a) {
-              dense.select(a);
-              const double ms = time_median_ms([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); },
-                                               sets, 2, 5, stream);
-              if (ms < best_ms) best_ms = ms, best = a;
-            }
-            dense.select(best);
-            dense_ms = time_median_ms([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets,
-                                      o.warmup, o.iters, stream);
-          }
+          if (dense_ms < 0)
+            dense_ms = dense.time_fastest([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets,
+                                           o.warmup, o.iters, stream);
           // The ablation's operand: the first row block's B rows, contiguous (col-major K' x C).
           // Its K is the condensed width padded to the packing's 64 (zero rows of B there), so that the ablation
           // runs the same sm90 kernel for every M (an unpadded K' = 4 * ceil(K / M) need not be a multiple of 8).

@@ -5,10 +5,8 @@
 // The same kernel runs V:N:M weights (their condensed 2:4 matrix) with B rows read through a gather table.
 #include <cuda_runtime.h>
 
-#include <atomic>
-#include <mutex>
-
 #include "../common/check.cuh"
+#include "../common/smem.cuh"
 #include "../ptx/cp_async.cuh"
 #include "../ptx/ldmatrix.cuh"
 #include "../ptx/mma_sp.cuh"
@@ -181,16 +179,8 @@ template <class Element, class Out, bool kKMajor, bool kVector, bool kGather>
 void launch(const Params& p, cudaStream_t stream) {
   auto kernel = sm80_nm24_spmm_kernel<Element, Out, kKMajor, kVector, kGather>;
   const int smem_bytes = kSmemBytes * (kGather ? kBlockM / p.gather_block_rows : 1);
-  // The attribute is raised once per instantiation to the largest size asked for so far (not on every run()).
-  static std::atomic<int> smem_allowed{0};
-  static std::mutex mutex;
-  if (smem_allowed.load(std::memory_order_acquire) < smem_bytes) {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (smem_allowed.load() < smem_bytes) {
-      NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-      smem_allowed.store(smem_bytes, std::memory_order_release);
-    }
-  }
+  static cuda::DynamicSmemLimit smem_limit;  // per instantiation
+  smem_limit.raise(kernel, smem_bytes);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.rows, kBlockM)), static_cast<unsigned>(ceil_div(p.n, kBlockN)));
   kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
   NMKIT_CUDA_CHECK(cudaGetLastError());

@@ -6,10 +6,8 @@
 // multiply them with ldmatrix-fed mma.sync. Empty tile rows skip the loop: D = beta * C + bias there.
 #include <cuda_runtime.h>
 
-#include <atomic>
-#include <mutex>
-
 #include "../common/check.cuh"
+#include "../common/smem.cuh"
 #include "../nm24/nm24_common.cuh"
 #include "../ptx/cp_async.cuh"
 #include "../ptx/ldmatrix.cuh"
@@ -156,15 +154,8 @@ template <class Element, class Out, int kTileRows>
 void launch(const TileParams& p, cudaStream_t stream) {
   auto kernel = sm80_tile_spmm_kernel<Element, Out, kTileRows>;
   const int smem_bytes = kStages * (kTileRows + kBlockN) * p.tile_cols * 2;
-  static std::atomic<int> smem_allowed{0};  // raised once per instantiation to the largest size asked for
-  static std::mutex mutex;
-  if (smem_allowed.load(std::memory_order_acquire) < smem_bytes) {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (smem_allowed.load() < smem_bytes) {
-      NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-      smem_allowed.store(smem_bytes, std::memory_order_release);
-    }
-  }
+  static cuda::DynamicSmemLimit smem_limit;  // per instantiation
+  smem_limit.raise(kernel, smem_bytes);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.rows, int64_t{kTileRows})), static_cast<unsigned>(ceil_div(p.n, int64_t{kBlockN})));
   kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
   NMKIT_CUDA_CHECK(cudaGetLastError());
