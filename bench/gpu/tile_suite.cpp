@@ -145,6 +145,17 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);
             plan.run(stream, weights[0], b[0].ptr, nullptr, d_nmkit[0].ptr);
             const double err = relative_error(d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+            // The Hopper kernel (opt-in until validated), where it applies, checked the same way.
+            std::optional<double> sm90_ms, sm90_err;
+            try {
+              const gpu::TileSpmmPlan hopper =
+                  gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side, gpu::TileKernel::sm90_wgmma);
+              sm90_ms = time_median_ms([&](int i) { hopper.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); },
+                                       sets, o.warmup, o.iters, stream);
+              hopper.run(stream, weights[0], b[0].ptr, nullptr, d_nmkit[0].ptr);
+              sm90_err = relative_error(d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+            } catch (const Error&) {  // not this device or tile shape
+            }
             // cuSPARSE BSR on the same arrays, checked against cuBLAS too; reported as skipped where it refuses.
             std::optional<double> bsr_ms, bsr_err;
             try {
@@ -167,15 +178,20 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               std::snprintf(bsr_text, sizeof bsr_text, "%.3f", *bsr_ms);
               std::snprintf(bsr_ratio, sizeof bsr_ratio, "%.2fx", *bsr_ms / nmkit_ms);
             }
-            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s\n", "tile", shape_text,
-                        dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
-                        dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, gpu::kernel_name(plan.kernel()));
+            char sm90_text[48] = "-";
+            if (sm90_ms) std::snprintf(sm90_text, sizeof sm90_text, "%.3f %.2fx %.0e", *sm90_ms, dense_ms / *sm90_ms, *sm90_err);
+            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s | sm90 %s\n", "tile",
+                        shape_text, dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
+                        dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, gpu::kernel_name(plan.kernel()), sm90_text);
             std::fflush(stdout);
             rows.push_back({{"suite", "tile"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
                             {"tile", side}, {"density", density}, {"distribution", skewed ? "skewed" : "uniform"},
                             {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms},
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
                             {"kernel", gpu::kernel_name(plan.kernel())}});
+            if (sm90_ms)
+              rows.back()["sm90_ms"] = *sm90_ms, rows.back()["sm90_speedup_vs_cublas"] = dense_ms / *sm90_ms,
+              rows.back()["sm90_rel_error"] = *sm90_err;
             if (bsr_ms)
               rows.back()["cusparse_bsr_ms"] = *bsr_ms, rows.back()["cusparse_bsr_rel_error"] = *bsr_err,
               rows.back()["nmkit_vs_cusparse_bsr"] = *bsr_ms / nmkit_ms;

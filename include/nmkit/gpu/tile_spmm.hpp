@@ -50,6 +50,7 @@ class DeviceTiles {
   int64_t cols() const noexcept { return cols_; }
   int tile_rows() const noexcept { return tile_rows_; }
   int tile_cols() const noexcept { return tile_cols_; }
+  int64_t nnz_tiles() const noexcept { return nnz_tiles_; }
   DType dtype() const noexcept { return dtype_; }
   const int32_t* row_ptr() const noexcept { return static_cast<const int32_t*>(row_ptr_.data()); }
   const int32_t* col_index() const noexcept { return static_cast<const int32_t*>(col_index_.data()); }
@@ -58,17 +59,20 @@ class DeviceTiles {
  private:
   DeviceTiles() = default;
   DeviceBuffer row_ptr_, col_index_, data_;
-  int64_t rows_ = 0, cols_ = 0;
+  int64_t rows_ = 0, cols_ = 0, nnz_tiles_ = 0;
   int tile_rows_ = 0, tile_cols_ = 0;
   DType dtype_ = DType::f16;
 };
 
-enum class TileKernel : uint8_t { automatic, sm80_mma };
+// sm90_wgmma: TMA-staged wgmma per tile (tile columns 64 or 128, B col-major, K % 8 == 0, an sm_90 device);
+// compiled but not yet validated on a GPU, so `automatic` chooses sm80_mma until it is (docs/performance.md).
+enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma };
 const char* kernel_name(TileKernel k) noexcept;
 
 class TileSpmmPlan {
  public:
-  // Validates the description and the tile shape; the CTA computes one tile row x 128 columns of D.
+  // Validates the description, the tile shape and the kernel's requirements; a CTA computes one tile row for 128
+  // columns of D (tokens).
   static TileSpmmPlan create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel = TileKernel::automatic);
   // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype and tile shape.
   void run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;

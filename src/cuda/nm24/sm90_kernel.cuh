@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "../common/check.cuh"
+#include "../common/tensor_map.cuh"
 #include "../ptx/cluster.cuh"
 #include "../ptx/cp_async.cuh"
 #include "../ptx/mbarrier.cuh"
@@ -420,39 +421,13 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
 #endif
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_tiled() {
-  static EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    NMKIT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
-    require(status == cudaDriverEntryPointSuccess && f != nullptr, ErrorCode::cuda_error,
-            "cuTensorMapEncodeTiled is not available from the driver");
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
-  return fn;
-}
-
-// B (col-major K x C, column stride K) as a 2-D tensor {K, C}, boxes of {kBlockK, block_n}, 128-byte swizzle.
+// B (col-major K x C, column stride K) as a 2-D tensor {K, C}, boxes of {kBlockK, box_rows}, 128-byte swizzle.
 // Out-of-range elements (K and C tails) are filled with zeros by the copy engine.
 template <class Element>
 CUtensorMap make_b_map(const Params& p, int box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.cols), static_cast<cuuint64_t>(p.n)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.cols) * sizeof(Element)};
-  const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUtensorMapDataType type =
-      std::is_same_v<Element, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r = encode_tiled()(&map, type, 2, const_cast<void*>(p.b), dims, strides, box, element_strides,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  require(r == CUDA_SUCCESS, ErrorCode::cuda_error, "cuTensorMapEncodeTiled failed with code " + std::to_string(r));
-  return map;
+  return cuda::make_tensor_map_sw128<Element, 2>(p.b, {static_cast<cuuint64_t>(p.cols), static_cast<cuuint64_t>(p.n)},
+                                                 {static_cast<cuuint64_t>(p.cols) * sizeof(Element)},
+                                                 {kBlockK, static_cast<cuuint32_t>(box_rows)});
 }
 
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>

@@ -15,6 +15,7 @@ const char* kernel_name(TileKernel k) noexcept {
   switch (k) {
     case TileKernel::automatic: return "automatic";
     case TileKernel::sm80_mma: return "sm80_mma";
+    case TileKernel::sm90_wgmma: return "sm90_wgmma";
   }
   return "?";
 }
@@ -23,6 +24,7 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   check_packed_tiles(packed);
   DeviceTiles w;
   w.rows_ = packed.rows, w.cols_ = packed.cols, w.tile_rows_ = packed.tile_rows, w.tile_cols_ = packed.tile_cols;
+  w.nnz_tiles_ = packed.nnz_tiles();
   w.dtype_ = packed.dtype;
   w.row_ptr_ = DeviceBuffer(packed.row_ptr.size() * sizeof(int32_t));
   w.row_ptr_.copy_from_host(packed.row_ptr.data(), w.row_ptr_.size());
@@ -40,7 +42,13 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
               std::to_string(tile_cols));
   TileSpmmPlan plan;
   plan.desc_ = desc, plan.tile_rows_ = tile_rows, plan.tile_cols_ = tile_cols;
-  plan.kernel_ = kernel == TileKernel::automatic ? TileKernel::sm80_mma : kernel;  // the only kernel so far
+  const bool sm90_possible = nm24::sm90_compiled() && nm24::device_is_sm90() && desc.b_layout == Layout::col_major &&
+                             desc.cols % 8 == 0 && (tile_cols == 64 || tile_cols == 128);
+  require(kernel != TileKernel::sm90_wgmma || sm90_possible, ErrorCode::unsupported,
+          "tile plan: the sm90 wgmma kernel needs an sm_90 device, a build with sm_90a, B col-major, K % 8 == 0 and "
+          "tile columns of 64 or 128");
+  // `automatic` keeps the validated portable kernel until the Hopper one has run on a GPU.
+  plan.kernel_ = kernel == TileKernel::automatic ? TileKernel::sm80_mma : kernel;
   return plan;
 }
 
@@ -57,10 +65,15 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   const bool b_col_major = desc_.b_layout == Layout::col_major;
   const int64_t ldb = b_col_major ? desc_.cols : desc_.n;
   const tile::TileParams p{a.row_ptr(), a.col_index(), static_cast<const uint16_t*>(a.data()), b, c, d,
-                           desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, tile_cols_, desc_.alpha,
+                           desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, a.nnz_tiles(), tile_cols_, desc_.alpha,
                            desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major, b_col_major,
                            nm24::aligned16(b) && ldb % 8 == 0};
-  nm24::dispatch_types(desc_, [&]<class Element, class Out>() { tile::launch_sm80<Element, Out>(p, tile_rows_, stream); });
+  // The Hopper kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
+  const bool sm90 = kernel_ == TileKernel::sm90_wgmma && nm24::aligned16(b);
+  nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
+    if (sm90) tile::launch_sm90<Element, Out>(p, tile_rows_, stream);
+    else tile::launch_sm80<Element, Out>(p, tile_rows_, stream);
+  });
 }
 
 }  // namespace nmkit::gpu

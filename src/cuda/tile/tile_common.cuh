@@ -19,6 +19,7 @@ struct TileParams {
   void* d;                   // R x C
   const float* bias;         // R, or null
   int64_t rows, cols, n;     // R, K, C
+  int64_t nnz_tiles;         // stored tiles
   int tile_cols;             // 16, 32, 64 or 128
   float alpha, beta;
   Activation activation;
@@ -30,5 +31,9 @@ struct TileParams {
 // The portable kernel (sm80_tile_spmm.cu): tile_rows 16, 32, 64 or 128.
 template <class Element, class Out>
 void launch_sm80(const TileParams& p, int tile_rows, cudaStream_t stream);
+// The Hopper kernel (sm90_tile_spmm.cu): tile_rows 16..128, tile_cols 64 or 128, B col-major with K % 8 == 0 and
+// a 16-byte aligned base (TMA).
+template <class Element, class Out>
+void launch_sm90(const TileParams& p, int tile_rows, cudaStream_t stream);
 
 }  // namespace nmkit::gpu::tile
