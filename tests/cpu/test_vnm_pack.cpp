@@ -79,7 +79,8 @@ TEST(VnmPack, RejectsMalformedColumnLocAndUnsupportedV) {
   VnmMatrix duplicate = good;
   duplicate.column_loc[1] = duplicate.column_loc[0];
   EXPECT_NMKIT_ERROR(pack_vnm(duplicate), ErrorCode::pattern_violation, "duplicate");
-  EXPECT_NMKIT_ERROR(pack_vnm(random_vnm(64, 32, 48, 2, 8, DType::f16, 8)), ErrorCode::unsupported, "V=48");
+  EXPECT_NMKIT_ERROR(pack_vnm(random_vnm(64, 40, 48, 2, 10, DType::f16, 8)), ErrorCode::unsupported, "V=48");
+  EXPECT_EQ(pack_vnm(random_vnm(64, 32, 48, 2, 8, DType::f16, 8)).form, VnmForm::full_2_4);  // any V as 2:4
   const DenseMatrix w32 = test::random_matrix(64, 32, DType::f32, 9);
   EXPECT_NMKIT_ERROR(pack_vnm(compress_vnm(w32, prune_vnm_magnitude(w32, 64, 2, 8), 64, 2, 8)), ErrorCode::unsupported,
                      "f16 or bf16");

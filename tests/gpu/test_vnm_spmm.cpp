@@ -142,7 +142,7 @@ TEST(VnmGpu, FallbacksArePickedAndCorrect) {
 
 TEST(VnmGpu, BadInputsAreRejected) {
   SKIP_WITHOUT_GPU();
-  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 48, 8), ErrorCode::unsupported, "V=48");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 48, 10), ErrorCode::unsupported, "V=48");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 300), ErrorCode::invalid_argument, "M=300");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64, DType::f32}, 64, 8), ErrorCode::unsupported, "f16 or bf16");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 32, 16, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported, "V >= 64");

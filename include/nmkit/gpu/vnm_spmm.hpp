@@ -23,7 +23,8 @@ namespace nmkit::gpu {
 // Gather-table entry for condensed columns that read no row of B (K padding, the last group's tail).
 inline constexpr int32_t kNoBRow = -1;
 
-// V values the kernels run: 32 and 64 (several row blocks per 128-row tile) and multiples of 128.
+// V values the gathering (condensed-form) kernels run: 32 and 64 (several row blocks per 128-row tile) and
+// multiples of 128. The full_2_4 form takes any V.
 bool vnm_kernel_supports_v(int v) noexcept;
 
 // How a V:N:M weight reaches the tensor cores.
@@ -50,8 +51,8 @@ struct PackedVnm {
 };
 
 // Packs a V:N:M matrix (f16 or bf16, N in {1, 2}, any R and K); validates it first (column_loc in range,
-// strictly ascending; m-indices ascending). Throws Error naming what is wrong, or unsupported for V the
-// kernels do not run (vnm_kernel_supports_v).
+// strictly ascending; m-indices ascending). Throws Error naming what is wrong, or unsupported for a condensed
+// form with a V the kernels do not run (vnm_kernel_supports_v).
 PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form = VnmForm::automatic);
 // The inverse (for tests and inspection); N = 1 weights come back with N = 2 and explicit zeros unless
 // `n` asks for 1.

@@ -52,16 +52,16 @@ int64_t PackedVnm::gather_row_blocks() const noexcept { return condensed.rows_pa
 
 PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form) {
   validate(a);
-  require(vnm_kernel_supports_v(a.v), ErrorCode::unsupported,
-          "pack_vnm: the kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(a.v));
   require(a.dtype() == DType::f16 || a.dtype() == DType::bf16, ErrorCode::unsupported,
           std::string("pack_vnm needs f16 or bf16 values, got ") + dtype_name(a.dtype()));
-  if (resolve_vnm_form(form, a.m) == VnmForm::full_2_4) {
+  if (resolve_vnm_form(form, a.m) == VnmForm::full_2_4) {  // any V: the 2:4 kernels do not see the row blocks
     PackedVnm p;
     p.rows = a.rows, p.cols = a.cols, p.v = a.v, p.n = a.n, p.m = a.m, p.form = VnmForm::full_2_4;
     p.condensed = pack_nm24(compress_nm(decompress(a), 2, kSelected));  // at most 2 per aligned 4: M % 4 == 0
     return p;
   }
+  require(vnm_kernel_supports_v(a.v), ErrorCode::unsupported,
+          "pack_vnm: the gathering kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(a.v));
   const int64_t groups = a.groups();
 
   NmMatrix condensed;

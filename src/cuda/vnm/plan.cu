@@ -22,7 +22,7 @@ int b_tiles_per_stage(int v) { return kPackRowAlign / gather_block_rows(v); }
 DeviceVnm DeviceVnm::from_parts(DeviceNm24 condensed, const std::vector<int32_t>& gather, int64_t cols, int v, int m) {
   check_vnm_pattern(v, 2, m);
   require(vnm_kernel_supports_v(v), ErrorCode::unsupported,
-          "DeviceVnm: the kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
+          "DeviceVnm: the gathering kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
   const int64_t table_blocks = condensed.rows_padded() / gather_block_rows(v);
   require(cols >= 1 && condensed.cols() == 4 * ceil_div(cols, m) &&
               gather.size() == static_cast<std::size_t>(table_blocks * condensed.cols_padded()),
@@ -61,15 +61,15 @@ DeviceVnm DeviceVnm::upload(const PackedVnm& packed) {
 VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel, int block_n, VnmForm form) {
   nm24::check_desc(desc, "vnm plan");
   check_vnm_pattern(v, 2, m);
-  require(vnm_kernel_supports_v(v), ErrorCode::unsupported,
-          "vnm plan: the kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
-  if (resolve_vnm_form(form, m) == VnmForm::full_2_4) {  // a plain 2:4 product over all of K
+  if (resolve_vnm_form(form, m) == VnmForm::full_2_4) {  // a plain 2:4 product over all of K, any V
     VnmSpmmPlan plan;
     plan.desc_ = desc, plan.v_ = v, plan.m_ = m, plan.form_ = VnmForm::full_2_4;
     plan.full_ = Nm24SpmmPlan::create(desc, kernel, block_n);
     plan.config_ = plan.full_->config();
     return plan;
   }
+  require(vnm_kernel_supports_v(v), ErrorCode::unsupported,
+          "vnm plan: the gathering kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
   const int64_t condensed_cols = 4 * ceil_div(desc.cols, m);
   const int b_tiles = b_tiles_per_stage(v);
   // sm90: one or two gathered B tiles per stage (the wgmma's 64 rows must share their B rows, so V >= 64);
