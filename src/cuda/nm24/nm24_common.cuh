@@ -127,6 +127,10 @@ void dispatch_types(const SpmmDesc& desc, F&& f) {
   }
 }
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+// The launch parameters of D = epilogue(A * B) for a packed 2:4 weight (no gather table).
+Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias);
+// Whether B's leading dimension and address allow 16-byte loads.
+bool b_vector_loads(const SpmmDesc& desc, const void* b);
 
 // Launchers, one per kernel family (explicitly instantiated in their .cu files).
 template <class Element, class Out>

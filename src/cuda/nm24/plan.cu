@@ -79,6 +79,17 @@ void check_operands(const SpmmDesc& desc, const void* b, const void* c, const vo
           ErrorCode::invalid_argument, std::string(who) + ": B, C and D must be aligned to their element size");
 }
 
+Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias) {
+  return {static_cast<const uint4*>(a.values()), static_cast<const uint32_t*>(a.metadata()), b, c, d,
+          desc.bias ? bias : nullptr, desc.rows, desc.cols, desc.n, a.cols_padded() / kFragmentK,
+          desc.alpha, desc.beta, desc.activation, desc.d_layout == Layout::col_major};
+}
+
+bool b_vector_loads(const SpmmDesc& desc, const void* b) {
+  const int64_t ldb = desc.b_layout == Layout::col_major ? desc.cols : desc.n;
+  return aligned16(b) && ldb % 8 == 0;
+}
+
 bool device_is_sm90() {
   int device = 0, major = 0, minor = 0;
   NMKIT_CUDA_CHECK(cudaGetDevice(&device));
@@ -271,11 +282,8 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "nm24 run");
 
-  const nm24::Params p{static_cast<const uint4*>(a.values()), static_cast<const uint32_t*>(a.metadata()), b, c, d,
-                       desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, a.cols_padded() / kFragmentK,
-                       desc_.alpha, desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major};
-  const int64_t ldb = desc_.b_layout == Layout::col_major ? desc_.cols : desc_.n;
-  const bool vector_b = nm24::aligned16(b) && ldb % 8 == 0;
+  const nm24::Params p = nm24::make_params(desc_, a, b, c, d, bias);
+  const bool vector_b = nm24::b_vector_loads(desc_, b);
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {

@@ -63,11 +63,10 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
   const bool b_col_major = desc_.b_layout == Layout::col_major;
-  const int64_t ldb = b_col_major ? desc_.cols : desc_.n;
   const tile::TileParams p{a.row_ptr(), a.col_index(), static_cast<const uint16_t*>(a.data()), b, c, d,
                            desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, a.nnz_tiles(), tile_cols_, desc_.alpha,
                            desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major, b_col_major,
-                           nm24::aligned16(b) && ldb % 8 == 0};
+                           nm24::b_vector_loads(desc_, b)};
   // The Hopper kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = kernel_ == TileKernel::sm90_wgmma && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {

@@ -115,13 +115,9 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "vnm run");
 
-  const DeviceNm24& w = a.condensed();
-  nm24::Params p{static_cast<const uint4*>(w.values()), static_cast<const uint32_t*>(w.metadata()), b, c, d,
-                 desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, w.cols_padded() / kFragmentK,
-                 desc_.alpha, desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major};
+  nm24::Params p = nm24::make_params(desc_, a.condensed(), b, c, d, bias);
   p.b_gather = a.gather(), p.gather_stride = a.gather_stride(), p.gather_block_rows = gather_block_rows(v_);
-  const int64_t ldb = desc_.b_layout == Layout::col_major ? desc_.cols : desc_.n;
-  const bool vector_b = nm24::aligned16(b) && ldb % 8 == 0;
+  const bool vector_b = nm24::b_vector_loads(desc_, b);
   // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
