@@ -93,6 +93,7 @@ if [ -n "${NMKIT_BENCH_VNM:-}" ]; then
     timeout 900 $BUILD/bench/nmkit_bench ${vnm_runs[$i]} --json "$OUT/vnm$tag.json" 2>&1 | tee "$OUT/vnm$tag.txt"
   done
   python3 bench/plot_vnm.py "$OUT/vnm.json" "$OUT" || echo "plot failed"
+  python3 bench/plot_tile.py "$OUT/vnm.json" "$OUT/tile_speedup.png" || echo "plot failed"
 fi
 
 if [ -n "${NMKIT_BENCH_AUTOTUNE:-}" ]; then

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""Plots the tile suite of nmkit_bench like seed 003's chart: speed-up over dense cuBLAS against density, one
+line per tile size (and kernel), one panel per batch size C and distribution of tiles over rows.
+
+Usage: plot_tile.py bench.json tile_speedup.png
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(json_path, png_path):
+    rows = [r for r in json.load(open(json_path))["rows"] if r.get("suite") == "tile"]
+    if not rows:
+        return
+    panels = sorted({(r["c"], r["distribution"], r["dtype"]) for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
+    for ax, (c, distribution, dtype) in zip(axes[0], panels):
+        sel = [r for r in rows if (r["c"], r["distribution"], r["dtype"]) == (c, distribution, dtype)]
+        for tile in sorted({r["tile"] for r in sel}):
+            line = sorted((r for r in sel if r["tile"] == tile), key=lambda r: r["density"])
+            xs = [r["density"] for r in line]
+            ax.plot(xs, [r["speedup_vs_cublas"] for r in line], "o-", label=f"{tile}x{tile} {line[0]['kernel']}")
+            if all("sm90_speedup_vs_cublas" in r for r in line):
+                ax.plot(xs, [r["sm90_speedup_vs_cublas"] for r in line], "s--", label=f"{tile}x{tile} sm90_wgmma")
+            if all("cusparse_bsr_ms" in r for r in line):
+                ax.plot(xs, [r["cublas_ms"] / r["cusparse_bsr_ms"] for r in line], ":", label=f"{tile}x{tile} cuSPARSE BSR")
+        dens = sorted({r["density"] for r in sel})
+        ax.plot(dens, [1 / d for d in dens], color="gray", linewidth=0.8, label="limit 1/density")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("density (fraction of tiles kept)")
+        ax.set_ylabel("speed-up over cuBLAS")
+        ax.set_title(f"4096x4096 weight, C={c}, {distribution}, {dtype}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
