@@ -3,7 +3,8 @@
 
 vnm_speedup.png: speed-up over dense cuBLAS against sparsity 1 - 2/M (log scale), one panel per shape and
 dtype, one line per V and B layout, the fixed-index ablation ("ideal") dashed, the operation-count limit M/2
-dotted. vnm_gather.png: what gathering B costs against the ablation, per M.
+dotted. vnm_gather.png: what gathering B costs against the ablation, per M. vnm_k.png (when the run swept K
+at fixed R and C, `--vnm-shapes ksweep`): speed-up against K per pattern, gathered and fixed indices (Figure 9).
 
 Usage: plot_vnm.py vnm.json OUT_DIR
 """
@@ -59,6 +60,27 @@ def main(json_path, out_dir):
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "vnm_gather.png"), dpi=110)
+
+    sweeps = {}
+    for x in rows:
+        sweeps.setdefault((x["r"], x["c"], x["dtype"], x["b_layout"]), set()).add(x["k"])
+    sweeps = {key: ks for key, ks in sweeps.items() if len(ks) >= 3}
+    if sweeps:
+        fig, axes = plt.subplots(1, len(sweeps), figsize=(6 * len(sweeps), 4.2), squeeze=False)
+        for ax, ((r, c, dtype, layout), _) in zip(axes[0], sorted(sweeps.items())):
+            sel = [x for x in rows if (x["r"], x["c"], x["dtype"], x["b_layout"]) == (r, c, dtype, layout)]
+            for v, m in sorted({(x["v"], x["m"]) for x in sel}):
+                line = sorted((x for x in sel if (x["v"], x["m"]) == (v, m)), key=lambda x: x["k"])
+                p = ax.plot([x["k"] for x in line], [x["speedup_vs_cublas"] for x in line], "o-", label=f"{v}:2:{m}")
+                ax.plot([x["k"] for x in line], [x["ideal_speedup_vs_cublas"] for x in line], "--", color=p[0].get_color())
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("K")
+            ax.set_ylabel("speed-up over cuBLAS (dashed: fixed indices)")
+            ax.set_title(f"{r} x K x {c} {dtype}, B {layout}")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "vnm_k.png"), dpi=110)
 
 
 if __name__ == "__main__":

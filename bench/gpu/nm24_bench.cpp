@@ -131,7 +131,10 @@ struct Options {
 
 int run(const Options& o) {
   std::vector<Shape> shapes = suite_shapes(o.shapes.empty() ? o.suite : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" ? "none" : o.suite));
-  if (o.suite == "vnm" && o.shapes.empty() && o.vnm_shapes != "acceptance") {
+  if (o.suite == "vnm" && o.shapes.empty() && o.vnm_shapes == "ksweep") {  // the seed's Figure 9: K varies
+    shapes.clear();
+    for (int64_t k : {1024, 2048, 4096, 8192, 16384}) shapes.push_back({4096, k, 4096, "vnm"});
+  } else if (o.suite == "vnm" && o.shapes.empty() && o.vnm_shapes != "acceptance") {
     shapes = suite_shapes(o.vnm_shapes == "all" ? "llm" : o.vnm_shapes);
     if (o.vnm_shapes == "all") for (const Shape& s : suite_shapes("bert")) shapes.push_back(s);
   }
@@ -284,8 +287,9 @@ int main(int argc, char** argv) {
   app.add_option("--suite", o.suite, "bert | llm | decode | all (2:4) | vnm (V:N:M) | tile")->capture_default_str();
   app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();
-  app.add_option("--vnm-shapes", o.vnm_shapes, "vnm suite: acceptance (the issue's three) | llm | bert | all")
-      ->check(CLI::IsMember({"acceptance", "llm", "bert", "all"}))->capture_default_str();
+  app.add_option("--vnm-shapes", o.vnm_shapes,
+                 "vnm suite: acceptance (the issue's three) | llm | bert | all | ksweep (4096 x K x 4096, K = 1k..16k)")
+      ->check(CLI::IsMember({"acceptance", "llm", "bert", "all", "ksweep"}))->capture_default_str();
   app.add_option("--b-layout", o.vnm_b_layout, "vnm suite: col (x[T,K] row-major) | row (K x C) | both")
       ->check(CLI::IsMember({"col", "row", "both"}))->capture_default_str();
   app.add_option("--shape", o.shapes, "Extra shape R,K,C (repeatable)");

@@ -171,8 +171,8 @@ constexpr int kChunkHalves = 8;                      // 16-byte chunk
 // 128-byte swizzle: the 16-byte chunk c of 128-byte row r sits at chunk c ^ (r % 8).
 __device__ __forceinline__ int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
 
-// One k-tile's gather entries (the 64 rows of B it reads), spread over a warp: lane l holds entries l and l + 32. Loaded one
-// k-tile ahead so that the table's latency hides behind the wait for a free stage.
+// One k-tile's gather entries (the 64 rows of B it reads), spread over a warp: lane l holds entries l and l + 32.
+// Loaded one k-tile ahead so that the table's latency hides behind the wait for a free stage.
 struct TileRows {
   int32_t entry[2];
   __device__ static TileRows load(const int32_t* gather, int lane) {
