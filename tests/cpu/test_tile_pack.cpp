@@ -39,6 +39,12 @@ TEST(TilePack, OrdersTilesByTileRow) {
   EXPECT_EQ(p.data[1 * 256 + 4 * 16 + 3], Half::from_float(1.0f).bits);   // tile (1, 0): element (4, 3)
 }
 
+TEST(TilePack, LongestTileRowsFirst) {
+  // Row lengths 1, 3, 0, 3, 2: rows 1 and 3 (3 tiles, in row order), then 4, 0 and the empty row 2.
+  EXPECT_EQ(tile_rows_longest_first({0, 1, 4, 4, 7, 9}), (std::vector<int32_t>{1, 3, 4, 0, 2}));
+  EXPECT_TRUE(tile_rows_longest_first({0}).empty());
+}
+
 TEST(TilePack, RejectsInconsistentEncodingsAndUnsupportedTiles) {
   const TileMatrix good = random_tiles(64, 64, 16, 16, 0.5, DType::f16, 3);
   TileMatrix bad_ptr = good;

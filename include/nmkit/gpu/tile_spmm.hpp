@@ -41,6 +41,9 @@ PackedTiles pack_tiles(const TileMatrix& a);
 TileMatrix unpack_tiles(const PackedTiles& p);  // the inverse (tests, inspection)
 // Throws Error unless row_ptr, col_index and data are consistent with the shape (what upload checks).
 void check_packed_tiles(const PackedTiles& p);
+// Tile rows by descending number of stored tiles (ties: ascending row): the kernels start the longest rows
+// first, so that a skewed pattern's long rows do not run alone at the end of the grid.
+std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr);
 
 class DeviceTiles {
  public:
@@ -54,11 +57,12 @@ class DeviceTiles {
   DType dtype() const noexcept { return dtype_; }
   const int32_t* row_ptr() const noexcept { return static_cast<const int32_t*>(row_ptr_.data()); }
   const int32_t* col_index() const noexcept { return static_cast<const int32_t*>(col_index_.data()); }
+  const int32_t* row_order() const noexcept { return static_cast<const int32_t*>(row_order_.data()); }
   const void* data() const noexcept { return data_.data(); }
 
  private:
   DeviceTiles() = default;
-  DeviceBuffer row_ptr_, col_index_, data_;
+  DeviceBuffer row_ptr_, col_index_, data_, row_order_;
   int64_t rows_ = 0, cols_ = 0, nnz_tiles_ = 0;
   int tile_rows_ = 0, tile_cols_ = 0;
   DType dtype_ = DType::f16;

@@ -1,5 +1,6 @@
 // pack_tiles / unpack_tiles: the CSC-of-tiles logical format <-> the CSR-of-tiles layout the tile kernels read.
 // Host code only (no CUDA), so that CI tests it.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -92,6 +93,14 @@ TileMatrix unpack_tiles(const PackedTiles& p) {
     }
   validate(a);
   return a;
+}
+
+std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr) {
+  std::vector<int32_t> order(row_ptr.empty() ? 0 : row_ptr.size() - 1);
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  auto length = [&](int32_t i) { return row_ptr[static_cast<std::size_t>(i) + 1] - row_ptr[static_cast<std::size_t>(i)]; };
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return length(a) > length(b); });
+  return order;
 }
 
 void check_packed_tiles(const PackedTiles& p) {

@@ -30,6 +30,9 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   w.row_ptr_.copy_from_host(packed.row_ptr.data(), w.row_ptr_.size());
   w.col_index_ = DeviceBuffer(std::max<std::size_t>(packed.col_index.size(), 1) * sizeof(int32_t));
   if (!packed.col_index.empty()) w.col_index_.copy_from_host(packed.col_index.data(), packed.col_index.size() * sizeof(int32_t));
+  const std::vector<int32_t> order = tile_rows_longest_first(packed.row_ptr);
+  w.row_order_ = DeviceBuffer(order.size() * sizeof(int32_t));
+  w.row_order_.copy_from_host(order.data(), w.row_order_.size());
   w.data_ = DeviceBuffer(std::max<std::size_t>(packed.data.size(), 1) * sizeof(uint16_t));
   if (!packed.data.empty()) w.data_.copy_from_host(packed.data.data(), packed.data.size() * sizeof(uint16_t));
   return w;
@@ -63,7 +66,7 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
   const bool b_col_major = desc_.b_layout == Layout::col_major;
-  const tile::TileParams p{a.row_ptr(), a.col_index(), static_cast<const uint16_t*>(a.data()), b, c, d,
+  const tile::TileParams p{a.row_ptr(), a.col_index(), a.row_order(), static_cast<const uint16_t*>(a.data()), b, c, d,
                            desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, a.nnz_tiles(), tile_cols_, desc_.alpha,
                            desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major, b_col_major,
                            nm24::b_vector_loads(desc_, b)};

@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(kThreads) sm80_tile_spmm_kernel(const TilePara
   uint16_t* smem = reinterpret_cast<uint16_t*>(smem_raw);
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int64_t tile_row = blockIdx.x, m0 = tile_row * kTileRows, n0 = int64_t{blockIdx.y} * kBlockN;
+  const auto [tile_row, n0] = tile_work(p, blockIdx.x, kBlockN);
+  const int64_t m0 = tile_row * kTileRows;
   const int32_t begin = p.row_ptr[tile_row], end = p.row_ptr[tile_row + 1];
   const int halves = stage_halves<kTileRows>(p.tile_cols);
   const SwizzledRows a_rows{p.tile_cols};
@@ -156,8 +157,9 @@ void launch(const TileParams& p, cudaStream_t stream) {
   const int smem_bytes = kStages * (kTileRows + kBlockN) * p.tile_cols * 2;
   static cuda::DynamicSmemLimit smem_limit;  // per instantiation
   smem_limit.raise(kernel, smem_bytes);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.rows, int64_t{kTileRows})), static_cast<unsigned>(ceil_div(p.n, int64_t{kBlockN})));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
+  const int64_t blocks = tile_grid_size(p, kTileRows, kBlockN);
+  require(blocks < (int64_t{1} << 31), ErrorCode::unsupported, "sm80 tile: more than 2^31 CTAs");
+  kernel<<<static_cast<unsigned>(blocks), kThreads, smem_bytes, stream>>>(p);
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 

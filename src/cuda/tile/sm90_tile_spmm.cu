@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + kStages;
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
-  const int64_t tile_row = blockIdx.x, m0 = tile_row * kTileRows, t0 = int64_t{blockIdx.y} * kBlockTokens;
+  const auto [tile_row, t0] = tile_work(p, blockIdx.x, kBlockTokens);
+  const int64_t m0 = tile_row * kTileRows;
   const int32_t begin = p.row_ptr[tile_row], end = p.row_ptr[tile_row + 1];
 
   if (tid == 0) {
@@ -160,9 +161,9 @@ void launch(const TileParams& p, cudaStream_t stream) {
   const CUtensorMap tile_map = cuda::make_tensor_map_sw128<Element, 3>(
       p.tiles, {kTileCols, kTileRows, tiles}, {kTileCols * 2, static_cast<cuuint64_t>(kTileRows) * kTileCols * 2},
       {kAtomK, kTileRows, 1});
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.rows, int64_t{kTileRows})),
-                  static_cast<unsigned>(ceil_div(p.n, int64_t{kBlockTokens})));
-  kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(p, x_map, tile_map);
+  const int64_t blocks = tile_grid_size(p, kTileRows, kBlockTokens);
+  require(blocks < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 tile: more than 2^31 CTAs");
+  kernel<<<static_cast<unsigned>(blocks), kThreads, Shape::kSmemBytes, stream>>>(p, x_map, tile_map);
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 

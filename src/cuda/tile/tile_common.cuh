@@ -13,6 +13,7 @@ namespace nmkit::gpu::tile {
 struct TileParams {
   const int32_t* row_ptr;    // (grid_rows + 1)
   const int32_t* col_index;  // (nnz_tiles)
+  const int32_t* row_order;  // (grid_rows): tile rows, longest first; CTA i computes row row_order[i / column tiles]
   const uint16_t* tiles;     // (nnz_tiles, tile_rows, tile_cols), row-major 16-bit values
   const void* b;             // K x C, ldb = K (col-major) or C (row-major)
   const void* c;             // R x C in D's layout, read when beta != 0
@@ -27,6 +28,19 @@ struct TileParams {
   bool b_col_major;
   bool b_vector;             // B's leading dimension and address allow 16-byte copies
 };
+
+// The tile row and first column of D of CTA `block` in a 1-D grid of grid_rows x column_tiles CTAs: every column
+// tile of the longest row first, then the next row's.
+struct TileWork {
+  int64_t tile_row, n0;
+};
+__device__ __forceinline__ TileWork tile_work(const TileParams& p, int64_t block, int block_n) {
+  const int64_t column_tiles = (p.n + block_n - 1) / block_n;
+  return {p.row_order[block / column_tiles], (block % column_tiles) * block_n};
+}
+inline int64_t tile_grid_size(const TileParams& p, int tile_rows, int block_n) {
+  return ceil_div(p.rows, int64_t{tile_rows}) * ceil_div(p.n, int64_t{block_n});
+}
 
 // The portable kernel (sm80_tile_spmm.cu): tile_rows 16, 32, 64 or 128.
 template <class Element, class Out>
