@@ -54,9 +54,10 @@ NmMatrix compress_nm(const DenseMatrix& dense, const Mask& mask, int n, int m) {
         kept[j] = c < dense.cols && mask.at(r, c);
       }
       int chosen[32];
-      require(detail::choose_slots(kept, m, n, chosen), ErrorCode::pattern_violation,
-              "N:M " + std::to_string(n) + ":" + std::to_string(m) + " violated at " + where(r, g) + ": more than " +
-                  std::to_string(n) + " kept entries");
+      require(detail::choose_slots(kept, m, n, chosen), ErrorCode::pattern_violation, [&] {
+        return "N:M " + std::to_string(n) + ":" + std::to_string(m) + " violated at " + where(r, g) + ": more than " +
+               std::to_string(n) + " kept entries";
+      });
       for (int s = 0; s < n; ++s) {
         const std::size_t vi = static_cast<std::size_t>((r * groups + g) * n + s);
         write_packed(out.indices, vi, out.index_bits(), static_cast<unsigned>(chosen[s]));
@@ -90,12 +91,13 @@ void validate(const NmMatrix& a) {
       for (int s = 0; s < a.n; ++s) {
         const int64_t vi = (r * groups + g) * a.n + s;
         const int j = static_cast<int>(a.index(vi));
-        require(j < a.m, ErrorCode::pattern_violation,
-                "N:M index " + std::to_string(j) + " >= M=" + std::to_string(a.m) + " at " + where(r, g));
+        require(j < a.m, ErrorCode::pattern_violation, [&] {
+          return "N:M index " + std::to_string(j) + " >= M=" + std::to_string(a.m) + " at " + where(r, g);
+        });
         require(j > previous, ErrorCode::pattern_violation,
-                "N:M indices not strictly ascending at " + where(r, g));
+                [&] { return "N:M indices not strictly ascending at " + where(r, g); });
         require(g * a.m + j < a.cols || a.values.get(static_cast<std::size_t>(vi)) == 0.0f,
-                ErrorCode::pattern_violation, "N:M non-zero value in the K padding at " + where(r, g));
+                ErrorCode::pattern_violation, [&] { return "N:M non-zero value in the K padding at " + where(r, g); });
         previous = j;
       }
     }

@@ -114,18 +114,22 @@ void validate(const TileMatrix& a) {
     int64_t previous = -1;
     for (int32_t t = a.ptr[tc]; t < a.ptr[tc + 1]; ++t) {
       const int64_t tr = a.indices[t];
-      require(tr >= 0 && tr < a.grid_rows(), ErrorCode::pattern_violation,
-              "tile-sparse index " + std::to_string(tr) + " out of range [0, " + std::to_string(a.grid_rows()) +
-                  ") in tile column " + std::to_string(tc));
-      require(tr > previous, ErrorCode::pattern_violation,
-              "tile-sparse indices not strictly ascending (unsorted or duplicate) in tile column " + std::to_string(tc));
+      require(tr >= 0 && tr < a.grid_rows(), ErrorCode::pattern_violation, [&] {
+        return "tile-sparse index " + std::to_string(tr) + " out of range [0, " + std::to_string(a.grid_rows()) +
+               ") in tile column " + std::to_string(tc);
+      });
+      require(tr > previous, ErrorCode::pattern_violation, [&] {
+        return "tile-sparse indices not strictly ascending (unsorted or duplicate) in tile column " +
+               std::to_string(tc);
+      });
       previous = tr;
       for (int i = 0; i < a.tile_rows; ++i)
         for (int j = 0; j < a.tile_cols; ++j) {
           const int64_t r = tr * a.tile_rows + i, c = tc * a.tile_cols + j;
           if (r >= a.rows || c >= a.cols)
             require(a.data.get(static_cast<std::size_t>(t * a.tile_elems() + i * a.tile_cols + j)) == 0.0f,
-                    ErrorCode::pattern_violation, "tile-sparse non-zero value in the padding of " + tile_name(tr, tc));
+                    ErrorCode::pattern_violation,
+                    [&] { return "tile-sparse non-zero value in the padding of " + tile_name(tr, tc); });
         }
     }
   }

@@ -69,9 +69,10 @@ VnmMatrix compress_vnm(const DenseMatrix& dense, const Mask& mask, int v, int n,
         for (int64_t r = r0; r < r1 && c < dense.cols && !column_kept[j]; ++r) column_kept[j] = mask.at(r, c);
       }
       int selected[kVnmSelectedColumns];
-      require(detail::choose_slots(column_kept, m, kVnmSelectedColumns, selected), ErrorCode::pattern_violation,
-              "V:N:M " + pattern_name(v, n, m) + " violated in " + block_name(rb, g) +
-                  ": more than 4 columns hold kept entries");
+      require(detail::choose_slots(column_kept, m, kVnmSelectedColumns, selected), ErrorCode::pattern_violation, [&] {
+        return "V:N:M " + pattern_name(v, n, m) + " violated in " + block_name(rb, g) +
+               ": more than 4 columns hold kept entries";
+      });
       for (int s = 0; s < kVnmSelectedColumns; ++s)
         out.column_loc[static_cast<std::size_t>((rb * groups + g) * kVnmSelectedColumns + s)] =
             static_cast<uint8_t>(selected[s]);
@@ -84,9 +85,10 @@ VnmMatrix compress_vnm(const DenseMatrix& dense, const Mask& mask, int v, int n,
           kept[s] = c < dense.cols && mask.at(r, c);
         }
         int chosen[kVnmSelectedColumns];
-        require(detail::choose_slots(kept, kVnmSelectedColumns, n, chosen), ErrorCode::pattern_violation,
-                "V:N:M " + pattern_name(v, n, m) + " violated at row " + std::to_string(r) + ", group " +
-                    std::to_string(g) + ": more than " + std::to_string(n) + " kept entries");
+        require(detail::choose_slots(kept, kVnmSelectedColumns, n, chosen), ErrorCode::pattern_violation, [&] {
+          return "V:N:M " + pattern_name(v, n, m) + " violated at row " + std::to_string(r) + ", group " +
+                 std::to_string(g) + ": more than " + std::to_string(n) + " kept entries";
+        });
         for (int s = 0; s < n; ++s) {
           const std::size_t vi = static_cast<std::size_t>((r * groups + g) * n + s);
           write_packed(out.m_indices, vi, kVnmMIndexBits, static_cast<unsigned>(chosen[s]));
@@ -124,10 +126,12 @@ void validate(const VnmMatrix& a) {
       int previous = -1;
       for (int s = 0; s < kVnmSelectedColumns; ++s) {
         const int j = a.column_loc[static_cast<std::size_t>((rb * groups + g) * kVnmSelectedColumns + s)];
-        require(j < a.m, ErrorCode::pattern_violation,
-                "V:N:M column_loc " + std::to_string(j) + " >= M=" + std::to_string(a.m) + " in " + block_name(rb, g));
-        require(j > previous, ErrorCode::pattern_violation,
-                "V:N:M column_loc not strictly ascending (unsorted or duplicate) in " + block_name(rb, g));
+        require(j < a.m, ErrorCode::pattern_violation, [&] {
+          return "V:N:M column_loc " + std::to_string(j) + " >= M=" + std::to_string(a.m) + " in " + block_name(rb, g);
+        });
+        require(j > previous, ErrorCode::pattern_violation, [&] {
+          return "V:N:M column_loc not strictly ascending (unsorted or duplicate) in " + block_name(rb, g);
+        });
         previous = j;
       }
     }
@@ -137,12 +141,15 @@ void validate(const VnmMatrix& a) {
       for (int s = 0; s < a.n; ++s) {
         const int64_t vi = (r * groups + g) * a.n + s;
         const int j = static_cast<int>(a.m_index(vi));
-        require(j > previous, ErrorCode::pattern_violation,
-                "V:N:M m-indices not strictly ascending at row " + std::to_string(r) + ", group " + std::to_string(g));
+        require(j > previous, ErrorCode::pattern_violation, [&] {
+          return "V:N:M m-indices not strictly ascending at row " + std::to_string(r) + ", group " + std::to_string(g);
+        });
         previous = j;
         require(a.column_of(r, g, s) < a.cols || a.values.get(static_cast<std::size_t>(vi)) == 0.0f,
-                ErrorCode::pattern_violation,
-                "V:N:M non-zero value in the K padding at row " + std::to_string(r) + ", group " + std::to_string(g));
+                ErrorCode::pattern_violation, [&] {
+                  return "V:N:M non-zero value in the K padding at row " + std::to_string(r) + ", group " +
+                         std::to_string(g);
+                });
       }
     }
 }

@@ -33,11 +33,14 @@ void check_csr(const PackedTiles& p, const char* who) {
   for (int64_t i = 0; i < grid_rows; ++i) {
     for (int32_t t = p.row_ptr[static_cast<std::size_t>(i)]; t < p.row_ptr[static_cast<std::size_t>(i + 1)]; ++t) {
       const int32_t j = p.col_index[static_cast<std::size_t>(t)];
-      require(j >= 0 && j < grid_cols, ErrorCode::invalid_argument,
-              std::string(who) + ": tile column " + std::to_string(j) + " out of range at tile row " + std::to_string(i));
+      require(j >= 0 && j < grid_cols, ErrorCode::invalid_argument, [&] {
+        return std::string(who) + ": tile column " + std::to_string(j) + " out of range at tile row " +
+               std::to_string(i);
+      });
       require(t == p.row_ptr[static_cast<std::size_t>(i)] || j > p.col_index[static_cast<std::size_t>(t - 1)],
-              ErrorCode::invalid_argument,
-              std::string(who) + ": tile columns not strictly ascending at tile row " + std::to_string(i));
+              ErrorCode::invalid_argument, [&] {
+                return std::string(who) + ": tile columns not strictly ascending at tile row " + std::to_string(i);
+              });
     }
   }
   require(p.data.size() == static_cast<std::size_t>(nnz * p.tile_rows * p.tile_cols), ErrorCode::invalid_argument,

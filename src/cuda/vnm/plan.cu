@@ -28,8 +28,9 @@ DeviceVnm DeviceVnm::from_parts(DeviceNm24 condensed, const std::vector<int32_t>
               gather.size() == static_cast<std::size_t>(table_blocks * condensed.cols_padded()),
           ErrorCode::invalid_argument, "DeviceVnm: condensed matrix or gather table does not match R x K");
   for (const int32_t k : gather)
-    require(k == kNoBRow || (k >= 0 && k < cols), ErrorCode::invalid_argument,
-            "DeviceVnm: gather table entry " + std::to_string(k) + " is not a row of B (K=" + std::to_string(cols) + ")");
+    require(k == kNoBRow || (k >= 0 && k < cols), ErrorCode::invalid_argument, [&] {
+      return "DeviceVnm: gather table entry " + std::to_string(k) + " is not a row of B (K=" + std::to_string(cols) + ")";
+    });
   DeviceBuffer table(gather.size() * sizeof(int32_t));
   table.copy_from_host(gather.data(), table.size());
   const int64_t rows = condensed.rows();
