@@ -1,4 +1,4 @@
-// nmkit bench: runs the GPU benchmark driver (bench/gpu/nm24_bench.cpp, built as nmkit_bench beside this tool)
+// nmkit bench: runs the GPU benchmark driver (bench/gpu/nm24_bench.cpp and its vnm/tile suites, built as nmkit_bench)
 // with the remaining arguments, e.g. `nmkit bench --suite llm --json out.json`.
 #include <fmt/core.h>
 #include <unistd.h>
