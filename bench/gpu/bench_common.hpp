@@ -124,6 +124,18 @@ inline double relative_error(const void* got, const void* want, int64_t count, D
   return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
 }
 
+// A library call timed and checked: the median time of `launch(set)` over the operand sets, then one more launch
+// of set 0, whose output `out0` is compared with the dense reference `reference0` (count elements).
+struct Measured {
+  double ms, rel_error;
+};
+inline Measured time_and_check(const std::function<void(int)>& launch, int sets, int warmup, int iters, const void* out0,
+                               const void* reference0, int64_t count, DType dtype, cudaStream_t s) {
+  const double ms = time_median_ms(launch, sets, warmup, iters, s);
+  launch(0);
+  return {ms, relative_error(out0, reference0, count, dtype, s)};
+}
+
 // Host time of one call of `enqueue` (validation, launch set-up, the launch itself) in microseconds: tiny
 // products enqueued back to back after a warm-up, the stream drained afterwards.
 inline double host_overhead_us(const std::function<void()>& enqueue, cudaStream_t s) {

@@ -222,11 +222,10 @@ int run(const Options& o) {
 
       gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
       const gpu::Nm24SpmmPlan plan = o.autotune ? gpu::Nm24SpmmPlan::autotune(desc) : gpu::Nm24SpmmPlan::create(desc);
-      const double nmkit_ms = time_median_ms(
-          [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters, stream);
-      dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);
-      plan.run(stream, weights[0], b[0].ptr, nullptr, d_nmkit[0].ptr);
-      const double err = relative_error(d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+      dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0
+      const auto [nmkit_ms, err] = time_and_check(
+          [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,
+          d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
 
       std::optional<double> lt_ms, lt_err;
 #if defined(NMKIT_HAVE_CUSPARSELT)
@@ -236,9 +235,9 @@ int run(const Options& o) {
           for (auto& w : dense_w) ws.push_back(w.ptr);
           SparseLt sparse(&lt_sparse, s, dtype, ws, stream);
           sparse.search(b[0].ptr, d_lt[0].ptr);
-          lt_ms = time_median_ms([&](int i) { sparse.run(i, b[i].ptr, d_lt[i].ptr); }, sets, o.warmup, o.iters, stream);
-          sparse.run(0, b[0].ptr, d_lt[0].ptr);
-          lt_err = relative_error(d_lt[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+          const Measured lt = time_and_check([&](int i) { sparse.run(i, b[i].ptr, d_lt[i].ptr); }, sets, o.warmup, o.iters,
+                                             d_lt[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+          lt_ms = lt.ms, lt_err = lt.rel_error;
         } catch (const Error& e) {
           std::fprintf(stderr, "cuSPARSELt skipped for %ldx%ldx%ld: %s\n", s.r, s.k, s.c, e.what());
           cudaGetLastError();

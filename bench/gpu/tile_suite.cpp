@@ -140,20 +140,19 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               dense_ms = dense.time_fastest([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets,
                                              o.warmup, o.iters, stream);
             const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side);
-            const double nmkit_ms = time_median_ms(
-                [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters, stream);
-            dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);
-            plan.run(stream, weights[0], b[0].ptr, nullptr, d_nmkit[0].ptr);
-            const double err = relative_error(d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+            dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern
+            const auto [nmkit_ms, err] = time_and_check(
+                [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,
+                d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
             // The Hopper kernel (opt-in until validated), where it applies, checked the same way.
             std::optional<double> sm90_ms, sm90_err;
             try {
               const gpu::TileSpmmPlan hopper =
                   gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side, gpu::TileKernel::sm90_wgmma);
-              sm90_ms = time_median_ms([&](int i) { hopper.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); },
-                                       sets, o.warmup, o.iters, stream);
-              hopper.run(stream, weights[0], b[0].ptr, nullptr, d_nmkit[0].ptr);
-              sm90_err = relative_error(d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+              const Measured m = time_and_check(
+                  [&](int i) { hopper.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup,
+                  o.iters, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+              sm90_ms = m.ms, sm90_err = m.rel_error;
             } catch (const Error&) {  // not this device or tile shape
             }
             // cuSPARSE BSR on the same arrays, checked against cuBLAS too; reported as skipped where it refuses.
@@ -163,9 +162,9 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               CusparseBsr bsr(sparse, weights[0], packed.grid_rows(), packed.grid_cols(), packed.nnz_tiles(), s, dtype,
                               b[0].ptr, d_nmkit[0].ptr);
               // B and D rotate through the operand sets; the weight stays set 0's (if anything, this flatters cuSPARSE).
-              bsr_ms = time_median_ms([&](int i) { bsr.run(b[i].ptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters, stream);
-              bsr.run(b[0].ptr, d_nmkit[0].ptr);
-              bsr_err = relative_error(d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+              const Measured m = time_and_check([&](int i) { bsr.run(b[i].ptr, d_nmkit[i].ptr); }, sets, o.warmup,
+                                                o.iters, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+              bsr_ms = m.ms, bsr_err = m.rel_error;
             } catch (const Error& e) {
               std::fprintf(stderr, "cuSPARSE BSR skipped: %s\n", e.what());
               cudaGetLastError();
