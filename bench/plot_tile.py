@@ -25,8 +25,6 @@ def main(json_path, png_path):
             line = sorted((r for r in sel if r["tile"] == tile), key=lambda r: r["density"])
             xs = [r["density"] for r in line]
             ax.plot(xs, [r["speedup_vs_cublas"] for r in line], "o-", label=f"{tile}x{tile} {line[0]['kernel']}")
-            if all("sm90_speedup_vs_cublas" in r for r in line):
-                ax.plot(xs, [r["sm90_speedup_vs_cublas"] for r in line], "s--", label=f"{tile}x{tile} sm90_wgmma")
             if all("cusparse_bsr_ms" in r for r in line):
                 ax.plot(xs, [r["cublas_ms"] / r["cusparse_bsr_ms"] for r in line], ":", label=f"{tile}x{tile} cuSPARSE BSR")
         dens = sorted({r["density"] for r in sel})

@@ -7,7 +7,8 @@
 # speedup.png (and vnm.json, vnm.txt, vnm_*.png). Build logs stay in build/gpu and are printed on failure.
 # Environment: NMKIT_GPU_TESTS=<gtest filter> narrows the GPU tests; NMKIT_BENCH_VNM="<args>" also runs the
 # V:N:M suite (e.g. "--suite vnm --dtype both"; any nmkit_bench arguments, "--suite tile" too); NMKIT_BENCH_SKIP=1
-# skips the 2:4 benchmark; NMKIT_SANITIZE_TESTS / NMKIT_SANITIZE_TOOLS override the sanitizer's tests and tools.
+# skips the 2:4 benchmark; NMKIT_SANITIZE_TESTS / NMKIT_SANITIZE_TOOLS override the sanitizer's tests and tools;
+# NMKIT_GPU_TEST_TIMEOUT / NMKIT_BENCH_TIMEOUT (seconds) bound the GPU tests and each extra benchmark run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -44,7 +45,7 @@ done
 
 step "GPU tests"
 # A time limit, so that a kernel that hangs costs minutes of device time, not the whole call.
-timeout 300 $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_GPU_TESTS:-*}" >"$OUT/gpu_tests.log" 2>&1
+timeout "${NMKIT_GPU_TEST_TIMEOUT:-300}" $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_GPU_TESTS:-*}" >"$OUT/gpu_tests.log" 2>&1
 tests_rc=$?
 grep -E "^\[  (PASSED|FAILED) |^\[==========\]|Failure|error|rel" "$OUT/gpu_tests.log" | head -40
 summary+=("gpu tests: $([ $tests_rc -eq 0 ] && echo passed || echo FAILED) ($(grep -c '^\[       OK' "$OUT/gpu_tests.log") ok)")
@@ -90,7 +91,7 @@ if [ -n "${NMKIT_BENCH_VNM:-}" ]; then
     tag=$([ "$i" -eq 0 ] && echo "" || echo "$((i + 1))")
     step "benchmark ${vnm_runs[$i]}"
     # shellcheck disable=SC2086  # the run holds several arguments
-    timeout 900 $BUILD/bench/nmkit_bench ${vnm_runs[$i]} --json "$OUT/vnm$tag.json" 2>&1 | tee "$OUT/vnm$tag.txt"
+    timeout "${NMKIT_BENCH_TIMEOUT:-900}" $BUILD/bench/nmkit_bench ${vnm_runs[$i]} --json "$OUT/vnm$tag.json" 2>&1 | tee "$OUT/vnm$tag.txt"
   done
   python3 bench/plot_vnm.py "$OUT/vnm.json" "$OUT" || echo "plot failed"
   python3 bench/plot_tile.py "$OUT/vnm.json" "$OUT/tile_speedup.png" || echo "plot failed"

@@ -118,6 +118,7 @@ class SparseLt {
 struct Options {
   std::string suite = "all";
   std::vector<int> vnm_v{32, 64, 128};
+  std::vector<int> tile_sides{32, 64, 128};
   std::vector<int> vnm_m{4, 5, 7, 8, 10, 16, 20, 32, 40, 100};
   std::string vnm_b_layout = "both";
   std::string vnm_shapes = "acceptance";
@@ -162,7 +163,7 @@ int run(const Options& o) {
               {"driver", driver}, {"cuda_runtime", runtime}, {"cublaslt", cublasLtGetVersion()}, {"rows", json::array()}};
   if (o.suite == "tile") {
     TileSuiteOptions t{shapes, dtypes};
-    t.warmup = o.warmup, t.iters = o.iters;
+    t.warmup = o.warmup, t.iters = o.iters, t.tile_sides = o.tile_sides;
     out["tile_run_host_overhead_us"] = run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
     if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
     return 0;
@@ -285,6 +286,7 @@ int main(int argc, char** argv) {
   Options o;
   app.add_option("--suite", o.suite, "bert | llm | decode | all (2:4) | vnm (V:N:M) | tile")->capture_default_str();
   app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
+  app.add_option("--tile-sides", o.tile_sides, "tile suite: square tile sides")->delimiter(',')->capture_default_str();
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();
   app.add_option("--vnm-shapes", o.vnm_shapes,
                  "vnm suite: acceptance (the issue's three) | llm | bert | all | ksweep (4096 x K x 4096, K = 1k..16k)")

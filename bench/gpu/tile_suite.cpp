@@ -144,17 +144,6 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             const auto [nmkit_ms, err] = time_and_check(
                 [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,
                 d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
-            // The Hopper kernel (opt-in until validated), where it applies, checked the same way.
-            std::optional<double> sm90_ms, sm90_err;
-            try {
-              const gpu::TileSpmmPlan hopper =
-                  gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side, gpu::TileKernel::sm90_wgmma);
-              const Measured m = time_and_check(
-                  [&](int i) { hopper.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup,
-                  o.iters, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
-              sm90_ms = m.ms, sm90_err = m.rel_error;
-            } catch (const Error&) {  // not this device or tile shape
-            }
             // cuSPARSE BSR on the same arrays, checked against cuBLAS too; reported as skipped where it refuses.
             std::optional<double> bsr_ms, bsr_err;
             try {
@@ -177,20 +166,21 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               std::snprintf(bsr_text, sizeof bsr_text, "%.3f", *bsr_ms);
               std::snprintf(bsr_ratio, sizeof bsr_ratio, "%.2fx", *bsr_ms / nmkit_ms);
             }
-            char sm90_text[48] = "-";
-            if (sm90_ms) std::snprintf(sm90_text, sizeof sm90_text, "%.3f %.2fx %.0e", *sm90_ms, dense_ms / *sm90_ms, *sm90_err);
-            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s | sm90 %s\n", "tile",
+            char kernel_text[64];
+            if (plan.kernel() == gpu::TileKernel::sm90_wgmma)
+              std::snprintf(kernel_text, sizeof kernel_text, "%s n%d split %d", gpu::kernel_name(plan.kernel()), plan.block_n(),
+                            plan.split());
+            else
+              std::snprintf(kernel_text, sizeof kernel_text, "%s", gpu::kernel_name(plan.kernel()));
+            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s\n", "tile",
                         shape_text, dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
-                        dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, gpu::kernel_name(plan.kernel()), sm90_text);
+                        dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, kernel_text);
             std::fflush(stdout);
             rows.push_back({{"suite", "tile"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
                             {"tile", side}, {"density", density}, {"distribution", skewed ? "skewed" : "uniform"},
                             {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms},
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
-                            {"kernel", gpu::kernel_name(plan.kernel())}});
-            if (sm90_ms)
-              rows.back()["sm90_ms"] = *sm90_ms, rows.back()["sm90_speedup_vs_cublas"] = dense_ms / *sm90_ms,
-              rows.back()["sm90_rel_error"] = *sm90_err;
+                            {"kernel", gpu::kernel_name(plan.kernel())}, {"block_n", plan.block_n()}, {"split", plan.split()}});
             if (bsr_ms)
               rows.back()["cusparse_bsr_ms"] = *bsr_ms, rows.back()["cusparse_bsr_rel_error"] = *bsr_err,
               rows.back()["nmkit_vs_cusparse_bsr"] = *bsr_ms / nmkit_ms;
@@ -198,11 +188,11 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
     }
   cusparseDestroy(sparse);
   // Host cost of one TileSpmmPlan::run() on a tiny weight.
-  const gpu::PackedTiles packed = random_tiles(128, 64, 32, 0.5, false, DType::f16, 3);
+  const gpu::PackedTiles packed = random_tiles(128, 128, 64, 0.5, false, DType::f16, 3);
   const gpu::DeviceTiles w = gpu::DeviceTiles::upload(packed);
-  const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create({128, 64, 16}, 32, 32);
-  DeviceArray b(64 * 16 * 2), d(128 * 16 * 2);
-  fill_dense(b.ptr, 64 * 16, DType::f16, 8, stream);
+  const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create({128, 128, 16}, 64, 64);
+  DeviceArray b(128 * 16 * 2), d(128 * 16 * 2);
+  fill_dense(b.ptr, 128 * 16, DType::f16, 8, stream);
   const double us = host_overhead_us([&] { plan.run(stream, w, b.ptr, nullptr, d.ptr); }, stream);
   std::printf("host overhead of TileSpmmPlan::run(): %.2f us per call (%s)\n", us, gpu::kernel_name(plan.kernel()));
   return us;

@@ -43,6 +43,10 @@ TEST(TilePack, LongestTileRowsFirst) {
   // Row lengths 1, 3, 0, 3, 2: rows 1 and 3 (3 tiles, in row order), then 4, 0 and the empty row 2.
   EXPECT_EQ(tile_rows_longest_first({0, 1, 4, 4, 7, 9}), (std::vector<int32_t>{1, 3, 4, 0, 2}));
   EXPECT_TRUE(tile_rows_longest_first({0}).empty());
+  // Groups of two tile rows (the Hopper kernel's 128-row blocks of 64-row tiles); the last group is one row.
+  EXPECT_EQ(tile_rows_longest_first({0, 1, 4, 4, 7, 9}, 2), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(tile_rows_longest_first({0, 0, 1, 5, 6}, 2), (std::vector<int32_t>{1, 0}));
+  EXPECT_NMKIT_ERROR(tile_rows_longest_first({0, 1}, 0), ErrorCode::invalid_argument, "rows_per_group");
 }
 
 TEST(TilePack, RejectsInconsistentEncodingsAndUnsupportedTiles) {

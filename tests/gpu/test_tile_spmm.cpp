@@ -62,17 +62,21 @@ TEST(TileGpu, TileShapesDensitiesAndTails) {
 TEST(TileGpu, SkewedRowsAndEmptyTileRows) {
   SKIP_WITHOUT_GPU();
   // Tile row 0 full, tile row 1 empty, the others one tile each: D's empty rows are alpha * 0 + beta * C + bias.
-  constexpr int kSide = 32;
-  const int64_t r = 5 * kSide - 7, k = 9 * kSide;
-  const DenseMatrix w = test::random_matrix(r, k, DType::f16, 9);
-  TileMask mask{ceil_div(r, int64_t{kSide}), ceil_div(k, int64_t{kSide}), {}};
-  mask.keep.assign(static_cast<std::size_t>(mask.grid_rows * mask.grid_cols), 0);
-  for (int64_t j = 0; j < mask.grid_cols; ++j) mask.keep[static_cast<std::size_t>(j)] = 1;
-  for (int64_t i = 2; i < mask.grid_rows; ++i) mask.keep[static_cast<std::size_t>(i * mask.grid_cols + (i * 3) % mask.grid_cols)] = 1;
-  const TileMatrix a = compress_tiles(w, mask, kSide, kSide);
-  for (Layout d_layout : {Layout::col_major, Layout::row_major}) {
-    const Problem t{r, k, 70, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
-    EXPECT_LE(run_with(a, t, 21), tolerance(DType::f16)) << describe(t);
+  // 64 and 128 run the Hopper kernel on an sm_90 device (an empty row next to a full one in a 128-row block).
+  for (int side : {32, 64, 128}) {
+    const int64_t r = 5 * side - 7, k = 9 * side;
+    const DenseMatrix w = test::random_matrix(r, k, DType::f16, 9);
+    TileMask mask{ceil_div(r, int64_t{side}), ceil_div(k, int64_t{side}), {}};
+    mask.keep.assign(static_cast<std::size_t>(mask.grid_rows * mask.grid_cols), 0);
+    for (int64_t j = 0; j < mask.grid_cols; ++j) mask.keep[static_cast<std::size_t>(j)] = 1;
+    for (int64_t i = 2; i < mask.grid_rows; ++i)
+      mask.keep[static_cast<std::size_t>(i * mask.grid_cols + (i * 3) % mask.grid_cols)] = 1;
+    const TileMatrix a = compress_tiles(w, mask, side, side);
+    for (Layout d_layout : {Layout::col_major, Layout::row_major})
+      for (int64_t n : {70, 300}) {
+        const Problem t{r, k, n, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
+        EXPECT_LE(run_with(a, t, 21), tolerance(DType::f16)) << describe(t) << " side " << side;
+      }
   }
 }
 
@@ -97,21 +101,29 @@ bool sm90_here() {
 TEST(TileGpu, HopperKernelAgainstTheOracle) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  const int64_t shapes[][3] = {{256, 256, 128}, {200, 320, 77}, {520, 1000, 300}, {64, 64, 1}};
+  // Token blocks of 64/128/256 (C = 1..300), R tails that leave a 128-row block half empty, K tails inside the
+  // last tile column, and small grids that split K across clusters of 2..8 CTAs.
+  const int64_t shapes[][3] = {{256, 256, 128}, {200, 320, 77}, {520, 1000, 300}, {64, 64, 1}, {300, 2048, 40}, {72, 4000, 130}};
   uint32_t seed = 7000;
   for (std::size_t i = 0; i < std::size(shapes); ++i)
-    for (int tile_rows : {16, 32, 64, 128})
+    for (int tile_rows : {64, 128})
       for (int tile_cols : {64, 128})
         for (double density : {0.1, 0.5, 1.0}) {
           const auto& s = shapes[i];
-          const DType dtype = (i + tile_rows / 16) % 2 ? DType::bf16 : DType::f16;
+          const DType dtype = (i + tile_rows / 64 + tile_cols / 64) % 2 ? DType::bf16 : DType::f16;
           const Case t{plain(s[0], s[1], s[2], dtype, Layout::col_major), tile_rows, tile_cols, density,
                        TileKernel::sm90_wgmma};
           EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t);
         }
-  for (const Problem& problem : layout_and_epilogue_problems(136, 200, 96)) {
+  for (const Problem& problem : layout_and_epilogue_problems(136, 1024, 40)) {  // split K, every epilogue
     if (problem.b_layout == Layout::row_major) continue;  // the plan refuses; tested below
     const Case t{problem, 64, 64, 0.5, TileKernel::sm90_wgmma};
+    EXPECT_GT(TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma).split(), 1) << describe(t);
+    EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+  }
+  for (const Problem& problem : layout_and_epilogue_problems(136, 200, 96)) {
+    if (problem.b_layout == Layout::row_major) continue;
+    const Case t{problem, 128, 64, 0.5, TileKernel::sm90_wgmma};
     EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
   }
 }
@@ -121,7 +133,7 @@ TEST(TileGpu, BadInputsAreRejected) {
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 48, 64), ErrorCode::unsupported, "16, 32, 64 or 128");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64, DType::f32}, 64, 64), ErrorCode::unsupported, "f16 or bf16");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 32, 32, TileKernel::sm90_wgmma), ErrorCode::unsupported,
-                     "tile columns of 64 or 128");
+                     "columns of 64 or 128");
   const DenseMatrix w = test::random_matrix(64, 64, DType::f16, 5);
   const DeviceTiles a = DeviceTiles::upload(pack_tiles(compress_tiles(w, prune_tiles_by_norm(w, 32, 32, 0.5), 32, 32)));
   DeviceBytes b(64 * 64 * 2), d(64 * 64 * 2);

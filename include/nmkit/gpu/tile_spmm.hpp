@@ -20,6 +20,7 @@ namespace nmkit::gpu {
 // Tile sides the kernels run: 16, 32, 64 or 128 (whole 16 x 16 MMA steps), rows and columns chosen separately.
 inline constexpr int kTileSideUnit = 16;
 inline constexpr int kMaxKernelTileSide = 128;
+inline constexpr int kTileBlockRows = 128;  // rows of D per CTA of the Hopper kernel
 bool tile_kernel_supports(int tile_rows, int tile_cols) noexcept;
 
 struct PackedTiles {
@@ -41,9 +42,10 @@ PackedTiles pack_tiles(const TileMatrix& a);
 TileMatrix unpack_tiles(const PackedTiles& p);  // the inverse (tests, inspection)
 // Throws Error unless row_ptr, col_index and data are consistent with the shape (what upload checks).
 void check_packed_tiles(const PackedTiles& p);
-// Tile rows by descending number of stored tiles (ties: ascending row): the kernels start the longest rows
-// first, so that a skewed pattern's long rows do not run alone at the end of the grid.
-std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr);
+// Groups of `rows_per_group` consecutive tile rows (one tile row by default) by descending number of stored
+// tiles (ties: ascending group): the kernels start the longest rows first, so that a skewed pattern's long rows
+// do not run alone at the end of the grid.
+std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr, int rows_per_group = 1);
 
 class DeviceTiles {
  public:
@@ -58,25 +60,27 @@ class DeviceTiles {
   const int32_t* row_ptr() const noexcept { return static_cast<const int32_t*>(row_ptr_.data()); }
   const int32_t* col_index() const noexcept { return static_cast<const int32_t*>(col_index_.data()); }
   const int32_t* row_order() const noexcept { return static_cast<const int32_t*>(row_order_.data()); }
+  // 128-row blocks (kTileBlockRows) by descending number of stored tiles.
+  const int32_t* block_order() const noexcept { return static_cast<const int32_t*>(block_order_.data()); }
   const void* data() const noexcept { return data_.data(); }
 
  private:
   DeviceTiles() = default;
-  DeviceBuffer row_ptr_, col_index_, data_, row_order_;
+  DeviceBuffer row_ptr_, col_index_, data_, row_order_, block_order_;
   int64_t rows_ = 0, cols_ = 0, nnz_tiles_ = 0;
   int tile_rows_ = 0, tile_cols_ = 0;
   DType dtype_ = DType::f16;
 };
 
-// sm90_wgmma: TMA-staged wgmma per tile (tile columns 64 or 128, B col-major, K % 8 == 0, an sm_90 device);
-// compiled but not yet validated on a GPU, so `automatic` chooses sm80_mma until it is (docs/performance.md).
+// sm90_wgmma: TMA-staged wgmma on each stored tile (tile rows and columns 64 or 128, B col-major, K % 8 == 0,
+// an sm_90 device), with split-K across a cluster for small grids; sm80_mma: mma.sync, every tile shape and
+// layout. `automatic` takes sm90_wgmma where it applies.
 enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma };
 const char* kernel_name(TileKernel k) noexcept;
 
 class TileSpmmPlan {
  public:
-  // Validates the description, the tile shape and the kernel's requirements; a CTA computes one tile row for 128
-  // columns of D (tokens).
+  // Validates the description, the tile shape and the kernel's requirements, and fixes the launch configuration.
   static TileSpmmPlan create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel = TileKernel::automatic);
   // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype and tile shape.
   void run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
@@ -85,11 +89,15 @@ class TileSpmmPlan {
   TileKernel kernel() const noexcept { return kernel_; }
   int tile_rows() const noexcept { return tile_rows_; }
   int tile_cols() const noexcept { return tile_cols_; }
+  // The sm90 kernel's tokens per CTA and split-K factor (CTAs of a cluster sharing a tile row's columns).
+  int block_n() const noexcept { return block_n_; }
+  int split() const noexcept { return split_; }
 
  private:
   SpmmDesc desc_;
   TileKernel kernel_ = TileKernel::sm80_mma;
   int tile_rows_ = 0, tile_cols_ = 0;
+  int block_n_ = 0, split_ = 1;
 };
 
 }  // namespace nmkit::gpu

@@ -23,6 +23,7 @@
 #include "../ptx/wgmma.cuh"
 #include "../ptx/wgmma_sp.cuh"
 #include "nm24_common.cuh"
+#include "sm90_epilogue.cuh"
 
 // Internal linkage: each including .cu file gets its own instantiations (no cross-file symbols).
 namespace nmkit::gpu::nm24::sm90 {
@@ -64,28 +65,8 @@ struct Sm90Shape {
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
   static_assert(kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
   static_assert(kStages >= 2, "the pipeline needs two stages");
-  static_assert(kBlockM * (kBlockN + 4) * 4 <= kStages * kStageBytes, "the epilogue tile reuses the stages");
+  static_assert(kBlockM * (kBlockN + sm90_epilogue::kStagePad) * 4 <= kStages * kStageBytes, "the epilogue tile reuses the stages");
 };
-
-// The epilogue stages the fp32 tile alpha*acc + bias in shared memory (reusing the pipeline stages) so
-// that D (and C) are written and read along their contiguous direction, 4 elements per access.
-// Col-major D: [kBlockN columns][kBlockM + kPad rows]; row-major D: [kBlockM rows][kBlockN + kPad cols].
-// The padding of 4 floats keeps float4 alignment and spreads a warp's fragment stores over the banks.
-[[maybe_unused]] constexpr int kStagePad = 4;
-constexpr int kVector = 4;
-
-template <int kBlockN>
-struct EpilogueTile {
-  bool col_major;
-  float* data;
-  __device__ int stride() const { return col_major ? kBlockM + kStagePad : kBlockN + kStagePad; }
-  __device__ float& at(int r, int j) const { return col_major ? data[j * stride() + r] : data[r * stride() + j]; }
-};
-
-// Named barrier among the consumer warpgroups only (the producer has left).
-[[maybe_unused]] __device__ __forceinline__ void consumer_sync() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers * kWarpgroupThreads));
-}
 
 // Named barrier 2 of the whole CTA, which a gathering producer arrives at when its last cp.async landed: the
 // epilogue then reuses the stages after an ordering that compute-sanitizer's racecheck also sees (the mbarrier
@@ -98,48 +79,8 @@ constexpr int kStagesDrainedBarrier = 2;
   asm volatile("bar.sync %0, %1;\n" ::"n"(kStagesDrainedBarrier), "n"(kThreads) : "memory");
 }
 
-template <class Out>
-__device__ __forceinline__ void store_vector(const Params& p, int64_t index, const float (&v)[kVector]) {
-  if constexpr (std::is_same_v<Out, float>) {
-    *reinterpret_cast<float4*>(static_cast<float*>(p.d) + index) = make_float4(v[0], v[1], v[2], v[3]);
-  } else {
-    Out h[kVector];
-#pragma unroll
-    for (int i = 0; i < kVector; ++i) h[i] = static_cast<Out>(v[i]);
-    *reinterpret_cast<uint2*>(static_cast<Out*>(p.d) + index) = *reinterpret_cast<const uint2*>(h);
-  }
-}
-
-// Writes the staged tile: each thread takes runs of 4 elements along D's contiguous direction.
-template <class Out, int kBlockN>
-__device__ void write_tile(const Params& p, const EpilogueTile<kBlockN>& tile, int64_t m0, int64_t n0, int thread) {
-  const int run_len = tile.col_major ? kBlockM : kBlockN;   // contiguous extent inside the tile
-  const int runs = tile.col_major ? kBlockN : kBlockM;
-  const int64_t ld = tile.col_major ? p.rows : p.n;         // global stride between runs
-  const int64_t run_limit = tile.col_major ? p.rows - m0 : p.n - n0;
-  const int64_t runs_limit = tile.col_major ? p.n - n0 : p.rows - m0;
-  const int64_t origin = tile.col_major ? n0 * ld + m0 : m0 * ld + n0;
-  const bool aligned = ld % kVector == 0 && origin % kVector == 0 &&
-                       (reinterpret_cast<uintptr_t>(p.d) % 16 == 0) && (p.beta == 0.0f || reinterpret_cast<uintptr_t>(p.c) % 16 == 0);
-  for (int i = thread; i < runs * (run_len / kVector); i += kConsumers * kWarpgroupThreads) {
-    const int run = i / (run_len / kVector), pos = (i % (run_len / kVector)) * kVector;
-    if (run >= runs_limit || pos >= run_limit) continue;
-    const int64_t index = origin + run * ld + pos;
-    const float4 staged = *reinterpret_cast<const float4*>(&(tile.col_major ? tile.at(pos, run) : tile.at(run, pos)));
-    float v[kVector] = {staged.x, staged.y, staged.z, staged.w};
-    const int valid = run_limit - pos < kVector ? static_cast<int>(run_limit - pos) : kVector;
-#pragma unroll
-    for (int e = 0; e < kVector; ++e) {
-      if (e < valid && p.beta != 0.0f) v[e] += p.beta * load_out<Out>(p.c, index + e);
-      v[e] = activate(p.activation, v[e]);
-    }
-    if (aligned && valid == kVector) {
-      store_vector<Out>(p, index, v);
-    } else {
-      for (int e = 0; e < valid; ++e) store_out<Out>(p.d, index + e, v[e]);
-    }
-  }
-}
+using sm90_epilogue::consumer_sync;
+using sm90_epilogue::EpilogueTile;
 
 // Where a stage's B tiles come from.
 enum class BSource {
@@ -404,19 +345,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   if constexpr (Traits::kGather) wait_producer_drained();
   else consumer_sync();
   const EpilogueTile<kBlockN> tile{p.d_col_major, reinterpret_cast<float*>(smem)};
-  const int g = lane / 4, t = lane % 4;
-  const int row_base = warpgroup * kRowsPerConsumer + warp_in_group * kSlabRows + g;
-#pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = row_base + 8 * half;
-      const float bias = (p.bias && m0 + r < p.rows) ? __ldg(p.bias + m0 + r) : 0.0f;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) tile.at(r, 8 * j + 2 * t + e) = p.alpha * acc[4 * j + 2 * half + e] + bias;
-    }
+  sm90_epilogue::stage_accumulators(p, tile, acc, p.bias, m0, warpgroup, tid % kWarpgroupThreads);
   consumer_sync();
-  write_tile<Out, kBlockN>(p, tile, m0, n0, tid);
+  sm90_epilogue::write_tile<Out>(p, tile, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
   if constexpr (kMulticast) ptx::cluster_sync();
 #endif
 }

@@ -1,5 +1,6 @@
 #pragma once
-// Thread-block clusters (PTX ISA §9.7.13.4 barrier.cluster, §9.7.9.13 mapa, §10 %cluster_ctarank), sm_90.
+// Thread-block clusters (PTX ISA §9.7.13.4 barrier.cluster, §9.7.9.13 mapa, §9.7.9.8 ld.shared::cluster,
+// §10 %cluster_ctarank / %cluster_nctarank), sm_90.
 // The cluster-scope forms of mbarrier arrive/wait live with the other mbarrier wrappers (mbarrier.cuh).
 #include <cstdint>
 
@@ -9,6 +10,13 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   uint32_t rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
   return rank;
+}
+
+// The number of CTAs in this CTA's cluster (1 for a launch without clusters).
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t count;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(count));
+  return count;
 }
 
 // Every thread of every CTA of the cluster arrives (release) and waits (acquire).
@@ -23,6 +31,16 @@ __device__ __forceinline__ uint32_t map_to_rank(const void* local, uint32_t rank
                : "=r"(remote)
                : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
   return remote;
+}
+
+// Four floats at a shared::cluster address (map_to_rank), PTX ISA §9.7.9.8 ld with the .shared::cluster space.
+__device__ __forceinline__ float4 ld_shared_cluster_f32x4(uint32_t address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
 }
 
 }  // namespace nmkit::ptx

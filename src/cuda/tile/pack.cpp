@@ -98,10 +98,15 @@ TileMatrix unpack_tiles(const PackedTiles& p) {
   return a;
 }
 
-std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr) {
-  std::vector<int32_t> order(row_ptr.empty() ? 0 : row_ptr.size() - 1);
+std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr, int rows_per_group) {
+  require(rows_per_group >= 1, ErrorCode::invalid_argument, "tile_rows_longest_first: rows_per_group must be >= 1");
+  const int64_t rows = row_ptr.empty() ? 0 : static_cast<int64_t>(row_ptr.size()) - 1;
+  std::vector<int32_t> order(static_cast<std::size_t>(ceil_div(rows, int64_t{rows_per_group})));
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-  auto length = [&](int32_t i) { return row_ptr[static_cast<std::size_t>(i) + 1] - row_ptr[static_cast<std::size_t>(i)]; };
+  auto length = [&](int32_t group) {  // stored tiles of the group's rows
+    const int64_t first = int64_t{group} * rows_per_group, last = std::min(first + rows_per_group, rows);
+    return row_ptr[static_cast<std::size_t>(last)] - row_ptr[static_cast<std::size_t>(first)];
+  };
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return length(a) > length(b); });
   return order;
 }

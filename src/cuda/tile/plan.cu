@@ -33,6 +33,10 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   const std::vector<int32_t> order = tile_rows_longest_first(packed.row_ptr);
   w.row_order_ = DeviceBuffer(order.size() * sizeof(int32_t));
   w.row_order_.copy_from_host(order.data(), w.row_order_.size());
+  const std::vector<int32_t> blocks =
+      tile_rows_longest_first(packed.row_ptr, std::max(1, kTileBlockRows / packed.tile_rows));
+  w.block_order_ = DeviceBuffer(std::max<std::size_t>(blocks.size(), 1) * sizeof(int32_t));
+  if (!blocks.empty()) w.block_order_.copy_from_host(blocks.data(), blocks.size() * sizeof(int32_t));
   w.data_ = DeviceBuffer(std::max<std::size_t>(packed.data.size(), 1) * sizeof(uint16_t));
   if (!packed.data.empty()) w.data_.copy_from_host(packed.data.data(), packed.data.size() * sizeof(uint16_t));
   return w;
@@ -45,13 +49,17 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
               std::to_string(tile_cols));
   TileSpmmPlan plan;
   plan.desc_ = desc, plan.tile_rows_ = tile_rows, plan.tile_cols_ = tile_cols;
+  const auto side_ok = [](int side) { return side == 64 || side == 128; };
   const bool sm90_possible = nm24::sm90_compiled() && nm24::device_is_sm90() && desc.b_layout == Layout::col_major &&
-                             desc.cols % 8 == 0 && (tile_cols == 64 || tile_cols == 128);
+                             desc.cols % 8 == 0 && side_ok(tile_rows) && side_ok(tile_cols);
   require(kernel != TileKernel::sm90_wgmma || sm90_possible, ErrorCode::unsupported,
           "tile plan: the sm90 wgmma kernel needs an sm_90 device, a build with sm_90a, B col-major, K % 8 == 0 and "
-          "tile columns of 64 or 128");
-  // `automatic` keeps the validated portable kernel until the Hopper one has run on a GPU.
-  plan.kernel_ = kernel == TileKernel::automatic ? TileKernel::sm80_mma : kernel;
+          "tile rows and columns of 64 or 128");
+  plan.kernel_ = kernel == TileKernel::automatic ? (sm90_possible ? TileKernel::sm90_wgmma : TileKernel::sm80_mma) : kernel;
+  if (plan.kernel_ == TileKernel::sm90_wgmma) {
+    const tile::Sm90TileConfig config = tile::sm90_tile_config(desc.rows, desc.cols, desc.n, tile_cols, nm24::sm_count());
+    plan.block_n_ = config.block_n, plan.split_ = config.split;
+  }
   return plan;
 }
 
@@ -65,15 +73,19 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
               std::to_string(tile_rows_) + "x" + std::to_string(tile_cols_) + " tiles");
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
-  const bool b_col_major = desc_.b_layout == Layout::col_major;
-  const tile::TileParams p{a.row_ptr(), a.col_index(), a.row_order(), static_cast<const uint16_t*>(a.data()), b, c, d,
-                           desc_.bias ? bias : nullptr, desc_.rows, desc_.cols, desc_.n, a.nnz_tiles(), tile_cols_, desc_.alpha,
-                           desc_.beta, desc_.activation, desc_.d_layout == Layout::col_major, b_col_major,
-                           nm24::b_vector_loads(desc_, b)};
+  tile::TileParams p{};
+  p.row_ptr = a.row_ptr(), p.col_index = a.col_index(), p.row_order = a.row_order(), p.block_order = a.block_order();
+  p.tiles = static_cast<const uint16_t*>(a.data());
+  p.b = b, p.c = c, p.d = d, p.bias = desc_.bias ? bias : nullptr;
+  p.rows = desc_.rows, p.cols = desc_.cols, p.n = desc_.n, p.nnz_tiles = a.nnz_tiles();
+  p.tile_rows = tile_rows_, p.tile_cols = tile_cols_;
+  p.alpha = desc_.alpha, p.beta = desc_.beta, p.activation = desc_.activation;
+  p.d_col_major = desc_.d_layout == Layout::col_major, p.b_col_major = desc_.b_layout == Layout::col_major;
+  p.b_vector = nm24::b_vector_loads(desc_, b);
   // The Hopper kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = kernel_ == TileKernel::sm90_wgmma && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) tile::launch_sm90<Element, Out>(p, tile_rows_, stream);
+    if (sm90) tile::launch_sm90<Element, Out>(p, {block_n_, split_}, stream);
     else tile::launch_sm80<Element, Out>(p, tile_rows_, stream);
   });
 }

@@ -1,18 +1,27 @@
-// The Hopper tile-sparse SpMM (sm_90a): wgmma on each stored tile, both operands staged by TMA.
+// The Hopper tile-sparse SpMM (sm_90a): wgmma on the stored tiles, both operands staged by TMA.
 //
-// Computed transposed, D^T = B^T A^T: the wgmma's M is 64 tokens per consumer warpgroup (B^T: x[T, K] is K-major
-// as it is), its N the tile's rows (A^T's columns: the row-major tile is K-major too), so one CTA covers a whole
-// tile row for 128 tokens whatever the tile height. Per stored tile the producer thread posts, on one mbarrier,
-// the tile (a 3-D TMA box of the packed tiles) and the tile's k-range of x (a 2-D box), both with the 128-byte
-// swizzle, in 64-column atoms. Consumers issue one wgmma per 16 columns and keep one group in flight.
+// A CTA computes a 128-row block of D for kBlockN tokens: one 128-row tile row, or two 64-row tile rows. Its
+// producer warp walks the block's tile lists merged by tile column (the union of the two rows' columns), and per
+// 64-column step posts on one mbarrier the step's slab of x (the K-major B operand, 64 columns x kBlockN tokens)
+// and the tiles of the rows that store that column; a step mask tells each consumer warpgroup (64 rows, one
+// m64nN wgmma per 16 columns) whether its row has a tile there. Two 64-row tile rows thus share each x slab
+// that both need, which is where a tile-sparse product spends its L2 bandwidth.
 //
-// Status: compiled, not yet run on a GPU (opt-in through TileKernel::sm90_wgmma; `automatic` keeps sm80_mma).
+// Split-K for small grids (few row blocks x token blocks, e.g. decode): the CTAs of a cluster of `split` take
+// equal ranges of tile columns, stage their partial tiles in shared memory, and each writes a share of D after
+// summing the cluster's partial tiles through distributed shared memory (no workspace, no second launch).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
+
 #include "../common/check.cuh"
+#include "../common/smem.cuh"
 #include "../common/tensor_map.cuh"
 #include "../nm24/nm24_common.cuh"
+#include "../nm24/sm90_epilogue.cuh"
+#include "../ptx/cluster.cuh"
 #include "../ptx/mbarrier.cuh"
 #include "../ptx/tma.cuh"
 #include "../ptx/wgmma.cuh"
@@ -22,57 +31,119 @@
 namespace nmkit::gpu::tile {
 namespace {
 
+namespace epi = sm90_epilogue;
+
 constexpr int kConsumers = 2;
 constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
-[[maybe_unused]] constexpr int kTokensPerConsumer = 64;                          // one m64 wgmma
-constexpr int kBlockTokens = kConsumers * kTokensPerConsumer;   // tokens per CTA
-constexpr int kAtomK = 64;                                      // halves in one 128-byte swizzled row
-constexpr int kRowBytes = kAtomK * 2;
+constexpr int kBlockRows = epi::kEpilogueRows;               // 128: one m64 wgmma per consumer warpgroup
+constexpr int kWarpgroupRows = kBlockRows / kConsumers;
+constexpr int kStepK = 64;                                   // columns per pipeline step: one 128-byte swizzled row
+constexpr int kRowBytes = kStepK * 2;
 [[maybe_unused]] constexpr int kWgmmaK = 16;
 constexpr int kSwizzleAlign = 1024;
+constexpr int kABytes = kBlockRows * kRowBytes;              // a step's tile slots: 128 rows x 64 columns
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
 constexpr int kRegisterFile = 64 * 1024;
 constexpr int kPipelineBytes = 200 * 1024;
 constexpr int kMaxStages = 8;
+constexpr int kMaxSplit = 8;                                 // the portable cluster size
+static_assert(kWarpgroupRows == 64, "a consumer warpgroup issues m64 wgmma");
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
               "setmaxnreg budgets must fit the registers allocated at launch");
 
-// Stage: [x atoms: kAtoms x (128 tokens x 128 B)][tile atoms: kAtoms x (kTileRows x 128 B)], 1024-aligned.
-template <int kTileRows, int kTileCols>
-struct Sm90TileShape {
-  static_assert(kTileCols % kAtomK == 0, "tiles are whole 64-column atoms");
-  static constexpr int kAtoms = kTileCols / kAtomK;
-  static constexpr int kXAtomBytes = kBlockTokens * kRowBytes;
-  static constexpr int kTileAtomBytes = kTileRows * kRowBytes;
-  static constexpr int kStageBytes = kAtoms * (kXAtomBytes + kTileAtomBytes);
-  static constexpr int kStages = kPipelineBytes / kStageBytes < kMaxStages ? kPipelineBytes / kStageBytes : kMaxStages;
-  static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + 2 * kStages * 8;
-  static_assert(kTileAtomBytes % kSwizzleAlign == 0 && kXAtomBytes % kSwizzleAlign == 0, "atoms keep the alignment");
+// Step mask: bit w = consumer warpgroup w has a tile in this step; kEndOfWork = the producer is done.
+[[maybe_unused]] constexpr uint32_t kEndOfWork = 1u << 31;
+
+// Stage: [x slab: kBlockN tokens x 128 B][tile slots: 128 rows x 128 B], 1024-aligned; then barriers and masks.
+template <int kBlockN>
+struct Shape {
+  static constexpr int kXBytes = kBlockN * kRowBytes;
+  static constexpr int kStageBytes = kXBytes + kABytes;
+  static constexpr int kStages = std::min(kPipelineBytes / kStageBytes, kMaxStages);
+  static constexpr int kPipelineEnd = kStages * kStageBytes;
+  static constexpr int kSmemBytes = kSwizzleAlign + kPipelineEnd + kStages * (2 * 8 + 4);
+  static_assert(kXBytes % kSwizzleAlign == 0 && kStageBytes % kSwizzleAlign == 0, "stages keep the swizzle alignment");
   static_assert(kStages >= 2 && kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
+  static_assert(kBlockRows * (kBlockN + epi::kStagePad) * 4 <= kPipelineEnd, "the epilogue tile reuses the stages");
 };
 
-template <class Element, class Out, int kTileRows, int kTileCols>
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // device helpers of the sm_90a pass only
+// One tile row's stored tiles with columns in [begin, end) of the CTA's range, walked by a whole warp in
+// lock-step: lane l holds the column of entry base + l, so the list is read 32 entries per coalesced load.
+struct TileList {
+  const int32_t* col_index;
+  int32_t base, pos, last;  // window start, current entry, one past the row's entries
+  int32_t column_end;
+  int32_t window;           // this lane's column, INT_MAX past the row or the range
+
+  __device__ void load(int lane) {
+    const int32_t i = base + lane;
+    const int32_t c = i < last ? __ldg(col_index + i) : INT_MAX;
+    window = c < column_end ? c : INT_MAX;
+  }
+  // Entries [first, last) of col_index, restricted to columns [column_begin, column_end).
+  __device__ void start(const int32_t* index, int32_t first, int32_t one_past, int32_t column_begin, int32_t end, int lane) {
+    col_index = index, base = first, last = one_past, column_end = end;
+    load(lane);
+    for (;;) {  // columns ascend: skip the entries below the range, a window at a time
+      const int below = __popc(__ballot_sync(0xffffffffu, window < column_begin));
+      if (below < 32) {
+        pos = base + below;
+        return;
+      }
+      base += 32;
+      load(lane);
+    }
+  }
+  __device__ int32_t column() const { return __shfl_sync(0xffffffffu, window, pos - base); }  // INT_MAX: done
+  __device__ void next(int lane) {
+    if (++pos - base == 32) {
+      base += 32;
+      load(lane);
+    }
+  }
+};
+
+// The CTA's work: its 128-row block (longest first), its tokens, its range of tile columns (split-K).
+struct BlockWork {
+  int64_t block, m0, n0;
+  int32_t column_begin, column_end;
+};
+template <int kBlockN>
+__device__ BlockWork block_work(const TileParams& p, uint32_t rank, uint32_t split) {
+  const int64_t cluster = blockIdx.x / split;
+  const int64_t column_blocks = (p.n + kBlockN - 1) / kBlockN;
+  const int64_t block = p.block_order[cluster / column_blocks];
+  const int64_t grid_cols = (p.cols + p.tile_cols - 1) / p.tile_cols;
+  return {block, block * kBlockRows, (cluster % column_blocks) * kBlockN, static_cast<int32_t>(grid_cols * rank / split),
+          static_cast<int32_t>(grid_cols * (rank + 1) / split)};
+}
+
+#endif
+
+template <class Element, class Out, int kBlockN>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_tile_spmm_kernel(const TileParams p, const __grid_constant__ CUtensorMap x_map,
                           const __grid_constant__ CUtensorMap tile_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = Sm90TileShape<kTileRows, kTileCols>;
-  using Wgmma = ptx::WgmmaSS<kTileRows, typename nm24::ElementTraits<Element>::Mma>;
-  constexpr int kStages = Shape::kStages;
-  constexpr int kStepsPerAtom = kAtomK / kWgmmaK;
+  using S = Shape<kBlockN>;
+  using Wgmma = ptx::WgmmaSS<kBlockN, typename nm24::ElementTraits<Element>::Mma>;
+  constexpr int kStages = S::kStages;
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Shape::kStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kPipelineEnd);
   uint64_t* empty = full + kStages;
+  uint32_t* step_mask = reinterpret_cast<uint32_t*>(empty + kStages);
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
-  const auto [tile_row, t0] = tile_work(p, blockIdx.x, kBlockTokens);
-  const int64_t m0 = tile_row * kTileRows;
-  const int32_t begin = p.row_ptr[tile_row], end = p.row_ptr[tile_row + 1];
+  const uint32_t split = ptx::cluster_nctarank(), rank = ptx::cluster_ctarank();
+  const BlockWork work = block_work<kBlockN>(p, rank, split);
+  const int tile_rows_per_block = kBlockRows / p.tile_rows;  // 1 or 2
+  const int steps_per_tile = p.tile_cols / kStepK;           // 1 or 2
 
   if (tid == 0) {
     ptx::prefetch_tensor_map(&x_map);
@@ -85,22 +156,55 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  if (warpgroup == kConsumers) {  // producer: one thread posts each stored tile and its k-range of x
+  if (warpgroup == kConsumers) {  // producer: warp 0 merges the tile lists, its lane 0 issues the copies
     ptx::setmaxnreg_dec<kProducerRegisters>();
-    if (tid % kWarpgroupThreads == 0) {
-      for (int32_t t = begin; t < end; ++t) {
-        const int i = t - begin, s = i % kStages;
-        unsigned char* stage = smem + s * Shape::kStageBytes;
-        if (i >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((i / kStages - 1) & 1));
-        ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
-        const int32_t k0 = p.col_index[t] * kTileCols;
+    if (tid % kWarpgroupThreads < 32) {
+      const int64_t grid_rows = (p.rows + p.tile_rows - 1) / p.tile_rows;
+      TileList lists[kConsumers];
 #pragma unroll
-        for (int a = 0; a < Shape::kAtoms; ++a) {
-          ptx::tma_load_2d(stage + a * Shape::kXAtomBytes, &x_map, &full[s], k0 + a * kAtomK, static_cast<int32_t>(t0));
-          ptx::tma_load_3d(stage + Shape::kAtoms * Shape::kXAtomBytes + a * Shape::kTileAtomBytes, &tile_map, &full[s],
-                           a * kAtomK, 0, t);
-        }
+      for (int w = 0; w < kConsumers; ++w) {
+        const int64_t row = work.block * tile_rows_per_block + w;
+        const bool stored = w < tile_rows_per_block && row < grid_rows;
+        lists[w].start(p.col_index, stored ? p.row_ptr[row] : 0, stored ? p.row_ptr[row + 1] : 0, work.column_begin,
+                       work.column_end, lane);
       }
+      const uint32_t x_step_bytes = S::kXBytes, tile_step_bytes = p.tile_rows * kRowBytes;
+      for (int step = 0;; ) {
+        const int32_t c0 = lists[0].column(), c1 = lists[1].column(), column = min(c0, c1);
+        // A 128-row tile feeds both warpgroups; 64-row tiles feed the warpgroup of their row.
+        const uint32_t mask = column == INT_MAX ? kEndOfWork
+                              : tile_rows_per_block == 1 ? 0x3u
+                                                         : (c0 == column ? 0x1u : 0u) | (c1 == column ? 0x2u : 0u);
+        const int steps = column == INT_MAX ? 1 : steps_per_tile;
+        for (int part = 0; part < steps; ++part, ++step) {
+          const int s = step % kStages;
+          if (step >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((step / kStages - 1) & 1));
+          if (lane != 0) continue;
+          step_mask[s] = mask;
+          if (mask == kEndOfWork) {
+            ptx::mbarrier_arrive(&full[s]);
+            continue;
+          }
+          unsigned char* stage = smem + s * S::kStageBytes;
+          const uint32_t tiles = tile_rows_per_block == 1 ? 1u : __popc(mask);
+          ptx::mbarrier_arrive_expect_tx(&full[s], x_step_bytes + tiles * tile_step_bytes);
+          const int32_t k_in_tile = part * kStepK;
+          ptx::tma_load_2d(stage, &x_map, &full[s], column * p.tile_cols + k_in_tile, static_cast<int32_t>(work.n0));
+#pragma unroll
+          for (int w = 0; w < kConsumers; ++w)
+            if (mask >> w & 1u && (w == 0 || tile_rows_per_block == 2))
+              ptx::tma_load_3d(stage + S::kXBytes + w * kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0,
+                               lists[w].pos);
+        }
+        if (column == INT_MAX) break;
+#pragma unroll
+        for (int w = 0; w < kConsumers; ++w)
+          if ((w == 0 ? c0 : c1) == column) lists[w].next(lane);
+      }
+    }
+    if (split > 1) {  // the consumers' two cluster barriers (epilogue below)
+      ptx::cluster_sync();
+      ptx::cluster_sync();
     }
     return;
   }
@@ -109,87 +213,123 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[Wgmma::kAccumulators];
 #pragma unroll
   for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
-  for (int32_t t = begin; t < end; ++t) {
-    const int i = t - begin, s = i % kStages;
-    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((i / kStages) & 1));
-    const unsigned char* stage = smem + s * Shape::kStageBytes;
+  int pending = -1;  // the stage whose wgmma group may still be reading
+  for (int step = 0;; ++step) {
+    const int s = step % kStages;
+    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((step / kStages) & 1));
+    const uint32_t mask = step_mask[s];
+    if (mask == kEndOfWork) break;
+    if (!(mask >> warpgroup & 1u)) {  // no tile of this warpgroup's row here
+      // Release the pending stage too: the producer may need it before this warpgroup's next tile comes.
+      if (pending >= 0) {
+        ptx::wgmma_wait_group<0>();
+        ptx::mbarrier_arrive(&empty[pending]);
+        pending = -1;
+      }
+      ptx::mbarrier_arrive(&empty[s]);
+      continue;
+    }
+    const unsigned char* stage = smem + s * S::kStageBytes;
+    const uint64_t x_desc = ptx::make_smem_desc_k_major_sw128(ptx::smem_address(stage));
+    const uint64_t tile_desc =
+        ptx::make_smem_desc_k_major_sw128(ptx::smem_address(stage + S::kXBytes + warpgroup * kWarpgroupRows * kRowBytes));
     ptx::wgmma_fence();
 #pragma unroll
-    for (int a = 0; a < Shape::kAtoms; ++a) {
-      const uint64_t x_desc = ptx::make_smem_desc_k_major_sw128(
-          ptx::smem_address(stage + a * Shape::kXAtomBytes + warpgroup * kTokensPerConsumer * kRowBytes));
-      const uint64_t tile_desc = ptx::make_smem_desc_k_major_sw128(
-          ptx::smem_address(stage + Shape::kAtoms * Shape::kXAtomBytes + a * Shape::kTileAtomBytes));
-#pragma unroll
-      for (int k = 0; k < kStepsPerAtom; ++k)  // 16 columns = 32 bytes further along each swizzled row
-        Wgmma::mma(acc, ptx::advance_smem_desc(x_desc, k * kWgmmaK * 2), ptx::advance_smem_desc(tile_desc, k * kWgmmaK * 2), 1);
-    }
+    for (int k = 0; k < kStepK / kWgmmaK; ++k)  // 16 columns = 32 bytes further along each swizzled row
+      Wgmma::mma(acc, ptx::advance_smem_desc(tile_desc, k * kWgmmaK * 2), ptx::advance_smem_desc(x_desc, k * kWgmmaK * 2), 1);
     ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<1>();  // the previous tile's group is done: its stage goes back to the producer
-    if (i > 0) ptx::mbarrier_arrive(&empty[(i - 1) % kStages]);
+    ptx::wgmma_wait_group<1>();  // the previous group is done: its stage goes back to the producer
+    if (pending >= 0) ptx::mbarrier_arrive(&empty[pending]);
+    pending = s;
   }
   ptx::wgmma_wait_group<0>();
   ptx::fence_registers(acc);
 
-  // acc[4j + 2h + e]: token 16w + g + 8h of this warpgroup, tile row 8j + 2t + e (w = warp in the warpgroup).
-  const int warp = (tid % kWarpgroupThreads) / 32, g = lane / 4, tq = lane % 4;
-#pragma unroll
-  for (int j = 0; j < kTileRows / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        nm24::epilogue_store<Out>(p, m0 + 8 * j + 2 * tq + e, t0 + warpgroup * kTokensPerConsumer + 16 * warp + g + 8 * h,
-                                  acc[4 * j + 2 * h + e]);
+  // Epilogue: both warpgroups are done with the stages; stage alpha * acc (+ bias once per cluster), then write D.
+  epi::consumer_sync();
+  const epi::EpilogueTile<kBlockN> tile{p.d_col_major, reinterpret_cast<float*>(smem)};
+  epi::stage_accumulators(p, tile, acc, rank == 0 ? p.bias : nullptr, work.m0, warpgroup, tid % kWarpgroupThreads);
+  if (split == 1) {
+    epi::consumer_sync();
+    epi::write_tile<Out>(p, tile, work.m0, work.n0, tid, epi::kEpilogueThreads, epi::LocalStaged{});
+    return;
+  }
+  ptx::cluster_sync();  // every CTA's partial tile is staged
+  const auto sum_of_cluster = [split](const float* staged) {
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (uint32_t r = 0; r < split; ++r) {
+      const float4 v = ptx::ld_shared_cluster_f32x4(ptx::map_to_rank(staged, r));
+      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    }
+    return sum;
+  };
+  epi::write_tile<Out>(p, tile, work.m0, work.n0, static_cast<int>(rank) * epi::kEpilogueThreads + tid,
+                       static_cast<int>(split) * epi::kEpilogueThreads, sum_of_cluster);
+  ptx::cluster_sync();  // no CTA leaves while another still reads its tile
 #endif
 }
 
-template <class Element, class Out, int kTileRows, int kTileCols>
-void launch(const TileParams& p, cudaStream_t stream) {
-  using Shape = Sm90TileShape<kTileRows, kTileCols>;
-  auto kernel = sm90_tile_spmm_kernel<Element, Out, kTileRows, kTileCols>;
-  static const bool smem_set = [&] {  // once per instantiation and process
-    NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
-    return true;
-  }();
-  (void)smem_set;
-  // x[C, K] (B col-major) in boxes of 64 columns x 128 tokens; the packed tiles as {tile_cols, tile_rows, nnz}.
+template <class Element, class Out, int kBlockN>
+void launch(const TileParams& p, int split, cudaStream_t stream) {
+  using S = Shape<kBlockN>;
+  auto kernel = sm90_tile_spmm_kernel<Element, Out, kBlockN>;
+  static cuda::DynamicSmemLimit smem_limit;
+  smem_limit.raise(kernel, S::kSmemBytes);
+  // x[C, K] (B col-major) in boxes of 64 columns x kBlockN tokens; the packed tiles as {tile_cols, tile_rows, nnz}
+  // in boxes of 64 columns x one whole tile.
   const CUtensorMap x_map = cuda::make_tensor_map_sw128<Element, 2>(
       p.b, {static_cast<cuuint64_t>(p.cols), static_cast<cuuint64_t>(p.n)}, {static_cast<cuuint64_t>(p.cols) * 2},
-      {kAtomK, kBlockTokens});
-  const cuuint64_t tiles = static_cast<cuuint64_t>(p.nnz_tiles > 0 ? p.nnz_tiles : 1);  // a map needs one tile
+      {kStepK, kBlockN});
+  const cuuint64_t tiles = static_cast<cuuint64_t>(std::max<int64_t>(p.nnz_tiles, 1));  // a map needs one tile
+  const auto tile_cols = static_cast<cuuint64_t>(p.tile_cols), tile_rows = static_cast<cuuint64_t>(p.tile_rows);
   const CUtensorMap tile_map = cuda::make_tensor_map_sw128<Element, 3>(
-      p.tiles, {kTileCols, kTileRows, tiles}, {kTileCols * 2, static_cast<cuuint64_t>(kTileRows) * kTileCols * 2},
-      {kAtomK, kTileRows, 1});
-  const int64_t blocks = tile_grid_size(p, kTileRows, kBlockTokens);
+      p.tiles, {tile_cols, tile_rows, tiles}, {tile_cols * 2, tile_rows * tile_cols * 2},
+      {kStepK, static_cast<cuuint32_t>(p.tile_rows), 1});
+  const int64_t blocks = ceil_div(p.rows, int64_t{kBlockRows}) * ceil_div(p.n, int64_t{kBlockN}) * split;
   require(blocks < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 tile: more than 2^31 CTAs");
-  kernel<<<static_cast<unsigned>(blocks), kThreads, Shape::kSmemBytes, stream>>>(p, x_map, tile_map);
-  NMKIT_CUDA_CHECK(cudaGetLastError());
-}
-
-template <class Element, class Out, int kTileRows>
-void launch_rows(const TileParams& p, cudaStream_t stream) {
-  if (p.tile_cols == 64) return launch<Element, Out, kTileRows, 64>(p, stream);
-  if (p.tile_cols == 128) return launch<Element, Out, kTileRows, 128>(p, stream);
-  throw Error(ErrorCode::invalid_argument, "sm90 tile: tile columns must be 64 or 128, got " + std::to_string(p.tile_cols));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = S::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(split), cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map));
 }
 
 }  // namespace
 
-template <class Element, class Out>
-void launch_sm90(const TileParams& p, int tile_rows, cudaStream_t stream) {
-  switch (tile_rows) {
-    case 16: return launch_rows<Element, Out, 16>(p, stream);
-    case 32: return launch_rows<Element, Out, 32>(p, stream);
-    case 64: return launch_rows<Element, Out, 64>(p, stream);
-    case 128: return launch_rows<Element, Out, 128>(p, stream);
-  }
-  throw Error(ErrorCode::invalid_argument, "sm90 tile: no kernel for tile rows " + std::to_string(tile_rows));
+Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count) {
+  Sm90TileConfig c;
+  c.block_n = n > 128 ? 256 : n > 64 ? 128 : 64;
+  // Split K across a cluster while the grid leaves SMs idle, as long as every CTA keeps a few tile columns.
+  const int64_t units = ceil_div(rows, int64_t{kBlockRows}) * ceil_div(n, int64_t{c.block_n});
+  const int64_t grid_cols = ceil_div(cols, int64_t{tile_cols});
+  while (c.split < kMaxSplit && units * c.split * 2 <= sm_count && grid_cols >= 4 * c.split * 2) c.split *= 2;
+  return c;
 }
 
-template void launch_sm90<__half, __half>(const TileParams&, int, cudaStream_t);
-template void launch_sm90<__half, float>(const TileParams&, int, cudaStream_t);
-template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const TileParams&, int, cudaStream_t);
-template void launch_sm90<__nv_bfloat16, float>(const TileParams&, int, cudaStream_t);
+template <class Element, class Out>
+void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t stream) {
+  require(p.tile_rows == 64 || p.tile_rows == 128, ErrorCode::invalid_argument,
+          "sm90 tile: tile rows must be 64 or 128, got " + std::to_string(p.tile_rows));
+  require(p.tile_cols == 64 || p.tile_cols == 128, ErrorCode::invalid_argument,
+          "sm90 tile: tile columns must be 64 or 128, got " + std::to_string(p.tile_cols));
+  require(config.split >= 1 && config.split <= kMaxSplit, ErrorCode::invalid_argument, "sm90 tile: split must be 1..8");
+  switch (config.block_n) {
+    case 64: return launch<Element, Out, 64>(p, config.split, stream);
+    case 128: return launch<Element, Out, 128>(p, config.split, stream);
+    case 256: return launch<Element, Out, 256>(p, config.split, stream);
+  }
+  throw Error(ErrorCode::invalid_argument, "sm90 tile: no kernel for block_n " + std::to_string(config.block_n));
+}
+
+template void launch_sm90<__half, __half>(const TileParams&, const Sm90TileConfig&, cudaStream_t);
+template void launch_sm90<__half, float>(const TileParams&, const Sm90TileConfig&, cudaStream_t);
+template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const TileParams&, const Sm90TileConfig&, cudaStream_t);
+template void launch_sm90<__nv_bfloat16, float>(const TileParams&, const Sm90TileConfig&, cudaStream_t);
 
 }  // namespace nmkit::gpu::tile

@@ -14,6 +14,7 @@ struct TileParams {
   const int32_t* row_ptr;    // (grid_rows + 1)
   const int32_t* col_index;  // (nnz_tiles)
   const int32_t* row_order;  // (grid_rows): tile rows, longest first; CTA i computes row row_order[i / column tiles]
+  const int32_t* block_order;  // (ceil(R / 128)): 128-row blocks, most tiles first (the sm90 kernel's CTA rows)
   const uint16_t* tiles;     // (nnz_tiles, tile_rows, tile_cols), row-major 16-bit values
   const void* b;             // K x C, ldb = K (col-major) or C (row-major)
   const void* c;             // R x C in D's layout, read when beta != 0
@@ -21,7 +22,7 @@ struct TileParams {
   const float* bias;         // R, or null
   int64_t rows, cols, n;     // R, K, C
   int64_t nnz_tiles;         // stored tiles
-  int tile_cols;             // 16, 32, 64 or 128
+  int tile_rows, tile_cols;  // 16, 32, 64 or 128
   float alpha, beta;
   Activation activation;
   bool d_col_major;
@@ -45,9 +46,14 @@ inline int64_t tile_grid_size(const TileParams& p, int tile_rows, int block_n) {
 // The portable kernel (sm80_tile_spmm.cu): tile_rows 16, 32, 64 or 128.
 template <class Element, class Out>
 void launch_sm80(const TileParams& p, int tile_rows, cudaStream_t stream);
-// The Hopper kernel (sm90_tile_spmm.cu): tile_rows 16..128, tile_cols 64 or 128, B col-major with K % 8 == 0 and
-// a 16-byte aligned base (TMA).
+// The Hopper kernel (sm90_tile_spmm.cu): tile rows and columns 64 or 128, B col-major with K % 8 == 0 and a
+// 16-byte aligned base (TMA). A CTA computes 128 rows x block_n tokens; `split` CTAs of a cluster share its K.
+struct Sm90TileConfig {
+  int block_n = 256;  // 64, 128 or 256
+  int split = 1;      // 1..8
+};
+Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count);
 template <class Element, class Out>
-void launch_sm90(const TileParams& p, int tile_rows, cudaStream_t stream);
+void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t stream);
 
 }  // namespace nmkit::gpu::tile
