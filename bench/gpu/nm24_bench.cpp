@@ -119,6 +119,8 @@ struct Options {
   std::string suite = "all";
   std::vector<int> vnm_v{32, 64, 128};
   std::vector<int> tile_sides{32, 64, 128};
+  std::vector<double> tile_densities{0.5, 0.25, 0.1, 0.05};
+  int tile_block_n = 0, tile_split = 0;
   std::vector<int> vnm_m{4, 5, 7, 8, 10, 16, 20, 32, 40, 100};
   std::string vnm_b_layout = "both";
   std::string vnm_shapes = "acceptance";
@@ -164,6 +166,7 @@ int run(const Options& o) {
   if (o.suite == "tile") {
     TileSuiteOptions t{shapes, dtypes};
     t.warmup = o.warmup, t.iters = o.iters, t.tile_sides = o.tile_sides;
+    t.densities = o.tile_densities, t.block_n = o.tile_block_n, t.split = o.tile_split;
     out["tile_run_host_overhead_us"] = run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
     if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
     return 0;
@@ -287,6 +290,9 @@ int main(int argc, char** argv) {
   app.add_option("--suite", o.suite, "bert | llm | decode | all (2:4) | vnm (V:N:M) | tile")->capture_default_str();
   app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
   app.add_option("--tile-sides", o.tile_sides, "tile suite: square tile sides")->delimiter(',')->capture_default_str();
+  app.add_option("--tile-densities", o.tile_densities, "tile suite: fractions of stored tiles")->delimiter(',')->capture_default_str();
+  app.add_option("--tile-block-n", o.tile_block_n, "tile suite: the sm90 kernel's tokens per CTA (64/128/256; 0: by shape)");
+  app.add_option("--tile-split", o.tile_split, "tile suite: the sm90 kernel's split-K cluster size (1..8; 0: by shape)");
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();
   app.add_option("--vnm-shapes", o.vnm_shapes,
                  "vnm suite: acceptance (the issue's three) | llm | bert | all | ksweep (4096 x K x 4096, K = 1k..16k)")

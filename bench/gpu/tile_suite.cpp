@@ -139,7 +139,9 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             if (dense_ms < 0)
               dense_ms = dense.time_fastest([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets,
                                              o.warmup, o.iters, stream);
-            const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side);
+            const bool hopper = side >= 64;  // the sm90 kernel's tiles, where a configuration may be forced
+            const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side, gpu::TileKernel::automatic,
+                                                                     hopper ? o.block_n : 0, hopper ? o.split : 0);
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern
             const auto [nmkit_ms, err] = time_and_check(
                 [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,

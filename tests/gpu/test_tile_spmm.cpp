@@ -128,6 +128,21 @@ TEST(TileGpu, HopperKernelAgainstTheOracle) {
   }
 }
 
+TEST(TileGpu, HopperPersistentCtasTakeSeveralUnits) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  // 9 row blocks x 16 token blocks = 144 units > 132 SMs: some CTAs run two units, their producer loading the
+  // second while the consumers write the first (both D layouts, bias and beta).
+  uint32_t seed = 9100;
+  for (Layout d_layout : {Layout::col_major, Layout::row_major})
+    for (int side : {64, 128}) {
+      const Case t{{1100, 192, 4000, DType::f16, DType::f16, Layout::col_major, d_layout, 1.25f, 0.5f, true, Activation::relu},
+                   side, side, 0.5, TileKernel::sm90_wgmma};
+      EXPECT_EQ(TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma).split(), 1);
+      EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+    }
+}
+
 TEST(TileGpu, BadInputsAreRejected) {
   SKIP_WITHOUT_GPU();
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 48, 64), ErrorCode::unsupported, "16, 32, 64 or 128");

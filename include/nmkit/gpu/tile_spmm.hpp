@@ -80,8 +80,10 @@ const char* kernel_name(TileKernel k) noexcept;
 
 class TileSpmmPlan {
  public:
-  // Validates the description, the tile shape and the kernel's requirements, and fixes the launch configuration.
-  static TileSpmmPlan create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel = TileKernel::automatic);
+  // Validates the description, the tile shape and the kernel's requirements, and fixes the launch configuration:
+  // for sm90_wgmma, block_n (64, 128 or 256 tokens per CTA) and split (1..8 CTAs per cluster sharing K), 0 = by shape.
+  static TileSpmmPlan create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel = TileKernel::automatic,
+                             int block_n = 0, int split = 0);
   // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype and tile shape.
   void run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
 

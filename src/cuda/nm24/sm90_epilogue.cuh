@@ -1,10 +1,11 @@
 #pragma once
 // The epilogue of the Hopper kernels (2:4 / V:N:M in sm90_kernel.cuh, tile-sparse in ../tile/sm90_tile_spmm.cu):
-// two consumer warpgroups hold a 128 x kBlockN fp32 tile of m64nN wgmma accumulators. They stage
-// alpha * acc + bias in shared memory (reusing the pipeline stages), then write D (and read C) along D's
-// contiguous direction, 4 elements per access, so that both layouts of D are written in whole sectors.
+// consumer warpgroups hold m64nN wgmma accumulators in fp32. They stage alpha * acc + bias for a kRows x kCols
+// tile of D in shared memory (the whole 128 x N CTA tile in the reused pipeline stages, or one warpgroup's
+// 64 x kCols slice at a time in a buffer of its own), then write D (and read C) along D's contiguous direction,
+// 4 elements per access, so that both layouts of D are written in whole sectors.
 //
-// Staged layout: col-major D: [kBlockN columns][128 + kStagePad rows]; row-major D: [128 rows][kBlockN + kStagePad].
+// Staged layout: col-major D: [kCols columns][kRows + kStagePad rows]; row-major D: [kRows rows][kCols + kStagePad].
 // The padding of 4 floats keeps float4 alignment and spreads a warp's fragment stores over the banks.
 #include <type_traits>
 
@@ -12,16 +13,18 @@
 
 namespace nmkit::gpu::sm90_epilogue {
 
-inline constexpr int kEpilogueRows = 128;        // two m64 consumer warpgroups
+inline constexpr int kWarpgroupRows = 64;        // one m64 wgmma
+inline constexpr int kEpilogueRows = 128;        // two consumer warpgroups
 inline constexpr int kEpilogueThreads = 256;     // their threads
 inline constexpr int kStagePad = 4;
 inline constexpr int kVector = 4;
 
-template <int kBlockN>
+template <int kRows, int kCols>
 struct EpilogueTile {
+  static constexpr int kBytes = (kRows + kStagePad) * (kCols + kStagePad) * 4;  // enough for either layout
   bool col_major;
   float* data;
-  __device__ int stride() const { return col_major ? kEpilogueRows + kStagePad : kBlockN + kStagePad; }
+  __device__ int stride() const { return col_major ? kRows + kStagePad : kCols + kStagePad; }
   __device__ float& at(int r, int j) const { return col_major ? data[j * stride() + r] : data[r * stride() + j]; }
 };
 
@@ -30,23 +33,25 @@ __device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kEpilogueThreads) : "memory");
 }
 
-// Stages the m64nN accumulators of consumer warpgroup `warpgroup` (wgmma_ss.cuh / wgmma_sp.cuh register order):
-// tile(r, c) = alpha * acc + bias[m0 + r] (bias may be null; rows past R get no bias).
-template <int kBlockN, int kAccumulators, class P>
-__device__ __forceinline__ void stage_accumulators(const P& p, const EpilogueTile<kBlockN>& tile, const float (&acc)[kAccumulators],
-                                                   const float* bias, int64_t m0, int warpgroup, int thread_in_group) {
-  static_assert(kAccumulators == kBlockN / 2, "m64nN accumulators");
+// Stages accumulator columns [first_column, first_column + kCols) of consumer warpgroup `warpgroup`'s m64nN
+// accumulators (wgmma_ss.cuh / wgmma_sp.cuh register order) at tile rows row_offset..row_offset + 63:
+// tile(row_offset + r, c) = alpha * acc(r, first_column + c) + bias[m0 + row_offset + r] (bias may be null; rows
+// past R get none). first_column must fold to a constant (an unrolled loop) so that acc stays in registers.
+template <int kRows, int kCols, int kAccumulators, class P>
+__device__ __forceinline__ void stage_accumulators(const P& p, const EpilogueTile<kRows, kCols>& tile,
+                                                   const float (&acc)[kAccumulators], const float* bias, int64_t m0,
+                                                   int row_offset, int first_column, int thread_in_group) {
   const int warp = thread_in_group / 32, lane = thread_in_group % 32, g = lane / 4, t = lane % 4;
-  const int row_base = warpgroup * 64 + warp * 16 + g;
 #pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j)
+  for (int half = 0; half < 2; ++half) {
+    const int r = row_offset + warp * 16 + g + 8 * half;
+    const float b = (bias && m0 + r < p.rows) ? __ldg(bias + m0 + r) : 0.0f;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = row_base + 8 * half;
-      const float b = (bias && m0 + r < p.rows) ? __ldg(bias + m0 + r) : 0.0f;
+    for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) tile.at(r, 8 * j + 2 * t + e) = p.alpha * acc[4 * j + 2 * half + e] + b;
-    }
+      for (int e = 0; e < 2; ++e)
+        tile.at(r, 8 * j + 2 * t + e) = p.alpha * acc[4 * (first_column / 8 + j) + 2 * half + e] + b;
+  }
 }
 
 template <class Out, class P>
@@ -69,11 +74,11 @@ struct LocalStaged {
 // Writes the staged tile at (m0, n0) of D: work item i (4 elements along D's contiguous direction) for
 // i = first, first + step, ...; load_staged(address in the local tile) returns the 4 staged values (a split-K
 // cluster sums its CTAs' tiles there). Applies beta * C and the activation; R and C tails are skipped.
-template <class Out, int kBlockN, class P, class LoadStaged>
-__device__ void write_tile(const P& p, const EpilogueTile<kBlockN>& tile, int64_t m0, int64_t n0, int first, int step,
+template <class Out, int kRows, int kCols, class P, class LoadStaged>
+__device__ void write_tile(const P& p, const EpilogueTile<kRows, kCols>& tile, int64_t m0, int64_t n0, int first, int step,
                            LoadStaged load_staged) {
-  const int run_len = tile.col_major ? kEpilogueRows : kBlockN;   // contiguous extent inside the tile
-  const int runs = tile.col_major ? kBlockN : kEpilogueRows;
+  const int run_len = tile.col_major ? kRows : kCols;   // contiguous extent inside the tile
+  const int runs = tile.col_major ? kCols : kRows;
   const int64_t ld = tile.col_major ? p.rows : p.n;               // global stride between runs
   const int64_t run_limit = tile.col_major ? p.rows - m0 : p.n - n0;
   const int64_t runs_limit = tile.col_major ? p.n - n0 : p.rows - m0;

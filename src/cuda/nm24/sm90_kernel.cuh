@@ -65,7 +65,7 @@ struct Sm90Shape {
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
   static_assert(kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
   static_assert(kStages >= 2, "the pipeline needs two stages");
-  static_assert(kBlockM * (kBlockN + sm90_epilogue::kStagePad) * 4 <= kStages * kStageBytes, "the epilogue tile reuses the stages");
+  static_assert(sm90_epilogue::EpilogueTile<kBlockM, kBlockN>::kBytes <= kStages * kStageBytes, "the epilogue tile reuses the stages");
 };
 
 // Named barrier 2 of the whole CTA, which a gathering producer arrives at when its last cp.async landed: the
@@ -344,8 +344,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   // Every consumer's wgmma is done (and, when gathering, every producer copy): the stages are free.
   if constexpr (Traits::kGather) wait_producer_drained();
   else consumer_sync();
-  const EpilogueTile<kBlockN> tile{p.d_col_major, reinterpret_cast<float*>(smem)};
-  sm90_epilogue::stage_accumulators(p, tile, acc, p.bias, m0, warpgroup, tid % kWarpgroupThreads);
+  const EpilogueTile<kBlockM, kBlockN> tile{p.d_col_major, reinterpret_cast<float*>(smem)};
+  sm90_epilogue::stage_accumulators(p, tile, acc, p.bias, m0, warpgroup * kRowsPerConsumer, 0, tid % kWarpgroupThreads);
   consumer_sync();
   sm90_epilogue::write_tile<Out>(p, tile, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
   if constexpr (kMulticast) ptx::cluster_sync();

@@ -42,7 +42,8 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   return w;
 }
 
-TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel) {
+TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel, int block_n,
+                                  int split) {
   nm24::check_desc(desc, "tile plan");
   require(tile_kernel_supports(tile_rows, tile_cols), ErrorCode::unsupported,
           "tile plan: the kernels run tile sides 16, 32, 64 or 128, got " + std::to_string(tile_rows) + "x" +
@@ -58,7 +59,11 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   plan.kernel_ = kernel == TileKernel::automatic ? (sm90_possible ? TileKernel::sm90_wgmma : TileKernel::sm80_mma) : kernel;
   if (plan.kernel_ == TileKernel::sm90_wgmma) {
     const tile::Sm90TileConfig config = tile::sm90_tile_config(desc.rows, desc.cols, desc.n, tile_cols, nm24::sm_count());
-    plan.block_n_ = config.block_n, plan.split_ = config.split;
+    require(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 256, ErrorCode::invalid_argument,
+            "tile plan: block_n must be 0 (by shape), 64, 128 or 256, got " + std::to_string(block_n));
+    require(split >= 0 && split <= 8, ErrorCode::invalid_argument,
+            "tile plan: split must be 0 (by shape) or 1..8, got " + std::to_string(split));
+    plan.block_n_ = block_n ? block_n : config.block_n, plan.split_ = split ? split : config.split;
   }
   return plan;
 }

@@ -7,9 +7,12 @@
 // m64nN wgmma per 16 columns) whether its row has a tile there. Two 64-row tile rows thus share each x slab
 // that both need, which is where a tile-sparse product spends its L2 bandwidth.
 //
-// Split-K for small grids (few row blocks x token blocks, e.g. decode): the CTAs of a cluster of `split` take
-// equal ranges of tile columns, stage their partial tiles in shared memory, and each writes a share of D after
-// summing the cluster's partial tiles through distributed shared memory (no workspace, no second launch).
+// Large grids run persistent: one CTA per SM walks work units (128-row block x kBlockN tokens, longest first)
+// while its producer streams the next unit's steps; each consumer warpgroup writes its 64 rows through a
+// staging buffer of its own, 32 tokens at a time, so the epilogue never waits for the pipeline to drain.
+// Small grids (few units, e.g. decode) split K instead: the CTAs of a cluster of `split` take equal ranges of
+// tile columns for one unit, stage their partial tiles in the (then idle) pipeline, and each writes a share of
+// D after summing the cluster's partial tiles through distributed shared memory (no workspace, no second launch).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -43,30 +46,36 @@ constexpr int kRowBytes = kStepK * 2;
 [[maybe_unused]] constexpr int kWgmmaK = 16;
 constexpr int kSwizzleAlign = 1024;
 constexpr int kABytes = kBlockRows * kRowBytes;              // a step's tile slots: 128 rows x 64 columns
-constexpr int kProducerRegisters = 40;
-constexpr int kConsumerRegisters = 232;
+constexpr int kProducerRegisters = 56;  // the list merge and copy issue, without spills
+constexpr int kConsumerRegisters = 224;
 constexpr int kRegisterFile = 64 * 1024;
-constexpr int kPipelineBytes = 200 * 1024;
+constexpr int kPipelineBytes = 220 * 1024;  // stages and epilogue chunk buffers
 constexpr int kMaxStages = 8;
 constexpr int kMaxSplit = 8;                                 // the portable cluster size
+constexpr int kChunkN = 32;                                  // tokens per epilogue chunk of a warpgroup
 static_assert(kWarpgroupRows == 64, "a consumer warpgroup issues m64 wgmma");
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
               "setmaxnreg budgets must fit the registers allocated at launch");
 
-// Step mask: bit w = consumer warpgroup w has a tile in this step; kEndOfWork = the producer is done.
-[[maybe_unused]] constexpr uint32_t kEndOfWork = 1u << 31;
+// Step mask: bit w = consumer warpgroup w has a tile in this step; kEndOfUnit = the unit's last step was posted.
+[[maybe_unused]] constexpr uint32_t kEndOfUnit = 1u << 31;
 
-// Stage: [x slab: kBlockN tokens x 128 B][tile slots: 128 rows x 128 B], 1024-aligned; then barriers and masks.
+// Shared memory: stages [x slab: kBlockN tokens x 128 B][tile slots: 128 rows x 128 B] (1024-aligned), one
+// epilogue chunk buffer per consumer warpgroup, then barriers and step masks.
+using ChunkTile = epi::EpilogueTile<kWarpgroupRows, kChunkN>;
 template <int kBlockN>
 struct Shape {
   static constexpr int kXBytes = kBlockN * kRowBytes;
   static constexpr int kStageBytes = kXBytes + kABytes;
-  static constexpr int kStages = std::min(kPipelineBytes / kStageBytes, kMaxStages);
+  static constexpr int kChunkBytes = ChunkTile::kBytes;
+  static constexpr int kStages = std::min((kPipelineBytes - kConsumers * kChunkBytes) / kStageBytes, kMaxStages);
   static constexpr int kPipelineEnd = kStages * kStageBytes;
-  static constexpr int kSmemBytes = kSwizzleAlign + kPipelineEnd + kStages * (2 * 8 + 4);
+  static constexpr int kBarriers = kPipelineEnd + kConsumers * kChunkBytes;
+  static constexpr int kSmemBytes = kSwizzleAlign + kBarriers + kStages * (2 * 8 + 4);
+  static_assert(kBlockN % kChunkN == 0 && kChunkBytes % 16 == 0, "whole, aligned epilogue chunks");
   static_assert(kXBytes % kSwizzleAlign == 0 && kStageBytes % kSwizzleAlign == 0, "stages keep the swizzle alignment");
   static_assert(kStages >= 2 && kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
-  static_assert(kBlockRows * (kBlockN + epi::kStagePad) * 4 <= kPipelineEnd, "the epilogue tile reuses the stages");
+  static_assert(epi::EpilogueTile<kBlockRows, kBlockN>::kBytes <= kPipelineEnd, "a split's tile reuses the stages");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // device helpers of the sm_90a pass only
@@ -83,10 +92,13 @@ struct TileList {
     const int32_t c = i < last ? __ldg(col_index + i) : INT_MAX;
     window = c < column_end ? c : INT_MAX;
   }
-  // Entries [first, last) of col_index, restricted to columns [column_begin, column_end).
-  __device__ void start(const int32_t* index, int32_t first, int32_t one_past, int32_t column_begin, int32_t end, int lane) {
+  // Entries [first, last) of col_index, restricted to columns [column_begin, column_end): begin() issues the
+  // first window's load, skip_below() consumes it (two lists' loads are in flight together).
+  __device__ void begin(const int32_t* index, int32_t first, int32_t one_past, int32_t end, int lane) {
     col_index = index, base = first, last = one_past, column_end = end;
     load(lane);
+  }
+  __device__ void skip_below(int32_t column_begin, int lane) {
     for (;;) {  // columns ascend: skip the entries below the range, a window at a time
       const int below = __popc(__ballot_sync(0xffffffffu, window < column_begin));
       if (below < 32) {
@@ -106,19 +118,23 @@ struct TileList {
   }
 };
 
-// The CTA's work: its 128-row block (longest first), its tokens, its range of tile columns (split-K).
-struct BlockWork {
+// A work unit: its 128-row block (longest first), its tokens, the CTA's range of its tile columns (split-K).
+struct Unit {
   int64_t block, m0, n0;
   int32_t column_begin, column_end;
 };
 template <int kBlockN>
-__device__ BlockWork block_work(const TileParams& p, uint32_t rank, uint32_t split) {
-  const int64_t cluster = blockIdx.x / split;
+__device__ Unit unit_of(const TileParams& p, int64_t unit, uint32_t rank, uint32_t split) {
   const int64_t column_blocks = (p.n + kBlockN - 1) / kBlockN;
-  const int64_t block = p.block_order[cluster / column_blocks];
+  const int64_t block = p.block_order[unit / column_blocks];
   const int64_t grid_cols = (p.cols + p.tile_cols - 1) / p.tile_cols;
-  return {block, block * kBlockRows, (cluster % column_blocks) * kBlockN, static_cast<int32_t>(grid_cols * rank / split),
+  return {block, block * kBlockRows, (unit % column_blocks) * kBlockN, static_cast<int32_t>(grid_cols * rank / split),
           static_cast<int32_t>(grid_cols * (rank + 1) / split)};
+}
+
+// Named barrier 2 + w among the 128 threads of consumer warpgroup w (its epilogue chunks).
+__device__ __forceinline__ void warpgroup_sync(int warpgroup) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(2 + warpgroup), "n"(kWarpgroupThreads) : "memory");
 }
 
 #endif
@@ -135,13 +151,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kPipelineEnd);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarriers);
   uint64_t* empty = full + kStages;
   uint32_t* step_mask = reinterpret_cast<uint32_t*>(empty + kStages);
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
   const uint32_t split = ptx::cluster_nctarank(), rank = ptx::cluster_ctarank();
-  const BlockWork work = block_work<kBlockN>(p, rank, split);
+  const int64_t units = (p.rows + kBlockRows - 1) / kBlockRows * ((p.n + kBlockN - 1) / kBlockN);
+  const int64_t first_unit = blockIdx.x / split, unit_stride = gridDim.x / split;
   const int tile_rows_per_block = kBlockRows / p.tile_rows;  // 1 or 2
   const int steps_per_tile = p.tile_cols / kStepK;           // 1 or 2
 
@@ -160,46 +177,52 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::setmaxnreg_dec<kProducerRegisters>();
     if (tid % kWarpgroupThreads < 32) {
       const int64_t grid_rows = (p.rows + p.tile_rows - 1) / p.tile_rows;
-      TileList lists[kConsumers];
-#pragma unroll
-      for (int w = 0; w < kConsumers; ++w) {
-        const int64_t row = work.block * tile_rows_per_block + w;
-        const bool stored = w < tile_rows_per_block && row < grid_rows;
-        lists[w].start(p.col_index, stored ? p.row_ptr[row] : 0, stored ? p.row_ptr[row + 1] : 0, work.column_begin,
-                       work.column_end, lane);
-      }
       const uint32_t x_step_bytes = S::kXBytes, tile_step_bytes = p.tile_rows * kRowBytes;
-      for (int step = 0;; ) {
-        const int32_t c0 = lists[0].column(), c1 = lists[1].column(), column = min(c0, c1);
-        // A 128-row tile feeds both warpgroups; 64-row tiles feed the warpgroup of their row.
-        const uint32_t mask = column == INT_MAX ? kEndOfWork
-                              : tile_rows_per_block == 1 ? 0x3u
-                                                         : (c0 == column ? 0x1u : 0u) | (c1 == column ? 0x2u : 0u);
-        const int steps = column == INT_MAX ? 1 : steps_per_tile;
-        for (int part = 0; part < steps; ++part, ++step) {
-          const int s = step % kStages;
-          if (step >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((step / kStages - 1) & 1));
-          if (lane != 0) continue;
-          step_mask[s] = mask;
-          if (mask == kEndOfWork) {
-            ptx::mbarrier_arrive(&full[s]);
-            continue;
-          }
-          unsigned char* stage = smem + s * S::kStageBytes;
-          const uint32_t tiles = tile_rows_per_block == 1 ? 1u : __popc(mask);
-          ptx::mbarrier_arrive_expect_tx(&full[s], x_step_bytes + tiles * tile_step_bytes);
-          const int32_t k_in_tile = part * kStepK;
-          ptx::tma_load_2d(stage, &x_map, &full[s], column * p.tile_cols + k_in_tile, static_cast<int32_t>(work.n0));
-#pragma unroll
-          for (int w = 0; w < kConsumers; ++w)
-            if (mask >> w & 1u && (w == 0 || tile_rows_per_block == 2))
-              ptx::tma_load_3d(stage + S::kXBytes + w * kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0,
-                               lists[w].pos);
+      int step = 0;  // counts on across units: the stages cycle through all of them
+      // Posts one step: the mask, and for a step with tiles the x slab and the tiles of the masked rows.
+      const auto post = [&](uint32_t mask, int32_t column, int part, const Unit& u, const TileList (&lists)[kConsumers]) {
+        const int s = step % kStages;
+        if (step >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((step / kStages - 1) & 1));
+        ++step;
+        if (lane != 0) return;
+        step_mask[s] = mask;
+        if (mask == kEndOfUnit) {
+          ptx::mbarrier_arrive(&full[s]);
+          return;
         }
-        if (column == INT_MAX) break;
+        unsigned char* stage = smem + s * S::kStageBytes;
+        const uint32_t tiles = tile_rows_per_block == 1 ? 1u : __popc(mask);
+        ptx::mbarrier_arrive_expect_tx(&full[s], x_step_bytes + tiles * tile_step_bytes);
+        const int32_t k_in_tile = part * kStepK;
+        ptx::tma_load_2d(stage, &x_map, &full[s], column * p.tile_cols + k_in_tile, static_cast<int32_t>(u.n0));
 #pragma unroll
         for (int w = 0; w < kConsumers; ++w)
-          if ((w == 0 ? c0 : c1) == column) lists[w].next(lane);
+          if (mask >> w & 1u && (w == 0 || tile_rows_per_block == 2))
+            ptx::tma_load_3d(stage + S::kXBytes + w * kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0,
+                             lists[w].pos);
+      };
+      for (int64_t unit = first_unit; unit < units; unit += unit_stride) {
+        const Unit u = unit_of<kBlockN>(p, unit, rank, split);
+        TileList lists[kConsumers];
+#pragma unroll
+        for (int w = 0; w < kConsumers; ++w) {
+          const int64_t row = u.block * tile_rows_per_block + w;
+          const bool stored = w < tile_rows_per_block && row < grid_rows;
+          lists[w].begin(p.col_index, stored ? p.row_ptr[row] : 0, stored ? p.row_ptr[row + 1] : 0, u.column_end, lane);
+        }
+#pragma unroll
+        for (int w = 0; w < kConsumers; ++w) lists[w].skip_below(u.column_begin, lane);
+        for (;;) {
+          const int32_t c0 = lists[0].column(), c1 = lists[1].column(), column = min(c0, c1);
+          if (column == INT_MAX) break;
+          // A 128-row tile feeds both warpgroups; 64-row tiles feed the warpgroup of their row.
+          const uint32_t mask =
+              tile_rows_per_block == 1 ? 0x3u : (c0 == column ? 0x1u : 0u) | (c1 == column ? 0x2u : 0u);
+          for (int part = 0; part < steps_per_tile; ++part) post(mask, column, part, u, lists);
+          if (c0 == column) lists[0].next(lane);
+          if (c1 == column) lists[1].next(lane);
+        }
+        post(kEndOfUnit, 0, 0, u, lists);
       }
     }
     if (split > 1) {  // the consumers' two cluster barriers (epilogue below)
@@ -210,62 +233,81 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   ptx::setmaxnreg_inc<kConsumerRegisters>();
+  const int thread_in_group = tid % kWarpgroupThreads;
+  const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
   float acc[Wgmma::kAccumulators];
+  int step = 0;
+  for (int64_t unit = first_unit; unit < units; unit += unit_stride) {
+    const Unit u = unit_of<kBlockN>(p, unit, rank, split);
 #pragma unroll
-  for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
-  int pending = -1;  // the stage whose wgmma group may still be reading
-  for (int step = 0;; ++step) {
-    const int s = step % kStages;
-    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((step / kStages) & 1));
-    const uint32_t mask = step_mask[s];
-    if (mask == kEndOfWork) break;
-    if (!(mask >> warpgroup & 1u)) {  // no tile of this warpgroup's row here
-      // Release the pending stage too: the producer may need it before this warpgroup's next tile comes.
-      if (pending >= 0) {
-        ptx::wgmma_wait_group<0>();
-        ptx::mbarrier_arrive(&empty[pending]);
-        pending = -1;
+    for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
+    int pending = -1;  // the stage whose wgmma group may still be reading
+    for (;; ++step) {
+      const int s = step % kStages;
+      ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((step / kStages) & 1));
+      const uint32_t mask = step_mask[s];
+      if (mask == kEndOfUnit || !(mask >> warpgroup & 1u)) {
+        // Nothing for this warpgroup: release the pending stage too (the producer may need it before this
+        // warpgroup's next tile comes), and this one.
+        if (pending >= 0) {
+          ptx::wgmma_wait_group<0>();
+          ptx::mbarrier_arrive(&empty[pending]);
+          pending = -1;
+        }
+        ptx::mbarrier_arrive(&empty[s]);
+        if (mask == kEndOfUnit) {
+          ++step;
+          break;
+        }
+        continue;
       }
-      ptx::mbarrier_arrive(&empty[s]);
+      const unsigned char* stage = smem + s * S::kStageBytes;
+      const uint64_t x_desc = ptx::make_smem_desc_k_major_sw128(ptx::smem_address(stage));
+      const uint64_t tile_desc =
+          ptx::make_smem_desc_k_major_sw128(ptx::smem_address(stage + S::kXBytes + warpgroup * kWarpgroupRows * kRowBytes));
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kStepK / kWgmmaK; ++k)  // 16 columns = 32 bytes further along each swizzled row
+        Wgmma::mma(acc, ptx::advance_smem_desc(tile_desc, k * kWgmmaK * 2), ptx::advance_smem_desc(x_desc, k * kWgmmaK * 2), 1);
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<1>();  // the previous group is done: its stage goes back to the producer
+      if (pending >= 0) ptx::mbarrier_arrive(&empty[pending]);
+      pending = s;
+    }
+    ptx::fence_registers(acc);
+
+    if (split == 1) {  // this warpgroup's 64 rows, kChunkN tokens at a time, while the producer loads ahead
+      const int64_t m0 = u.m0 + warpgroup * kWarpgroupRows;
+#pragma unroll
+      for (int chunk = 0; chunk < kBlockN / kChunkN; ++chunk) {
+        warpgroup_sync(warpgroup);  // the previous chunk is written
+        epi::stage_accumulators(p, chunk_tile, acc, p.bias, m0, 0, chunk * kChunkN, thread_in_group);
+        warpgroup_sync(warpgroup);
+        epi::write_tile<Out>(p, chunk_tile, m0, u.n0 + chunk * kChunkN, thread_in_group, kWarpgroupThreads,
+                             epi::LocalStaged{});
+      }
       continue;
     }
-    const unsigned char* stage = smem + s * S::kStageBytes;
-    const uint64_t x_desc = ptx::make_smem_desc_k_major_sw128(ptx::smem_address(stage));
-    const uint64_t tile_desc =
-        ptx::make_smem_desc_k_major_sw128(ptx::smem_address(stage + S::kXBytes + warpgroup * kWarpgroupRows * kRowBytes));
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kStepK / kWgmmaK; ++k)  // 16 columns = 32 bytes further along each swizzled row
-      Wgmma::mma(acc, ptx::advance_smem_desc(tile_desc, k * kWgmmaK * 2), ptx::advance_smem_desc(x_desc, k * kWgmmaK * 2), 1);
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<1>();  // the previous group is done: its stage goes back to the producer
-    if (pending >= 0) ptx::mbarrier_arrive(&empty[pending]);
-    pending = s;
-  }
-  ptx::wgmma_wait_group<0>();
-  ptx::fence_registers(acc);
-
-  // Epilogue: both warpgroups are done with the stages; stage alpha * acc (+ bias once per cluster), then write D.
-  epi::consumer_sync();
-  const epi::EpilogueTile<kBlockN> tile{p.d_col_major, reinterpret_cast<float*>(smem)};
-  epi::stage_accumulators(p, tile, acc, rank == 0 ? p.bias : nullptr, work.m0, warpgroup, tid % kWarpgroupThreads);
-  if (split == 1) {
+    // Split K (one unit per CTA): the pipeline is idle now; stage the CTA's partial 128 x kBlockN tile there
+    // (the bias once per cluster), then each CTA writes its share of the cluster's sum.
     epi::consumer_sync();
-    epi::write_tile<Out>(p, tile, work.m0, work.n0, tid, epi::kEpilogueThreads, epi::LocalStaged{});
-    return;
+    const epi::EpilogueTile<kBlockRows, kBlockN> tile{p.d_col_major, reinterpret_cast<float*>(smem)};
+    epi::stage_accumulators(p, tile, acc, rank == 0 ? p.bias : nullptr, u.m0, warpgroup * kWarpgroupRows, 0, thread_in_group);
+    ptx::cluster_sync();  // every CTA's partial tile is staged
+    const auto sum_of_cluster = [split](const float* staged) {
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (uint32_t r = 0; r < kMaxSplit; ++r)
+        if (r < split) {
+          const float4 v = ptx::ld_shared_cluster_f32x4(ptx::map_to_rank(staged, r));
+          sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+        }
+      return sum;
+    };
+    epi::write_tile<Out>(p, tile, u.m0, u.n0, static_cast<int>(rank) * epi::kEpilogueThreads + tid,
+                         static_cast<int>(split) * epi::kEpilogueThreads, sum_of_cluster);
+    ptx::cluster_sync();  // no CTA leaves while another still reads its tile
   }
-  ptx::cluster_sync();  // every CTA's partial tile is staged
-  const auto sum_of_cluster = [split](const float* staged) {
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (uint32_t r = 0; r < split; ++r) {
-      const float4 v = ptx::ld_shared_cluster_f32x4(ptx::map_to_rank(staged, r));
-      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-    }
-    return sum;
-  };
-  epi::write_tile<Out>(p, tile, work.m0, work.n0, static_cast<int>(rank) * epi::kEpilogueThreads + tid,
-                       static_cast<int>(split) * epi::kEpilogueThreads, sum_of_cluster);
-  ptx::cluster_sync();  // no CTA leaves while another still reads its tile
 #endif
 }
 
@@ -285,7 +327,9 @@ void launch(const TileParams& p, int split, cudaStream_t stream) {
   const CUtensorMap tile_map = cuda::make_tensor_map_sw128<Element, 3>(
       p.tiles, {tile_cols, tile_rows, tiles}, {tile_cols * 2, tile_rows * tile_cols * 2},
       {kStepK, static_cast<cuuint32_t>(p.tile_rows), 1});
-  const int64_t blocks = ceil_div(p.rows, int64_t{kBlockRows}) * ceil_div(p.n, int64_t{kBlockN}) * split;
+  // Split K: one unit per cluster. Otherwise persistent: one CTA per SM at most, striding over the units.
+  const int64_t units = ceil_div(p.rows, int64_t{kBlockRows}) * ceil_div(p.n, int64_t{kBlockN});
+  const int64_t blocks = split > 1 ? units * split : std::min<int64_t>(units, nm24::sm_count());
   require(blocks < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 tile: more than 2^31 CTAs");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
@@ -305,10 +349,11 @@ void launch(const TileParams& p, int split, cudaStream_t stream) {
 Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count) {
   Sm90TileConfig c;
   c.block_n = n > 128 ? 256 : n > 64 ? 128 : 64;
-  // Split K across a cluster while the grid leaves SMs idle, as long as every CTA keeps a few tile columns.
+  // Split K across a cluster while the grid leaves most SMs idle, as long as every CTA keeps a few tile columns
+  // (4096^2 weights at C = 32, H200: split 2 beat 1, 4 and 8).
   const int64_t units = ceil_div(rows, int64_t{kBlockRows}) * ceil_div(n, int64_t{c.block_n});
   const int64_t grid_cols = ceil_div(cols, int64_t{tile_cols});
-  while (c.split < kMaxSplit && units * c.split * 2 <= sm_count && grid_cols >= 4 * c.split * 2) c.split *= 2;
+  while (c.split < kMaxSplit && units * c.split * 2 <= sm_count / 2 && grid_cols >= 4 * c.split * 2) c.split *= 2;
   return c;
 }
 
