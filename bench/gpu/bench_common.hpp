@@ -124,6 +124,9 @@ inline double relative_error(const void* got, const void* want, int64_t count, D
   return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
 }
 
+// Relative error above which a library's output is called wrong (fp16/bf16 outputs of fp32 sums land near 1e-4).
+inline constexpr double kBaselineTolerance = 1e-2;
+
 // A library call timed and checked: the median time of `launch(set)` over the operand sets, then one more launch
 // of set 0, whose output `out0` is compared with the dense reference `reference0` (count elements).
 struct Measured {

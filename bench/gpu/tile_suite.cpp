@@ -140,8 +140,9 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               dense_ms = dense.time_fastest([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets,
                                              o.warmup, o.iters, stream);
             const bool hopper = side >= 64;  // the sm90 kernel's tiles, where a configuration may be forced
-            const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side, gpu::TileKernel::automatic,
-                                                                     hopper ? o.block_n : 0, hopper ? o.split : 0);
+            const gpu::TileLaunch launch{hopper ? o.block_n : 0, hopper ? o.split : 0, o.persistent};
+            const gpu::TileSpmmPlan plan =
+                gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side, gpu::TileKernel::automatic, launch);
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern
             const auto [nmkit_ms, err] = time_and_check(
                 [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,
@@ -170,8 +171,8 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             }
             char kernel_text[64];
             if (plan.kernel() == gpu::TileKernel::sm90_wgmma)
-              std::snprintf(kernel_text, sizeof kernel_text, "%s n%d split %d", gpu::kernel_name(plan.kernel()), plan.block_n(),
-                            plan.split());
+              std::snprintf(kernel_text, sizeof kernel_text, "%s n%d split %d%s", gpu::kernel_name(plan.kernel()),
+                            plan.block_n(), plan.split(), plan.persistent() ? " persistent" : "");
             else
               std::snprintf(kernel_text, sizeof kernel_text, "%s", gpu::kernel_name(plan.kernel()));
             std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s\n", "tile",
@@ -182,7 +183,8 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             {"tile", side}, {"density", density}, {"distribution", skewed ? "skewed" : "uniform"},
                             {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms},
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
-                            {"kernel", gpu::kernel_name(plan.kernel())}, {"block_n", plan.block_n()}, {"split", plan.split()}});
+                            {"kernel", gpu::kernel_name(plan.kernel())}, {"block_n", plan.block_n()}, {"split", plan.split()},
+                            {"persistent", plan.persistent()}});
             if (bsr_ms)
               rows.back()["cusparse_bsr_ms"] = *bsr_ms, rows.back()["cusparse_bsr_rel_error"] = *bsr_err,
               rows.back()["nmkit_vs_cusparse_bsr"] = *bsr_ms / nmkit_ms;

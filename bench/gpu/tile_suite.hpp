@@ -17,6 +17,7 @@ struct TileSuiteOptions {
   std::vector<double> densities{0.5, 0.25, 0.1, 0.05};
   int warmup = 5, iters = 30;
   int block_n = 0, split = 0;  // the sm90 kernel's configuration; 0: the plan's choice
+  bool persistent = true;
 };
 
 // One row per (dtype, shape, tile side, density, distribution of tiles over rows: uniform or skewed); returns

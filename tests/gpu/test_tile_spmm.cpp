@@ -18,6 +18,7 @@ struct Case : Problem {
   int tile_rows, tile_cols;
   double density;
   TileKernel kernel = TileKernel::automatic;
+  TileLaunch launch = {};
 };
 
 std::string describe(const Case& t) {
@@ -25,9 +26,10 @@ std::string describe(const Case& t) {
          std::to_string(t.tile_cols) + " density " + std::to_string(t.density) + " kernel " + kernel_name(t.kernel);
 }
 
-double run_with(const TileMatrix& a, const Problem& t, uint32_t seed, TileKernel kernel = TileKernel::automatic) {
+double run_with(const TileMatrix& a, const Problem& t, uint32_t seed, TileKernel kernel = TileKernel::automatic,
+                const TileLaunch& launch = {}) {
   const DeviceTiles da = DeviceTiles::upload(pack_tiles(a));
-  const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), a.tile_rows, a.tile_cols, kernel);
+  const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), a.tile_rows, a.tile_cols, kernel, launch);
   return error_against_oracle(SparseMatrix{a}, t, seed, [&](const void* b, const void* c, void* d, const float* bias) {
     plan.run(nullptr, da, b, c, d, bias);
   });
@@ -36,7 +38,7 @@ double run_with(const TileMatrix& a, const Problem& t, uint32_t seed, TileKernel
 double run_case(const Case& t, uint32_t seed) {
   const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
   return run_with(compress_tiles(w, prune_tiles_by_norm(w, t.tile_rows, t.tile_cols, t.density), t.tile_rows, t.tile_cols),
-                  t, seed, t.kernel);
+                  t, seed, t.kernel, t.launch);
 }
 
 Problem plain(int64_t r, int64_t k, int64_t c, DType dtype, Layout b_layout) {
@@ -131,22 +133,31 @@ TEST(TileGpu, HopperKernelAgainstTheOracle) {
 TEST(TileGpu, HopperPersistentCtasTakeSeveralUnits) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  // 9 row blocks x 16 token blocks = 144 units > 132 SMs: some CTAs run two units, their producer loading the
-  // second while the consumers write the first (both D layouts, bias and beta).
+  // 9 row blocks x 16 token blocks = 144 units > 132 SMs: some persistent CTAs run two units, their producer
+  // loading the second while the consumers write the first (both D layouts, bias and beta); and the default
+  // one-unit-per-CTA launch of the same problems.
   uint32_t seed = 9100;
-  for (Layout d_layout : {Layout::col_major, Layout::row_major})
-    for (int side : {64, 128}) {
-      const Case t{{1100, 192, 4000, DType::f16, DType::f16, Layout::col_major, d_layout, 1.25f, 0.5f, true, Activation::relu},
-                   side, side, 0.5, TileKernel::sm90_wgmma};
-      EXPECT_EQ(TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma).split(), 1);
-      EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
-    }
+  for (bool persistent : {true, false})
+    for (Layout d_layout : {Layout::col_major, Layout::row_major})
+      for (int side : {64, 128}) {
+        Case t{{1100, 192, 4000, DType::f16, DType::f16, Layout::col_major, d_layout, 1.25f, 0.5f, true, Activation::relu},
+               side, side, 0.5, TileKernel::sm90_wgmma};
+        t.launch.persistent = persistent;
+        const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma, t.launch);
+        EXPECT_EQ(plan.split(), 1);
+        EXPECT_EQ(plan.persistent(), persistent);
+        EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << (persistent ? " persistent" : "");
+      }
 }
 
 TEST(TileGpu, BadInputsAreRejected) {
   SKIP_WITHOUT_GPU();
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 48, 64), ErrorCode::unsupported, "16, 32, 64 or 128");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64, DType::f32}, 64, 64), ErrorCode::unsupported, "f16 or bf16");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 64, 64, TileKernel::automatic, {96}), ErrorCode::invalid_argument,
+                     "block_n must be");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 64, 64, TileKernel::automatic, {0, 9}), ErrorCode::invalid_argument,
+                     "split must be");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 32, 32, TileKernel::sm90_wgmma), ErrorCode::unsupported,
                      "columns of 64 or 128");
   const DenseMatrix w = test::random_matrix(64, 64, DType::f16, 5);

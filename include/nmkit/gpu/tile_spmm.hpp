@@ -78,12 +78,21 @@ class DeviceTiles {
 enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma };
 const char* kernel_name(TileKernel k) noexcept;
 
+// The sm90 kernel's launch: a CTA computes 128 rows of D for block_n tokens (64, 128 or 256; 0 = by C); `split`
+// CTAs of a cluster share its tile columns (1..8; 0 = by grid size); `persistent` runs one CTA per SM striding over
+// the work units, false one CTA per unit (ignored when split > 1). docs/performance.md compares the two.
+struct TileLaunch {
+  int block_n = 0;
+  int split = 0;
+  bool persistent = true;
+};
+
 class TileSpmmPlan {
  public:
-  // Validates the description, the tile shape and the kernel's requirements, and fixes the launch configuration:
-  // for sm90_wgmma, block_n (64, 128 or 256 tokens per CTA) and split (1..8 CTAs per cluster sharing K), 0 = by shape.
+  // Validates the description, the tile shape and the kernel's requirements, and fixes the launch configuration
+  // (TileLaunch: chosen by shape unless forced).
   static TileSpmmPlan create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel = TileKernel::automatic,
-                             int block_n = 0, int split = 0);
+                             const TileLaunch& launch = {});
   // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype and tile shape.
   void run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
 
@@ -94,12 +103,14 @@ class TileSpmmPlan {
   // The sm90 kernel's tokens per CTA and split-K factor (CTAs of a cluster sharing a tile row's columns).
   int block_n() const noexcept { return block_n_; }
   int split() const noexcept { return split_; }
+  bool persistent() const noexcept { return persistent_; }
 
  private:
   SpmmDesc desc_;
   TileKernel kernel_ = TileKernel::sm80_mma;
   int tile_rows_ = 0, tile_cols_ = 0;
   int block_n_ = 0, split_ = 1;
+  bool persistent_ = false;
 };
 
 }  // namespace nmkit::gpu

@@ -42,12 +42,17 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   return w;
 }
 
-TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel, int block_n,
-                                  int split) {
+TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel,
+                                  const TileLaunch& launch) {
+  const int block_n = launch.block_n, split = launch.split;
   nm24::check_desc(desc, "tile plan");
   require(tile_kernel_supports(tile_rows, tile_cols), ErrorCode::unsupported,
           "tile plan: the kernels run tile sides 16, 32, 64 or 128, got " + std::to_string(tile_rows) + "x" +
               std::to_string(tile_cols));
+  require(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 256, ErrorCode::invalid_argument,
+          "tile plan: block_n must be 0 (by shape), 64, 128 or 256, got " + std::to_string(block_n));
+  require(split >= 0 && split <= 8, ErrorCode::invalid_argument,
+          "tile plan: split must be 0 (by shape) or 1..8, got " + std::to_string(split));
   TileSpmmPlan plan;
   plan.desc_ = desc, plan.tile_rows_ = tile_rows, plan.tile_cols_ = tile_cols;
   const auto side_ok = [](int side) { return side == 64 || side == 128; };
@@ -59,11 +64,8 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   plan.kernel_ = kernel == TileKernel::automatic ? (sm90_possible ? TileKernel::sm90_wgmma : TileKernel::sm80_mma) : kernel;
   if (plan.kernel_ == TileKernel::sm90_wgmma) {
     const tile::Sm90TileConfig config = tile::sm90_tile_config(desc.rows, desc.cols, desc.n, tile_cols, nm24::sm_count());
-    require(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 256, ErrorCode::invalid_argument,
-            "tile plan: block_n must be 0 (by shape), 64, 128 or 256, got " + std::to_string(block_n));
-    require(split >= 0 && split <= 8, ErrorCode::invalid_argument,
-            "tile plan: split must be 0 (by shape) or 1..8, got " + std::to_string(split));
     plan.block_n_ = block_n ? block_n : config.block_n, plan.split_ = split ? split : config.split;
+    plan.persistent_ = launch.persistent && plan.split_ == 1;
   }
   return plan;
 }
@@ -90,7 +92,7 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   // The Hopper kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = kernel_ == TileKernel::sm90_wgmma && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) tile::launch_sm90<Element, Out>(p, {block_n_, split_}, stream);
+    if (sm90) tile::launch_sm90<Element, Out>(p, {block_n_, split_, persistent_}, stream);
     else tile::launch_sm80<Element, Out>(p, tile_rows_, stream);
   });
 }

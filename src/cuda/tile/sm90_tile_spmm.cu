@@ -7,9 +7,10 @@
 // m64nN wgmma per 16 columns) whether its row has a tile there. Two 64-row tile rows thus share each x slab
 // that both need, which is where a tile-sparse product spends its L2 bandwidth.
 //
-// Large grids run persistent: one CTA per SM walks work units (128-row block x kBlockN tokens, longest first)
-// while its producer streams the next unit's steps; each consumer warpgroup writes its 64 rows through a
-// staging buffer of its own, 32 tokens at a time, so the epilogue never waits for the pipeline to drain.
+// A CTA walks work units (128-row block x kBlockN tokens, longest first): one unit per CTA by default, or, when
+// persistent, every gridDim-th unit, its producer streaming the next unit's steps while the consumers finish the
+// last. Each consumer warpgroup writes its 64 rows through a staging buffer of its own, 32 tokens at a time, so
+// the epilogue never needs the pipeline drained.
 // Small grids (few units, e.g. decode) split K instead: the CTAs of a cluster of `split` take equal ranges of
 // tile columns for one unit, stage their partial tiles in the (then idle) pipeline, and each writes a share of
 // D after summing the cluster's partial tiles through distributed shared memory (no workspace, no second launch).
@@ -46,8 +47,8 @@ constexpr int kRowBytes = kStepK * 2;
 [[maybe_unused]] constexpr int kWgmmaK = 16;
 constexpr int kSwizzleAlign = 1024;
 constexpr int kABytes = kBlockRows * kRowBytes;              // a step's tile slots: 128 rows x 64 columns
-constexpr int kProducerRegisters = 56;  // the list merge and copy issue, without spills
-constexpr int kConsumerRegisters = 224;
+constexpr int kProducerRegisters = 64;  // the list merge and copy issue, without spills
+constexpr int kConsumerRegisters = 216;
 constexpr int kRegisterFile = 64 * 1024;
 constexpr int kPipelineBytes = 220 * 1024;  // stages and epilogue chunk buffers
 constexpr int kMaxStages = 8;
@@ -201,18 +202,30 @@ __global__ void __launch_bounds__(kThreads, 1)
             ptx::tma_load_3d(stage + S::kXBytes + w * kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0,
                              lists[w].pos);
       };
-      for (int64_t unit = first_unit; unit < units; unit += unit_stride) {
+      // Looks a unit up and issues the loads of its lists' first windows (consumed by skip_below).
+      const auto begin_unit = [&](int64_t unit, TileList (&lists)[kConsumers]) {
         const Unit u = unit_of<kBlockN>(p, unit, rank, split);
-        TileList lists[kConsumers];
 #pragma unroll
         for (int w = 0; w < kConsumers; ++w) {
           const int64_t row = u.block * tile_rows_per_block + w;
           const bool stored = w < tile_rows_per_block && row < grid_rows;
           lists[w].begin(p.col_index, stored ? p.row_ptr[row] : 0, stored ? p.row_ptr[row + 1] : 0, u.column_end, lane);
         }
+        return u;
+      };
+      // The next unit's lookup and list loads are issued while this unit streams (after its first steps), so
+      // their latency hides behind the current unit's copies instead of opening a bubble between units.
+      constexpr int kLookaheadStep = 2;
+      TileList next_lists[kConsumers];
+      Unit next = first_unit < units ? begin_unit(first_unit, next_lists) : Unit{};
+      for (int64_t unit = first_unit; unit < units; unit += unit_stride) {
+        const Unit u = next;
+        TileList lists[kConsumers] = {next_lists[0], next_lists[1]};
 #pragma unroll
         for (int w = 0; w < kConsumers; ++w) lists[w].skip_below(u.column_begin, lane);
-        for (;;) {
+        bool looked_ahead = unit + unit_stride >= units;
+        for (int posted = 0;; ++posted) {
+          if (!looked_ahead && posted == kLookaheadStep) next = begin_unit(unit + unit_stride, next_lists), looked_ahead = true;
           const int32_t c0 = lists[0].column(), c1 = lists[1].column(), column = min(c0, c1);
           if (column == INT_MAX) break;
           // A 128-row tile feeds both warpgroups; 64-row tiles feed the warpgroup of their row.
@@ -222,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (c0 == column) lists[0].next(lane);
           if (c1 == column) lists[1].next(lane);
         }
+        if (!looked_ahead) next = begin_unit(unit + unit_stride, next_lists);
         post(kEndOfUnit, 0, 0, u, lists);
       }
     }
@@ -312,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <class Element, class Out, int kBlockN>
-void launch(const TileParams& p, int split, cudaStream_t stream) {
+void launch(const TileParams& p, int split, bool persistent, cudaStream_t stream) {
   using S = Shape<kBlockN>;
   auto kernel = sm90_tile_spmm_kernel<Element, Out, kBlockN>;
   static cuda::DynamicSmemLimit smem_limit;
@@ -327,9 +341,10 @@ void launch(const TileParams& p, int split, cudaStream_t stream) {
   const CUtensorMap tile_map = cuda::make_tensor_map_sw128<Element, 3>(
       p.tiles, {tile_cols, tile_rows, tiles}, {tile_cols * 2, tile_rows * tile_cols * 2},
       {kStepK, static_cast<cuuint32_t>(p.tile_rows), 1});
-  // Split K: one unit per cluster. Otherwise persistent: one CTA per SM at most, striding over the units.
+  // One unit per CTA (per cluster when split), longest first, balanced by the hardware's CTA scheduler; or
+  // persistent: one CTA per SM at most, striding over the units.
   const int64_t units = ceil_div(p.rows, int64_t{kBlockRows}) * ceil_div(p.n, int64_t{kBlockN});
-  const int64_t blocks = split > 1 ? units * split : std::min<int64_t>(units, nm24::sm_count());
+  const int64_t blocks = persistent && split == 1 ? std::min<int64_t>(units, nm24::sm_count()) : units * split;
   require(blocks < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 tile: more than 2^31 CTAs");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
@@ -365,9 +380,9 @@ void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t
           "sm90 tile: tile columns must be 64 or 128, got " + std::to_string(p.tile_cols));
   require(config.split >= 1 && config.split <= kMaxSplit, ErrorCode::invalid_argument, "sm90 tile: split must be 1..8");
   switch (config.block_n) {
-    case 64: return launch<Element, Out, 64>(p, config.split, stream);
-    case 128: return launch<Element, Out, 128>(p, config.split, stream);
-    case 256: return launch<Element, Out, 256>(p, config.split, stream);
+    case 64: return launch<Element, Out, 64>(p, config.split, config.persistent, stream);
+    case 128: return launch<Element, Out, 128>(p, config.split, config.persistent, stream);
+    case 256: return launch<Element, Out, 256>(p, config.split, config.persistent, stream);
   }
   throw Error(ErrorCode::invalid_argument, "sm90 tile: no kernel for block_n " + std::to_string(config.block_n));
 }
