@@ -1,14 +1,36 @@
 #!/usr/bin/env bash
-# Profiles one launch of the sm90 2:4 kernel with Nsight Compute on the GPU machine (device tool, nothing to
-# carry). Usage: bash scripts/gpu_profile.sh [R,K,C] [f16|bf16]   (default 8192,8192,8192 f16)
-# Leaves the clocks alone (--clock-control none), as the GPU machine's method asks.
+# Profiles one launch of a Hopper kernel with Nsight Compute on the GPU machine (device tool, nothing to carry):
+#   bash scripts/gpu_profile.sh [nm24] [R,K,C] [f16|bf16]           the 2:4 kernel (default 8192,8192,8192 f16)
+#   bash scripts/gpu_profile.sh tile [R,K,C] [density] [tile side]  the tile kernel (default 4096^3, 0.05, 64)
+# Prints speed of light, memory and warp-state sections, and for the tile kernel the stall reasons per issued
+# instruction. Leaves the clocks alone (--clock-control none), as the GPU machine's method asks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-shape=${1:-8192,8192,8192}
-dtype=${2:-f16}
+family=nm24
+if [ "${1:-}" = "nm24" ] || [ "${1:-}" = "tile" ]; then family=$1; shift; fi
 export PATH=/usr/local/cuda/bin:$PATH
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DNMKIT_BUILD_TESTS=OFF >/dev/null
 cmake --build build/gpu -j "$(nproc)" --target nmkit_bench >/dev/null
-ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:sm90_nm24 \
-  --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
-  build/gpu/bench/nmkit_bench --suite none --shape "$shape" --dtype "$dtype" --iters 3 --warmup 1 --no-cusparselt
+sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats)
+
+if [ "$family" = "nm24" ]; then
+  shape=${1:-8192,8192,8192}
+  dtype=${2:-f16}
+  ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:sm90_nm24 "${sections[@]}" \
+    --section ComputeWorkloadAnalysis \
+    build/gpu/bench/nmkit_bench --suite none --shape "$shape" --dtype "$dtype" --iters 3 --warmup 1 --no-cusparselt
+  exit 0
+fi
+
+shape=${1:-4096,4096,4096}
+density=${2:-0.05}
+side=${3:-64}
+stalls=""
+for reason in wait long_scoreboard barrier membar sleeping lg_throttle math_pipe_throttle short_scoreboard \
+              mio_throttle dispatch_stall misc no_instruction branch_resolving drain selected not_selected; do
+  stalls+="smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio,"
+done
+ncu --clock-control none --launch-skip 4 --launch-count 1 -k regex:sm90_tile "${sections[@]}" \
+  --metrics "${stalls}dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct" \
+  build/gpu/bench/nmkit_bench --suite tile --dtype f16 --shape "$shape" --tile-sides "$side" \
+  --tile-densities "$density" --iters 2 --warmup 1
