@@ -4,6 +4,8 @@
 #   bash scripts/gpu_profile.sh tile [R,K,C] [density] [tile side]  the tile kernel (default 4096^3, 0.05, 64)
 # Prints speed of light, memory and warp-state sections, and for the tile kernel the stall reasons per issued
 # instruction. Leaves the clocks alone (--clock-control none), as the GPU machine's method asks.
+# NMKIT_PROFILE_REPORT=1 (tile) also saves the full report with source-level sampling (the build has -lineinfo)
+# to $OUT/tile.ncu-rep, and its per-instruction source page as $OUT/tile_source.csv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 family=nm24
@@ -34,3 +36,12 @@ ncu --clock-control none --launch-skip 4 --launch-count 1 -k regex:sm90_tile "${
   --metrics "${stalls}dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct" \
   build/gpu/bench/nmkit_bench --suite tile --dtype f16 --shape "$shape" --tile-sides "$side" \
   --tile-densities "$density" --iters 2 --warmup 1
+if [ -n "${NMKIT_PROFILE_REPORT:-}" ]; then
+  out=${OUT:-$PWD/gpu_out}
+  mkdir -p "$out"
+  ncu --clock-control none --launch-skip 4 --launch-count 1 -k regex:sm90_tile --set full --import-source yes \
+    -o "$out/tile" -f build/gpu/bench/nmkit_bench --suite tile --dtype f16 --shape "$shape" --tile-sides "$side" \
+    --tile-densities "$density" --iters 2 --warmup 1 >/dev/null
+  ncu --import "$out/tile.ncu-rep" --page source --print-source sass --csv >"$out/tile_source.csv" ||
+    echo "this ncu cannot print the source page; open $out/tile.ncu-rep in Nsight Compute"
+fi
