@@ -74,15 +74,22 @@ class SparseLt {
                                                     CUSPARSE_OPERATION_NON_TRANSPOSE, &a_, &b_, &d_, &d_, CUSPARSE_COMPUTE_32F));
     CHECK_CUSPARSELT(cusparseLtMatmulAlgSelectionInit(h_, &alg_, &mm_, CUSPARSELT_MATMUL_ALG_DEFAULT));
     CHECK_CUSPARSELT(cusparseLtMatmulPlanInit(h_, &plan_, &mm_, &alg_));
+    stream_ = stream;
+    dense_w_ = dense_w;
+    compress();
+  }
+  // Compresses every operand set's weight with the plan as it stands (again after the search, in case the
+  // searched configuration lays the compressed matrix out differently from the default one).
+  void compress() {
     std::size_t compressed = 0, buffer = 0;
     CHECK_CUSPARSELT(cusparseLtSpMMACompressedSize(h_, &plan_, &compressed, &buffer));
     DeviceArray scratch(buffer);
-    for (const void* w : dense_w) {
+    compressed_.clear();
+    for (const void* w : dense_w_) {
       compressed_.emplace_back(compressed);
-      CHECK_CUSPARSELT(cusparseLtSpMMACompress(h_, &plan_, w, compressed_.back().ptr, scratch.ptr, stream));
+      CHECK_CUSPARSELT(cusparseLtSpMMACompress(h_, &plan_, w, compressed_.back().ptr, scratch.ptr, stream_));
     }
-    NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
-    stream_ = stream;
+    NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void search(const void* b, void* d) {
     std::size_t ws = 0;
@@ -92,6 +99,7 @@ class SparseLt {
     CHECK_CUSPARSELT(cusparseLtMatmulSearch(h_, &plan_, &alpha, compressed_[0].ptr, b, &beta, d, d, workspace_.ptr, &stream_, 1));
     CHECK_CUSPARSELT(cusparseLtMatmulGetWorkspace(h_, &plan_, &ws));
     workspace_ = DeviceArray(ws);
+    compress();
   }
   void run(int set, const void* b, void* d) {
     const float alpha = 1.0f, beta = 0.0f;
@@ -109,6 +117,7 @@ class SparseLt {
   cusparseLtMatmulDescriptor_t mm_{};
   cusparseLtMatmulAlgSelection_t alg_{};
   cusparseLtMatmulPlan_t plan_{};
+  std::vector<const void*> dense_w_;
   std::vector<DeviceArray> compressed_;
   DeviceArray workspace_;
   cudaStream_t stream_{};
