@@ -77,6 +77,23 @@ TEST(Nm24Gpu, EveryHopperTileWidth) {
     }
 }
 
+TEST(Nm24Gpu, HopperKernelTakesRowMajorB) {
+  SKIP_WITHOUT_GPU();
+  const auto kernels = kernels_here();
+  if (std::find(kernels.begin(), kernels.end(), Nm24Kernel::sm90_wgmma_sp) == kernels.end())
+    GTEST_SKIP() << "no sm90 device";
+  // B K x C row-major, staged by TMA in 64-column MN-major boxes: tails in R, K and C (C % 8 == 0), every width.
+  uint32_t seed = 700;
+  for (int block_n : {256, 192, 128, 64})
+    for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{300, 256, 72}, {256, 520, 200}, {129, 192, 264}, {64, 40, 8}}) {
+      const DType dtype = block_n % 128 ? DType::bf16 : DType::f16;
+      Case t{{r, k, c, dtype, dtype, Layout::row_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
+             Nm24Kernel::sm90_wgmma_sp};
+      t.block_n = block_n;
+      EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << block_n;
+    }
+}
+
 TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
   SKIP_WITHOUT_GPU();
   const auto kernels = kernels_here();
@@ -112,8 +129,7 @@ TEST(Nm24Gpu, LayoutsAndEpilogues) {
   uint32_t seed = 1000;
   for (Nm24Kernel kernel : kernels_here())
     for (const Problem& problem : layout_and_epilogue_problems(136, 200, 96)) {
-      if (kernel == Nm24Kernel::sm90_wgmma_sp && problem.b_layout == Layout::row_major) continue;
-      const Case t{problem, kernel};
+      const Case t{problem, kernel};  // sm90 with B row-major: the MN-major TMA path
       EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
     }
 }
@@ -136,7 +152,11 @@ TEST(Nm24Gpu, BadInputsAreRejected) {
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64}, Nm24Kernel::sm80_mma_sp, 128), ErrorCode::unsupported, "block_n");
   SpmmDesc row_major_b{64, 64, 64};
   row_major_b.b_layout = Layout::row_major;
-  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported, "sm90");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, Nm24Kernel::sm90_wgmma_sp, 32), ErrorCode::unsupported,
+                     "64, 128, 192 or 256");
+  row_major_b.n = 60;  // TMA needs 16-byte row strides: C % 8 == 0
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported, "C % 8 == 0");
+  EXPECT_EQ(Nm24SpmmPlan::create(row_major_b).config().kernel, Nm24Kernel::sm80_mma_sp);
 
   const DenseMatrix w = test::random_matrix(64, 64, DType::f16, 5);
   const DeviceNm24 a = DeviceNm24::upload(pack_nm24(compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4)));

@@ -102,6 +102,9 @@ struct SpmmDesc {
   Activation activation = Activation::none;
 };
 
+// sm90_wgmma_sp: the Hopper kernel, for B col-major with K % 8 == 0 (`automatic` takes it there), and for B
+// row-major with C % 8 == 0 when asked for by name (n-tiles 64-256; not yet run on a GPU, so `automatic` keeps
+// sm80_mma_sp for B row-major). sm80_mma_sp: the portable kernel, every shape and layout.
 enum class Nm24Kernel : uint8_t { automatic, sm80_mma_sp, sm90_wgmma_sp };
 const char* kernel_name(Nm24Kernel k) noexcept;
 
@@ -119,7 +122,8 @@ std::ostream& operator<<(std::ostream& os, const KernelConfig& c);
 class Nm24SpmmPlan {
  public:
   // Validates the description and picks the kernel; throws Error (invalid_argument, unsupported).
-  // block_n = 0 lets the heuristic choose the sm90 n-tile; otherwise one of 256, 192, 128, 64, 32, 16.
+  // block_n = 0 lets the heuristic choose the sm90 n-tile; otherwise one of 256, 192, 128, 64, 32, 16 (B row-major:
+  // 256, 192, 128, 64).
   static Nm24SpmmPlan create(const SpmmDesc& desc, Nm24Kernel kernel = Nm24Kernel::automatic, int block_n = 0);
   // Like create(), but on an sm90 device times every n-tile width on the problem's shape (temporary device
   // buffers, a few launches each, synchronising) and keeps the fastest. The choice is cached per description

@@ -24,6 +24,7 @@ struct Params {
   float alpha, beta;
   Activation activation;
   bool d_col_major;
+  bool b_col_major = true;    // B's layout (the sm90 kernel stages it K-major or MN-major accordingly)
   // V:N:M (src/cuda/vnm): A is the condensed 2:4 matrix and condensed column k' of row block rb multiplies
   // B row b_gather[rb * gather_stride + k'] (kNoBRow: zeros). Null for 2:4, where column k reads B row k.
   const int32_t* b_gather = nullptr;

@@ -82,7 +82,7 @@ void check_operands(const SpmmDesc& desc, const void* b, const void* c, const vo
 Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias) {
   return {static_cast<const uint4*>(a.values()), static_cast<const uint32_t*>(a.metadata()), b, c, d,
           desc.bias ? bias : nullptr, desc.rows, desc.cols, desc.n, a.cols_padded() / kFragmentK,
-          desc.alpha, desc.beta, desc.activation, desc.d_layout == Layout::col_major};
+          desc.alpha, desc.beta, desc.activation, desc.d_layout == Layout::col_major, desc.b_layout == Layout::col_major};
 }
 
 bool b_vector_loads(const SpmmDesc& desc, const void* b) {
@@ -184,23 +184,33 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   Nm24SpmmPlan plan;
   plan.desc_ = desc;
   constexpr int kAllWidths[] = {256, 192, 128, 64, 32, 16};
-  const bool sm90_possible = nm24::sm90_compiled() && nm24::device_is_sm90() && desc.b_layout == Layout::col_major &&
-                             desc.cols % 8 == 0;
-  if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
+  constexpr int kRowMajorWidths[] = {256, 192, 128, 64};  // B row-major: whole 64-column TMA boxes
+  // TMA reads B along its contiguous dimension: K for B col-major, C for B row-major (16-byte row strides).
+  const bool b_col_major = desc.b_layout == Layout::col_major;
+  const bool sm90_device = nm24::sm90_compiled() && nm24::device_is_sm90();
+  const bool sm90_possible = sm90_device && (b_col_major ? desc.cols % 8 == 0 : desc.n % 8 == 0);
+  // B row-major on the sm90 kernel (MN-major TMA boxes) is taken only when asked for until it has run on a GPU.
+  const bool sm90_automatic = sm90_possible && b_col_major;
+  if (kernel == Nm24Kernel::automatic) kernel = sm90_automatic ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
   require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
-          "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
+          "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, and K % 8 == 0 (B col-major) "
+          "or C % 8 == 0 (B row-major)");
   require(block_n == 0 || kernel == Nm24Kernel::sm90_wgmma_sp, ErrorCode::unsupported,
           "nm24 plan: block_n can only be chosen for the sm90 kernel");
+  require(block_n == 0 || b_col_major || block_n % 64 == 0, ErrorCode::unsupported,
+          "nm24 plan: with B row-major the sm90 kernel's block_n is 64, 128, 192 or 256, got " + std::to_string(block_n));
+  const std::span<const int> widths = b_col_major ? std::span<const int>(kAllWidths) : std::span<const int>(kRowMajorWidths);
   const nm24::TileShape t =
       kernel == Nm24Kernel::sm90_wgmma_sp
-          ? nm24::sm90_tile_shape(block_n != 0 ? block_n : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::sm_count(), kAllWidths))
+          ? nm24::sm90_tile_shape(block_n != 0 ? block_n : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::sm_count(), widths))
           : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   // B multicast across a 2-CTA cluster (n-tiles of 128 and more, an even number of row tiles) is an experiment,
   // off unless NMKIT_SM90_MULTICAST=1: it measured slower (docs/performance.md).
   const char* multicast_env = std::getenv("NMKIT_SM90_MULTICAST");
   const bool multicast_allowed = multicast_env && std::string(multicast_env) == "1";
-  if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && t.block_n >= 128 && ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
+  if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && b_col_major && t.block_n >= 128 &&
+      ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
     plan.config_.cluster = 2;
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
@@ -252,6 +262,7 @@ Nm24SpmmPlan Nm24SpmmPlan::autotune(const SpmmDesc& desc) {
   int best = heuristic.config().block_n;
   float best_ms = 1e30f;
   for (int block_n : {256, 192, 128, 64, 32, 16}) {
+    if (desc.b_layout == Layout::row_major && block_n % 64 != 0) continue;  // whole MN-major boxes only
     const Nm24SpmmPlan candidate = create(desc, Nm24Kernel::sm90_wgmma_sp, block_n);
     for (int i = 0; i < kAutotuneWarmup; ++i) candidate.run(nullptr, a, b, c, d, static_cast<const float*>(bias));
     float times[kAutotuneRuns];

@@ -4,6 +4,7 @@
 // (values and metadata, contiguous in the tile-major packed layout) by two bulk copies, and B:
 //   - 2:4 (BSource::tma): by TMA, K-major with the 128-byte swizzle that both TMA and the wgmma descriptor
 //     understand (B col-major, the linear-layer layout x[T, K] row-major);
+//   - 2:4 with B row-major (BSource::tma_rows): by TMA in 64-column boxes, MN-major, read with B transposed;
 //   - V:N:M (gather_rows / gather_cols): the rows of B named by the weight's gather table, copied by the whole
 //     producer warpgroup into the same swizzled layouts (MN-major for B row-major, K-major for B col-major).
 // Consumers read their A fragments from shared memory into registers (the RS form of wgmma.sp) and keep one
@@ -85,13 +86,16 @@ using sm90_epilogue::EpilogueTile;
 // Where a stage's B tiles come from.
 enum class BSource {
   tma,          // 2:4, B col-major: one TMA box per stage (K-major, 128-byte swizzle)
+  tma_rows,     // 2:4, B row-major: one TMA box per 64 columns of the n-tile (MN-major, 128-byte swizzle)
   gather_rows,  // V:N:M, B row-major: the producer warpgroup cp.asyncs each gathered row (MN-major, swizzled)
   gather_cols,  // V:N:M, B col-major: the producer warpgroup gathers elements along K (K-major, swizzled)
 };
 
 template <BSource kSource>
 struct BSourceTraits {
-  static constexpr bool kGather = kSource != BSource::tma;
+  static constexpr bool kGather = kSource == BSource::gather_rows || kSource == BSource::gather_cols;
+  // B row-major lands MN-major (64-column atoms of 64 k-rows) and is read by wgmma with B transposed.
+  static constexpr bool kMnMajor = kSource == BSource::gather_rows || kSource == BSource::tma_rows;
   // The gather loops need more registers than the single TMA-issuing thread.
   static constexpr int kProducerRegisters = kGather ? 88 : 40;
   static constexpr int kConsumerRegisters = kGather ? 208 : 232;
@@ -194,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   constexpr int kABytes = kAValueBytes + kAMetaBytes;
   static_assert(!kMulticast || kSource == BSource::tma, "multicast shares TMA boxes");
   static_assert(kBTiles == 1 || (kBTiles == kConsumers && Traits::kGather), "one B tile per consumer, or one for both");
-  static_assert(kSource != BSource::gather_rows || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
+  static_assert(!Traits::kMnMajor || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
 
   extern __shared__ unsigned char smem_raw[];
   // Stage buffers on a 1024-byte boundary (the swizzle atom), barriers after them.
@@ -213,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   constexpr int kClusterSize = kMulticast ? 2 : 1;
   const uint32_t rank = kMulticast ? ptx::cluster_ctarank() : 0;
   if (tid == 0) {
-    if constexpr (kSource == BSource::tma) ptx::prefetch_tensor_map(&b_map);
+    if constexpr (!Traits::kGather) ptx::prefetch_tensor_map(&b_map);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&full[s], Traits::kFullArrivals);
       // Every consumer thread of every CTA writing into this stage releases its reads.
@@ -230,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     const int64_t row_tile = m0 / kBlockM;
     const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
     const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
-    if constexpr (kSource == BSource::tma) {
+    if constexpr (!Traits::kGather) {
       if (thread == 0) {  // one thread streams the A and B tiles
         for (int64_t kt = 0; kt < k_tiles; ++kt) {
           const int s = static_cast<int>(kt % kStages);
@@ -244,7 +248,14 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
           } else {
             if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
             ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
-            ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+            if constexpr (kSource == BSource::tma) {
+              ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+            } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
+#pragma unroll
+              for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
+                ptx::tma_load_2d(stage + a * kMnAtomBytes, &b_map, &full[s], static_cast<int32_t>(n0 + a * kMnAtomHalves),
+                                 static_cast<int32_t>(kt * kBlockK));
+            }
           }
           ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
           ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
@@ -320,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
-      if constexpr (kSource == BSource::gather_rows) {  // k32 step kk starts 32 rows of 128 B further
+      if constexpr (Traits::kMnMajor) {  // k32 step kk starts 32 rows of 128 B further
         const uint64_t desc = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
         Wgmma::template mma<1>(acc, a[kk].values, desc, a[kk].meta, 1);
       } else {  // k32 step kk starts 64 bytes into each swizzled row
@@ -361,6 +372,15 @@ CUtensorMap make_b_map(const Params& p, int box_rows) {
                                                  {kBlockK, static_cast<cuuint32_t>(box_rows)});
 }
 
+// B row-major (K x C, row stride C) as a 2-D tensor {C, K}, boxes of 64 columns x kBlockK rows (one MN-major
+// atom), 128-byte swizzle; C and K tails are filled with zeros. The row stride must be a multiple of 16 bytes.
+template <class Element>
+CUtensorMap make_b_rows_map(const Params& p) {
+  return cuda::make_tensor_map_sw128<Element, 2>(p.b, {static_cast<cuuint64_t>(p.n), static_cast<cuuint64_t>(p.cols)},
+                                                 {static_cast<cuuint64_t>(p.n) * sizeof(Element)},
+                                                 {kMnAtomHalves, kBlockK});
+}
+
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
 void launch(const Params& p, cudaStream_t stream) {
   constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
@@ -373,6 +393,7 @@ void launch(const Params& p, cudaStream_t stream) {
   (void)smem_set;
   CUtensorMap map{};  // gathered sources read B with plain loads
   if constexpr (kSource == BSource::tma) map = make_b_map<Element>(p, kMulticast ? kBlockN / 2 : kBlockN);
+  if constexpr (kSource == BSource::tma_rows) map = make_b_rows_map<Element>(p);
   const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
   require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 tiles");
   if constexpr (kMulticast) {

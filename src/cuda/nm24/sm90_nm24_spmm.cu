@@ -1,4 +1,5 @@
-// The 2:4 SpMM on Hopper: the sm90 sparse kernel (sm90_kernel.cuh) with B staged by TMA.
+// The 2:4 SpMM on Hopper: the sm90 sparse kernel (sm90_kernel.cuh) with B staged by TMA (K-major for B
+// col-major, MN-major for B row-major).
 #include "sm90_kernel.cuh"
 
 namespace nmkit::gpu::nm24 {
@@ -8,8 +9,20 @@ using sm90::BSource;
 template <class Element, class Out>
 void launch_sm90(const Params& p, int block_n, bool multicast, cudaStream_t stream) {
   using sm90::launch;
-  require(!multicast || (ceil_div(p.rows, sm90::kBlockM) % 2 == 0 && block_n >= 128), ErrorCode::invalid_argument,
-          "sm90 nm24: B multicast needs an even number of row tiles and an n-tile of at least 128");
+  require(!multicast || (ceil_div(p.rows, sm90::kBlockM) % 2 == 0 && block_n >= 128 && p.b_col_major),
+          ErrorCode::invalid_argument,
+          "sm90 nm24: B multicast needs B col-major, an even number of row tiles and an n-tile of at least 128");
+  if (!p.b_col_major) {  // B row-major: MN-major boxes of 64 columns
+    constexpr BSource kRows = BSource::tma_rows;
+    switch (block_n) {
+      case 256: return launch<Element, Out, 256, kRows, 1, false>(p, stream);
+      case 192: return launch<Element, Out, 192, kRows, 1, false>(p, stream);
+      case 128: return launch<Element, Out, 128, kRows, 1, false>(p, stream);
+      case 64: return launch<Element, Out, 64, kRows, 1, false>(p, stream);
+      default: throw Error(ErrorCode::invalid_argument, "sm90 nm24: B row-major needs block_n 64, 128, 192 or 256, got " +
+                                                            std::to_string(block_n));
+    }
+  }
   constexpr BSource kTma = BSource::tma;
   switch (block_n) {
     case 256: multicast ? launch<Element, Out, 256, kTma, 1, true>(p, stream) : launch<Element, Out, 256, kTma, 1, false>(p, stream); break;
