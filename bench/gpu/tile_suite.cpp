@@ -139,8 +139,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             if (dense_ms < 0)
               dense_ms = dense.time_fastest([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets,
                                              o.warmup, o.iters, stream);
-            const bool hopper = side >= 64;  // the sm90 kernel's tiles, where a configuration may be forced
-            const gpu::TileLaunch launch{hopper ? o.block_n : 0, hopper ? o.split : 0, o.persistent};
+            const gpu::TileLaunch launch{o.block_n, o.split, o.persistent};  // ignored by the portable kernel
             const gpu::TileSpmmPlan plan =
                 gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side, gpu::TileKernel::automatic, launch);
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern

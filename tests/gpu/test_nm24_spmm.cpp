@@ -46,6 +46,11 @@ std::vector<Nm24Kernel> kernels_here() {
   return k;
 }
 
+bool sm90_here() {
+  const auto kernels = kernels_here();
+  return std::find(kernels.begin(), kernels.end(), Nm24Kernel::sm90_wgmma_sp) != kernels.end();
+}
+
 TEST(Nm24Gpu, ShapesWithTailsAgainstTheCpuOracle) {
   SKIP_WITHOUT_GPU();
   const int64_t shapes[][3] = {{128, 64, 128}, {256, 256, 256}, {200, 136, 72}, {64, 40, 17},
@@ -64,9 +69,7 @@ TEST(Nm24Gpu, ShapesWithTailsAgainstTheCpuOracle) {
 
 TEST(Nm24Gpu, EveryHopperTileWidth) {
   SKIP_WITHOUT_GPU();
-  const auto kernels = kernels_here();
-  if (std::find(kernels.begin(), kernels.end(), Nm24Kernel::sm90_wgmma_sp) == kernels.end())
-    GTEST_SKIP() << "no sm90 device";
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
   uint32_t seed = 500;
   for (int block_n : {256, 192, 128, 64, 32, 16})
     for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{300, 256, 1}, {256, 512, 37}, {129, 192, 300}}) {
@@ -79,9 +82,7 @@ TEST(Nm24Gpu, EveryHopperTileWidth) {
 
 TEST(Nm24Gpu, HopperKernelTakesRowMajorB) {
   SKIP_WITHOUT_GPU();
-  const auto kernels = kernels_here();
-  if (std::find(kernels.begin(), kernels.end(), Nm24Kernel::sm90_wgmma_sp) == kernels.end())
-    GTEST_SKIP() << "no sm90 device";
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
   // B K x C row-major, staged by TMA in 64-column MN-major boxes: tails in R, K and C (C % 8 == 0), every width.
   uint32_t seed = 700;
   for (int block_n : {256, 192, 128, 64})
@@ -96,9 +97,7 @@ TEST(Nm24Gpu, HopperKernelTakesRowMajorB) {
 
 TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
   SKIP_WITHOUT_GPU();
-  const auto kernels = kernels_here();
-  if (std::find(kernels.begin(), kernels.end(), Nm24Kernel::sm90_wgmma_sp) == kernels.end())
-    GTEST_SKIP() << "no sm90 device";
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
   setenv("NMKIT_SM90_MULTICAST", "1", 1);  // read when a plan is created
   uint32_t seed = 900;
   for (int block_n : {256, 192, 128})
