@@ -81,14 +81,7 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             for (int i = 0; i < sets; ++i) b_run.emplace_back(b_bytes), transpose(b[i].ptr, b_run[i].ptr, s.k, s.c, stream);
           gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
           desc.b_layout = b_layout;
-          // The Hopper kernel wherever it accepts the layout (B row-major: opt-in until measured), else the default.
-          const gpu::Nm24SpmmPlan plan = [&] {
-            try {
-              return gpu::Nm24SpmmPlan::create(desc, gpu::Nm24Kernel::sm90_wgmma_sp);
-            } catch (const Error&) {
-              return gpu::Nm24SpmmPlan::create(desc);
-            }
-          }();
+          const gpu::Nm24SpmmPlan plan = gpu::Nm24SpmmPlan::create(desc);
           full_ms[b_layout] = time_median_ms(
               [&](int i) {
                 plan.run(stream, full[i], b_layout == Layout::row_major ? b_run[i].ptr : b[i].ptr, nullptr, d_nmkit[i].ptr);

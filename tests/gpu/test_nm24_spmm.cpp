@@ -95,6 +95,19 @@ TEST(Nm24Gpu, HopperKernelTakesRowMajorB) {
     }
 }
 
+TEST(Nm24Gpu, AutomaticTakesTheHopperKernelForEitherBLayout) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  for (Layout b_layout : {Layout::col_major, Layout::row_major}) {
+    SpmmDesc desc{256, 512, 256};
+    desc.b_layout = b_layout;
+    EXPECT_EQ(Nm24SpmmPlan::create(desc).config().kernel, Nm24Kernel::sm90_wgmma_sp) << layout_name(b_layout);
+  }
+  SpmmDesc odd{256, 512, 250};  // B row-major needs C % 8 == 0 for its TMA boxes: the portable kernel then
+  odd.b_layout = Layout::row_major;
+  EXPECT_EQ(Nm24SpmmPlan::create(odd).config().kernel, Nm24Kernel::sm80_mma_sp);
+}
+
 TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";

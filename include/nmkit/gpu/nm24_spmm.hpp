@@ -102,9 +102,8 @@ struct SpmmDesc {
   Activation activation = Activation::none;
 };
 
-// sm90_wgmma_sp: the Hopper kernel, for B col-major with K % 8 == 0 (`automatic` takes it there), and for B
-// row-major with C % 8 == 0 when asked for by name (n-tiles 64-256; not yet run on a GPU, so `automatic` keeps
-// sm80_mma_sp for B row-major). sm80_mma_sp: the portable kernel, every shape and layout.
+// sm90_wgmma_sp: the Hopper kernel, for B col-major with K % 8 == 0 and for B row-major with C % 8 == 0 (n-tiles
+// 64-256 there); `automatic` takes it wherever it applies. sm80_mma_sp: the portable kernel, every shape and layout.
 enum class Nm24Kernel : uint8_t { automatic, sm80_mma_sp, sm90_wgmma_sp };
 const char* kernel_name(Nm24Kernel k) noexcept;
 

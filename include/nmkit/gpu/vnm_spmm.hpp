@@ -33,8 +33,8 @@ bool vnm_kernel_supports_v(int v) noexcept;
 //   full_2_4:  when M % 4 == 0 every aligned 4 columns of a V:N:M row hold at most 2 non-zeros, so the weight
 //              is also a plain 2:4 matrix over all of K: the nm24 kernels run it at 2:4 speed with B read by TMA.
 //   automatic: full_2_4 for M in {4, 8} (where the gather costs more than the extra math saves; measured in
-//              docs/performance.md), condensed otherwise. That suits B col-major (x[T, K]); for B row-major
-//              (K x C) pack `condensed`: the 2:4 plans take the portable kernel there (0.3x against 0.7-0.8x).
+//              docs/performance.md), condensed otherwise, for either B layout (128:2:8, f16, H200, B K x C:
+//              full_2_4 1.07-1.55x cuBLAS against condensed 0.69-0.97x).
 enum class VnmForm : uint8_t { automatic, condensed, full_2_4 };
 VnmForm resolve_vnm_form(VnmForm form, int m);  // automatic -> the concrete form; throws for full_2_4 with M % 4 != 0
 const char* vnm_form_name(VnmForm form) noexcept;

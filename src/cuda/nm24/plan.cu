@@ -189,9 +189,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   const bool b_col_major = desc.b_layout == Layout::col_major;
   const bool sm90_device = nm24::sm90_compiled() && nm24::device_is_sm90();
   const bool sm90_possible = sm90_device && (b_col_major ? desc.cols % 8 == 0 : desc.n % 8 == 0);
-  // B row-major on the sm90 kernel (MN-major TMA boxes) is taken only when asked for until it has run on a GPU.
-  const bool sm90_automatic = sm90_possible && b_col_major;
-  if (kernel == Nm24Kernel::automatic) kernel = sm90_automatic ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
+  if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
   require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
           "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, and K % 8 == 0 (B col-major) "
           "or C % 8 == 0 (B row-major)");
