@@ -6,6 +6,8 @@
 #include "tile_suite.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
 #include <optional>
@@ -104,6 +106,78 @@ gpu::PackedTiles random_tiles(int64_t rows, int64_t cols, int side, double densi
   return p;
 }
 
+// One traced launch of `plan`'s configuration (TileLaunch::timeline), summarised from the CTAs' clock64 marks:
+// the prologue until the first copies, the copies' latency (posted -> landed, which also counts how far ahead
+// the producer runs), the consumer's time per step, and per work unit its main loop, its epilogue and the wait
+// for the next unit's first data. Cycles become microseconds at the device's rated clock (an approximation).
+void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, const void* b, void* d, cudaStream_t stream) {
+  using T = gpu::TileTimeline;
+  const gpu::SpmmDesc& desc = plan.desc();
+  const int64_t units = ceil_div(desc.rows, int64_t{gpu::kTileBlockRows}) * ceil_div(desc.n, int64_t{plan.block_n()});
+  const int64_t ctas = units * plan.split();  // at least the grid
+  DeviceArray buffer(ctas * T::kWords * sizeof(uint64_t));
+  NMKIT_CUDA_CHECK(cudaMemsetAsync(buffer.ptr, 0, ctas * T::kWords * sizeof(uint64_t), stream));
+  const gpu::TileSpmmPlan traced = gpu::TileSpmmPlan::create(
+      desc, plan.tile_rows(), plan.tile_cols(), plan.kernel(),
+      {plan.block_n(), plan.split(), plan.persistent(), static_cast<uint64_t*>(buffer.ptr)});
+  traced.run(stream, a, b, nullptr, d);
+  std::vector<uint64_t> words(ctas * T::kWords);
+  NMKIT_CUDA_CHECK(cudaMemcpyAsync(words.data(), buffer.ptr, words.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream));
+  NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  int clock_khz = 0, device = 0;
+  NMKIT_CUDA_CHECK(cudaGetDevice(&device));
+  NMKIT_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
+  const double us_per_cycle = 1e3 / clock_khz;
+
+  struct Mean {
+    double sum = 0;
+    int64_t n = 0;
+    void add(double v) { sum += v, ++n; }
+    double get() const { return n ? sum / static_cast<double>(n) : 0.0; }
+  } prologue, latency, step_time, mainloop, epilogue, next_wait, units_per_cta, steps_per_unit;
+  uint64_t first_start_ns = UINT64_MAX, last_start_ns = 0;
+  std::string cta0;
+  for (int64_t c = 0; c < ctas; ++c) {
+    const uint64_t* w = words.data() + c * T::kWords;
+    if (w[T::kStart] == 0) continue;  // no such CTA in the grid
+    first_start_ns = std::min(first_start_ns, w[T::kStartNs]), last_start_ns = std::max(last_start_ns, w[T::kStartNs]);
+    const auto at = [&](int slot) { return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * us_per_cycle; };
+    int steps = 0;
+    while (steps < T::kSteps && w[T::kArrived + steps] != 0 && w[T::kPosted + steps] != 0) ++steps;
+    int done = 0;
+    while (done < T::kUnits && w[T::kUnitDone + done] != 0) ++done;
+    units_per_cta.add(done);
+    if (steps > 0) prologue.add(at(T::kPosted));
+    // Steps of unit u: those that landed before its epilogue ended (the last of them is its end marker).
+    int step = 0;
+    for (int u = 0; u < done; ++u) {
+      const int first = step;
+      while (step < steps && w[T::kArrived + step] <= w[T::kUnitDone + u]) {
+        latency.add(at(T::kArrived + step) - at(T::kPosted + step));
+        if (step > first) step_time.add(at(T::kArrived + step) - at(T::kArrived + step - 1));
+        ++step;
+      }
+      if (step == first || step > steps) break;  // the unit's steps went past the recorded ones
+      steps_per_unit.add(step - first - 1);
+      mainloop.add(at(T::kArrived + step - 1) - at(T::kArrived + first));
+      epilogue.add(at(T::kUnitDone + u) - at(T::kArrived + step - 1));
+      if (step < steps) next_wait.add(at(T::kArrived + step) - at(T::kUnitDone + u));
+    }
+    if (cta0.empty()) {
+      char text[64];
+      for (int i = 0; i < std::min(steps, 24); ++i)
+        std::snprintf(text, sizeof text, " %.1f/%.1f", at(T::kPosted + i), at(T::kArrived + i)), cta0 += text;
+      cta0 += " | units done:";
+      for (int u = 0; u < std::min(done, 8); ++u) std::snprintf(text, sizeof text, " %.1f", at(T::kUnitDone + u)), cta0 += text;
+    }
+  }
+  std::printf("  timeline (us): CTA starts spread %.1f; per CTA %.1f units of %.1f steps; prologue to first copy %.2f; "
+              "copy posted->landed %.2f; step %.2f; unit main loop %.2f, epilogue %.2f, wait for next unit's data %.2f\n",
+              static_cast<double>(last_start_ns - first_start_ns) * 1e-3, units_per_cta.get(), steps_per_unit.get(),
+              prologue.get(), latency.get(), step_time.get(), mainloop.get(), epilogue.get(), next_wait.get());
+  std::printf("  first CTA, posted/landed per step (us from its start):%s\n", cta0.c_str());
+}
+
 }  // namespace
 
 double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
@@ -146,6 +220,10 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             const auto [nmkit_ms, err] = time_and_check(
                 [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,
                 d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+            if (o.timeline && plan.kernel() == gpu::TileKernel::sm90_wgmma) {
+              plan.run(stream, weights[1 % sets], b[1 % sets].ptr, nullptr, d_nmkit[1 % sets].ptr);
+              print_timeline(plan, weights[0], b[0].ptr, d_nmkit[0].ptr, stream);
+            }
             // cuSPARSE BSR on the same arrays, checked against cuBLAS too; reported as skipped where it refuses.
             std::optional<double> bsr_ms, bsr_err;
             try {

@@ -3,10 +3,13 @@
 // outputs poisoned. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <vector>
 #include <string>
 
 #include "gpu/gpu_test_util.hpp"
+#include "nmkit/device.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
@@ -148,6 +151,36 @@ TEST(TileGpu, HopperPersistentCtasTakeSeveralUnits) {
         EXPECT_EQ(plan.persistent(), persistent);
         EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << (persistent ? " persistent" : "");
       }
+}
+
+TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  // A traced launch (TileLaunch::timeline) computes the same product, and every CTA of the grid leaves ordered
+  // marks: start, first copy posted, its data landed, first unit written.
+  using T = TileTimeline;
+  for (bool persistent : {true, false}) {
+    Case t{{700, 256, 600, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
+           64, 64, 0.5, TileKernel::sm90_wgmma};
+    t.launch.persistent = persistent;
+    const TileSpmmPlan probe = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma, t.launch);
+    const int64_t units = ceil_div(t.r, int64_t{kTileBlockRows}) * ceil_div(t.c, int64_t{probe.block_n()});
+    const int64_t grid = persistent ? std::min<int64_t>(units, query_cuda_devices().devices.at(0).sm_count) : units * probe.split();
+    std::vector<uint64_t> words(grid * T::kWords, 0);
+    DeviceBuffer timeline(words.size() * sizeof(uint64_t));
+    timeline.copy_from_host(words.data(), timeline.size());
+    t.launch.timeline = static_cast<uint64_t*>(timeline.data());
+    EXPECT_LE(run_case(t, 9300), tolerance(t.dtype)) << describe(t);
+    timeline.copy_to_host(words.data(), words.size() * sizeof(uint64_t));
+    for (int64_t c = 0; c < grid; ++c) {
+      const uint64_t* w = words.data() + c * T::kWords;
+      ASSERT_NE(w[T::kStart], 0u) << "CTA " << c;
+      EXPECT_NE(w[T::kStartNs], 0u) << "CTA " << c;
+      EXPECT_LE(w[T::kStart], w[T::kPosted]) << "CTA " << c;
+      EXPECT_LE(w[T::kPosted], w[T::kArrived]) << "CTA " << c;
+      EXPECT_LT(w[T::kArrived], w[T::kUnitDone]) << "CTA " << c;
+    }
+  }
 }
 
 TEST(TileGpu, BadInputsAreRejected) {

@@ -81,10 +81,26 @@ const char* kernel_name(TileKernel k) noexcept;
 // The sm90 kernel's launch: a CTA computes 128 rows of D for block_n tokens (64, 128 or 256; 0 = by C); `split`
 // CTAs of a cluster share its tile columns (1..8; 0 = by grid size); `persistent` runs one CTA per SM striding over
 // the work units, false one CTA per unit (ignored when split > 1). docs/performance.md compares the two.
+// `timeline` (diagnosis, sm90 kernel only; null in normal use): a device buffer of grid x TileTimeline::kWords
+// words where each CTA records SM clock cycles at the points below (nmkit_bench --tile-timeline reads it).
 struct TileLaunch {
   int block_n = 0;
   int split = 0;
   bool persistent = true;
+  uint64_t* timeline = nullptr;
+};
+
+// One CTA's words of a TileLaunch::timeline: clock64() values (globaltimer ns for kStartNs); slots past what a
+// CTA reached stay as the caller filled them.
+struct TileTimeline {
+  static constexpr int kSteps = 128;  // pipeline steps recorded, counted over all of the CTA's units
+  static constexpr int kUnits = 32;   // work units recorded
+  static constexpr int kStartNs = 0;  // %globaltimer when the CTA started
+  static constexpr int kStart = 1;    // clock64 when the CTA started
+  static constexpr int kPosted = 2;                  // [kSteps] the producer issued the step's copies
+  static constexpr int kArrived = kPosted + kSteps;  // [kSteps] consumer warpgroup 0 saw the step's data land
+  static constexpr int kUnitDone = kArrived + kSteps;  // [kUnits] consumer warpgroup 0 wrote the unit's rows
+  static constexpr int kWords = kUnitDone + kUnits;
 };
 
 class TileSpmmPlan {
@@ -104,6 +120,7 @@ class TileSpmmPlan {
   int block_n() const noexcept { return block_n_; }
   int split() const noexcept { return split_; }
   bool persistent() const noexcept { return persistent_; }
+  uint64_t* timeline() const noexcept { return timeline_; }
 
  private:
   SpmmDesc desc_;
@@ -111,6 +128,7 @@ class TileSpmmPlan {
   int tile_rows_ = 0, tile_cols_ = 0;
   int block_n_ = 0, split_ = 1;
   bool persistent_ = false;
+  uint64_t* timeline_ = nullptr;
 };
 
 }  // namespace nmkit::gpu

@@ -27,9 +27,11 @@
 #include "../nm24/sm90_epilogue.cuh"
 #include "../ptx/cluster.cuh"
 #include "../ptx/mbarrier.cuh"
+#include "../ptx/timer.cuh"
 #include "../ptx/tma.cuh"
 #include "../ptx/wgmma.cuh"
 #include "../ptx/wgmma_ss.cuh"
+#include "nmkit/gpu/tile_spmm.hpp"
 #include "tile_common.cuh"
 
 namespace nmkit::gpu::tile {
@@ -133,6 +135,12 @@ __device__ Unit unit_of(const TileParams& p, int64_t unit, uint32_t rank, uint32
           static_cast<int32_t>(grid_cols * (rank + 1) / split)};
 }
 
+// Diagnosis (TileLaunch::timeline): word `slot` of this CTA's timeline. The pointer is read from the kernel
+// parameters at each use, so that tracing keeps no register live through the loops.
+__device__ __forceinline__ void record_time(uint64_t* timeline, int slot, uint64_t value) {
+  timeline[int64_t{blockIdx.x} * TileTimeline::kWords + slot] = value;
+}
+
 // Named barrier 2 + w among the 128 threads of consumer warpgroup w (its epilogue chunks).
 __device__ __forceinline__ void warpgroup_sync(int warpgroup) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(2 + warpgroup), "n"(kWarpgroupThreads) : "memory");
@@ -143,7 +151,7 @@ __device__ __forceinline__ void warpgroup_sync(int warpgroup) {
 template <class Element, class Out, int kBlockN>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_tile_spmm_kernel(const TileParams p, const __grid_constant__ CUtensorMap x_map,
-                          const __grid_constant__ CUtensorMap tile_map) {
+                          const __grid_constant__ CUtensorMap tile_map, uint64_t* const timeline) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Shape<kBlockN>;
   using Wgmma = ptx::WgmmaSS<kBlockN, typename nm24::ElementTraits<Element>::Mma>;
@@ -164,6 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int steps_per_tile = p.tile_cols / kStepK;           // 1 or 2
 
   if (tid == 0) {
+    if (timeline) record_time(timeline, TileTimeline::kStartNs, ptx::global_timer_ns()), record_time(timeline, TileTimeline::kStart, clock64());
     ptx::prefetch_tensor_map(&x_map);
     ptx::prefetch_tensor_map(&tile_map);
     for (int s = 0; s < kStages; ++s) {
@@ -184,8 +193,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const auto post = [&](uint32_t mask, int32_t column, int part, const Unit& u, const TileList (&lists)[kConsumers]) {
         const int s = step % kStages;
         if (step >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((step / kStages - 1) & 1));
-        ++step;
+        const int this_step = step++;
         if (lane != 0) return;
+        if (timeline && this_step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kPosted + this_step, clock64());
         step_mask[s] = mask;
         if (mask == kEndOfUnit) {
           ptx::mbarrier_arrive(&full[s]);
@@ -250,8 +260,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int thread_in_group = tid % kWarpgroupThreads;
   const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
   float acc[Wgmma::kAccumulators];
-  int step = 0;
-  for (int64_t unit = first_unit; unit < units; unit += unit_stride) {
+  int step = 0, units_done = 0;
+  for (int64_t unit = first_unit; unit < units; unit += unit_stride, ++units_done) {
     const Unit u = unit_of<kBlockN>(p, unit, rank, split);
 #pragma unroll
     for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
@@ -259,6 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (;; ++step) {
       const int s = step % kStages;
       ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((step / kStages) & 1));
+      if (timeline && tid == 0 && step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kArrived + step, clock64());
       const uint32_t mask = step_mask[s];
       if (mask == kEndOfUnit || !(mask >> warpgroup & 1u)) {
         // Nothing for this warpgroup: release the pending stage too (the producer may need it before this
@@ -300,6 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         epi::write_tile<Out>(p, chunk_tile, m0, u.n0 + chunk * kChunkN, thread_in_group, kWarpgroupThreads,
                              epi::LocalStaged{});
       }
+      if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
       continue;
     }
     // Split K (one unit per CTA): the pipeline is idle now; stage the CTA's partial 128 x kBlockN tile there
@@ -321,12 +333,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     epi::write_tile<Out>(p, tile, u.m0, u.n0, static_cast<int>(rank) * epi::kEpilogueThreads + tid,
                          static_cast<int>(split) * epi::kEpilogueThreads, sum_of_cluster);
     ptx::cluster_sync();  // no CTA leaves while another still reads its tile
+    if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
   }
 #endif
 }
 
 template <class Element, class Out, int kBlockN>
-void launch(const TileParams& p, int split, bool persistent, cudaStream_t stream) {
+void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline, cudaStream_t stream) {
   using S = Shape<kBlockN>;
   auto kernel = sm90_tile_spmm_kernel<Element, Out, kBlockN>;
   static cuda::DynamicSmemLimit smem_limit;
@@ -356,7 +369,7 @@ void launch(const TileParams& p, int split, bool persistent, cudaStream_t stream
   cluster.val.clusterDim.x = static_cast<unsigned>(split), cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map));
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map, timeline));
 }
 
 }  // namespace
@@ -380,9 +393,9 @@ void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t
           "sm90 tile: tile columns must be 64 or 128, got " + std::to_string(p.tile_cols));
   require(config.split >= 1 && config.split <= kMaxSplit, ErrorCode::invalid_argument, "sm90 tile: split must be 1..8");
   switch (config.block_n) {
-    case 64: return launch<Element, Out, 64>(p, config.split, config.persistent, stream);
-    case 128: return launch<Element, Out, 128>(p, config.split, config.persistent, stream);
-    case 256: return launch<Element, Out, 256>(p, config.split, config.persistent, stream);
+    case 64: return launch<Element, Out, 64>(p, config.split, config.persistent, config.timeline, stream);
+    case 128: return launch<Element, Out, 128>(p, config.split, config.persistent, config.timeline, stream);
+    case 256: return launch<Element, Out, 256>(p, config.split, config.persistent, config.timeline, stream);
   }
   throw Error(ErrorCode::invalid_argument, "sm90 tile: no kernel for block_n " + std::to_string(config.block_n));
 }

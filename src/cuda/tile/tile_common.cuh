@@ -52,6 +52,7 @@ struct Sm90TileConfig {
   int block_n = 256;        // 64, 128 or 256
   int split = 1;            // 1..8
   bool persistent = true;   // one CTA per SM over all units (split == 1 only)
+  uint64_t* timeline = nullptr;  // TileLaunch::timeline
 };
 Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count);
 template <class Element, class Out>
