@@ -56,6 +56,7 @@ constexpr int kPipelineBytes = 220 * 1024;  // stages and epilogue chunk buffers
 constexpr int kMaxStages = 8;
 constexpr int kMaxSplit = 8;                                 // the portable cluster size
 constexpr int kChunkN = 32;                                  // tokens per epilogue chunk of a warpgroup
+[[maybe_unused]] constexpr int kChunkBarrier = 2;  // named barriers 2 + w: consumer warpgroup w's epilogue chunks (1: both, 0: CTA)
 static_assert(kWarpgroupRows == 64, "a consumer warpgroup issues m64 wgmma");
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
               "setmaxnreg budgets must fit the registers allocated at launch");
@@ -70,12 +71,17 @@ template <int kBlockN>
 struct Shape {
   static constexpr int kXBytes = kBlockN * kRowBytes;
   static constexpr int kStageBytes = kXBytes + kABytes;
-  static constexpr int kChunkBytes = ChunkTile::kBytes;
+  // A consumer warpgroup's epilogue buffer: one fp32 chunk, or the TMA-store path's 16-bit boxes.
+  static constexpr int kChunkBytes =
+      (std::max(ChunkTile::kBytes, epi::kStoreBuffers * epi::kStoreBufferBytes) + epi::kStoreBufferAlign - 1) /
+      epi::kStoreBufferAlign * epi::kStoreBufferAlign;
   static constexpr int kStages = std::min((kPipelineBytes - kConsumers * kChunkBytes) / kStageBytes, kMaxStages);
   static constexpr int kPipelineEnd = kStages * kStageBytes;
   static constexpr int kBarriers = kPipelineEnd + kConsumers * kChunkBytes;
   static constexpr int kSmemBytes = kSwizzleAlign + kBarriers + kStages * (2 * 8 + 4);
   static_assert(kBlockN % kChunkN == 0 && kChunkBytes % 16 == 0, "whole, aligned epilogue chunks");
+  static_assert(kChunkN == epi::kStoreChunkCols && (kBlockN / kChunkN) % epi::kStoreBuffers == 0,
+                "a unit's chunks alternate the TMA-store buffers evenly");
   static_assert(kXBytes % kSwizzleAlign == 0 && kStageBytes % kSwizzleAlign == 0, "stages keep the swizzle alignment");
   static_assert(kStages >= 2 && kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
   static_assert(epi::EpilogueTile<kBlockRows, kBlockN>::kBytes <= kPipelineEnd, "a split's tile reuses the stages");
@@ -141,17 +147,14 @@ __device__ __forceinline__ void record_time(uint64_t* timeline, int slot, uint64
   timeline[int64_t{blockIdx.x} * TileTimeline::kWords + slot] = value;
 }
 
-// Named barrier 2 + w among the 128 threads of consumer warpgroup w (its epilogue chunks).
-__device__ __forceinline__ void warpgroup_sync(int warpgroup) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(2 + warpgroup), "n"(kWarpgroupThreads) : "memory");
-}
 
 #endif
 
 template <class Element, class Out, int kBlockN>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_tile_spmm_kernel(const TileParams p, const __grid_constant__ CUtensorMap x_map,
-                          const __grid_constant__ CUtensorMap tile_map, uint64_t* const timeline) {
+                          const __grid_constant__ CUtensorMap tile_map, const __grid_constant__ CUtensorMap d_map,
+                          const bool d_by_tma, uint64_t* const timeline) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Shape<kBlockN>;
   using Wgmma = ptx::WgmmaSS<kBlockN, typename nm24::ElementTraits<Element>::Mma>;
@@ -258,7 +261,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   ptx::setmaxnreg_inc<kConsumerRegisters>();
   const int thread_in_group = tid % kWarpgroupThreads;
-  const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
+  unsigned char* const chunk_buffer = smem + S::kPipelineEnd + warpgroup * S::kChunkBytes;
+  const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(chunk_buffer)};
   float acc[Wgmma::kAccumulators];
   int step = 0, units_done = 0;
   for (int64_t unit = first_unit; unit < units; unit += unit_stride, ++units_done) {
@@ -301,13 +305,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     ptx::fence_registers(acc);
 
-    if (split == 1) {  // this warpgroup's 64 rows, kChunkN tokens at a time, while the producer loads ahead
+    if (split == 1 && d_by_tma) {  // this warpgroup's 64 rows, kChunkN tokens per TMA store, while the producer loads ahead
+      const int64_t m0 = u.m0 + warpgroup * kWarpgroupRows;
+#pragma unroll
+      for (int chunk = 0; chunk < kBlockN / kChunkN; ++chunk)
+        epi::store_chunk_by_tma<Out>(p, &d_map, chunk_buffer, acc, p.bias, m0, u.n0, chunk * kChunkN, chunk,
+                                     thread_in_group, kChunkBarrier + warpgroup);
+      if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
+      continue;
+    }
+    if (split == 1) {  // the same through an fp32 chunk, 4 elements per access (C read, fp32 or unaligned D)
       const int64_t m0 = u.m0 + warpgroup * kWarpgroupRows;
 #pragma unroll
       for (int chunk = 0; chunk < kBlockN / kChunkN; ++chunk) {
-        warpgroup_sync(warpgroup);  // the previous chunk is written
+        epi::warpgroup_barrier(kChunkBarrier + warpgroup);  // the previous chunk is written
         epi::stage_accumulators(p, chunk_tile, acc, p.bias, m0, 0, chunk * kChunkN, thread_in_group);
-        warpgroup_sync(warpgroup);
+        epi::warpgroup_barrier(kChunkBarrier + warpgroup);
         epi::write_tile<Out>(p, chunk_tile, m0, u.n0 + chunk * kChunkN, thread_in_group, kWarpgroupThreads,
                              epi::LocalStaged{});
       }
@@ -335,6 +348,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::cluster_sync();  // no CTA leaves while another still reads its tile
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
   }
+  if (d_by_tma) epi::store_chunks_drain(thread_in_group);
 #endif
 }
 
@@ -369,7 +383,10 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
   cluster.val.clusterDim.x = static_cast<unsigned>(split), cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map, timeline));
+  // D by TMA stores where it can take them (split K sums through distributed shared memory instead).
+  const bool d_by_tma = split == 1 && epi::tma_store_possible<Out>(p.d, p.d_col_major ? p.rows : p.n, p.beta);
+  const CUtensorMap d_map = d_by_tma ? epi::make_store_map<Out>(p.d, p.rows, p.n, p.d_col_major) : CUtensorMap{};
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map, d_map, d_by_tma, timeline));
 }
 
 }  // namespace
