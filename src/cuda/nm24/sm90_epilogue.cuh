@@ -76,8 +76,57 @@ __device__ __forceinline__ void store_vector(const P& p, int64_t index, const fl
 
 // The staged value at a shared address, as is.
 struct LocalStaged {
-  __device__ float4 operator()(const float* staged) const { return *reinterpret_cast<const float4*>(staged); }
+  __device__ float4 operator()(const float* staged) const {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(ptx::smem_address(staged)));
+    return v;
+  }
 };
+
+// Writes the staged tile's runs along D's contiguous direction (kColMajor: D col-major, a run is a column).
+// Index arithmetic is by compile-time powers of two and one 64-bit multiply per 4-element vector: this loop is
+// the whole epilogue of a short-K product, and its first version (runtime layout, a division per vector, the
+// vector in local memory) took ~9 us per 128 x 256 tile (Nsight source counters, tile kernel).
+template <class Out, bool kColMajor, int kRows, int kCols, class P, class LoadStaged>
+__device__ __forceinline__ void write_runs(const P& p, const EpilogueTile<kRows, kCols>& tile, int64_t m0, int64_t n0,
+                                           int first, int step, LoadStaged load_staged) {
+  constexpr int kRunLen = kColMajor ? kRows : kCols;  // contiguous extent inside the tile
+  constexpr int kRuns = kColMajor ? kCols : kRows;
+  constexpr int kVectorsPerRun = kRunLen / kVector;
+  constexpr int kStride = kRunLen + kStagePad;        // EpilogueTile::stride() for this layout
+  static_assert(kRunLen % kVector == 0, "whole vectors per run");
+  const int64_t ld = kColMajor ? p.rows : p.n;
+  const int64_t run_room = kColMajor ? p.rows - m0 : p.n - n0;   // elements left along a run
+  const int64_t runs_room = kColMajor ? p.n - n0 : p.rows - m0;  // runs left
+  const int run_limit = static_cast<int>(run_room < kRunLen ? run_room : kRunLen);
+  const int runs_limit = static_cast<int>(runs_room < kRuns ? runs_room : kRuns);
+  const int64_t origin = kColMajor ? n0 * ld + m0 : m0 * ld + n0;
+  // Whole vectors stored as one 4-element access when D allows it and C is not read.
+  const bool vector_stores = p.beta == 0.0f && ld % kVector == 0 &&
+                             reinterpret_cast<uintptr_t>(static_cast<Out*>(p.d) + origin) % (kVector * sizeof(Out)) == 0;
+  for (int i = first; i < kRuns * kVectorsPerRun; i += step) {
+    const int run = i / kVectorsPerRun, pos = i % kVectorsPerRun * kVector;
+    if (run >= runs_limit || pos >= run_limit) continue;
+    const float4 staged = load_staged(tile.data + run * kStride + pos);
+    float v[kVector] = {staged.x, staged.y, staged.z, staged.w};
+    const int64_t index = origin + run * ld + pos;
+    if (vector_stores && pos + kVector <= run_limit) {
+#pragma unroll
+      for (int e = 0; e < kVector; ++e) v[e] = nm24::activate(p.activation, v[e]);
+      store_vector<Out>(p, index, v);
+      continue;
+    }
+#pragma unroll
+    for (int e = 0; e < kVector; ++e) {
+      if (pos + e >= run_limit) break;
+      float x = v[e];
+      if (p.beta != 0.0f) x += p.beta * nm24::load_out<Out>(p.c, index + e);
+      nm24::store_out<Out>(p.d, index + e, nm24::activate(p.activation, x));
+    }
+  }
+}
 
 // Writes the staged tile at (m0, n0) of D: work item i (4 elements along D's contiguous direction) for
 // i = first, first + step, ...; load_staged(address in the local tile) returns the 4 staged values (a split-K
@@ -85,32 +134,8 @@ struct LocalStaged {
 template <class Out, int kRows, int kCols, class P, class LoadStaged>
 __device__ void write_tile(const P& p, const EpilogueTile<kRows, kCols>& tile, int64_t m0, int64_t n0, int first, int step,
                            LoadStaged load_staged) {
-  const int run_len = tile.col_major ? kRows : kCols;   // contiguous extent inside the tile
-  const int runs = tile.col_major ? kCols : kRows;
-  const int64_t ld = tile.col_major ? p.rows : p.n;               // global stride between runs
-  const int64_t run_limit = tile.col_major ? p.rows - m0 : p.n - n0;
-  const int64_t runs_limit = tile.col_major ? p.n - n0 : p.rows - m0;
-  const int64_t origin = tile.col_major ? n0 * ld + m0 : m0 * ld + n0;
-  const bool aligned = ld % kVector == 0 && origin % kVector == 0 && (reinterpret_cast<uintptr_t>(p.d) % 16 == 0) &&
-                       (p.beta == 0.0f || reinterpret_cast<uintptr_t>(p.c) % 16 == 0);
-  for (int i = first; i < runs * (run_len / kVector); i += step) {
-    const int run = i / (run_len / kVector), pos = (i % (run_len / kVector)) * kVector;
-    if (run >= runs_limit || pos >= run_limit) continue;
-    const int64_t index = origin + run * ld + pos;
-    const float4 staged = load_staged(&(tile.col_major ? tile.at(pos, run) : tile.at(run, pos)));
-    float v[kVector] = {staged.x, staged.y, staged.z, staged.w};
-    const int valid = run_limit - pos < kVector ? static_cast<int>(run_limit - pos) : kVector;
-#pragma unroll
-    for (int e = 0; e < kVector; ++e) {
-      if (e < valid && p.beta != 0.0f) v[e] += p.beta * nm24::load_out<Out>(p.c, index + e);
-      v[e] = nm24::activate(p.activation, v[e]);
-    }
-    if (aligned && valid == kVector) {
-      store_vector<Out>(p, index, v);
-    } else {
-      for (int e = 0; e < valid; ++e) nm24::store_out<Out>(p.d, index + e, v[e]);
-    }
-  }
+  if (tile.col_major) write_runs<Out, true>(p, tile, m0, n0, first, step, load_staged);
+  else write_runs<Out, false>(p, tile, m0, n0, first, step, load_staged);
 }
 
 // ---- TMA stores: beta == 0, 16-bit D, D's base and leading dimension 16-byte aligned (tma_store_possible) ----

@@ -19,6 +19,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string>
 
 #include "../common/check.cuh"
 #include "../common/smem.cuh"
@@ -383,8 +385,14 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
   cluster.val.clusterDim.x = static_cast<unsigned>(split), cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  // D by TMA stores where it can take them (split K sums through distributed shared memory instead).
-  const bool d_by_tma = split == 1 && epi::tma_store_possible<Out>(p.d, p.d_col_major ? p.rows : p.n, p.beta);
+  // D by TMA stores (experiment, NMKIT_TILE_TMA_STORE=1): measured slower than the register path, whose stores
+  // do not queue behind the producer's loads in the TMA unit (docs/performance.md).
+  static const bool tma_store_enabled = [] {
+    const char* v = std::getenv("NMKIT_TILE_TMA_STORE");
+    return v && std::string(v) == "1";
+  }();
+  const bool d_by_tma =
+      tma_store_enabled && split == 1 && epi::tma_store_possible<Out>(p.d, p.d_col_major ? p.rows : p.n, p.beta);
   const CUtensorMap d_map = d_by_tma ? epi::make_store_map<Out>(p.d, p.rows, p.n, p.d_col_major) : CUtensorMap{};
   NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map, d_map, d_by_tma, timeline));
 }
