@@ -5,18 +5,11 @@
 // 64 x kCols slice at a time in a buffer of its own), then write D (and read C) along D's contiguous direction,
 // 4 elements per access, so that both layouts of D are written in whole sectors.
 //
-// The fast path (store_chunk_by_tma, below) skips the fp32 staging when D can take TMA stores: a warpgroup
-// converts its values to 16 bits straight into a box of D's tensor map and one thread stores the box.
-//
 // Staged layout: col-major D: [kCols columns][kRows + kStagePad rows]; row-major D: [kRows rows][kCols + kStagePad].
 // The padding of 4 floats keeps float4 alignment and spreads a warp's fragment stores over the banks.
-#include <cuda.h>
-
 #include <type_traits>
 
 #include "../ptx/address.cuh"
-#include "../ptx/tma.cuh"
-#include "../ptx/wgmma.cuh"
 #include "nm24_common.cuh"
 
 namespace nmkit::gpu::sm90_epilogue {
@@ -138,108 +131,9 @@ __device__ void write_tile(const P& p, const EpilogueTile<kRows, kCols>& tile, i
   else write_runs<Out, false>(p, tile, m0, n0, first, step, load_staged);
 }
 
-// ---- TMA stores: beta == 0, 16-bit D, D's base and leading dimension 16-byte aligned (tma_store_possible) ----
-// A consumer warpgroup writes act(alpha * acc + bias) of a 64-row x 32-column chunk of D, converted to 16 bits,
-// into a shared buffer laid out as one box of D's tensor map, and its first thread stores the box with
-// cp.async.bulk.tensor (which writes only what lies inside D: no tail code). Boxes: col-major D {64 rows, 32
-// columns} with the 128-byte swizzle (a column of the chunk is one 128-byte row of the box); row-major D {32
-// columns, 64 rows} with the 64-byte swizzle. The swizzles spread a warp's fragment stores over all banks. A
-// warpgroup alternates kStoreBuffers buffers, so a chunk's store overlaps the staging of the next one.
-inline constexpr int kStoreChunkCols = 32;
-inline constexpr int kStoreBufferBytes = kWarpgroupRows * kStoreChunkCols * 2;  // 4 KiB
-inline constexpr int kStoreBuffers = 2;
-inline constexpr int kStoreBufferAlign = 1024;  // the 128-byte swizzle repeats every 8 rows of 128 bytes
-
-template <class Out>
-inline bool tma_store_possible(const void* d, int64_t leading_dimension, float beta) {
-  return (std::is_same_v<Out, __half> || std::is_same_v<Out, __nv_bfloat16>) && beta == 0.0f &&
-         reinterpret_cast<uintptr_t>(d) % 16 == 0 && leading_dimension * 2 % 16 == 0;
-}
-
-// D's tensor map for the chunk boxes (host side).
-template <class Out>
-CUtensorMap make_store_map(void* d, int64_t rows, int64_t n, bool col_major) {
-  if constexpr (std::is_same_v<Out, float>) {
-    throw Error(ErrorCode::unsupported, "TMA stores of D are for 16-bit outputs");
-  } else {
-    const auto r = static_cast<cuuint64_t>(rows), c = static_cast<cuuint64_t>(n);
-    if (col_major)
-      return cuda::make_tensor_map<Out, 2>(d, {r, c}, {r * 2}, {kWarpgroupRows, kStoreChunkCols}, CU_TENSOR_MAP_SWIZZLE_128B);
-    return cuda::make_tensor_map<Out, 2>(d, {c, r}, {c * 2}, {kStoreChunkCols, kWarpgroupRows}, CU_TENSOR_MAP_SWIZZLE_64B);
-  }
-}
-
-// Byte offset of chunk element (r, c), r < 64, c < 32, in its swizzled box: the 16-byte unit (address bits 4..6
-// for 128 B, 4..5 for 64 B) is XORed with the box row (address bits 7..).
-__device__ __forceinline__ uint32_t store_box_offset(bool col_major, int r, int c) {
-  if (col_major) {
-    const uint32_t o = c * 128 + r * 2;
-    return o ^ (((o >> 7) & 7) << 4);
-  }
-  const uint32_t o = r * 64 + c * 2;
-  return o ^ (((o >> 7) & 3) << 4);
-}
-
-template <class Out>
-__device__ __forceinline__ uint16_t to_bits(float v) {
-  const Out h = static_cast<Out>(v);
-  return *reinterpret_cast<const uint16_t*>(&h);
-}
-
 // Named barrier `id` among the 128 threads of one warpgroup.
 __device__ __forceinline__ void warpgroup_barrier(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(128) : "memory");
-}
-
-// Stores accumulator columns [first_column, first_column + 32) of a consumer warpgroup's m64nN accumulators as
-// D(m0 + r, n0 + c) through buffer `chunk_index % kStoreBuffers` of `buffers` (kStoreBuffers x 4 KiB, 1024-aligned).
-// first_column must fold to a constant (an unrolled loop); chunk_index counts the warpgroup's chunks, so that
-// consecutive chunks alternate buffers. Every thread of the warpgroup calls it; `barrier_id` is the
-// warpgroup's named barrier. The warpgroup's thread 0 issues the stores: it calls store_chunks_drain before
-// the shared memory is reused for anything else or the CTA exits.
-template <class Out, int kAccumulators, class P>
-__device__ __forceinline__ void store_chunk_by_tma(const P& p, const CUtensorMap* d_map, unsigned char* buffers,
-                                                   const float (&acc)[kAccumulators], const float* bias, int64_t m0,
-                                                   int64_t n0, int first_column, int chunk_index, int thread_in_group,
-                                                   int barrier_id) {
-  const bool col_major = p.d_col_major;
-  const uint32_t buffer = ptx::smem_address(buffers + (chunk_index % kStoreBuffers) * kStoreBufferBytes);
-  if (thread_in_group == 0) ptx::bulk_wait_group_read<kStoreBuffers - 1>();  // this buffer's last store has read it
-  warpgroup_barrier(barrier_id);
-  const int warp = thread_in_group / 32, lane = thread_in_group % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = warp * 16 + g + 8 * half;
-    const float b = (bias && m0 + r < p.rows) ? __ldg(bias + m0 + r) : 0.0f;
-#pragma unroll
-    for (int j = 0; j < kStoreChunkCols / 8; ++j) {
-      const int c = 8 * j + 2 * t;
-      const int a = 4 * (first_column / 8 + j) + 2 * half;
-      const uint16_t v0 = to_bits<Out>(nm24::activate(p.activation, p.alpha * acc[a] + b));
-      const uint16_t v1 = to_bits<Out>(nm24::activate(p.activation, p.alpha * acc[a + 1] + b));
-      if (col_major) {  // columns c and c + 1 are two rows of the box
-        asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(buffer + store_box_offset(true, r, c)), "h"(v0) : "memory");
-        asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(buffer + store_box_offset(true, r, c + 1)), "h"(v1) : "memory");
-      } else {  // adjacent in the box row
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(buffer + store_box_offset(false, r, c)),
-                     "r"(static_cast<uint32_t>(v0) | static_cast<uint32_t>(v1) << 16)
-                     : "memory");
-      }
-    }
-  }
-  ptx::fence_proxy_async_shared();  // the generic-proxy writes, before the async proxy reads them
-  warpgroup_barrier(barrier_id);
-  if (thread_in_group == 0) {
-    const int64_t column = n0 + first_column;
-    ptx::tma_store_2d(d_map, buffers + (chunk_index % kStoreBuffers) * kStoreBufferBytes,
-                      static_cast<int32_t>(col_major ? m0 : column), static_cast<int32_t>(col_major ? column : m0));
-    ptx::bulk_commit_group();
-  }
-}
-
-// The issuing thread's stores have read their buffers (before the buffers are reused or the CTA exits).
-__device__ __forceinline__ void store_chunks_drain(int thread_in_group) {
-  if (thread_in_group == 0) ptx::bulk_wait_group_read<0>();
 }
 
 }  // namespace nmkit::gpu::sm90_epilogue

@@ -56,21 +56,3 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const void
 }
 
 }  // namespace nmkit::ptx
-
-namespace nmkit::ptx {
-
-// The 2-D tile copy shared -> global, tracked by bulk async-groups (PTX ISA §9.7.9.27, .bulk_group; §9.7.9.28
-// cp.async.bulk.commit_group / wait_group). Elements of the box outside the tensor are not written.
-__device__ __forceinline__ void tma_store_2d(const void* tensor_map, const void* smem_src, int32_t inner, int32_t outer) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tensor_map),
-               "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_src))), "r"(inner), "r"(outer)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// Waits until at most kPending of this thread's committed bulk groups still read their shared source.
-template <int kPending>
-__device__ __forceinline__ void bulk_wait_group_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
-}
-
-}  // namespace nmkit::ptx

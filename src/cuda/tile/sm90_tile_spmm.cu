@@ -19,8 +19,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <string>
 
 #include "../common/check.cuh"
 #include "../common/smem.cuh"
@@ -73,17 +71,12 @@ template <int kBlockN>
 struct Shape {
   static constexpr int kXBytes = kBlockN * kRowBytes;
   static constexpr int kStageBytes = kXBytes + kABytes;
-  // A consumer warpgroup's epilogue buffer: one fp32 chunk, or the TMA-store path's 16-bit boxes.
-  static constexpr int kChunkBytes =
-      (std::max(ChunkTile::kBytes, epi::kStoreBuffers * epi::kStoreBufferBytes) + epi::kStoreBufferAlign - 1) /
-      epi::kStoreBufferAlign * epi::kStoreBufferAlign;
+  static constexpr int kChunkBytes = ChunkTile::kBytes;
   static constexpr int kStages = std::min((kPipelineBytes - kConsumers * kChunkBytes) / kStageBytes, kMaxStages);
   static constexpr int kPipelineEnd = kStages * kStageBytes;
   static constexpr int kBarriers = kPipelineEnd + kConsumers * kChunkBytes;
   static constexpr int kSmemBytes = kSwizzleAlign + kBarriers + kStages * (2 * 8 + 4);
   static_assert(kBlockN % kChunkN == 0 && kChunkBytes % 16 == 0, "whole, aligned epilogue chunks");
-  static_assert(kChunkN == epi::kStoreChunkCols && (kBlockN / kChunkN) % epi::kStoreBuffers == 0,
-                "a unit's chunks alternate the TMA-store buffers evenly");
   static_assert(kXBytes % kSwizzleAlign == 0 && kStageBytes % kSwizzleAlign == 0, "stages keep the swizzle alignment");
   static_assert(kStages >= 2 && kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
   static_assert(epi::EpilogueTile<kBlockRows, kBlockN>::kBytes <= kPipelineEnd, "a split's tile reuses the stages");
@@ -155,8 +148,7 @@ __device__ __forceinline__ void record_time(uint64_t* timeline, int slot, uint64
 template <class Element, class Out, int kBlockN>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_tile_spmm_kernel(const TileParams p, const __grid_constant__ CUtensorMap x_map,
-                          const __grid_constant__ CUtensorMap tile_map, const __grid_constant__ CUtensorMap d_map,
-                          const bool d_by_tma, uint64_t* const timeline) {
+                          const __grid_constant__ CUtensorMap tile_map, uint64_t* const timeline) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Shape<kBlockN>;
   using Wgmma = ptx::WgmmaSS<kBlockN, typename nm24::ElementTraits<Element>::Mma>;
@@ -263,8 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   ptx::setmaxnreg_inc<kConsumerRegisters>();
   const int thread_in_group = tid % kWarpgroupThreads;
-  unsigned char* const chunk_buffer = smem + S::kPipelineEnd + warpgroup * S::kChunkBytes;
-  const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(chunk_buffer)};
+  const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
   float acc[Wgmma::kAccumulators];
   int step = 0, units_done = 0;
   for (int64_t unit = first_unit; unit < units; unit += unit_stride, ++units_done) {
@@ -307,16 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     ptx::fence_registers(acc);
 
-    if (split == 1 && d_by_tma) {  // this warpgroup's 64 rows, kChunkN tokens per TMA store, while the producer loads ahead
-      const int64_t m0 = u.m0 + warpgroup * kWarpgroupRows;
-#pragma unroll
-      for (int chunk = 0; chunk < kBlockN / kChunkN; ++chunk)
-        epi::store_chunk_by_tma<Out>(p, &d_map, chunk_buffer, acc, p.bias, m0, u.n0, chunk * kChunkN, chunk,
-                                     thread_in_group, kChunkBarrier + warpgroup);
-      if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
-      continue;
-    }
-    if (split == 1) {  // the same through an fp32 chunk, 4 elements per access (C read, fp32 or unaligned D)
+    if (split == 1) {  // this warpgroup's 64 rows, kChunkN tokens at a time, while the producer loads ahead
       const int64_t m0 = u.m0 + warpgroup * kWarpgroupRows;
 #pragma unroll
       for (int chunk = 0; chunk < kBlockN / kChunkN; ++chunk) {
@@ -350,7 +332,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::cluster_sync();  // no CTA leaves while another still reads its tile
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
   }
-  if (d_by_tma) epi::store_chunks_drain(thread_in_group);
 #endif
 }
 
@@ -385,16 +366,7 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
   cluster.val.clusterDim.x = static_cast<unsigned>(split), cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  // D by TMA stores (experiment, NMKIT_TILE_TMA_STORE=1): measured slower than the register path, whose stores
-  // do not queue behind the producer's loads in the TMA unit (docs/performance.md).
-  static const bool tma_store_enabled = [] {
-    const char* v = std::getenv("NMKIT_TILE_TMA_STORE");
-    return v && std::string(v) == "1";
-  }();
-  const bool d_by_tma =
-      tma_store_enabled && split == 1 && epi::tma_store_possible<Out>(p.d, p.d_col_major ? p.rows : p.n, p.beta);
-  const CUtensorMap d_map = d_by_tma ? epi::make_store_map<Out>(p.d, p.rows, p.n, p.d_col_major) : CUtensorMap{};
-  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map, d_map, d_by_tma, timeline));
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map, timeline));
 }
 
 }  // namespace
