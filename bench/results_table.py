@@ -16,6 +16,8 @@ def main(paths):
             flop = 2.0 * r["r"] * r["k"] * r["c"]
             tf = lambda ms: flop / (ms * 1e-3) / 1e12
             lt = (f'{tf(r["cusparselt_ms"]):.0f} ({r["cublas_ms"] / r["cusparselt_ms"]:.2f}x)' if "cusparselt_ms" in r else "n/a")
+            if "cusparselt_ms" in r and r.get("cusparselt_searched") is False:
+                lt += " default cfg*"
             vs_lt = f'{r["nmkit_vs_cusparselt"]:.2f}x' if "nmkit_vs_cusparselt" in r else "n/a"
             print(f'| {r["suite"]} | {r["r"]}x{r["k"]}x{r["c"]} | {r["dtype"]} | {tf(r["cublas_ms"]):.0f} | {lt} | '
                   f'{tf(r["nmkit_ms"]):.0f} | {r["speedup_vs_cublas"]:.2f}x | {vs_lt} | {r["nmkit_rel_error"]:.1e} |')
