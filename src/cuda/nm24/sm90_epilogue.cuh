@@ -38,33 +38,30 @@ __device__ __forceinline__ void consumer_sync() {
 // accumulators (wgmma_ss.cuh / wgmma_sp.cuh register order) at tile rows row_offset..row_offset + 63:
 // tile(row_offset + r, c) = alpha * acc(r, first_column + c) + bias[m0 + row_offset + r] (bias may be null; rows
 // past R get none). first_column must fold to a constant (an unrolled loop) so that acc stays in registers.
-// The layout is a compile-time parameter inside (stage_accumulators_as), so that each store is a row base plus a constant
-// offset: with the layout chosen at run time ptxas precomputed all the addresses, hoisted them out of the
-// persistent tile kernel's unit loop and spilled them.
-template <bool kColMajor, int kRows, int kCols, int kAccumulators, class P>
-__device__ __forceinline__ void stage_accumulators_as(const P& p, const EpilogueTile<kRows, kCols>& tile,
-                                                      const float (&acc)[kAccumulators], const float* bias, int64_t m0,
-                                                      int row_offset, int first_column, int thread_in_group) {
-  constexpr int kStride = (kColMajor ? kRows : kCols) + kStagePad;
-  const int warp = thread_in_group / 32, lane = thread_in_group % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = row_offset + warp * 16 + g + 8 * half;
-    const float b = (bias && m0 + r < p.rows) ? __ldg(bias + m0 + r) : 0.0f;
-    float* const row = tile.data + (kColMajor ? r + 2 * t * kStride : r * kStride + 2 * t);
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        row[kColMajor ? (8 * j + e) * kStride : 8 * j + e] = p.alpha * acc[4 * (first_column / 8 + j) + 2 * half + e] + b;
-  }
-}
 template <int kRows, int kCols, int kAccumulators, class P>
 __device__ __forceinline__ void stage_accumulators(const P& p, const EpilogueTile<kRows, kCols>& tile,
                                                    const float (&acc)[kAccumulators], const float* bias, int64_t m0,
                                                    int row_offset, int first_column, int thread_in_group) {
-  if (tile.col_major) stage_accumulators_as<true>(p, tile, acc, bias, m0, row_offset, first_column, thread_in_group);
-  else stage_accumulators_as<false>(p, tile, acc, bias, m0, row_offset, first_column, thread_in_group);
+  const int warp = thread_in_group / 32, lane = thread_in_group % 32, g = lane / 4, t = lane % 4;
+  // 32-bit shared addresses, so that each store's column offset folds into the instruction (64-bit generic
+  // pointers per element made ptxas hoist and spill them in the persistent tile kernel).
+  const uint32_t base = ptx::smem_address(tile.data);
+  const int row_step = tile.col_major ? 1 : tile.stride(), column_step = tile.col_major ? tile.stride() : 1;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row_offset + warp * 16 + g + 8 * half;
+    const float b = (bias && m0 + r < p.rows) ? __ldg(bias + m0 + r) : 0.0f;
+    const uint32_t row_address = base + 4u * static_cast<uint32_t>(r * row_step + 2 * t * column_step);
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float v = p.alpha * acc[4 * (first_column / 8 + j) + 2 * half + e] + b;
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(row_address + 4u * static_cast<uint32_t>((8 * j + e) * column_step)),
+                     "f"(v)
+                     : "memory");
+      }
+  }
 }
 
 template <class Out, class P>

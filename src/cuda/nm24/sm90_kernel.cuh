@@ -201,9 +201,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   static_assert(!Traits::kMnMajor || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
 
   extern __shared__ unsigned char smem_raw[];
-  // Stage buffers on a 1024-byte boundary (the swizzle atom), barriers after them. Aligned by pointer arithmetic
-  // on the shared array (not through an integer), so that the compiler keeps 32-bit shared accesses.
-  unsigned char* smem = smem_raw + (kSwizzleAlign - ptx::smem_address(smem_raw) % kSwizzleAlign) % kSwizzleAlign;
+  // Stage buffers on a 1024-byte boundary (the swizzle atom), barriers after them.
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Shape::kStageBytes);
   uint64_t* empty = full + kStages;
 

@@ -160,9 +160,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kStages = S::kStages;
 
   extern __shared__ unsigned char smem_raw[];
-  // Aligned by pointer arithmetic on the shared array (not through an integer), so that the compiler still
-  // knows every pointer below is shared: 32-bit shared stores in the epilogue instead of 64-bit generic ones.
-  unsigned char* smem = smem_raw + (kSwizzleAlign - ptx::smem_address(smem_raw) % kSwizzleAlign) % kSwizzleAlign;
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarriers);
   uint64_t* empty = full + kStages;
   uint32_t* step_mask = reinterpret_cast<uint32_t*>(empty + kStages);
