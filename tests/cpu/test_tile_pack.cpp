@@ -49,35 +49,6 @@ TEST(TilePack, LongestTileRowsFirst) {
   EXPECT_NMKIT_ERROR(tile_rows_longest_first({0, 1}, 0), ErrorCode::invalid_argument, "rows_per_group");
 }
 
-TEST(TilePack, BlockScheduleMergesTheBlocksTileRows) {
-  // 64-row tiles: 5 tile rows -> blocks {0, 1}, {2, 3}, {4}. Row 0: columns 1, 4; row 1: 0, 4, 6; row 2: none;
-  // row 3: 2; row 4: 3, 5.
-  const std::vector<int32_t> row_ptr{0, 2, 5, 5, 6, 8};
-  const std::vector<int32_t> col_index{1, 4, 0, 4, 6, 2, 3, 5};
-  const TileBlockSchedule s = tile_block_schedule(row_ptr, col_index, 64);
-  EXPECT_EQ(s.block_steps, (std::vector<int32_t>{0, 4, 5, 7}));
-  const auto step = [](int32_t column, int32_t t0, int32_t t1, int32_t mask) { return TileStep{column, {t0, t1}, mask}; };
-  const std::vector<TileStep> expected{step(0, -1, 2, 2), step(1, 0, -1, 1), step(4, 1, 3, 3), step(6, -1, 4, 2),
-                                       step(2, -1, 5, 2), step(3, 6, -1, 1), step(5, 7, -1, 1)};
-  ASSERT_EQ(s.steps.size(), expected.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_EQ(s.steps[i].column, expected[i].column) << "step " << i;
-    EXPECT_EQ(s.steps[i].tile[0], expected[i].tile[0]) << "step " << i;
-    EXPECT_EQ(s.steps[i].tile[1], expected[i].tile[1]) << "step " << i;
-    EXPECT_EQ(s.steps[i].mask, expected[i].mask) << "step " << i;
-  }
-  // 128-row tiles: one tile row per block, its tile feeding both halves.
-  const TileBlockSchedule wide = tile_block_schedule({0, 2, 2, 3}, {0, 3, 1}, 128);
-  EXPECT_EQ(wide.block_steps, (std::vector<int32_t>{0, 2, 2, 3}));
-  ASSERT_EQ(wide.steps.size(), 3u);
-  EXPECT_EQ(wide.steps[1].column, 3);
-  EXPECT_EQ(wide.steps[1].tile[0], 1);
-  EXPECT_EQ(wide.steps[1].tile[1], -1);
-  EXPECT_EQ(wide.steps[1].mask, 3);
-  EXPECT_NMKIT_ERROR(tile_block_schedule(row_ptr, col_index, 32), ErrorCode::invalid_argument, "64 or 128");
-  EXPECT_NMKIT_ERROR(tile_block_schedule({0, 3}, {0, 1}, 64), ErrorCode::invalid_argument, "row_ptr");
-}
-
 TEST(TilePack, RejectsInconsistentEncodingsAndUnsupportedTiles) {
   const TileMatrix good = random_tiles(64, 64, 16, 16, 0.5, DType::f16, 3);
   TileMatrix bad_ptr = good;

@@ -47,23 +47,6 @@ void check_packed_tiles(const PackedTiles& p);
 // do not run alone at the end of the grid.
 std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr, int rows_per_group = 1);
 
-// The Hopper kernel's walk over a 128-row block (kTileBlockRows): the union of its tile rows' columns, ascending,
-// each step naming the stored tile of the block's first and second 64-row tile row (-1: none; with 128-row tiles
-// only `tile[0]`, which feeds both halves). `mask` bit w: half w computes in this step (128-row tiles: 3).
-struct TileStep {
-  int32_t column;
-  int32_t tile[2];
-  int32_t mask;
-};
-static_assert(sizeof(TileStep) == 16, "a step is one 16-byte load");
-struct TileBlockSchedule {
-  std::vector<int32_t> block_steps;  // (blocks + 1): block b's steps are [block_steps[b], block_steps[b + 1])
-  std::vector<TileStep> steps;
-};
-// Built from a validated CSR of tiles with tile rows of 64 or 128 (DeviceTiles::upload does it for the kernel).
-TileBlockSchedule tile_block_schedule(const std::vector<int32_t>& row_ptr, const std::vector<int32_t>& col_index,
-                                      int tile_rows);
-
 class DeviceTiles {
  public:
   // Checks the packed arrays' consistency (sizes, row_ptr, col_index) before uploading.
@@ -79,14 +62,11 @@ class DeviceTiles {
   const int32_t* row_order() const noexcept { return static_cast<const int32_t*>(row_order_.data()); }
   // 128-row blocks (kTileBlockRows) by descending number of stored tiles.
   const int32_t* block_order() const noexcept { return static_cast<const int32_t*>(block_order_.data()); }
-  // tile_block_schedule, on the device (tile rows of 64 or 128; empty otherwise).
-  const int32_t* block_steps() const noexcept { return static_cast<const int32_t*>(block_steps_.data()); }
-  const TileStep* steps() const noexcept { return static_cast<const TileStep*>(steps_.data()); }
   const void* data() const noexcept { return data_.data(); }
 
  private:
   DeviceTiles() = default;
-  DeviceBuffer row_ptr_, col_index_, data_, row_order_, block_order_, block_steps_, steps_;
+  DeviceBuffer row_ptr_, col_index_, data_, row_order_, block_order_;
   int64_t rows_ = 0, cols_ = 0, nnz_tiles_ = 0;
   int tile_rows_ = 0, tile_cols_ = 0;
   DType dtype_ = DType::f16;

@@ -43,24 +43,15 @@ __device__ __forceinline__ void stage_accumulators(const P& p, const EpilogueTil
                                                    const float (&acc)[kAccumulators], const float* bias, int64_t m0,
                                                    int row_offset, int first_column, int thread_in_group) {
   const int warp = thread_in_group / 32, lane = thread_in_group % 32, g = lane / 4, t = lane % 4;
-  // 32-bit shared addresses, so that each store's column offset folds into the instruction (64-bit generic
-  // pointers per element made ptxas hoist and spill them in the persistent tile kernel).
-  const uint32_t base = ptx::smem_address(tile.data);
-  const int row_step = tile.col_major ? 1 : tile.stride(), column_step = tile.col_major ? tile.stride() : 1;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = row_offset + warp * 16 + g + 8 * half;
     const float b = (bias && m0 + r < p.rows) ? __ldg(bias + m0 + r) : 0.0f;
-    const uint32_t row_address = base + 4u * static_cast<uint32_t>(r * row_step + 2 * t * column_step);
 #pragma unroll
     for (int j = 0; j < kCols / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float v = p.alpha * acc[4 * (first_column / 8 + j) + 2 * half + e] + b;
-        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(row_address + 4u * static_cast<uint32_t>((8 * j + e) * column_step)),
-                     "f"(v)
-                     : "memory");
-      }
+      for (int e = 0; e < 2; ++e)
+        tile.at(r, 8 * j + 2 * t + e) = p.alpha * acc[4 * (first_column / 8 + j) + 2 * half + e] + b;
   }
 }
 

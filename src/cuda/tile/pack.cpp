@@ -1,7 +1,6 @@
 // pack_tiles / unpack_tiles: the CSC-of-tiles logical format <-> the CSR-of-tiles layout the tile kernels read.
 // Host code only (no CUDA), so that CI tests it.
 #include <algorithm>
-#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -110,40 +109,6 @@ std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr
   };
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return length(a) > length(b); });
   return order;
-}
-
-TileBlockSchedule tile_block_schedule(const std::vector<int32_t>& row_ptr, const std::vector<int32_t>& col_index,
-                                      int tile_rows) {
-  require(tile_rows == 64 || tile_rows == 128, ErrorCode::invalid_argument,
-          "tile_block_schedule: tile rows must be 64 or 128, got " + std::to_string(tile_rows));
-  require(!row_ptr.empty() && row_ptr.back() == static_cast<int32_t>(col_index.size()), ErrorCode::invalid_argument,
-          "tile_block_schedule: row_ptr must end at the number of tiles");
-  const int rows_per_block = kTileBlockRows / tile_rows;
-  const int64_t grid_rows = static_cast<int64_t>(row_ptr.size()) - 1;
-  const int64_t blocks = ceil_div(grid_rows, int64_t{rows_per_block});
-  TileBlockSchedule s;
-  s.block_steps.reserve(static_cast<std::size_t>(blocks + 1));
-  s.block_steps.push_back(0);
-  for (int64_t b = 0; b < blocks; ++b) {
-    // Merge the block's (one or two) ascending column lists.
-    int32_t pos[2] = {0, 0}, end[2] = {0, 0};
-    for (int h = 0; h < rows_per_block; ++h) {
-      const int64_t row = b * rows_per_block + h;
-      if (row < grid_rows) pos[h] = row_ptr[static_cast<std::size_t>(row)], end[h] = row_ptr[static_cast<std::size_t>(row + 1)];
-    }
-    for (;;) {
-      const int32_t c0 = pos[0] < end[0] ? col_index[static_cast<std::size_t>(pos[0])] : INT32_MAX;
-      const int32_t c1 = pos[1] < end[1] ? col_index[static_cast<std::size_t>(pos[1])] : INT32_MAX;
-      const int32_t column = std::min(c0, c1);
-      if (column == INT32_MAX) break;
-      TileStep step{column, {-1, -1}, 0};
-      if (c0 == column) step.tile[0] = pos[0]++, step.mask |= rows_per_block == 1 ? 3 : 1;
-      if (c1 == column) step.tile[1] = pos[1]++, step.mask |= 2;
-      s.steps.push_back(step);
-    }
-    s.block_steps.push_back(static_cast<int32_t>(s.steps.size()));
-  }
-  return s;
 }
 
 void check_packed_tiles(const PackedTiles& p) {

@@ -37,13 +37,6 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
       tile_rows_longest_first(packed.row_ptr, std::max(1, kTileBlockRows / packed.tile_rows));
   w.block_order_ = DeviceBuffer(std::max<std::size_t>(blocks.size(), 1) * sizeof(int32_t));
   if (!blocks.empty()) w.block_order_.copy_from_host(blocks.data(), blocks.size() * sizeof(int32_t));
-  if (packed.tile_rows == 64 || packed.tile_rows == 128) {  // the Hopper kernel's walk
-    const TileBlockSchedule schedule = tile_block_schedule(packed.row_ptr, packed.col_index, packed.tile_rows);
-    w.block_steps_ = DeviceBuffer(schedule.block_steps.size() * sizeof(int32_t));
-    w.block_steps_.copy_from_host(schedule.block_steps.data(), w.block_steps_.size());
-    w.steps_ = DeviceBuffer(std::max<std::size_t>(schedule.steps.size(), 1) * sizeof(TileStep));
-    if (!schedule.steps.empty()) w.steps_.copy_from_host(schedule.steps.data(), schedule.steps.size() * sizeof(TileStep));
-  }
   w.data_ = DeviceBuffer(std::max<std::size_t>(packed.data.size(), 1) * sizeof(uint16_t));
   if (!packed.data.empty()) w.data_.copy_from_host(packed.data.data(), packed.data.size() * sizeof(uint16_t));
   return w;
@@ -90,7 +83,6 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
   tile::TileParams p{};
   p.row_ptr = a.row_ptr(), p.col_index = a.col_index(), p.row_order = a.row_order(), p.block_order = a.block_order();
-  p.block_steps = a.block_steps(), p.steps = reinterpret_cast<const int4*>(a.steps());
   p.tiles = static_cast<const uint16_t*>(a.data());
   p.b = b, p.c = c, p.d = d, p.bias = desc_.bias ? bias : nullptr;
   p.rows = desc_.rows, p.cols = desc_.cols, p.n = desc_.n, p.nnz_tiles = a.nnz_tiles();

@@ -1,8 +1,8 @@
 // The Hopper tile-sparse SpMM (sm_90a): wgmma on the stored tiles, both operands staged by TMA.
 //
 // A CTA computes a 128-row block of D for kBlockN tokens: one 128-row tile row, or two 64-row tile rows. Its
-// producer warp walks the block's steps (the union of the two rows' tile columns, merged at upload:
-// DeviceTiles::steps), and per 64-column step posts on one mbarrier the step's slab of x (the K-major B operand, 64 columns x kBlockN tokens)
+// producer warp walks the block's tile lists merged by tile column (the union of the two rows' columns), and per
+// 64-column step posts on one mbarrier the step's slab of x (the K-major B operand, 64 columns x kBlockN tokens)
 // and the tiles of the rows that store that column; a step mask tells each consumer warpgroup (64 rows, one
 // m64nN wgmma per 16 columns) whether its row has a tile there. Two 64-row tile rows thus share each x slab
 // that both need, which is where a tile-sparse product spends its L2 bandwidth.
@@ -49,7 +49,7 @@ constexpr int kRowBytes = kStepK * 2;
 [[maybe_unused]] constexpr int kWgmmaK = 16;
 constexpr int kSwizzleAlign = 1024;
 constexpr int kABytes = kBlockRows * kRowBytes;              // a step's tile slots: 128 rows x 64 columns
-constexpr int kProducerRegisters = 72;  // the step walk and copy issue, without spills
+constexpr int kProducerRegisters = 64;  // the list merge and copy issue, without spills
 constexpr int kConsumerRegisters = 216;
 constexpr int kRegisterFile = 64 * 1024;
 constexpr int kPipelineBytes = 220 * 1024;  // stages and epilogue chunk buffers
@@ -83,28 +83,28 @@ struct Shape {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // device helpers of the sm_90a pass only
-// A 128-row block's steps (TileStep records: column, the tile of each 64-row half, mask) with columns in the CTA's
-// range [column_begin, column_end), walked by a whole warp in lock-step: lane l holds record base + l, so the
-// walk reads 32 records per coalesced load and costs the producer a few shuffles per step.
-struct StepWindow {
-  const int4* steps;
-  int32_t base, pos, last;  // window start, current record, one past the block's records
+// One tile row's stored tiles with columns in [begin, end) of the CTA's range, walked by a whole warp in
+// lock-step: lane l holds the column of entry base + l, so the list is read 32 entries per coalesced load.
+struct TileList {
+  const int32_t* col_index;
+  int32_t base, pos, last;  // window start, current entry, one past the row's entries
   int32_t column_end;
-  int4 record;              // this lane's record; column INT_MAX past the block or the range
+  int32_t window;           // this lane's column, INT_MAX past the row or the range
 
   __device__ void load(int lane) {
     const int32_t i = base + lane;
-    record = i < last ? __ldg(steps + i) : make_int4(INT_MAX, -1, -1, 0);
-    if (record.x >= column_end) record.x = INT_MAX;
+    const int32_t c = i < last ? __ldg(col_index + i) : INT_MAX;
+    window = c < column_end ? c : INT_MAX;
   }
-  // Records [first, one_past) of `all`: begin() issues the first window's load, skip_below() consumes it.
-  __device__ void begin(const int4* all, int32_t first, int32_t one_past, int32_t end, int lane) {
-    steps = all, base = first, last = one_past, column_end = end;
+  // Entries [first, last) of col_index, restricted to columns [column_begin, column_end): begin() issues the
+  // first window's load, skip_below() consumes it (two lists' loads are in flight together).
+  __device__ void begin(const int32_t* index, int32_t first, int32_t one_past, int32_t end, int lane) {
+    col_index = index, base = first, last = one_past, column_end = end;
     load(lane);
   }
   __device__ void skip_below(int32_t column_begin, int lane) {
-    for (;;) {  // columns ascend: skip the records below the range, a window at a time
-      const int below = __popc(__ballot_sync(0xffffffffu, record.x < column_begin));
+    for (;;) {  // columns ascend: skip the entries below the range, a window at a time
+      const int below = __popc(__ballot_sync(0xffffffffu, window < column_begin));
       if (below < 32) {
         pos = base + below;
         return;
@@ -113,12 +113,7 @@ struct StepWindow {
       load(lane);
     }
   }
-  // The current record, in every lane (column INT_MAX: the block's walk is done).
-  __device__ int4 current() const {
-    const int from = pos - base;
-    return make_int4(__shfl_sync(0xffffffffu, record.x, from), __shfl_sync(0xffffffffu, record.y, from),
-                     __shfl_sync(0xffffffffu, record.z, from), __shfl_sync(0xffffffffu, record.w, from));
-  }
+  __device__ int32_t column() const { return __shfl_sync(0xffffffffu, window, pos - base); }  // INT_MAX: done
   __device__ void next(int lane) {
     if (++pos - base == 32) {
       base += 32;
@@ -152,7 +147,7 @@ __device__ __forceinline__ void record_time(uint64_t* timeline, int slot, uint64
 
 template <class Element, class Out, int kBlockN>
 __global__ void __launch_bounds__(kThreads, 1)
-    sm90_tile_spmm_kernel(const __grid_constant__ TileParams p, const __grid_constant__ CUtensorMap x_map,
+    sm90_tile_spmm_kernel(const TileParams p, const __grid_constant__ CUtensorMap x_map,
                           const __grid_constant__ CUtensorMap tile_map, uint64_t* const timeline) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Shape<kBlockN>;
@@ -188,10 +183,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == kConsumers) {  // producer: warp 0 merges the tile lists, its lane 0 issues the copies
     ptx::setmaxnreg_dec<kProducerRegisters>();
     if (tid % kWarpgroupThreads < 32) {
+      const int64_t grid_rows = (p.rows + p.tile_rows - 1) / p.tile_rows;
       const uint32_t x_step_bytes = S::kXBytes, tile_step_bytes = p.tile_rows * kRowBytes;
       int step = 0;  // counts on across units: the stages cycle through all of them
-      // Posts one step: the mask, and for a step with tiles the x slab and the tiles of the masked halves.
-      const auto post = [&](uint32_t mask, int32_t column, int part, int64_t n0, int32_t tile0, int32_t tile1) {
+      // Posts one step: the mask, and for a step with tiles the x slab and the tiles of the masked rows.
+      const auto post = [&](uint32_t mask, int32_t column, int part, const Unit& u, const TileList (&lists)[kConsumers]) {
         const int s = step % kStages;
         if (step >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((step / kStages - 1) & 1));
         const int this_step = step++;
@@ -206,37 +202,48 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t tiles = tile_rows_per_block == 1 ? 1u : __popc(mask);
         ptx::mbarrier_arrive_expect_tx(&full[s], x_step_bytes + tiles * tile_step_bytes);
         const int32_t k_in_tile = part * kStepK;
-        ptx::tma_load_2d(stage, &x_map, &full[s], column * p.tile_cols + k_in_tile, static_cast<int32_t>(n0));
-        // A 128-row tile fills both halves' slots with one box; 64-row tiles fill their half's.
-        if (tile0 >= 0) ptx::tma_load_3d(stage + S::kXBytes, &tile_map, &full[s], k_in_tile, 0, tile0);
-        if (tile1 >= 0)
-          ptx::tma_load_3d(stage + S::kXBytes + kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0, tile1);
+        ptx::tma_load_2d(stage, &x_map, &full[s], column * p.tile_cols + k_in_tile, static_cast<int32_t>(u.n0));
+#pragma unroll
+        for (int w = 0; w < kConsumers; ++w)
+          if (mask >> w & 1u && (w == 0 || tile_rows_per_block == 2))
+            ptx::tma_load_3d(stage + S::kXBytes + w * kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0,
+                             lists[w].pos);
       };
-      // Looks a unit up and issues the load of its first window of steps (consumed by skip_below).
-      const auto begin_unit = [&](int64_t unit, StepWindow& window) {
+      // Looks a unit up and issues the loads of its lists' first windows (consumed by skip_below).
+      const auto begin_unit = [&](int64_t unit, TileList (&lists)[kConsumers]) {
         const Unit u = unit_of<kBlockN>(p, unit, rank, split);
-        window.begin(p.steps, p.block_steps[u.block], p.block_steps[u.block + 1], u.column_end, lane);
+#pragma unroll
+        for (int w = 0; w < kConsumers; ++w) {
+          const int64_t row = u.block * tile_rows_per_block + w;
+          const bool stored = w < tile_rows_per_block && row < grid_rows;
+          lists[w].begin(p.col_index, stored ? p.row_ptr[row] : 0, stored ? p.row_ptr[row + 1] : 0, u.column_end, lane);
+        }
         return u;
       };
-      // The next unit's lookup and first window are loaded while this unit streams (after its first steps), so
+      // The next unit's lookup and list loads are issued while this unit streams (after its first steps), so
       // their latency hides behind the current unit's copies instead of opening a bubble between units.
       constexpr int kLookaheadStep = 2;
-      StepWindow next_window;
-      Unit next = first_unit < units ? begin_unit(first_unit, next_window) : Unit{};
+      TileList next_lists[kConsumers];
+      Unit next = first_unit < units ? begin_unit(first_unit, next_lists) : Unit{};
       for (int64_t unit = first_unit; unit < units; unit += unit_stride) {
         const Unit u = next;
-        StepWindow window = next_window;
-        window.skip_below(u.column_begin, lane);
+        TileList lists[kConsumers] = {next_lists[0], next_lists[1]};
+#pragma unroll
+        for (int w = 0; w < kConsumers; ++w) lists[w].skip_below(u.column_begin, lane);
         bool looked_ahead = unit + unit_stride >= units;
         for (int posted = 0;; ++posted) {
-          if (!looked_ahead && posted == kLookaheadStep) next = begin_unit(unit + unit_stride, next_window), looked_ahead = true;
-          const int4 r = window.current();  // {column, tile of half 0, tile of half 1, mask}
-          if (r.x == INT_MAX) break;
-          for (int part = 0; part < steps_per_tile; ++part) post(static_cast<uint32_t>(r.w), r.x, part, u.n0, r.y, r.z);
-          window.next(lane);
+          if (!looked_ahead && posted == kLookaheadStep) next = begin_unit(unit + unit_stride, next_lists), looked_ahead = true;
+          const int32_t c0 = lists[0].column(), c1 = lists[1].column(), column = min(c0, c1);
+          if (column == INT_MAX) break;
+          // A 128-row tile feeds both warpgroups; 64-row tiles feed the warpgroup of their row.
+          const uint32_t mask =
+              tile_rows_per_block == 1 ? 0x3u : (c0 == column ? 0x1u : 0u) | (c1 == column ? 0x2u : 0u);
+          for (int part = 0; part < steps_per_tile; ++part) post(mask, column, part, u, lists);
+          if (c0 == column) lists[0].next(lane);
+          if (c1 == column) lists[1].next(lane);
         }
-        if (!looked_ahead) next = begin_unit(unit + unit_stride, next_window);
-        post(kEndOfUnit, 0, 0, u.n0, -1, -1);
+        if (!looked_ahead) next = begin_unit(unit + unit_stride, next_lists);
+        post(kEndOfUnit, 0, 0, u, lists);
       }
     }
     if (split > 1) {  // the consumers' two cluster barriers (epilogue below)

@@ -3,7 +3,6 @@
 // nm24 epilogue (nm24_common.cuh) serves both.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <vector_types.h>
 
 #include <cstdint>
 
@@ -16,8 +15,6 @@ struct TileParams {
   const int32_t* col_index;  // (nnz_tiles)
   const int32_t* row_order;  // (grid_rows): tile rows, longest first; CTA i computes row row_order[i / column tiles]
   const int32_t* block_order;  // (ceil(R / 128)): 128-row blocks, most tiles first (the sm90 kernel's CTA rows)
-  const int32_t* block_steps;  // (ceil(R / 128) + 1), sm90: block b's steps are [block_steps[b], block_steps[b + 1])
-  const int4* steps;           // sm90: TileStep {column, tile[0], tile[1], mask} per step of a block
   const uint16_t* tiles;     // (nnz_tiles, tile_rows, tile_cols), row-major 16-bit values
   const void* b;             // K x C, ldb = K (col-major) or C (row-major)
   const void* c;             // R x C in D's layout, read when beta != 0
