@@ -30,11 +30,11 @@ inline EncodeTiled encode_tiled() {
 }
 
 // A rank-`kRank` tensor of f16/bf16 (dims innermost first, byte strides of the outer dims) with boxes of `box`
-// elements and the given shared-memory swizzle (the box's inner extent in bytes must not exceed its span).
-// Out-of-range elements of a loaded box are filled with zeros; those of a stored box are not written.
+// elements and the 128-byte swizzle (the box's inner extent must be 64 elements). Out-of-range elements of a
+// box are filled with zeros.
 template <class Element, int kRank>
-CUtensorMap make_tensor_map(const void* base, const cuuint64_t (&dims)[kRank], const cuuint64_t (&byte_strides)[kRank - 1],
-                            const cuuint32_t (&box)[kRank], CUtensorMapSwizzle swizzle) {
+CUtensorMap make_tensor_map_sw128(const void* base, const cuuint64_t (&dims)[kRank],
+                                  const cuuint64_t (&byte_strides)[kRank - 1], const cuuint32_t (&box)[kRank]) {
   static_assert(std::is_same_v<Element, __half> || std::is_same_v<Element, __nv_bfloat16>, "16-bit operands");
   CUtensorMap map;
   cuuint32_t element_strides[kRank];
@@ -42,17 +42,10 @@ CUtensorMap make_tensor_map(const void* base, const cuuint64_t (&dims)[kRank], c
   const CUtensorMapDataType type =
       std::is_same_v<Element, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const CUresult r = encode_tiled()(&map, type, kRank, const_cast<void*>(base), dims, byte_strides, box, element_strides,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(r == CUDA_SUCCESS, ErrorCode::cuda_error, "cuTensorMapEncodeTiled failed with code " + std::to_string(r));
   return map;
-}
-
-// The operands' usual map: the 128-byte swizzle, boxes 64 elements (128 bytes) wide.
-template <class Element, int kRank>
-CUtensorMap make_tensor_map_sw128(const void* base, const cuuint64_t (&dims)[kRank],
-                                  const cuuint64_t (&byte_strides)[kRank - 1], const cuuint32_t (&box)[kRank]) {
-  return make_tensor_map<Element, kRank>(base, dims, byte_strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 }  // namespace nmkit::cuda

@@ -136,12 +136,11 @@ __device__ Unit unit_of(const TileParams& p, int64_t unit, uint32_t rank, uint32
           static_cast<int32_t>(grid_cols * (rank + 1) / split)};
 }
 
-// Diagnosis (TileLaunch::timeline): word `slot` of this CTA's timeline. The pointer is read from the kernel
-// parameters at each use, so that tracing keeps no register live through the loops.
+// Diagnosis (TileLaunch::timeline): word `slot` of this CTA's timeline. The buffer is a kernel argument of its
+// own, read at each use: as a TileParams field it tipped ptxas into spilling the n256 consumer's addresses.
 __device__ __forceinline__ void record_time(uint64_t* timeline, int slot, uint64_t value) {
   timeline[int64_t{blockIdx.x} * TileTimeline::kWords + slot] = value;
 }
-
 
 #endif
 
