@@ -43,6 +43,12 @@ for unit in nm24/sm90_nm24_spmm vnm/sm90_vnm_spmm; do
   summary+=("$unit SASS HGMMA count: $hgmma")
 done
 
+# ptxas serialises every wgmma of a kernel (a wait after each) when it cannot prove the accumulators idle where
+# they are read; it says so only in an info line.
+serialised=$(grep -c "C7518" /tmp/nmkit_build.log || true)
+echo "kernels whose wgmma ptxas serialised (C7518): $serialised"
+summary+=("ptxas wgmma serialisation warnings (C7518): $serialised")
+
 step "GPU tests"
 # A time limit, so that a kernel that hangs costs minutes of device time, not the whole call.
 timeout "${NMKIT_GPU_TEST_TIMEOUT:-300}" $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_GPU_TESTS:-*}" >"$OUT/gpu_tests.log" 2>&1

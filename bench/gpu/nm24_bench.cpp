@@ -139,6 +139,7 @@ struct Options {
   std::vector<double> tile_densities{0.5, 0.25, 0.1, 0.05};
   int tile_block_n = 0, tile_split = 0;
   bool tile_unit_per_cta = false;
+  bool tile_chunked_epilogue = false;
   bool tile_timeline = false;
   std::vector<int> vnm_m{4, 5, 7, 8, 10, 16, 20, 32, 40, 100};
   std::string vnm_b_layout = "both";
@@ -187,6 +188,7 @@ int run(const Options& o) {
     t.warmup = o.warmup, t.iters = o.iters, t.tile_sides = o.tile_sides;
     t.densities = o.tile_densities, t.block_n = o.tile_block_n, t.split = o.tile_split;
     t.persistent = !o.tile_unit_per_cta;
+    t.deferred_store = !o.tile_chunked_epilogue;
     t.timeline = o.tile_timeline;
     out["tile_run_host_overhead_us"] = run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
     if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
@@ -331,6 +333,8 @@ int main(int argc, char** argv) {
   app.add_option("--tile-split", o.tile_split, "tile suite: the sm90 kernel's split-K cluster size (1..8; 0: by shape)");
   app.add_flag("--tile-unit-per-cta", o.tile_unit_per_cta,
                "tile suite: one sm90 CTA per work unit instead of one persistent CTA per SM");
+  app.add_flag("--tile-chunked-epilogue", o.tile_chunked_epilogue,
+               "tile suite: the sm90 consumers write D themselves, 32 tokens at a time (no deferred store; ablation)");
   app.add_flag("--tile-timeline", o.tile_timeline,
                "tile suite: after each sm90 row, one launch traced with clock64 marks and summarised (diagnosis)");
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();

@@ -119,7 +119,7 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
   NMKIT_CUDA_CHECK(cudaMemsetAsync(buffer.ptr, 0, ctas * T::kWords * sizeof(uint64_t), stream));
   const gpu::TileSpmmPlan traced = gpu::TileSpmmPlan::create(
       desc, plan.tile_rows(), plan.tile_cols(), plan.kernel(),
-      {plan.block_n(), plan.split(), plan.persistent(), static_cast<uint64_t*>(buffer.ptr)});
+      {plan.block_n(), plan.split(), plan.persistent(), plan.deferred_store(), static_cast<uint64_t*>(buffer.ptr)});
   traced.run(stream, a, b, nullptr, d);
   std::vector<uint64_t> words(ctas * T::kWords);
   NMKIT_CUDA_CHECK(cudaMemcpyAsync(words.data(), buffer.ptr, words.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream));
@@ -213,7 +213,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             if (dense_ms < 0)
               dense_ms = dense.time_fastest([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets,
                                              o.warmup, o.iters, stream);
-            const gpu::TileLaunch launch{o.block_n, o.split, o.persistent};  // ignored by the portable kernel
+            const gpu::TileLaunch launch{o.block_n, o.split, o.persistent, o.deferred_store};  // ignored by the portable kernel
             const gpu::TileSpmmPlan plan =
                 gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side, gpu::TileKernel::automatic, launch);
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern
@@ -248,8 +248,9 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             }
             char kernel_text[64];
             if (plan.kernel() == gpu::TileKernel::sm90_wgmma)
-              std::snprintf(kernel_text, sizeof kernel_text, "%s n%d split %d%s", gpu::kernel_name(plan.kernel()),
-                            plan.block_n(), plan.split(), plan.persistent() ? " persistent" : "");
+              std::snprintf(kernel_text, sizeof kernel_text, "%s n%d split %d%s%s", gpu::kernel_name(plan.kernel()),
+                            plan.block_n(), plan.split(), plan.persistent() ? " persistent" : "",
+                            plan.deferred_store() ? " deferred" : "");
             else
               std::snprintf(kernel_text, sizeof kernel_text, "%s", gpu::kernel_name(plan.kernel()));
             std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s\n", "tile",
@@ -261,7 +262,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms},
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
                             {"kernel", gpu::kernel_name(plan.kernel())}, {"block_n", plan.block_n()}, {"split", plan.split()},
-                            {"persistent", plan.persistent()}});
+                            {"persistent", plan.persistent()}, {"deferred_store", plan.deferred_store()}});
             if (bsr_ms)
               rows.back()["cusparse_bsr_ms"] = *bsr_ms, rows.back()["cusparse_bsr_rel_error"] = *bsr_err,
               rows.back()["nmkit_vs_cusparse_bsr"] = *bsr_ms / nmkit_ms;

@@ -18,6 +18,7 @@ struct TileSuiteOptions {
   int warmup = 5, iters = 30;
   int block_n = 0, split = 0;  // the sm90 kernel's configuration; 0: the plan's choice
   bool persistent = true;
+  bool deferred_store = true;  // TileLaunch::deferred_store
   bool timeline = false;       // after each sm90 row, one traced launch summarised (TileLaunch::timeline)
 };
 

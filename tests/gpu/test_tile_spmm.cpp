@@ -173,6 +173,38 @@ TEST(TileGpu, HopperEpilogueTailsAndLayouts) {
       }
 }
 
+TEST(TileGpu, HopperDeferredStoreOverManyUnitsPerCta) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  // The deferred store (16-bit D, beta 0, no GELU): persistent CTAs take 3-4 units each, so the staged and
+  // stored barriers turn through both parities; R and C tails, D strides that are (R = 3080, C = 4104) and are not
+  // (R = 3079, C = 4100) multiples of 8 elements, both layouts; the chunked epilogue of the same products beside.
+  const int64_t shapes[][3] = {{3080, 128, 4104}, {3079, 128, 4100}};
+  uint32_t seed = 9700;
+  for (const auto& s : shapes)
+    for (Layout d_layout : {Layout::col_major, Layout::row_major})
+      for (bool deferred : {true, false}) {
+        const DType dtype = d_layout == Layout::row_major ? DType::bf16 : DType::f16;
+        Case t{{s[0], s[1], s[2], dtype, dtype, Layout::col_major, d_layout, 0.5f, 0.0f, true,
+                deferred ? Activation::relu : Activation::none},
+               64, 64, 0.5, TileKernel::sm90_wgmma};
+        t.launch.deferred_store = deferred;
+        const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma, t.launch);
+        ASSERT_EQ(plan.deferred_store(), deferred) << describe(t);
+        ASSERT_TRUE(plan.persistent() && plan.split() == 1 && plan.block_n() == 256) << describe(t);
+        EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << (deferred ? " deferred" : " chunked");
+      }
+  // Where the staged value would not be D's final value the plan keeps the chunked epilogue.
+  const auto deferred_for = [](float beta, Activation activation, DType out) {
+    const SpmmDesc desc{4096, 256, 4096, DType::f16, out, Layout::col_major, Layout::col_major, 1.0f, beta, false, activation};
+    return TileSpmmPlan::create(desc, 64, 64, TileKernel::sm90_wgmma).deferred_store();
+  };
+  EXPECT_TRUE(deferred_for(0.0f, Activation::relu, DType::f16));
+  EXPECT_FALSE(deferred_for(0.5f, Activation::none, DType::f16));
+  EXPECT_FALSE(deferred_for(0.0f, Activation::gelu, DType::bf16));
+  EXPECT_FALSE(deferred_for(0.0f, Activation::none, DType::f32));
+}
+
 TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";

@@ -81,12 +81,16 @@ const char* kernel_name(TileKernel k) noexcept;
 // The sm90 kernel's launch: a CTA computes 128 rows of D for block_n tokens (64, 128 or 256; 0 = by C); `split`
 // CTAs of a cluster share its tile columns (1..8; 0 = by grid size); `persistent` runs one CTA per SM striding over
 // the work units, false one CTA per unit (ignored when split > 1). docs/performance.md compares the two.
+// `deferred_store`: where D is f16/bf16 and final in registers (beta == 0, activation none or relu) and split == 1,
+// the consumers stage each unit's outputs whole and spare producer warps store them while the next unit runs;
+// false keeps the chunked epilogue on the consumers' critical path (an ablation; docs/performance.md).
 // `timeline` (diagnosis, sm90 kernel only; null in normal use): a device buffer of grid x TileTimeline::kWords
 // words where each CTA records SM clock cycles at the points below (nmkit_bench --tile-timeline reads it).
 struct TileLaunch {
   int block_n = 0;
   int split = 0;
   bool persistent = true;
+  bool deferred_store = true;
   uint64_t* timeline = nullptr;
 };
 
@@ -120,6 +124,8 @@ class TileSpmmPlan {
   int block_n() const noexcept { return block_n_; }
   int split() const noexcept { return split_; }
   bool persistent() const noexcept { return persistent_; }
+  // Whether the sm90 kernel stores D by the deferred path (TileLaunch::deferred_store, where it applies).
+  bool deferred_store() const noexcept { return deferred_store_; }
   uint64_t* timeline() const noexcept { return timeline_; }
 
  private:
@@ -128,6 +134,7 @@ class TileSpmmPlan {
   int tile_rows_ = 0, tile_cols_ = 0;
   int block_n_ = 0, split_ = 1;
   bool persistent_ = false;
+  bool deferred_store_ = false;
   uint64_t* timeline_ = nullptr;
 };
 

@@ -7,9 +7,11 @@
 //
 // Staged layout: col-major D: [kCols columns][kRows + kStagePad rows]; row-major D: [kRows rows][kCols + kStagePad].
 // The padding of 4 floats keeps float4 alignment and spreads a warp's fragment stores over the banks.
+#include <cstring>
 #include <type_traits>
 
 #include "../ptx/address.cuh"
+#include "../ptx/shared.cuh"
 #include "nm24_common.cuh"
 
 namespace nmkit::gpu::sm90_epilogue {
@@ -129,6 +131,121 @@ __device__ void write_tile(const P& p, const EpilogueTile<kRows, kCols>& tile, i
                            LoadStaged load_staged) {
   if (tile.col_major) write_runs<Out, true>(p, tile, m0, n0, first, step, load_staged);
   else write_runs<Out, false>(p, tile, m0, n0, first, step, load_staged);
+}
+
+// ---- Deferred stores ------------------------------------------------------------------------------------------
+// When D is 16-bit and its value is final in the consumers' registers (beta == 0, no GELU), a persistent kernel
+// need not stop for its epilogue: the consumers stage act(alpha * acc + bias) in D's type and layout, a whole
+// kRows x kCols unit at once, and go on to the next unit while spare warps copy the staged unit to D, 16 bytes
+// per access. Layout (16-bit elements): row-major D [kRows][kCols + kOutputPad], col-major D
+// [kCols][kRows + kOutputPad]. The pad keeps runs 16-byte aligned and puts the 8 rows (or 4 column pairs) of a
+// warp's fragment stores in different banks.
+inline constexpr int kOutputPad = 8;
+inline constexpr int kOutputVector = 8;  // 16-bit elements per 16-byte copy
+
+template <int kRows, int kCols>
+struct OutputTile {
+  static constexpr int kRowMajorElements = kRows * (kCols + kOutputPad);
+  static constexpr int kColMajorElements = kCols * (kRows + kOutputPad);
+  static constexpr int kBytes = 2 * (kRowMajorElements > kColMajorElements ? kRowMajorElements : kColMajorElements);
+  static_assert(kRows % kOutputVector == 0 && kCols % kOutputVector == 0, "whole 16-byte runs");
+  uint32_t base;  // shared address, 16-byte aligned
+};
+
+// Whether a product can take the deferred path: what is staged must be the final value of D.
+template <class Out, class P>
+__host__ __device__ bool deferred_store_applies(const P& p) {
+  return sizeof(Out) == 2 && p.beta == 0.0f && p.activation != Activation::gelu;
+}
+
+template <class Out>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  static_assert(sizeof(Out) == 2, "16-bit outputs");
+  const Out pair[2] = {static_cast<Out>(lo), static_cast<Out>(hi)};
+  uint32_t bits;
+  memcpy(&bits, pair, sizeof bits);
+  return bits;
+}
+
+// Stages consumer warpgroup rows row_offset..row_offset + 63 of the unit (m64 x kCols accumulators in
+// wgmma_ss.cuh / wgmma_sp.cuh register order) as final 16-bit values.
+template <class Out, bool kColMajor, int kRows, int kCols, int kAccumulators, class P>
+__device__ __forceinline__ void stage_outputs_as(const P& p, const OutputTile<kRows, kCols>& tile,
+                                                 const float (&acc)[kAccumulators], int64_t m0, int row_offset,
+                                                 int thread_in_group) {
+  constexpr int kStride = (kColMajor ? kRows : kCols) + kOutputPad;
+  static_assert(kAccumulators == kCols / 2, "an m64 x kCols accumulator tile");
+  const int warp = thread_in_group / 32, lane = thread_in_group % 32, g = lane / 4, t = lane % 4;
+  const bool relu = p.activation == Activation::relu;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row_offset + warp * 16 + g + 8 * half;
+    const float b = (p.bias && m0 + r < p.rows) ? __ldg(p.bias + m0 + r) : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      float v[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        v[e] = p.alpha * acc[4 * j + 2 * half + e] + b;
+        if (relu) v[e] = fmaxf(v[e], 0.0f);
+      }
+      const uint32_t bits = pack_pair<Out>(v[0], v[1]);
+      const int c = 8 * j + 2 * t;
+      if constexpr (kColMajor) {
+        ptx::st_shared_b16(tile.base + 2 * (c * kStride + r), static_cast<uint16_t>(bits));
+        ptx::st_shared_b16(tile.base + 2 * ((c + 1) * kStride + r), static_cast<uint16_t>(bits >> 16));
+      } else {
+        ptx::st_shared_b32(tile.base + 2 * (r * kStride + c), bits);
+      }
+    }
+  }
+}
+
+template <class Out, int kRows, int kCols, int kAccumulators, class P>
+__device__ __forceinline__ void stage_outputs(const P& p, const OutputTile<kRows, kCols>& tile,
+                                              const float (&acc)[kAccumulators], int64_t m0, int row_offset,
+                                              int thread_in_group) {
+  if (p.d_col_major) stage_outputs_as<Out, true>(p, tile, acc, m0, row_offset, thread_in_group);
+  else stage_outputs_as<Out, false>(p, tile, acc, m0, row_offset, thread_in_group);
+}
+
+// Copies the staged unit to D at (m0, n0): 16-byte piece i for i = first, first + step, ...; R and C tails are
+// skipped, and pieces that D's stride or address leave unaligned are stored element by element.
+template <bool kColMajor, int kRows, int kCols, class P>
+__device__ __forceinline__ void store_outputs_as(const P& p, const OutputTile<kRows, kCols>& tile, int64_t m0,
+                                                 int64_t n0, int first, int step) {
+  constexpr int kRunLen = kColMajor ? kRows : kCols;  // contiguous extent inside the unit
+  constexpr int kRuns = kColMajor ? kCols : kRows;
+  constexpr int kPiecesPerRun = kRunLen / kOutputVector;
+  constexpr int kStride = kRunLen + kOutputPad;
+  const int64_t ld = kColMajor ? p.rows : p.n;
+  const int64_t run_room = kColMajor ? p.rows - m0 : p.n - n0;
+  const int64_t runs_room = kColMajor ? p.n - n0 : p.rows - m0;
+  const int run_limit = static_cast<int>(run_room < kRunLen ? run_room : kRunLen);
+  const int runs_limit = static_cast<int>(runs_room < kRuns ? runs_room : kRuns);
+  uint16_t* const origin = static_cast<uint16_t*>(p.d) + (kColMajor ? n0 * ld + m0 : m0 * ld + n0);
+  const bool vector_stores = ld % kOutputVector == 0 && reinterpret_cast<uintptr_t>(origin) % 16 == 0;
+  for (int i = first; i < kRuns * kPiecesPerRun; i += step) {
+    const int run = i / kPiecesPerRun, pos = i % kPiecesPerRun * kOutputVector;
+    if (run >= runs_limit || pos >= run_limit) continue;
+    const uint4 piece = ptx::ld_shared_v4_b32(tile.base + 2 * (run * kStride + pos));
+    uint16_t* const dst = origin + run * ld + pos;
+    if (vector_stores && pos + kOutputVector <= run_limit) {
+      *reinterpret_cast<uint4*>(dst) = piece;
+      continue;
+    }
+    const uint32_t words[4] = {piece.x, piece.y, piece.z, piece.w};
+#pragma unroll
+    for (int e = 0; e < kOutputVector; ++e)
+      if (pos + e < run_limit) dst[e] = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
+  }
+}
+
+template <int kRows, int kCols, class P>
+__device__ void store_outputs(const P& p, const OutputTile<kRows, kCols>& tile, int64_t m0, int64_t n0, int first,
+                              int step) {
+  if (p.d_col_major) store_outputs_as<true>(p, tile, m0, n0, first, step);
+  else store_outputs_as<false>(p, tile, m0, n0, first, step);
 }
 
 // Named barrier `id` among the 128 threads of one warpgroup.

@@ -66,6 +66,8 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
     const tile::Sm90TileConfig config = tile::sm90_tile_config(desc.rows, desc.cols, desc.n, tile_cols, nm24::sm_count());
     plan.block_n_ = block_n ? block_n : config.block_n, plan.split_ = split ? split : config.split;
     plan.persistent_ = launch.persistent && plan.split_ == 1;
+    plan.deferred_store_ = launch.deferred_store && plan.split_ == 1 && desc.out_dtype != DType::f32 &&
+                           desc.beta == 0.0f && desc.activation != Activation::gelu;
     plan.timeline_ = launch.timeline;
   }
   return plan;
@@ -93,7 +95,7 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   // The Hopper kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = kernel_ == TileKernel::sm90_wgmma && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) tile::launch_sm90<Element, Out>(p, {block_n_, split_, persistent_, timeline_}, stream);
+    if (sm90) tile::launch_sm90<Element, Out>(p, {block_n_, split_, persistent_, deferred_store_, timeline_}, stream);
     else tile::launch_sm80<Element, Out>(p, tile_rows_, stream);
   });
 }

@@ -64,23 +64,32 @@ static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumer
 // Step mask: bit w = consumer warpgroup w has a tile in this step; kEndOfUnit = the unit's last step was posted.
 [[maybe_unused]] constexpr uint32_t kEndOfUnit = 1u << 31;
 
-// Shared memory: stages [x slab: kBlockN tokens x 128 B][tile slots: 128 rows x 128 B] (1024-aligned), one
-// epilogue chunk buffer per consumer warpgroup, then barriers and step masks.
+// Shared memory: stages [x slab: kBlockN tokens x 128 B][tile slots: 128 rows x 128 B] (1024-aligned), the
+// epilogue's buffers (one 64 x kChunkN chunk buffer per consumer warpgroup, or with kDeferred the whole unit's
+// 16-bit outputs), then barriers and step masks.
 using ChunkTile = epi::EpilogueTile<kWarpgroupRows, kChunkN>;
 template <int kBlockN>
+using OutputTile = epi::OutputTile<kBlockRows, kBlockN>;
+template <int kBlockN, bool kDeferred>
 struct Shape {
   static constexpr int kXBytes = kBlockN * kRowBytes;
   static constexpr int kStageBytes = kXBytes + kABytes;
   static constexpr int kChunkBytes = ChunkTile::kBytes;
-  static constexpr int kStages = std::min((kPipelineBytes - kConsumers * kChunkBytes) / kStageBytes, kMaxStages);
+  static constexpr int kEpilogueBytes = kDeferred ? OutputTile<kBlockN>::kBytes : kConsumers * kChunkBytes;
+  static constexpr int kStages = std::min((kPipelineBytes - kEpilogueBytes) / kStageBytes, kMaxStages);
   static constexpr int kPipelineEnd = kStages * kStageBytes;
-  static constexpr int kBarriers = kPipelineEnd + kConsumers * kChunkBytes;
-  static constexpr int kSmemBytes = kSwizzleAlign + kBarriers + kStages * (2 * 8 + 4);
+  static constexpr int kBarriers = kPipelineEnd + kEpilogueBytes;
+  static constexpr int kBarrierWords = 2 * kStages + 2;  // full, empty; staged, stored (kDeferred)
+  static constexpr int kSmemBytes = kSwizzleAlign + kBarriers + kBarrierWords * 8 + kStages * 4;
   static_assert(kBlockN % kChunkN == 0 && kChunkBytes % 16 == 0, "whole, aligned epilogue chunks");
   static_assert(kXBytes % kSwizzleAlign == 0 && kStageBytes % kSwizzleAlign == 0, "stages keep the swizzle alignment");
+  static_assert(kEpilogueBytes % 16 == 0, "the barriers stay 8-byte aligned and the output tile 16-byte aligned");
   static_assert(kStages >= 2 && kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
   static_assert(epi::EpilogueTile<kBlockRows, kBlockN>::kBytes <= kPipelineEnd, "a split's tile reuses the stages");
 };
+
+// With kDeferred, warps 1..3 of the producer warpgroup store each unit's staged outputs.
+[[maybe_unused]] constexpr int kStorerThreads = kWarpgroupThreads - 32;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // device helpers of the sm_90a pass only
 // One tile row's stored tiles with columns in [begin, end) of the CTA's range, walked by a whole warp in
@@ -144,12 +153,12 @@ __device__ __forceinline__ void record_time(uint64_t* timeline, int slot, uint64
 
 #endif
 
-template <class Element, class Out, int kBlockN>
+template <class Element, class Out, int kBlockN, bool kDeferred>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_tile_spmm_kernel(const TileParams p, const __grid_constant__ CUtensorMap x_map,
                           const __grid_constant__ CUtensorMap tile_map, uint64_t* const timeline) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = Shape<kBlockN>;
+  using S = Shape<kBlockN, kDeferred>;
   using Wgmma = ptx::WgmmaSS<kBlockN, typename nm24::ElementTraits<Element>::Mma>;
   constexpr int kStages = S::kStages;
 
@@ -158,7 +167,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarriers);
   uint64_t* empty = full + kStages;
-  uint32_t* step_mask = reinterpret_cast<uint32_t*>(empty + kStages);
+  uint64_t* staged = empty + kStages;  // kDeferred: the consumers staged a unit (256 arrivals)
+  uint64_t* stored = staged + 1;       // kDeferred: the storers read it (kStorerThreads arrivals)
+  uint32_t* step_mask = reinterpret_cast<uint32_t*>(stored + 1);
+  const OutputTile<kBlockN> output_tile{ptx::smem_address(smem + S::kPipelineEnd)};
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
   const uint32_t split = ptx::cluster_nctarank(), rank = ptx::cluster_ctarank();
@@ -175,6 +187,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbarrier_init(&full[s], 1);
       ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads);
     }
+    ptx::mbarrier_init(staged, kConsumers * kWarpgroupThreads);
+    ptx::mbarrier_init(stored, kStorerThreads);
     ptx::fence_barrier_init();
   }
   __syncthreads();
@@ -244,6 +258,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (!looked_ahead) next = begin_unit(unit + unit_stride, next_lists);
         post(kEndOfUnit, 0, 0, u, lists);
       }
+    } else if constexpr (kDeferred) {  // warps 1..3 store each unit the consumers staged
+      int units_stored = 0;
+      for (int64_t unit = first_unit; unit < units; unit += unit_stride, ++units_stored) {
+        const Unit u = unit_of<kBlockN>(p, unit, rank, split);
+        ptx::mbarrier_wait(staged, static_cast<uint32_t>(units_stored & 1));
+        epi::store_outputs(p, output_tile, u.m0, u.n0, tid % kWarpgroupThreads - 32, kStorerThreads);
+        ptx::mbarrier_arrive(stored);
+      }
     }
     if (split > 1) {  // the consumers' two cluster barriers (epilogue below)
       ptx::cluster_sync();
@@ -295,8 +317,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (pending >= 0) ptx::mbarrier_arrive(&empty[pending]);
       pending = s;
     }
+    // Unconditional, though every path out of the loop has waited already: with only the conditional waits above,
+    // ptxas cannot prove the accumulators idle here and serialises every wgmma of the main loop instead (a wait
+    // after each one, ptxas info C7518; all tile kernels ran that way until this line).
+    ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
 
+    if constexpr (kDeferred) {  // stage the final outputs once the storers have the previous unit's
+      if (units_done > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((units_done - 1) & 1));
+      epi::stage_outputs<Out>(p, output_tile, acc, u.m0, warpgroup * kWarpgroupRows, thread_in_group);
+      ptx::mbarrier_arrive(staged);
+      if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
+      continue;
+    }
     if (split == 1) {  // this warpgroup's 64 rows, kChunkN tokens at a time, while the producer loads ahead
       const int64_t m0 = u.m0 + warpgroup * kWarpgroupRows;
 #pragma unroll
@@ -334,10 +367,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <class Element, class Out, int kBlockN>
+template <class Element, class Out, int kBlockN, bool kDeferred>
 void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline, cudaStream_t stream) {
-  using S = Shape<kBlockN>;
-  auto kernel = sm90_tile_spmm_kernel<Element, Out, kBlockN>;
+  using S = Shape<kBlockN, kDeferred>;
+  auto kernel = sm90_tile_spmm_kernel<Element, Out, kBlockN, kDeferred>;
   static cuda::DynamicSmemLimit smem_limit;
   smem_limit.raise(kernel, S::kSmemBytes);
   // x[C, K] (B col-major) in boxes of 64 columns x kBlockN tokens; the packed tiles as {tile_cols, tile_rows, nnz}
@@ -388,10 +421,18 @@ void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t
   require(p.tile_cols == 64 || p.tile_cols == 128, ErrorCode::invalid_argument,
           "sm90 tile: tile columns must be 64 or 128, got " + std::to_string(p.tile_cols));
   require(config.split >= 1 && config.split <= kMaxSplit, ErrorCode::invalid_argument, "sm90 tile: split must be 1..8");
+  // The deferred store trades pipeline stages for an epilogue off the consumers' critical path (the plan decides).
+  require(!config.deferred_store || (config.split == 1 && epi::deferred_store_applies<Out>(p)), ErrorCode::invalid_argument,
+          "sm90 tile: the deferred store needs split 1, a 16-bit D, beta 0 and no GELU");
+  const auto launch_n = [&]<int kBlockN>() {
+    if constexpr (sizeof(Out) == 2)
+      if (config.deferred_store) return launch<Element, Out, kBlockN, true>(p, config.split, config.persistent, config.timeline, stream);
+    launch<Element, Out, kBlockN, false>(p, config.split, config.persistent, config.timeline, stream);
+  };
   switch (config.block_n) {
-    case 64: return launch<Element, Out, 64>(p, config.split, config.persistent, config.timeline, stream);
-    case 128: return launch<Element, Out, 128>(p, config.split, config.persistent, config.timeline, stream);
-    case 256: return launch<Element, Out, 256>(p, config.split, config.persistent, config.timeline, stream);
+    case 64: return launch_n.template operator()<64>();
+    case 128: return launch_n.template operator()<128>();
+    case 256: return launch_n.template operator()<256>();
   }
   throw Error(ErrorCode::invalid_argument, "sm90 tile: no kernel for block_n " + std::to_string(config.block_n));
 }
