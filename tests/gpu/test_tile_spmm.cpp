@@ -201,7 +201,7 @@ TEST(TileGpu, HopperDeferredStoreOverManyUnitsPerCta) {
   };
   EXPECT_TRUE(deferred_for(0.0f, Activation::relu, DType::f16));
   EXPECT_FALSE(deferred_for(0.5f, Activation::none, DType::f16));
-  EXPECT_FALSE(deferred_for(0.0f, Activation::gelu, DType::bf16));
+  EXPECT_FALSE(deferred_for(0.0f, Activation::gelu, DType::f16));
   EXPECT_FALSE(deferred_for(0.0f, Activation::none, DType::f32));
 }
 

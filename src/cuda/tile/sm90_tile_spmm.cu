@@ -163,8 +163,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kStages = S::kStages;
 
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
+  // Aligned by pointer arithmetic on the shared array itself (not through an integer), so that every address
+  // derived from it stays a 32-bit shared one instead of a rebuilt 64-bit generic one.
+  unsigned char* smem = smem_raw + (kSwizzleAlign - ptx::smem_address(smem_raw) % kSwizzleAlign) % kSwizzleAlign;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarriers);
   uint64_t* empty = full + kStages;
   uint64_t* staged = empty + kStages;  // kDeferred: the consumers staged a unit (256 arrivals)
