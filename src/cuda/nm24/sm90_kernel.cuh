@@ -54,19 +54,27 @@ static_assert(kBlockM == kPackRowAlign && kBlockK == kPackKAlign, "a CTA tile is
 
 // Stage layout: [kBTiles B tiles (kBlockN x 64 halves each, swizzled)][A values][A metadata]; stages
 // 1024-aligned. kBTiles = 2 when the CTA's rows are two V:N:M row blocks (V = 64) that gather different rows.
-template <int kBlockN, int kBTiles = 1>
+// kPersistent: the stages are followed by the deferred store's output tile (sm90_epilogue::OutputTile), and the
+// barriers by its two (staged, stored).
+template <int kBlockN, int kBTiles = 1, bool kPersistent = false>
 struct Sm90Shape {
   static constexpr int kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kBTiles * kBBytes + kAValueBytes + kAMetaBytes;
-  static constexpr int kPipelineBytes = 210 * 1024;  // what the stages may take of the 227 KiB
+  static constexpr int kPipelineBytes = 210 * 1024;  // what the stages (and the output tile) may take of the 227 KiB
+  static constexpr int kOutputBytes = kPersistent ? sm90_epilogue::OutputTile<kBlockM, kBlockN>::kBytes : 0;
   static constexpr int kMaxStages = 12;
-  static constexpr int kStages = kPipelineBytes / kStageBytes < kMaxStages ? kPipelineBytes / kStageBytes : kMaxStages;
-  static constexpr int kBarrierBytes = 2 * kStages * 8;
-  static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kBarrierBytes;
+  static constexpr int kStages = (kPipelineBytes - kOutputBytes) / kStageBytes < kMaxStages
+                                     ? (kPipelineBytes - kOutputBytes) / kStageBytes
+                                     : kMaxStages;
+  static constexpr int kBarrierOffset = kStages * kStageBytes + kOutputBytes;
+  static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
+  static constexpr int kSmemBytes = kSwizzleAlign + kBarrierOffset + kBarrierBytes;
+  static_assert(kOutputBytes % 16 == 0, "the barriers stay aligned");
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
   static_assert(kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
   static_assert(kStages >= 2, "the pipeline needs two stages");
-  static_assert(sm90_epilogue::EpilogueTile<kBlockM, kBlockN>::kBytes <= kStages * kStageBytes, "the epilogue tile reuses the stages");
+  static_assert(kPersistent || sm90_epilogue::EpilogueTile<kBlockM, kBlockN>::kBytes <= kStages * kStageBytes,
+                "the epilogue tile reuses the stages");
 };
 
 // Named barrier 2 of the whole CTA, which a gathering producer arrives at when its last cp.async landed: the
@@ -184,6 +192,66 @@ __device__ __forceinline__ void gather_b_cols(const Params& p, unsigned char* ti
   }
 }
 
+// The CTA tile with index `tile` in the grouped order: kGroupRows row tiles sweep all column tiles, so that one
+// wave reuses ~16 row tiles of A and ~8 column tiles of B from L2 instead of streaming A from HBM per column tile.
+struct TileOrigin {
+  int64_t m0, n0;
+};
+template <int kBlockN>
+__device__ __forceinline__ TileOrigin tile_origin(const Params& p, int64_t tile) {
+  const int64_t row_tiles = (p.rows + kBlockM - 1) / kBlockM, col_tiles = (p.n + kBlockN - 1) / kBlockN;
+  const int64_t group = tile / (kGroupRows * col_tiles), in_group = tile % (kGroupRows * col_tiles);
+  const int64_t group_rows = min(kGroupRows, row_tiles - group * kGroupRows);
+  return {(group * kGroupRows + in_group % group_rows) * kBlockM, (in_group / group_rows) * kBlockN};
+}
+
+// One thread posts k-tile kt of a TMA-sourced stage: B (2:4: one K-major box, or one MN-major box per 64
+// columns) and the packed A tile's values and metadata, all completing on `full`.
+template <class Shape, BSource kSource, int kBlockN>
+__device__ __forceinline__ void post_tma_k_tile(const CUtensorMap* b_map, unsigned char* stage, uint64_t* full, int64_t kt,
+                                                int64_t n0, const unsigned char* a_values, const unsigned char* a_meta) {
+  static_assert(kSource == BSource::tma || kSource == BSource::tma_rows, "TMA-staged B");
+  ptx::mbarrier_arrive_expect_tx(full, Shape::kStageBytes);
+  if constexpr (kSource == BSource::tma) {
+    ptx::tma_load_2d(stage, b_map, full, static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+  } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
+#pragma unroll
+    for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
+      ptx::tma_load_2d(stage + a * kMnAtomBytes, b_map, full, static_cast<int32_t>(n0 + a * kMnAtomHalves),
+                       static_cast<int32_t>(kt * kBlockK));
+  }
+  ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, full);
+  ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, full);
+}
+
+// A consumer warpgroup's math on one landed k-tile: its warps' A fragments from the stage into registers, then
+// the two wgmma.sp k32 steps on B tile `b_tile` of the stage, committed as one group (not waited for).
+template <class Wgmma, class Traits, class Shape, int kBTiles>
+__device__ __forceinline__ void mma_k_tile(float (&acc)[Wgmma::kAccumulators], const unsigned char* stage, int b_tile,
+                                           int slab_in_tile, int lane) {
+  const unsigned char* a_stage = stage + kBTiles * Shape::kBBytes;
+  AFragment a[kKBlocksPerTile];
+#pragma unroll
+  for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
+    const int fragment = slab_in_tile * kTileKBlocks + kk;
+    const uint4 v = *reinterpret_cast<const uint4*>(a_stage + (fragment * kLanes + lane) * 16);
+    a[kk] = {{v.x, v.y, v.z, v.w}, *reinterpret_cast<const uint32_t*>(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4)};
+  }
+  const uint32_t b_address = ptx::smem_address(stage + b_tile * Shape::kBBytes);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
+    if constexpr (Traits::kMnMajor) {  // k32 step kk starts 32 rows of 128 B further
+      const uint64_t desc = ptx::make_smem_desc_mn_major_sw128(b_address + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
+      Wgmma::template mma<1>(acc, a[kk].values, desc, a[kk].meta, 1);
+    } else {  // k32 step kk starts 64 bytes into each swizzled row
+      const uint64_t desc = ptx::make_smem_desc_k_major_sw128(b_address);
+      Wgmma::template mma<0>(acc, a[kk].values, ptx::advance_smem_desc(desc, kk * kFragmentK * 2), a[kk].meta, 1);
+    }
+  }
+  ptx::wgmma_commit_group();
+}
+
 // kMulticast: two CTAs of a cluster (consecutive tiles: same columns, neighbouring rows) each load half of the
 // shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
 // it is released to a producer only when the consumers of both CTAs are done with it.
@@ -204,14 +272,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   // Stage buffers on a 1024-byte boundary (the swizzle atom), barriers after them.
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Shape::kStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Shape::kBarrierOffset);
   uint64_t* empty = full + kStages;
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
-  const int64_t row_tiles = (p.rows + kBlockM - 1) / kBlockM, col_tiles = (p.n + kBlockN - 1) / kBlockN;
-  const int64_t group = blockIdx.x / (kGroupRows * col_tiles), in_group = blockIdx.x % (kGroupRows * col_tiles);
-  const int64_t group_rows = min(kGroupRows, row_tiles - group * kGroupRows);
-  const int64_t m0 = (group * kGroupRows + in_group % group_rows) * kBlockM, n0 = (in_group / group_rows) * kBlockN;
+  const auto [m0, n0] = tile_origin<kBlockN>(p, blockIdx.x);
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
 
   constexpr int kClusterSize = kMulticast ? 2 : 1;
@@ -245,20 +310,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
             constexpr int kHalfRows = kBlockN / 2;
             ptx::tma_load_2d_multicast(stage + rank * kHalfRows * kBlockK * 2, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK),
                                        static_cast<int32_t>(n0 + rank * kHalfRows), 0x3);
+            ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
+            ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
           } else {
             if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
-            ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
-            if constexpr (kSource == BSource::tma) {
-              ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
-            } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
-#pragma unroll
-              for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
-                ptx::tma_load_2d(stage + a * kMnAtomBytes, &b_map, &full[s], static_cast<int32_t>(n0 + a * kMnAtomHalves),
-                                 static_cast<int32_t>(kt * kBlockK));
-            }
+            post_tma_k_tile<Shape, kSource, kBlockN>(&b_map, stage, &full[s], kt, n0, a_values, a_meta);
           }
-          ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
-          ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
         }
       }
     } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
@@ -318,28 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((kt / kStages) & 1));
     // cp.async writes through the generic proxy: order them before this thread's wgmma reads.
     if constexpr (kSource == BSource::gather_rows) ptx::fence_proxy_async_shared();
-    const unsigned char* stage = smem + s * Shape::kStageBytes;
-    const unsigned char* a_stage = stage + kBTiles * Shape::kBBytes;
-    AFragment a[kKBlocksPerTile];
-#pragma unroll
-    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
-      const int fragment = slab_in_tile * kTileKBlocks + kk;
-      const uint4 v = *reinterpret_cast<const uint4*>(a_stage + (fragment * kLanes + lane) * 16);
-      a[kk] = {{v.x, v.y, v.z, v.w}, *reinterpret_cast<const uint32_t*>(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4)};
-    }
-    const uint32_t b_tile = ptx::smem_address(stage + my_b_tile * Shape::kBBytes);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
-      if constexpr (Traits::kMnMajor) {  // k32 step kk starts 32 rows of 128 B further
-        const uint64_t desc = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
-        Wgmma::template mma<1>(acc, a[kk].values, desc, a[kk].meta, 1);
-      } else {  // k32 step kk starts 64 bytes into each swizzled row
-        const uint64_t desc = ptx::make_smem_desc_k_major_sw128(b_tile);
-        Wgmma::template mma<0>(acc, a[kk].values, ptx::advance_smem_desc(desc, kk * kFragmentK * 2), a[kk].meta, 1);
-      }
-    }
-    ptx::wgmma_commit_group();
+    mma_k_tile<Wgmma, Traits, Shape, kBTiles>(acc, smem + s * Shape::kStageBytes, my_b_tile, slab_in_tile, lane);
     // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
     ptx::wgmma_wait_group<1>();
     if (kt > 0) {
@@ -360,6 +396,101 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   consumer_sync();
   sm90_epilogue::write_tile<Out>(p, tile, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
   if constexpr (kMulticast) ptx::cluster_sync();
+#endif
+}
+
+// The persistent form for TMA-staged B (2:4) when D's values are final in registers (16-bit D, beta == 0, no
+// GELU): one CTA per SM walks the tiles in the grouped order. Its producer thread streams every tile's k-tiles
+// through one ring of stages (the next tile's loads run while the consumers finish this one); the consumers
+// stage each tile's outputs for warps 1..3 of the producer warpgroup to store (sm90_epilogue's deferred store)
+// and go on to the next tile. What a one-tile CTA pays per tile (launch, barrier set-up, pipeline fill, the
+// epilogue) thus leaves the critical path, at the price of the output tile's share of shared memory.
+template <class Element, class Out, int kBlockN, BSource kSource>
+__global__ void __launch_bounds__(kThreads, 1) sm90_persistent_kernel(const Params p, const __grid_constant__ CUtensorMap b_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Shape = Sm90Shape<kBlockN, 1, true>;
+  using Traits = BSourceTraits<kSource>;
+  using Wgmma = ptx::WgmmaSpRS<kBlockN, typename ElementTraits<Element>::Mma>;
+  using OutputTile = sm90_epilogue::OutputTile<kBlockM, kBlockN>;
+  constexpr int kStages = Shape::kStages;
+  constexpr int kStorerThreads = kWarpgroupThreads - 32;
+  static_assert(!Traits::kGather && sizeof(Out) == 2, "TMA-staged B and a 16-bit D");
+
+  extern __shared__ unsigned char smem_raw[];
+  // Aligned by pointer arithmetic on the shared array, so that derived addresses stay 32-bit shared ones.
+  unsigned char* smem = smem_raw + (kSwizzleAlign - ptx::smem_address(smem_raw) % kSwizzleAlign) % kSwizzleAlign;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Shape::kBarrierOffset);
+  uint64_t* empty = full + kStages;
+  uint64_t* staged = empty + kStages;  // the consumers staged a tile's outputs
+  uint64_t* stored = staged + 1;       // the storers have read them
+  const OutputTile output_tile{ptx::smem_address(smem + kStages * Shape::kStageBytes)};
+
+  const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
+  const int64_t tiles = (p.rows + kBlockM - 1) / kBlockM * ((p.n + kBlockN - 1) / kBlockN);
+  const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
+  if (tid == 0) {
+    ptx::prefetch_tensor_map(&b_map);
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads);
+    }
+    ptx::mbarrier_init(staged, kConsumers * kWarpgroupThreads);
+    ptx::mbarrier_init(stored, kStorerThreads);
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == kConsumers) {
+    ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
+    const int thread = tid % kWarpgroupThreads;
+    if (thread == 0) {  // the copies of every tile, through one ring of stages
+      int64_t it = 0;
+      for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const TileOrigin o = tile_origin<kBlockN>(p, tile);
+        const int64_t row_tile = o.m0 / kBlockM;
+        const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
+        const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
+        for (int64_t kt = 0; kt < k_tiles; ++kt, ++it) {
+          const int s = static_cast<int>(it % kStages);
+          if (it >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((it / kStages - 1) & 1));
+          post_tma_k_tile<Shape, kSource, kBlockN>(&b_map, smem + s * Shape::kStageBytes, &full[s], kt, o.n0, a_values, a_meta);
+        }
+      }
+    } else if (thread >= 32) {  // warps 1..3 store what the consumers staged
+      int done = 0;
+      for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++done) {
+        const TileOrigin o = tile_origin<kBlockN>(p, tile);
+        ptx::mbarrier_wait(staged, static_cast<uint32_t>(done & 1));
+        sm90_epilogue::store_outputs(p, output_tile, o.m0, o.n0, thread - 32, kStorerThreads);
+        ptx::mbarrier_arrive(stored);
+      }
+    }
+    return;
+  }
+
+  ptx::setmaxnreg_inc<Traits::kConsumerRegisters>();
+  const int slab_in_tile = warpgroup * (kRowsPerConsumer / kSlabRows) + (tid % kWarpgroupThreads) / 32;
+  float acc[Wgmma::kAccumulators];
+  int64_t it = 0;
+  int done = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++done) {
+    const TileOrigin o = tile_origin<kBlockN>(p, tile);
+#pragma unroll
+    for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
+    for (int64_t kt = 0; kt < k_tiles; ++kt, ++it) {
+      const int s = static_cast<int>(it % kStages);
+      ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((it / kStages) & 1));
+      mma_k_tile<Wgmma, Traits, Shape, 1>(acc, smem + s * Shape::kStageBytes, 0, slab_in_tile, lane);
+      ptx::wgmma_wait_group<1>();  // the previous k-tile's group is done: its stage goes back to the producer
+      if (kt > 0) ptx::mbarrier_arrive(&empty[(it - 1) % kStages]);
+    }
+    ptx::wgmma_wait_group<0>();
+    if (k_tiles > 0) ptx::mbarrier_arrive(&empty[(it - 1) % kStages]);
+    ptx::fence_registers(acc);
+    if (done > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((done - 1) & 1));
+    sm90_epilogue::stage_outputs<Out>(p, output_tile, acc, o.m0, warpgroup * kRowsPerConsumer, tid % kWarpgroupThreads);
+    ptx::mbarrier_arrive(staged);
+  }
 #endif
 }
 
@@ -414,9 +545,29 @@ void launch(const Params& p, cudaStream_t stream) {
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int kBlockN, int kBTiles = 1>
+// One CTA per SM at most, over all tiles (sm90_persistent_kernel).
+template <class Element, class Out, int kBlockN, BSource kSource>
+void launch_persistent(const Params& p, cudaStream_t stream) {
+  constexpr int kSmem = Sm90Shape<kBlockN, 1, true>::kSmemBytes;
+  auto kernel = sm90_persistent_kernel<Element, Out, kBlockN, kSource>;
+  static const bool smem_set = [&] {
+    NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)smem_set;
+  require(sm90_epilogue::deferred_store_applies<Out>(p), ErrorCode::invalid_argument,
+          "sm90 persistent kernel: needs a 16-bit D, beta 0 and no GELU");
+  const CUtensorMap map = kSource == BSource::tma ? make_b_map<Element>(p, kBlockN) : make_b_rows_map<Element>(p);
+  const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
+  const int64_t blocks = std::min<int64_t>(tiles, sm_count());
+  kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(p, map);
+  NMKIT_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kBlockN, int kBTiles = 1, bool kPersistent = false>
 TileShape shape_of() {
-  return {kBlockM, kBlockN, kBlockK, Sm90Shape<kBlockN, kBTiles>::kStages, kThreads, Sm90Shape<kBlockN, kBTiles>::kSmemBytes};
+  using Shape = Sm90Shape<kBlockN, kBTiles, kPersistent>;
+  return {kBlockM, kBlockN, kBlockK, Shape::kStages, kThreads, Shape::kSmemBytes};
 }
 
 }  // namespace
