@@ -54,22 +54,21 @@ static_assert(kBlockM == kPackRowAlign && kBlockK == kPackKAlign, "a CTA tile is
 
 // Stage layout: [kBTiles B tiles (kBlockN x 64 halves each, swizzled)][A values][A metadata]; stages
 // 1024-aligned. kBTiles = 2 when the CTA's rows are two V:N:M row blocks (V = 64) that gather different rows.
-// kPersistent: the stages are followed by the deferred store's output tile (sm90_epilogue::OutputTile), and the
-// barriers by its two (staged, stored).
+// kPersistent: each consumer warpgroup's 64 x kBlockN outputs are staged in a stage of the ring
+// (sm90_persistent_kernel), one more barrier (staged) follows.
 template <int kBlockN, int kBTiles = 1, bool kPersistent = false>
 struct Sm90Shape {
   static constexpr int kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kBTiles * kBBytes + kAValueBytes + kAMetaBytes;
-  static constexpr int kPipelineBytes = 210 * 1024;  // what the stages (and the output tile) may take of the 227 KiB
-  static constexpr int kOutputBytes = kPersistent ? sm90_epilogue::OutputTile<kBlockM, kBlockN>::kBytes : 0;
+  static constexpr int kPipelineBytes = 210 * 1024;  // what the stages may take of the 227 KiB
   static constexpr int kMaxStages = 12;
-  static constexpr int kStages = (kPipelineBytes - kOutputBytes) / kStageBytes < kMaxStages
-                                     ? (kPipelineBytes - kOutputBytes) / kStageBytes
-                                     : kMaxStages;
-  static constexpr int kBarrierOffset = kStages * kStageBytes + kOutputBytes;
-  static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
+  static constexpr int kStages = kPipelineBytes / kStageBytes < kMaxStages ? kPipelineBytes / kStageBytes : kMaxStages;
+  static constexpr int kBarrierOffset = kStages * kStageBytes;
+  static constexpr int kBarrierBytes = (2 * kStages + 1) * 8;
   static constexpr int kSmemBytes = kSwizzleAlign + kBarrierOffset + kBarrierBytes;
-  static_assert(kOutputBytes % 16 == 0, "the barriers stay aligned");
+  static_assert(!kPersistent || sm90_epilogue::OutputTile<kRowsPerConsumer, kBlockN>::kBytes <= kStageBytes,
+                "a consumer warpgroup's outputs fit in one stage");
+  static_assert(!kPersistent || kStages >= kConsumers + 2, "stages for the outputs and for the next tile's loads");
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
   static_assert(kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
   static_assert(kStages >= 2, "the pipeline needs two stages");
@@ -400,20 +399,23 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
 }
 
 // The persistent form for TMA-staged B (2:4) when D's values are final in registers (16-bit D, beta == 0, no
-// GELU): one CTA per SM walks the tiles in the grouped order. Its producer thread streams every tile's k-tiles
-// through one ring of stages (the next tile's loads run while the consumers finish this one); the consumers
-// stage each tile's outputs for warps 1..3 of the producer warpgroup to store (sm90_epilogue's deferred store)
-// and go on to the next tile. What a one-tile CTA pays per tile (launch, barrier set-up, pipeline fill, the
-// epilogue) thus leaves the critical path, at the price of the output tile's share of shared memory.
+// GELU): one CTA per SM walks the tiles in the grouped order, and a tile's epilogue leaves the critical path.
+// The producer thread's ring of stages carries, after each tile's k-tiles, kConsumers output slots: it posts
+// them like k-tiles but copies nothing. Each consumer warpgroup stages its 64 rows' final 16-bit outputs in its
+// slot (sm90_epilogue's deferred store) and goes on to the next tile's k-tiles, already in flight; warps 1..3 of
+// the producer warpgroup copy the slots to D and hand them back to the producer. So what a one-tile CTA pays per
+// tile (launch, set-up, pipeline fill, the epilogue) overlaps the next tile's math, with no shared memory set
+// aside: the outputs borrow two stages for the time of their store.
 template <class Element, class Out, int kBlockN, BSource kSource>
 __global__ void __launch_bounds__(kThreads, 1) sm90_persistent_kernel(const Params p, const __grid_constant__ CUtensorMap b_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Shape = Sm90Shape<kBlockN, 1, true>;
   using Traits = BSourceTraits<kSource>;
   using Wgmma = ptx::WgmmaSpRS<kBlockN, typename ElementTraits<Element>::Mma>;
-  using OutputTile = sm90_epilogue::OutputTile<kBlockM, kBlockN>;
+  using OutputTile = sm90_epilogue::OutputTile<kRowsPerConsumer, kBlockN>;
   constexpr int kStages = Shape::kStages;
   constexpr int kStorerThreads = kWarpgroupThreads - 32;
+  constexpr int kStorersBarrier = 3;  // named barrier of the storer warps (0: CTA, 1: consumers, 2: gather drain)
   static_assert(!Traits::kGather && sizeof(Out) == 2, "TMA-staged B and a 16-bit D");
 
   extern __shared__ unsigned char smem_raw[];
@@ -421,13 +423,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_persistent_kernel(const Para
   unsigned char* smem = smem_raw + (kSwizzleAlign - ptx::smem_address(smem_raw) % kSwizzleAlign) % kSwizzleAlign;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Shape::kBarrierOffset);
   uint64_t* empty = full + kStages;
-  uint64_t* staged = empty + kStages;  // the consumers staged a tile's outputs
-  uint64_t* stored = staged + 1;       // the storers have read them
-  const OutputTile output_tile{ptx::smem_address(smem + kStages * Shape::kStageBytes)};
+  uint64_t* staged = empty + kStages;  // the consumers staged a tile's outputs in its output slots
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
   const int64_t tiles = (p.rows + kBlockM - 1) / kBlockM * ((p.n + kBlockN - 1) / kBlockN);
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
+  const int64_t ring_steps = k_tiles + kConsumers;  // ring positions a tile takes: its k-tiles, then output slots
   if (tid == 0) {
     ptx::prefetch_tensor_map(&b_map);
     for (int s = 0; s < kStages; ++s) {
@@ -435,7 +436,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_persistent_kernel(const Para
       ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads);
     }
     ptx::mbarrier_init(staged, kConsumers * kWarpgroupThreads);
-    ptx::mbarrier_init(stored, kStorerThreads);
     ptx::fence_barrier_init();
   }
   __syncthreads();
@@ -443,26 +443,41 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_persistent_kernel(const Para
   if (warpgroup == kConsumers) {
     ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
     const int thread = tid % kWarpgroupThreads;
-    if (thread == 0) {  // the copies of every tile, through one ring of stages
+    if (thread == 0) {  // every tile's copies, and its output slots, through one ring of stages
       int64_t it = 0;
       for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const TileOrigin o = tile_origin<kBlockN>(p, tile);
         const int64_t row_tile = o.m0 / kBlockM;
         const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
         const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
-        for (int64_t kt = 0; kt < k_tiles; ++kt, ++it) {
+        for (int64_t step = 0; step < ring_steps; ++step, ++it) {
           const int s = static_cast<int>(it % kStages);
           if (it >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((it / kStages - 1) & 1));
-          post_tma_k_tile<Shape, kSource, kBlockN>(&b_map, smem + s * Shape::kStageBytes, &full[s], kt, o.n0, a_values, a_meta);
+          if (step < k_tiles)
+            post_tma_k_tile<Shape, kSource, kBlockN>(&b_map, smem + s * Shape::kStageBytes, &full[s], step, o.n0, a_values, a_meta);
+          else
+            ptx::mbarrier_arrive(&full[s]);  // an output slot: free for the consumers to write
         }
       }
-    } else if (thread >= 32) {  // warps 1..3 store what the consumers staged
+    } else if (thread >= 32) {  // warps 1..3 store what the consumers staged and hand the slots back
+      int64_t it = 0;
       int done = 0;
-      for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++done) {
+      for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++done, it += ring_steps) {
         const TileOrigin o = tile_origin<kBlockN>(p, tile);
         ptx::mbarrier_wait(staged, static_cast<uint32_t>(done & 1));
-        sm90_epilogue::store_outputs(p, output_tile, o.m0, o.n0, thread - 32, kStorerThreads);
-        ptx::mbarrier_arrive(stored);
+#pragma unroll
+        for (int w = 0; w < kConsumers; ++w) {
+          const int s = static_cast<int>((it + k_tiles + w) % kStages);
+          const OutputTile slot{ptx::smem_address(smem + s * Shape::kStageBytes)};
+          sm90_epilogue::store_outputs(p, slot, o.m0 + w * kRowsPerConsumer, o.n0, thread - 32, kStorerThreads);
+        }
+        asm volatile("bar.sync %0, %1;\n" ::"n"(kStorersBarrier), "n"(kStorerThreads) : "memory");
+        if (thread == 32) {  // every storer has read the slots: release them as their consumers would
+          ptx::fence_proxy_async_shared();  // the slots' generic reads and writes, before TMA writes them again
+#pragma unroll
+          for (int w = 0; w < kConsumers; ++w)
+            ptx::mbarrier_arrive(&empty[(it + k_tiles + w) % kStages], kConsumers * kWarpgroupThreads);
+        }
       }
     }
     return;
@@ -472,8 +487,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_persistent_kernel(const Para
   const int slab_in_tile = warpgroup * (kRowsPerConsumer / kSlabRows) + (tid % kWarpgroupThreads) / 32;
   float acc[Wgmma::kAccumulators];
   int64_t it = 0;
-  int done = 0;
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++done) {
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const TileOrigin o = tile_origin<kBlockN>(p, tile);
 #pragma unroll
     for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
@@ -487,9 +501,15 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_persistent_kernel(const Para
     ptx::wgmma_wait_group<0>();
     if (k_tiles > 0) ptx::mbarrier_arrive(&empty[(it - 1) % kStages]);
     ptx::fence_registers(acc);
-    if (done > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((done - 1) & 1));
-    sm90_epilogue::stage_outputs<Out>(p, output_tile, acc, o.m0, warpgroup * kRowsPerConsumer, tid % kWarpgroupThreads);
+    // This warpgroup's output slot (the other warpgroup's slot is the other one: no arrival here releases it).
+    const int64_t slot_step = it + warpgroup;
+    const int s = static_cast<int>(slot_step % kStages);
+    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((slot_step / kStages) & 1));
+    sm90_epilogue::stage_outputs<Out>(p, OutputTile{ptx::smem_address(smem + s * Shape::kStageBytes)}, acc,
+                                      o.m0 + warpgroup * kRowsPerConsumer, 0, tid % kWarpgroupThreads);
+    ptx::fence_proxy_async_shared();  // these generic writes, before the slot's next TMA write
     ptx::mbarrier_arrive(staged);
+    it += kConsumers;
   }
 #endif
 }
