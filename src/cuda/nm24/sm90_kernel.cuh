@@ -464,7 +464,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_persistent_kernel(const Para
       int done = 0;
       for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++done, it += ring_steps) {
         const TileOrigin o = tile_origin<kBlockN>(p, tile);
-        ptx::mbarrier_wait(staged, static_cast<uint32_t>(done & 1));
+        // One warp polls the barrier (suspended between polls); the others sleep on a named barrier meanwhile.
+        if (thread < 64) ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(done & 1));
+        asm volatile("bar.sync %0, %1;\n" ::"n"(kStorersBarrier), "n"(kStorerThreads) : "memory");
 #pragma unroll
         for (int w = 0; w < kConsumers; ++w) {
           const int s = static_cast<int>((it + k_tiles + w) % kStages);

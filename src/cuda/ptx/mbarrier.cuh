@@ -43,6 +43,18 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t phase) {
                : "memory");
 }
 
+// The same wait for a warp with nothing else to do: each try_wait may suspend the thread for up to
+// `suspend_ns` (the hardware wakes it when the phase completes), so a long wait costs the SM's schedulers and
+// the barrier unit a few polls instead of a tight loop.
+__device__ __forceinline__ void mbarrier_wait_suspended(uint64_t* bar, uint32_t phase, uint32_t suspend_ns = 1000000) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_loop:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+      "@!done bra wait_loop;\n}\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
+      "r"(phase), "r"(suspend_ns)
+      : "memory");
+}
+
 // Arrives on an mbarrier of another CTA of the cluster (address from map_to_rank), releasing at cluster scope.
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t remote_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");

@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int units_stored = 0;
       for (int64_t unit = first_unit; unit < units; unit += unit_stride, ++units_stored) {
         const Unit u = unit_of<kBlockN>(p, unit, rank, split);
-        ptx::mbarrier_wait(staged, static_cast<uint32_t>(units_stored & 1));
+        ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(units_stored & 1));
         epi::store_outputs(p, output_tile, u.m0, u.n0, tid % kWarpgroupThreads - 32, kStorerThreads);
         ptx::mbarrier_arrive(stored);
       }
