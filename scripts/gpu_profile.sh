@@ -18,7 +18,7 @@ sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Warp
 if [ "$family" = "nm24" ]; then
   shape=${1:-8192,8192,8192}
   dtype=${2:-f16}
-  ncu --clock-control none --launch-skip 3 --launch-count 1 -k "regex:sm90_(sparse|persistent)_kernel" "${sections[@]}" \
+  ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:sm90_sparse_kernel "${sections[@]}" \
     --section ComputeWorkloadAnalysis \
     build/gpu/bench/nmkit_bench --suite none --shape "$shape" --dtype "$dtype" --iters 3 --warmup 1 --no-cusparselt
   exit 0

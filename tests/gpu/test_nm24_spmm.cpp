@@ -124,43 +124,6 @@ TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
   unsetenv("NMKIT_SM90_MULTICAST");
 }
 
-TEST(Nm24Gpu, PersistentKernelOverManyTilesPerCta) {
-  SKIP_WITHOUT_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  // More tiles than SMs, so persistent CTAs take 2-3 tiles each and the stage ring and the staged/stored
-  // barriers wrap around; R and C tails, D strides that are and are not multiples of 8 elements, both B and D
-  // layouts, bias and ReLU, every n-tile width it takes, f16 and bf16.
-  struct Shape {
-    int64_t r, k, c;
-    Layout b_layout, d_layout;
-    int block_n;
-  };
-  const Shape shapes[] = {{2056, 128, 5000, Layout::col_major, Layout::col_major, 256},
-                          {1543, 192, 4100, Layout::col_major, Layout::row_major, 256},
-                          {2056, 128, 5000, Layout::row_major, Layout::row_major, 192},
-                          {1543, 192, 2056, Layout::row_major, Layout::col_major, 128}};
-  uint32_t seed = 950;
-  for (const Shape& s : shapes) {
-    const DType dtype = s.block_n == 192 ? DType::f16 : DType::bf16;
-    Case t{{s.r, s.k, s.c, dtype, dtype, s.b_layout, s.d_layout, 0.75f, 0.0f, true,
-            s.block_n == 128 ? Activation::none : Activation::relu},
-           Nm24Kernel::sm90_wgmma_sp};
-    t.block_n = s.block_n;
-    const KernelConfig config = Nm24SpmmPlan::create(t.desc(), Nm24Kernel::sm90_wgmma_sp, s.block_n).config();
-    ASSERT_TRUE(config.persistent) << describe(t) << " block_n " << s.block_n;
-    EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << s.block_n;
-  }
-  // The one-tile-per-CTA kernel where D is not final in registers, or when turned off.
-  const SpmmDesc big{4096, 256, 4096};
-  EXPECT_TRUE(Nm24SpmmPlan::create(big).config().persistent);
-  SpmmDesc beta = big, f32 = big, gelu = big;
-  beta.beta = 1.0f, f32.out_dtype = DType::f32, gelu.activation = Activation::gelu;
-  for (const SpmmDesc& d : {beta, f32, gelu}) EXPECT_FALSE(Nm24SpmmPlan::create(d).config().persistent);
-  setenv("NMKIT_SM90_PERSISTENT", "0", 1);  // read when a plan is created
-  EXPECT_FALSE(Nm24SpmmPlan::create(big).config().persistent);
-  unsetenv("NMKIT_SM90_PERSISTENT");
-}
-
 TEST(Nm24Gpu, AutotunedPlansAreCorrectAndCached) {
   SKIP_WITHOUT_GPU();
   const SpmmDesc desc{640, 512, 300};

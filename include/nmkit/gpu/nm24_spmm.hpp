@@ -115,9 +115,6 @@ struct KernelConfig {
   int threads = 0;
   int smem_bytes = 0;
   int cluster = 1;  // 2: two CTAs share each B tile through TMA multicast
-  // One CTA per SM over all tiles, each tile's outputs stored by spare warps while the next tile runs (where D is
-  // f16/bf16, beta == 0, no GELU and there is more than one wave of tiles; NMKIT_SM90_PERSISTENT=0 turns it off).
-  bool persistent = false;
 };
 std::ostream& operator<<(std::ostream& os, const KernelConfig& c);
 

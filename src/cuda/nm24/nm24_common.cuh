@@ -104,7 +104,7 @@ struct TileShape {
   int block_m, block_n, block_k, stages, threads, smem_bytes;
 };
 TileShape sm80_tile_shape();
-TileShape sm90_tile_shape(int block_n, bool persistent = false);
+TileShape sm90_tile_shape(int block_n);
 bool sm90_compiled();  // whether this build holds sm_90a code for the wgmma.sp kernel
 
 // Plan helpers shared by the nm24 and vnm plans (plan.cu).
@@ -136,10 +136,9 @@ bool b_vector_loads(const SpmmDesc& desc, const void* b);
 // Launchers, one per kernel family (explicitly instantiated in their .cu files).
 template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream);
-// The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned). `persistent`: one
-// CTA per SM over all tiles with the deferred store (16-bit D, beta 0, no GELU; n-tiles 128, 192, 256).
+// The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned).
 template <class Element, class Out>
-void launch_sm90(const Params& p, int block_n, bool multicast, bool persistent, cudaStream_t stream);
+void launch_sm90(const Params& p, int block_n, bool multicast, cudaStream_t stream);
 // V:N:M on sm90 (p.b_gather set, p.gather_block_rows 64 or 128): B row-major needs 16-byte aligned rows and
 // C % 8 == 0; B col-major has no alignment needs. block_n in {256, 128, 64} (one B tile per stage) or
 // {128, 64} (two, V = 64).

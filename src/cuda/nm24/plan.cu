@@ -124,8 +124,7 @@ const char* kernel_name(Nm24Kernel k) noexcept {
 
 std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
   return os << kernel_name(c.kernel) << " tile " << c.block_m << "x" << c.block_n << "x" << c.block_k << " stages "
-            << c.stages << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "")
-            << (c.persistent ? " persistent" : "");
+            << c.stages << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "");
 }
 
 bool cuda_available(std::string* why_not) {
@@ -211,16 +210,6 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && b_col_major && t.block_n >= 128 &&
       ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
     plan.config_.cluster = 2;
-  // Persistent CTAs with the deferred store, where D is final in registers and there is more than one wave.
-  const char* persistent_env = std::getenv("NMKIT_SM90_PERSISTENT");
-  const bool persistent_allowed = !(persistent_env && std::string(persistent_env) == "0");
-  const int64_t tiles = ceil_div(desc.rows, kPackRowAlign) * ceil_div(desc.n, int64_t{t.block_n});
-  if (kernel == Nm24Kernel::sm90_wgmma_sp && persistent_allowed && plan.config_.cluster == 1 && t.block_n >= 128 &&
-      desc.out_dtype != DType::f32 && desc.beta == 0.0f && desc.activation != Activation::gelu &&
-      tiles > nm24::sm_count()) {
-    const nm24::TileShape persistent = nm24::sm90_tile_shape(t.block_n, true);
-    plan.config_.persistent = true, plan.config_.stages = persistent.stages, plan.config_.smem_bytes = persistent.smem_bytes;
-  }
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
   return plan;
@@ -307,7 +296,7 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, config_.persistent, stream);
+    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, stream);
     else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });
 }

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "../common/check.cuh"
+#include "../common/ring.cuh"
 #include "../common/tensor_map.cuh"
 #include "../ptx/cluster.cuh"
 #include "../ptx/cp_async.cuh"
@@ -54,26 +55,19 @@ static_assert(kBlockM == kPackRowAlign && kBlockK == kPackKAlign, "a CTA tile is
 
 // Stage layout: [kBTiles B tiles (kBlockN x 64 halves each, swizzled)][A values][A metadata]; stages
 // 1024-aligned. kBTiles = 2 when the CTA's rows are two V:N:M row blocks (V = 64) that gather different rows.
-// kPersistent: each consumer warpgroup's 64 x kBlockN outputs are staged in a stage of the ring
-// (sm90_persistent_kernel), one more barrier (staged) follows.
-template <int kBlockN, int kBTiles = 1, bool kPersistent = false>
+template <int kBlockN, int kBTiles = 1>
 struct Sm90Shape {
   static constexpr int kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kBTiles * kBBytes + kAValueBytes + kAMetaBytes;
   static constexpr int kPipelineBytes = 210 * 1024;  // what the stages may take of the 227 KiB
   static constexpr int kMaxStages = 12;
   static constexpr int kStages = kPipelineBytes / kStageBytes < kMaxStages ? kPipelineBytes / kStageBytes : kMaxStages;
-  static constexpr int kBarrierOffset = kStages * kStageBytes;
-  static constexpr int kBarrierBytes = (2 * kStages + 1) * 8;
-  static constexpr int kSmemBytes = kSwizzleAlign + kBarrierOffset + kBarrierBytes;
-  static_assert(!kPersistent || sm90_epilogue::OutputTile<kRowsPerConsumer, kBlockN>::kBytes <= kStageBytes,
-                "a consumer warpgroup's outputs fit in one stage");
-  static_assert(!kPersistent || kStages >= kConsumers + 2, "stages for the outputs and for the next tile's loads");
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kBarrierBytes;
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
   static_assert(kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
   static_assert(kStages >= 2, "the pipeline needs two stages");
-  static_assert(kPersistent || sm90_epilogue::EpilogueTile<kBlockM, kBlockN>::kBytes <= kStages * kStageBytes,
-                "the epilogue tile reuses the stages");
+  static_assert(sm90_epilogue::EpilogueTile<kBlockM, kBlockN>::kBytes <= kStages * kStageBytes, "the epilogue tile reuses the stages");
 };
 
 // Named barrier 2 of the whole CTA, which a gathering producer arrives at when its last cp.async landed: the
@@ -191,66 +185,6 @@ __device__ __forceinline__ void gather_b_cols(const Params& p, unsigned char* ti
   }
 }
 
-// The CTA tile with index `tile` in the grouped order: kGroupRows row tiles sweep all column tiles, so that one
-// wave reuses ~16 row tiles of A and ~8 column tiles of B from L2 instead of streaming A from HBM per column tile.
-struct TileOrigin {
-  int64_t m0, n0;
-};
-template <int kBlockN>
-__device__ __forceinline__ TileOrigin tile_origin(const Params& p, int64_t tile) {
-  const int64_t row_tiles = (p.rows + kBlockM - 1) / kBlockM, col_tiles = (p.n + kBlockN - 1) / kBlockN;
-  const int64_t group = tile / (kGroupRows * col_tiles), in_group = tile % (kGroupRows * col_tiles);
-  const int64_t group_rows = min(kGroupRows, row_tiles - group * kGroupRows);
-  return {(group * kGroupRows + in_group % group_rows) * kBlockM, (in_group / group_rows) * kBlockN};
-}
-
-// One thread posts k-tile kt of a TMA-sourced stage: B (2:4: one K-major box, or one MN-major box per 64
-// columns) and the packed A tile's values and metadata, all completing on `full`.
-template <class Shape, BSource kSource, int kBlockN>
-__device__ __forceinline__ void post_tma_k_tile(const CUtensorMap* b_map, unsigned char* stage, uint64_t* full, int64_t kt,
-                                                int64_t n0, const unsigned char* a_values, const unsigned char* a_meta) {
-  static_assert(kSource == BSource::tma || kSource == BSource::tma_rows, "TMA-staged B");
-  ptx::mbarrier_arrive_expect_tx(full, Shape::kStageBytes);
-  if constexpr (kSource == BSource::tma) {
-    ptx::tma_load_2d(stage, b_map, full, static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
-  } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
-#pragma unroll
-    for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
-      ptx::tma_load_2d(stage + a * kMnAtomBytes, b_map, full, static_cast<int32_t>(n0 + a * kMnAtomHalves),
-                       static_cast<int32_t>(kt * kBlockK));
-  }
-  ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, full);
-  ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, full);
-}
-
-// A consumer warpgroup's math on one landed k-tile: its warps' A fragments from the stage into registers, then
-// the two wgmma.sp k32 steps on B tile `b_tile` of the stage, committed as one group (not waited for).
-template <class Wgmma, class Traits, class Shape, int kBTiles>
-__device__ __forceinline__ void mma_k_tile(float (&acc)[Wgmma::kAccumulators], const unsigned char* stage, int b_tile,
-                                           int slab_in_tile, int lane) {
-  const unsigned char* a_stage = stage + kBTiles * Shape::kBBytes;
-  AFragment a[kKBlocksPerTile];
-#pragma unroll
-  for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
-    const int fragment = slab_in_tile * kTileKBlocks + kk;
-    const uint4 v = *reinterpret_cast<const uint4*>(a_stage + (fragment * kLanes + lane) * 16);
-    a[kk] = {{v.x, v.y, v.z, v.w}, *reinterpret_cast<const uint32_t*>(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4)};
-  }
-  const uint32_t b_address = ptx::smem_address(stage + b_tile * Shape::kBBytes);
-  ptx::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
-    if constexpr (Traits::kMnMajor) {  // k32 step kk starts 32 rows of 128 B further
-      const uint64_t desc = ptx::make_smem_desc_mn_major_sw128(b_address + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
-      Wgmma::template mma<1>(acc, a[kk].values, desc, a[kk].meta, 1);
-    } else {  // k32 step kk starts 64 bytes into each swizzled row
-      const uint64_t desc = ptx::make_smem_desc_k_major_sw128(b_address);
-      Wgmma::template mma<0>(acc, a[kk].values, ptx::advance_smem_desc(desc, kk * kFragmentK * 2), a[kk].meta, 1);
-    }
-  }
-  ptx::wgmma_commit_group();
-}
-
 // kMulticast: two CTAs of a cluster (consecutive tiles: same columns, neighbouring rows) each load half of the
 // shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
 // it is released to a producer only when the consumers of both CTAs are done with it.
@@ -271,11 +205,14 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   // Stage buffers on a 1024-byte boundary (the swizzle atom), barriers after them.
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Shape::kBarrierOffset);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Shape::kStageBytes);
   uint64_t* empty = full + kStages;
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
-  const auto [m0, n0] = tile_origin<kBlockN>(p, blockIdx.x);
+  const int64_t row_tiles = (p.rows + kBlockM - 1) / kBlockM, col_tiles = (p.n + kBlockN - 1) / kBlockN;
+  const int64_t group = blockIdx.x / (kGroupRows * col_tiles), in_group = blockIdx.x % (kGroupRows * col_tiles);
+  const int64_t group_rows = min(kGroupRows, row_tiles - group * kGroupRows);
+  const int64_t m0 = (group * kGroupRows + in_group % group_rows) * kBlockM, n0 = (in_group / group_rows) * kBlockN;
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
 
   constexpr int kClusterSize = kMulticast ? 2 : 1;
@@ -300,21 +237,30 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
     if constexpr (!Traits::kGather) {
       if (thread == 0) {  // one thread streams the A and B tiles
-        for (int64_t kt = 0; kt < k_tiles; ++kt) {
-          const int s = static_cast<int>(kt % kStages);
+        cuda::RingPosition<kStages> ring;
+        for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+          const int s = ring.stage;
           unsigned char* stage = smem + s * Shape::kStageBytes;
           if constexpr (kMulticast) {
-            if (kt >= kStages) ptx::mbarrier_wait_cluster(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
+            if (kt >= kStages) ptx::mbarrier_wait_cluster(&empty[s], ring.phase ^ 1u);
             ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
             constexpr int kHalfRows = kBlockN / 2;
             ptx::tma_load_2d_multicast(stage + rank * kHalfRows * kBlockK * 2, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK),
                                        static_cast<int32_t>(n0 + rank * kHalfRows), 0x3);
-            ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
-            ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
           } else {
-            if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
-            post_tma_k_tile<Shape, kSource, kBlockN>(&b_map, stage, &full[s], kt, n0, a_values, a_meta);
+            if (kt >= kStages) ptx::mbarrier_wait(&empty[s], ring.phase ^ 1u);
+            ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
+            if constexpr (kSource == BSource::tma) {
+              ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+            } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
+#pragma unroll
+              for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
+                ptx::tma_load_2d(stage + a * kMnAtomBytes, &b_map, &full[s], static_cast<int32_t>(n0 + a * kMnAtomHalves),
+                                 static_cast<int32_t>(kt * kBlockK));
+            }
           }
+          ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
+          ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
         }
       }
     } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
@@ -323,16 +269,17 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
       TileRows next[kBTiles];
 #pragma unroll
       for (int t = 0; t < kBTiles; ++t) next[t] = TileRows::load(gather + t * p.gather_stride, lane_in_warp);
-      for (int64_t kt = 0; kt < k_tiles; ++kt) {
+      cuda::RingPosition<kStages> ring;
+      for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
         TileRows rows[kBTiles];
 #pragma unroll
         for (int t = 0; t < kBTiles; ++t) {
           rows[t] = next[t];
           if (kt + 1 < k_tiles) next[t] = TileRows::load(gather + t * p.gather_stride + (kt + 1) * kBlockK, lane_in_warp);
         }
-        const int s = static_cast<int>(kt % kStages);
+        const int s = ring.stage;
         unsigned char* stage = smem + s * Shape::kStageBytes;
-        if (kt >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((kt / kStages - 1) & 1));
+        if (kt >= kStages) ptx::mbarrier_wait(&empty[s], ring.phase ^ 1u);
         if (thread == 0) {
           unsigned char* a_dst = stage + kBTiles * Shape::kBBytes;
           ptx::mbarrier_arrive_expect_tx(&full[s], kABytes);
@@ -369,19 +316,43 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
 #pragma unroll
   for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
 
-  for (int64_t kt = 0; kt < k_tiles; ++kt) {
-    const int s = static_cast<int>(kt % kStages);
-    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((kt / kStages) & 1));
+  cuda::RingPosition<kStages> ring;
+  int released_stage = -1;  // the stage of the group still in flight, handed back once the next one is issued
+  for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+    const int s = ring.stage;
+    ptx::mbarrier_wait(&full[s], ring.phase);
     // cp.async writes through the generic proxy: order them before this thread's wgmma reads.
     if constexpr (kSource == BSource::gather_rows) ptx::fence_proxy_async_shared();
-    mma_k_tile<Wgmma, Traits, Shape, kBTiles>(acc, smem + s * Shape::kStageBytes, my_b_tile, slab_in_tile, lane);
+    const unsigned char* stage = smem + s * Shape::kStageBytes;
+    const unsigned char* a_stage = stage + kBTiles * Shape::kBBytes;
+    AFragment a[kKBlocksPerTile];
+#pragma unroll
+    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
+      const int fragment = slab_in_tile * kTileKBlocks + kk;
+      const uint4 v = *reinterpret_cast<const uint4*>(a_stage + (fragment * kLanes + lane) * 16);
+      a[kk] = {{v.x, v.y, v.z, v.w}, *reinterpret_cast<const uint32_t*>(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4)};
+    }
+    const uint32_t b_tile = ptx::smem_address(stage + my_b_tile * Shape::kBBytes);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
+      if constexpr (Traits::kMnMajor) {  // k32 step kk starts 32 rows of 128 B further
+        const uint64_t desc = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
+        Wgmma::template mma<1>(acc, a[kk].values, desc, a[kk].meta, 1);
+      } else {  // k32 step kk starts 64 bytes into each swizzled row
+        const uint64_t desc = ptx::make_smem_desc_k_major_sw128(b_tile);
+        Wgmma::template mma<0>(acc, a[kk].values, ptx::advance_smem_desc(desc, kk * kFragmentK * 2), a[kk].meta, 1);
+      }
+    }
+    ptx::wgmma_commit_group();
     // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
     ptx::wgmma_wait_group<1>();
-    if (kt > 0) {
-      uint64_t* released = &empty[(kt - 1) % kStages];
+    if (released_stage >= 0) {
+      uint64_t* released = &empty[released_stage];
       ptx::mbarrier_arrive(released);
       if constexpr (kMulticast) ptx::mbarrier_arrive_cluster(ptx::map_to_rank(released, rank ^ 1));
     }
+    released_stage = s;
   }
   ptx::wgmma_wait_group<0>();
   ptx::fence_registers(acc);
@@ -395,124 +366,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   consumer_sync();
   sm90_epilogue::write_tile<Out>(p, tile, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
   if constexpr (kMulticast) ptx::cluster_sync();
-#endif
-}
-
-// The persistent form for TMA-staged B (2:4) when D's values are final in registers (16-bit D, beta == 0, no
-// GELU): one CTA per SM walks the tiles in the grouped order, and a tile's epilogue leaves the critical path.
-// The producer thread's ring of stages carries, after each tile's k-tiles, kConsumers output slots: it posts
-// them like k-tiles but copies nothing. Each consumer warpgroup stages its 64 rows' final 16-bit outputs in its
-// slot (sm90_epilogue's deferred store) and goes on to the next tile's k-tiles, already in flight; warps 1..3 of
-// the producer warpgroup copy the slots to D and hand them back to the producer. So what a one-tile CTA pays per
-// tile (launch, set-up, pipeline fill, the epilogue) overlaps the next tile's math, with no shared memory set
-// aside: the outputs borrow two stages for the time of their store.
-template <class Element, class Out, int kBlockN, BSource kSource>
-__global__ void __launch_bounds__(kThreads, 1) sm90_persistent_kernel(const Params p, const __grid_constant__ CUtensorMap b_map) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = Sm90Shape<kBlockN, 1, true>;
-  using Traits = BSourceTraits<kSource>;
-  using Wgmma = ptx::WgmmaSpRS<kBlockN, typename ElementTraits<Element>::Mma>;
-  using OutputTile = sm90_epilogue::OutputTile<kRowsPerConsumer, kBlockN>;
-  constexpr int kStages = Shape::kStages;
-  constexpr int kStorerThreads = kWarpgroupThreads - 32;
-  constexpr int kStorersBarrier = 3;  // named barrier of the storer warps (0: CTA, 1: consumers, 2: gather drain)
-  static_assert(!Traits::kGather && sizeof(Out) == 2, "TMA-staged B and a 16-bit D");
-
-  extern __shared__ unsigned char smem_raw[];
-  // Aligned by pointer arithmetic on the shared array, so that derived addresses stay 32-bit shared ones.
-  unsigned char* smem = smem_raw + (kSwizzleAlign - ptx::smem_address(smem_raw) % kSwizzleAlign) % kSwizzleAlign;
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Shape::kBarrierOffset);
-  uint64_t* empty = full + kStages;
-  uint64_t* staged = empty + kStages;  // the consumers staged a tile's outputs in its output slots
-
-  const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
-  const int64_t tiles = (p.rows + kBlockM - 1) / kBlockM * ((p.n + kBlockN - 1) / kBlockN);
-  const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
-  const int64_t ring_steps = k_tiles + kConsumers;  // ring positions a tile takes: its k-tiles, then output slots
-  if (tid == 0) {
-    ptx::prefetch_tensor_map(&b_map);
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads);
-    }
-    ptx::mbarrier_init(staged, kConsumers * kWarpgroupThreads);
-    ptx::fence_barrier_init();
-  }
-  __syncthreads();
-
-  if (warpgroup == kConsumers) {
-    ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
-    const int thread = tid % kWarpgroupThreads;
-    if (thread == 0) {  // every tile's copies, and its output slots, through one ring of stages
-      int64_t it = 0;
-      for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const TileOrigin o = tile_origin<kBlockN>(p, tile);
-        const int64_t row_tile = o.m0 / kBlockM;
-        const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
-        const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
-        for (int64_t step = 0; step < ring_steps; ++step, ++it) {
-          const int s = static_cast<int>(it % kStages);
-          if (it >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((it / kStages - 1) & 1));
-          if (step < k_tiles)
-            post_tma_k_tile<Shape, kSource, kBlockN>(&b_map, smem + s * Shape::kStageBytes, &full[s], step, o.n0, a_values, a_meta);
-          else
-            ptx::mbarrier_arrive(&full[s]);  // an output slot: free for the consumers to write
-        }
-      }
-    } else if (thread >= 32) {  // warps 1..3 store what the consumers staged and hand the slots back
-      int64_t it = 0;
-      int done = 0;
-      for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++done, it += ring_steps) {
-        const TileOrigin o = tile_origin<kBlockN>(p, tile);
-        // One warp polls the barrier (suspended between polls); the others sleep on a named barrier meanwhile.
-        if (thread < 64) ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(done & 1));
-        asm volatile("bar.sync %0, %1;\n" ::"n"(kStorersBarrier), "n"(kStorerThreads) : "memory");
-#pragma unroll
-        for (int w = 0; w < kConsumers; ++w) {
-          const int s = static_cast<int>((it + k_tiles + w) % kStages);
-          const OutputTile slot{ptx::smem_address(smem + s * Shape::kStageBytes)};
-          sm90_epilogue::store_outputs(p, slot, o.m0 + w * kRowsPerConsumer, o.n0, thread - 32, kStorerThreads);
-        }
-        asm volatile("bar.sync %0, %1;\n" ::"n"(kStorersBarrier), "n"(kStorerThreads) : "memory");
-        if (thread == 32) {  // every storer has read the slots: release them as their consumers would
-          ptx::fence_proxy_async_shared();  // the slots' generic reads and writes, before TMA writes them again
-#pragma unroll
-          for (int w = 0; w < kConsumers; ++w)
-            ptx::mbarrier_arrive(&empty[(it + k_tiles + w) % kStages], kConsumers * kWarpgroupThreads);
-        }
-      }
-    }
-    return;
-  }
-
-  ptx::setmaxnreg_inc<Traits::kConsumerRegisters>();
-  const int slab_in_tile = warpgroup * (kRowsPerConsumer / kSlabRows) + (tid % kWarpgroupThreads) / 32;
-  float acc[Wgmma::kAccumulators];
-  int64_t it = 0;
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const TileOrigin o = tile_origin<kBlockN>(p, tile);
-#pragma unroll
-    for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
-    for (int64_t kt = 0; kt < k_tiles; ++kt, ++it) {
-      const int s = static_cast<int>(it % kStages);
-      ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((it / kStages) & 1));
-      mma_k_tile<Wgmma, Traits, Shape, 1>(acc, smem + s * Shape::kStageBytes, 0, slab_in_tile, lane);
-      ptx::wgmma_wait_group<1>();  // the previous k-tile's group is done: its stage goes back to the producer
-      if (kt > 0) ptx::mbarrier_arrive(&empty[(it - 1) % kStages]);
-    }
-    ptx::wgmma_wait_group<0>();
-    if (k_tiles > 0) ptx::mbarrier_arrive(&empty[(it - 1) % kStages]);
-    ptx::fence_registers(acc);
-    // This warpgroup's output slot (the other warpgroup's slot is the other one: no arrival here releases it).
-    const int64_t slot_step = it + warpgroup;
-    const int s = static_cast<int>(slot_step % kStages);
-    ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((slot_step / kStages) & 1));
-    sm90_epilogue::stage_outputs<Out>(p, OutputTile{ptx::smem_address(smem + s * Shape::kStageBytes)}, acc,
-                                      o.m0 + warpgroup * kRowsPerConsumer, 0, tid % kWarpgroupThreads);
-    ptx::fence_proxy_async_shared();  // these generic writes, before the slot's next TMA write
-    ptx::mbarrier_arrive(staged);
-    it += kConsumers;
-  }
 #endif
 }
 
@@ -567,29 +420,9 @@ void launch(const Params& p, cudaStream_t stream) {
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 
-// One CTA per SM at most, over all tiles (sm90_persistent_kernel).
-template <class Element, class Out, int kBlockN, BSource kSource>
-void launch_persistent(const Params& p, cudaStream_t stream) {
-  constexpr int kSmem = Sm90Shape<kBlockN, 1, true>::kSmemBytes;
-  auto kernel = sm90_persistent_kernel<Element, Out, kBlockN, kSource>;
-  static const bool smem_set = [&] {
-    NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    return true;
-  }();
-  (void)smem_set;
-  require(sm90_epilogue::deferred_store_applies<Out>(p), ErrorCode::invalid_argument,
-          "sm90 persistent kernel: needs a 16-bit D, beta 0 and no GELU");
-  const CUtensorMap map = kSource == BSource::tma ? make_b_map<Element>(p, kBlockN) : make_b_rows_map<Element>(p);
-  const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
-  const int64_t blocks = std::min<int64_t>(tiles, sm_count());
-  kernel<<<static_cast<unsigned>(blocks), kThreads, kSmem, stream>>>(p, map);
-  NMKIT_CUDA_CHECK(cudaGetLastError());
-}
-
-template <int kBlockN, int kBTiles = 1, bool kPersistent = false>
+template <int kBlockN, int kBTiles = 1>
 TileShape shape_of() {
-  using Shape = Sm90Shape<kBlockN, kBTiles, kPersistent>;
-  return {kBlockM, kBlockN, kBlockK, Shape::kStages, kThreads, Shape::kSmemBytes};
+  return {kBlockM, kBlockN, kBlockK, Sm90Shape<kBlockN, kBTiles>::kStages, kThreads, Sm90Shape<kBlockN, kBTiles>::kSmemBytes};
 }
 
 }  // namespace

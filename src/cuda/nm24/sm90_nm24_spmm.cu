@@ -7,27 +7,11 @@ namespace nmkit::gpu::nm24 {
 using sm90::BSource;
 
 template <class Element, class Out>
-void launch_sm90(const Params& p, int block_n, bool multicast, bool persistent, cudaStream_t stream) {
+void launch_sm90(const Params& p, int block_n, bool multicast, cudaStream_t stream) {
   using sm90::launch;
   require(!multicast || (ceil_div(p.rows, sm90::kBlockM) % 2 == 0 && block_n >= 128 && p.b_col_major),
           ErrorCode::invalid_argument,
           "sm90 nm24: B multicast needs B col-major, an even number of row tiles and an n-tile of at least 128");
-  require(!persistent || (!multicast && block_n >= 128), ErrorCode::invalid_argument,
-          "sm90 nm24: the persistent kernel takes n-tiles of 128, 192 or 256 and no multicast");
-  if constexpr (sizeof(Out) == 2) {
-    if (persistent) {
-      using sm90::launch_persistent;
-      const auto run = [&]<BSource kSource>() {
-        switch (block_n) {
-          case 256: return launch_persistent<Element, Out, 256, kSource>(p, stream);
-          case 192: return launch_persistent<Element, Out, 192, kSource>(p, stream);
-          case 128: return launch_persistent<Element, Out, 128, kSource>(p, stream);
-        }
-      };
-      return p.b_col_major ? run.template operator()<BSource::tma>() : run.template operator()<BSource::tma_rows>();
-    }
-  }
-  require(!persistent, ErrorCode::invalid_argument, "sm90 nm24: the persistent kernel stores a 16-bit D");
   if (!p.b_col_major) {  // B row-major: MN-major boxes of 64 columns
     constexpr BSource kRows = BSource::tma_rows;
     switch (block_n) {
@@ -51,16 +35,8 @@ void launch_sm90(const Params& p, int block_n, bool multicast, bool persistent, 
   }
 }
 
-TileShape sm90_tile_shape(int block_n, bool persistent) {
+TileShape sm90_tile_shape(int block_n) {
   using sm90::shape_of;
-  if (persistent) {
-    switch (block_n) {
-      case 256: return shape_of<256, 1, true>();
-      case 192: return shape_of<192, 1, true>();
-      case 128: return shape_of<128, 1, true>();
-    }
-    throw Error(ErrorCode::invalid_argument, "sm90 nm24: no persistent kernel with block_n " + std::to_string(block_n));
-  }
   switch (block_n) {
     case 256: return shape_of<256>();
     case 192: return shape_of<192>();
@@ -72,9 +48,9 @@ TileShape sm90_tile_shape(int block_n, bool persistent) {
   throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
 }
 
-template void launch_sm90<__half, __half>(const Params&, int, bool, bool, cudaStream_t);
-template void launch_sm90<__half, float>(const Params&, int, bool, bool, cudaStream_t);
-template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Params&, int, bool, bool, cudaStream_t);
-template void launch_sm90<__nv_bfloat16, float>(const Params&, int, bool, bool, cudaStream_t);
+template void launch_sm90<__half, __half>(const Params&, int, bool, cudaStream_t);
+template void launch_sm90<__half, float>(const Params&, int, bool, cudaStream_t);
+template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Params&, int, bool, cudaStream_t);
+template void launch_sm90<__nv_bfloat16, float>(const Params&, int, bool, cudaStream_t);
 
 }  // namespace nmkit::gpu::nm24

@@ -16,13 +16,6 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))));
 }
 
-// Counts `count` arrivals at once (one thread releasing on behalf of a group that synchronised otherwise).
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
-               "r"(count)
-               : "memory");
-}
-
 // Arrives and adds `bytes` to the transaction count that async copies will complete.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
