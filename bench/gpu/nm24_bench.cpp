@@ -329,7 +329,7 @@ int main(int argc, char** argv) {
   app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
   app.add_option("--tile-sides", o.tile_sides, "tile suite: square tile sides")->delimiter(',')->capture_default_str();
   app.add_option("--tile-densities", o.tile_densities, "tile suite: fractions of stored tiles")->delimiter(',')->capture_default_str();
-  app.add_option("--tile-block-n", o.tile_block_n, "tile suite: the sm90 kernel's tokens per CTA (64/128/256; 0: by shape)");
+  app.add_option("--tile-block-n", o.tile_block_n, "tile suite: the sm90 kernel's tokens per CTA (32/64/128/256; 0: by shape)");
   app.add_option("--tile-split", o.tile_split, "tile suite: the sm90 kernel's split-K cluster size (1..8; 0: by shape)");
   app.add_flag("--tile-unit-per-cta", o.tile_unit_per_cta,
                "tile suite: one sm90 CTA per work unit instead of one persistent CTA per SM");

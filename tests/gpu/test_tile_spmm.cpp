@@ -163,8 +163,8 @@ TEST(TileGpu, HopperEpilogueTailsAndLayouts) {
   uint32_t seed = 9500;
   for (const auto& s : shapes)
     for (Layout d_layout : {Layout::col_major, Layout::row_major})
-      for (int block_n : {64, 128, 256}) {
-        const DType dtype = block_n == 128 ? DType::bf16 : DType::f16;
+      for (int block_n : {32, 64, 128, 256}) {
+        const DType dtype = block_n == 128 || block_n == 32 ? DType::bf16 : DType::f16;
         Case t{{s[0], s[1], s[2], dtype, dtype, Layout::col_major, d_layout, 0.75f, 0.0f, block_n != 64,
                 block_n == 256 ? Activation::gelu : Activation::relu},
                64, 64, 0.4, TileKernel::sm90_wgmma};

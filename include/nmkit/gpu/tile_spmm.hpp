@@ -78,7 +78,7 @@ class DeviceTiles {
 enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma };
 const char* kernel_name(TileKernel k) noexcept;
 
-// The sm90 kernel's launch: a CTA computes 128 rows of D for block_n tokens (64, 128 or 256; 0 = by C); `split`
+// The sm90 kernel's launch: a CTA computes 128 rows of D for block_n tokens (32, 64, 128 or 256; 0 = by C); `split`
 // CTAs of a cluster share its tile columns (1..8; 0 = by grid size); `persistent` runs one CTA per SM striding over
 // the work units, false one CTA per unit (ignored when split > 1). docs/performance.md compares the two.
 // `deferred_store`: where D is f16/bf16 and final in registers (beta == 0, activation none or relu) and split == 1,

@@ -49,8 +49,8 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   require(tile_kernel_supports(tile_rows, tile_cols), ErrorCode::unsupported,
           "tile plan: the kernels run tile sides 16, 32, 64 or 128, got " + std::to_string(tile_rows) + "x" +
               std::to_string(tile_cols));
-  require(block_n == 0 || block_n == 64 || block_n == 128 || block_n == 256, ErrorCode::invalid_argument,
-          "tile plan: block_n must be 0 (by shape), 64, 128 or 256, got " + std::to_string(block_n));
+  require(block_n == 0 || block_n == 32 || block_n == 64 || block_n == 128 || block_n == 256, ErrorCode::invalid_argument,
+          "tile plan: block_n must be 0 (by shape), 32, 64, 128 or 256, got " + std::to_string(block_n));
   require(split >= 0 && split <= 8, ErrorCode::invalid_argument,
           "tile plan: split must be 0 (by shape) or 1..8, got " + std::to_string(split));
   TileSpmmPlan plan;

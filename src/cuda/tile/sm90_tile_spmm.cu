@@ -406,7 +406,8 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
 
 Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count) {
   Sm90TileConfig c;
-  c.block_n = n > 128 ? 256 : n > 64 ? 128 : 64;
+  // The narrowest token block that covers C: at C <= 32 a 64-token x box would carry half zeros per step.
+  c.block_n = n > 128 ? 256 : n > 64 ? 128 : n > 32 ? 64 : 32;
   // Split K across a cluster while the grid leaves most SMs idle, as long as every CTA keeps a few tile columns
   // (4096^2 weights at C = 32, H200: split 2 beat 1, 4 and 8).
   const int64_t units = ceil_div(rows, int64_t{kBlockRows}) * ceil_div(n, int64_t{c.block_n});
@@ -431,6 +432,7 @@ void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t
     launch<Element, Out, kBlockN, false>(p, config.split, config.persistent, config.timeline, stream);
   };
   switch (config.block_n) {
+    case 32: return launch_n.template operator()<32>();
     case 64: return launch_n.template operator()<64>();
     case 128: return launch_n.template operator()<128>();
     case 256: return launch_n.template operator()<256>();

@@ -49,7 +49,7 @@ void launch_sm80(const TileParams& p, int tile_rows, cudaStream_t stream);
 // The Hopper kernel (sm90_tile_spmm.cu): tile rows and columns 64 or 128, B col-major with K % 8 == 0 and a
 // 16-byte aligned base (TMA). A CTA computes 128 rows x block_n tokens; `split` CTAs of a cluster share its K.
 struct Sm90TileConfig {
-  int block_n = 256;        // 64, 128 or 256
+  int block_n = 256;        // 32, 64, 128 or 256
   int split = 1;            // 1..8
   bool persistent = true;   // one CTA per SM over all units (split == 1 only)
   bool deferred_store = false;  // stage whole units for the producer's spare warps to store (split == 1, 16-bit D,
