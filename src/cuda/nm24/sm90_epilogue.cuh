@@ -152,10 +152,9 @@ struct OutputTile {
   uint32_t base;  // shared address, 16-byte aligned
 };
 
-// Whether a product can take the deferred path: what is staged must be the final value of D.
-template <class Out, class P>
-__host__ __device__ bool deferred_store_applies(const P& p) {
-  return sizeof(Out) == 2 && p.beta == 0.0f && p.activation != Activation::gelu;
+// Whether a product can take the deferred path: what is staged must be D's final value, in D's 16-bit type.
+__host__ __device__ constexpr bool deferred_store_applies(bool d_16bit, float beta, Activation activation) {
+  return d_16bit && beta == 0.0f && activation != Activation::gelu;
 }
 
 template <class Out>

@@ -6,6 +6,7 @@
 
 #include "../common/check.cuh"
 #include "../nm24/nm24_common.cuh"
+#include "../nm24/sm90_epilogue.cuh"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "tile_common.cuh"
 
@@ -66,8 +67,8 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
     const tile::Sm90TileConfig config = tile::sm90_tile_config(desc.rows, desc.cols, desc.n, tile_cols, nm24::sm_count());
     plan.block_n_ = block_n ? block_n : config.block_n, plan.split_ = split ? split : config.split;
     plan.persistent_ = launch.persistent && plan.split_ == 1;
-    plan.deferred_store_ = launch.deferred_store && plan.split_ == 1 && desc.out_dtype != DType::f32 &&
-                           desc.beta == 0.0f && desc.activation != Activation::gelu;
+    plan.deferred_store_ = launch.deferred_store && plan.split_ == 1 &&
+                           sm90_epilogue::deferred_store_applies(desc.out_dtype != DType::f32, desc.beta, desc.activation);
     plan.timeline_ = launch.timeline;
   }
   return plan;

@@ -424,7 +424,7 @@ void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t
           "sm90 tile: tile columns must be 64 or 128, got " + std::to_string(p.tile_cols));
   require(config.split >= 1 && config.split <= kMaxSplit, ErrorCode::invalid_argument, "sm90 tile: split must be 1..8");
   // The deferred store trades pipeline stages for an epilogue off the consumers' critical path (the plan decides).
-  require(!config.deferred_store || (config.split == 1 && epi::deferred_store_applies<Out>(p)), ErrorCode::invalid_argument,
+  require(!config.deferred_store || (config.split == 1 && epi::deferred_store_applies(sizeof(Out) == 2, p.beta, p.activation)), ErrorCode::invalid_argument,
           "sm90 tile: the deferred store needs split 1, a 16-bit D, beta 0 and no GELU");
   const auto launch_n = [&]<int kBlockN>() {
     if constexpr (sizeof(Out) == 2)
