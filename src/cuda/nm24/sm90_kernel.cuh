@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
 
   cuda::RingPosition<kStages> ring;
-  int released_stage = -1;  // the stage of the group still in flight, handed back once the next one is issued
+  int in_flight_stage = -1;  // the stage the group still in flight reads, handed back once the next one is issued
   for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
     const int s = ring.stage;
     ptx::mbarrier_wait(&full[s], ring.phase);
@@ -347,12 +347,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     ptx::wgmma_commit_group();
     // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
     ptx::wgmma_wait_group<1>();
-    if (released_stage >= 0) {
-      uint64_t* released = &empty[released_stage];
+    if (in_flight_stage >= 0) {
+      uint64_t* released = &empty[in_flight_stage];
       ptx::mbarrier_arrive(released);
       if constexpr (kMulticast) ptx::mbarrier_arrive_cluster(ptx::map_to_rank(released, rank ^ 1));
     }
-    released_stage = s;
+    in_flight_stage = s;
   }
   ptx::wgmma_wait_group<0>();
   ptx::fence_registers(acc);
