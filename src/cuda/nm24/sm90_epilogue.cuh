@@ -72,11 +72,8 @@ __device__ __forceinline__ void store_vector(const P& p, int64_t index, const fl
 // The staged value at a shared address, as is.
 struct LocalStaged {
   __device__ float4 operator()(const float* staged) const {
-    float4 v;
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(ptx::smem_address(staged)));
-    return v;
+    const uint4 v = ptx::ld_shared_v4_b32(ptx::smem_address(staged));
+    return make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w));
   }
 };
 
