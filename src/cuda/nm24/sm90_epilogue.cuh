@@ -12,6 +12,8 @@
 
 #include "../ptx/address.cuh"
 #include "../ptx/shared.cuh"
+#include "../ptx/tma.cuh"
+#include "../ptx/wgmma.cuh"
 #include "nm24_common.cuh"
 
 namespace nmkit::gpu::sm90_epilogue {
@@ -132,26 +134,29 @@ __device__ void write_tile(const P& p, const EpilogueTile<kRows, kCols>& tile, i
 
 // ---- Deferred stores ------------------------------------------------------------------------------------------
 // When D is 16-bit and its value is final in the consumers' registers (beta == 0, no GELU), a persistent kernel
-// need not stop for its epilogue: the consumers stage act(alpha * acc + bias) in D's type and layout, a whole
-// kRows x kCols unit at once, and go on to the next unit while spare warps copy the staged unit to D, 16 bytes
-// per access. Layout (16-bit elements): row-major D [kRows][kCols + kOutputPad], col-major D
-// [kCols][kRows + kOutputPad]. The pad keeps runs 16-byte aligned and puts the 8 rows (or 4 column pairs) of a
-// warp's fragment stores in different banks.
-inline constexpr int kOutputPad = 8;
-inline constexpr int kOutputVector = 8;  // 16-bit elements per 16-byte copy
+// need not stop for its epilogue: the consumers stage act(alpha * acc + bias) in D's type, a whole kRows x kCols
+// unit at once, and go on to the next unit while one thread has the copy engine store the staged unit to D by
+// TMA (R and C tails clipped by the tensor map). The unit is staged as the copy engine's boxes, 128-byte lines
+// with the 128-byte swizzle (16-byte chunk c of line l at chunk c ^ (l % 8)), each line 64 contiguous elements
+// of D: row-major D as kCols / 64 boxes of [kRows rows][64 tokens], col-major D as kRows / 64 boxes of
+// [kCols tokens][64 rows]. The swizzle also spreads a warp's fragment stores over all banks.
+inline constexpr int kLineElements = 64;  // 16-bit elements per 128-byte swizzled line
+inline constexpr int kLineBytes = 128;
 
 template <int kRows, int kCols>
 struct OutputTile {
-  static constexpr int kRowMajorElements = kRows * (kCols + kOutputPad);
-  static constexpr int kColMajorElements = kCols * (kRows + kOutputPad);
-  static constexpr int kBytes = 2 * (kRowMajorElements > kColMajorElements ? kRowMajorElements : kColMajorElements);
-  static_assert(kRows % kOutputVector == 0 && kCols % kOutputVector == 0, "whole 16-byte runs");
-  uint32_t base;  // shared address, 16-byte aligned
+  static constexpr int kBytes = kRows * kCols * 2;
+  static constexpr bool kWholeBoxes = kRows % kLineElements == 0 && kCols % kLineElements == 0;
+  uint32_t base;  // shared address, 1024-byte aligned (the swizzle atom)
+
+  static constexpr int kBoxBytes(bool col_major) { return (col_major ? kCols : kRows) * kLineBytes; }
 };
 
-// Whether a product can take the deferred path: what is staged must be D's final value, in D's 16-bit type.
-__host__ __device__ constexpr bool deferred_store_applies(bool d_16bit, float beta, Activation activation) {
-  return d_16bit && beta == 0.0f && activation != Activation::gelu;
+// Whether a product can take the deferred path: what is staged must be D's final value, in D's 16-bit type, and
+// D's stride (elements between consecutive rows of row-major D, columns of col-major D) must be a multiple of 16
+// bytes for the tensor map.
+__host__ __device__ constexpr bool deferred_store_applies(bool d_16bit, float beta, Activation activation, int64_t d_stride) {
+  return d_16bit && beta == 0.0f && activation != Activation::gelu && d_stride % 8 == 0;
 }
 
 template <class Out>
@@ -164,18 +169,38 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 }
 
 // Stages consumer warpgroup rows row_offset..row_offset + 63 of the unit (m64 x kCols accumulators in
-// wgmma_ss.cuh / wgmma_sp.cuh register order) as final 16-bit values.
+// wgmma_ss.cuh / wgmma_sp.cuh register order) as final 16-bit values, then makes them visible to the copy
+// engine (the caller's barrier arrival hands them over).
+// The shared addresses are built from one or four per-thread bases and compile-time offsets: a persistent
+// kernel hoists whatever it can out of its unit loop, and a general (row, col) -> address map there spilled.
 template <class Out, bool kColMajor, int kRows, int kCols, int kAccumulators, class P>
 __device__ __forceinline__ void stage_outputs_as(const P& p, const OutputTile<kRows, kCols>& tile,
                                                  const float (&acc)[kAccumulators], int64_t m0, int row_offset,
                                                  int thread_in_group) {
-  constexpr int kStride = (kColMajor ? kRows : kCols) + kOutputPad;
   static_assert(kAccumulators == kCols / 2, "an m64 x kCols accumulator tile");
+  static_assert(OutputTile<kRows, kCols>::kWholeBoxes, "whole boxes of 64-element lines");
+  constexpr int kBoxBytes = OutputTile<kRows, kCols>::kBoxBytes(kColMajor);
   const int warp = thread_in_group / 32, lane = thread_in_group % 32, g = lane / 4, t = lane % 4;
   const bool relu = p.activation == Activation::relu;
+  // This thread's rows are r = row_offset + 16 warp + g + 8 half (row_offset a multiple of 64), its columns
+  // c = 8 j + 2 t + e.
+  const int row0 = row_offset + warp * 16 + g;
+  // Row-major D: line r, element c % 64 of box c / 64; chunk (c % 64) / 8 = j % 8 lands at (j % 8) ^ (r % 8)
+  // = (j % 8) ^ g. The base's bits 4..6 hold g, so XOR with (j % 8) << 4 places the chunk, and multiples of
+  // 128 bytes (half, box) add on without touching those bits.
+  const uint32_t row_base = (tile.base + row0 * kLineBytes + t * 4) ^ (g << 4);
+  // Col-major D: line c, element r % 64 of box r / 64; chunk (r % 64) / 8 = 2 warp + half lands at
+  // (2 warp + half) ^ (c % 8) with c % 8 = 2 t + e, independent of j; line c adds 8 j lines per step of j.
+  uint32_t col_base[2][2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      col_base[half][e] = tile.base + (row_offset / kLineElements) * kBoxBytes + (2 * t + e) * kLineBytes +
+                          (((2 * warp + half) ^ (2 * t + e)) << 4) + g * 2;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int r = row_offset + warp * 16 + g + 8 * half;
+    const int r = row0 + 8 * half;
     const float b = (p.bias && m0 + r < p.rows) ? __ldg(p.bias + m0 + r) : 0.0f;
 #pragma unroll
     for (int j = 0; j < kCols / 8; ++j) {
@@ -186,15 +211,15 @@ __device__ __forceinline__ void stage_outputs_as(const P& p, const OutputTile<kR
         if (relu) v[e] = fmaxf(v[e], 0.0f);
       }
       const uint32_t bits = pack_pair<Out>(v[0], v[1]);
-      const int c = 8 * j + 2 * t;
       if constexpr (kColMajor) {
-        ptx::st_shared_b16(tile.base + 2 * (c * kStride + r), static_cast<uint16_t>(bits));
-        ptx::st_shared_b16(tile.base + 2 * ((c + 1) * kStride + r), static_cast<uint16_t>(bits >> 16));
+        ptx::st_shared_b16(col_base[half][0] + j * 8 * kLineBytes, static_cast<uint16_t>(bits));
+        ptx::st_shared_b16(col_base[half][1] + j * 8 * kLineBytes, static_cast<uint16_t>(bits >> 16));
       } else {
-        ptx::st_shared_b32(tile.base + 2 * (r * kStride + c), bits);
+        ptx::st_shared_b32((row_base ^ ((j % 8) << 4)) + (j / 8) * kBoxBytes + half * 8 * kLineBytes, bits);
       }
     }
   }
+  ptx::fence_proxy_async_shared();  // the st.shared above, before the copy engine reads them
 }
 
 template <class Out, int kRows, int kCols, int kAccumulators, class P>
@@ -205,43 +230,26 @@ __device__ __forceinline__ void stage_outputs(const P& p, const OutputTile<kRows
   else stage_outputs_as<Out, false>(p, tile, acc, m0, row_offset, thread_in_group);
 }
 
-// Copies the staged unit to D at (m0, n0): 16-byte piece i for i = first, first + step, ...; R and C tails are
-// skipped, and pieces that D's stride or address leave unaligned are stored element by element.
-template <bool kColMajor, int kRows, int kCols, class P>
-__device__ __forceinline__ void store_outputs_as(const P& p, const OutputTile<kRows, kCols>& tile, int64_t m0,
-                                                 int64_t n0, int first, int step) {
-  constexpr int kRunLen = kColMajor ? kRows : kCols;  // contiguous extent inside the unit
-  constexpr int kRuns = kColMajor ? kCols : kRows;
-  constexpr int kPiecesPerRun = kRunLen / kOutputVector;
-  constexpr int kStride = kRunLen + kOutputPad;
-  const int64_t ld = kColMajor ? p.rows : p.n;
-  const int64_t run_room = kColMajor ? p.rows - m0 : p.n - n0;
-  const int64_t runs_room = kColMajor ? p.n - n0 : p.rows - m0;
-  const int run_limit = static_cast<int>(run_room < kRunLen ? run_room : kRunLen);
-  const int runs_limit = static_cast<int>(runs_room < kRuns ? runs_room : kRuns);
-  uint16_t* const origin = static_cast<uint16_t*>(p.d) + (kColMajor ? n0 * ld + m0 : m0 * ld + n0);
-  const bool vector_stores = ld % kOutputVector == 0 && reinterpret_cast<uintptr_t>(origin) % 16 == 0;
-  for (int i = first; i < kRuns * kPiecesPerRun; i += step) {
-    const int run = i / kPiecesPerRun, pos = i % kPiecesPerRun * kOutputVector;
-    if (run >= runs_limit || pos >= run_limit) continue;
-    const uint4 piece = ptx::ld_shared_v4_b32(tile.base + 2 * (run * kStride + pos));
-    uint16_t* const dst = origin + run * ld + pos;
-    if (vector_stores && pos + kOutputVector <= run_limit) {
-      *reinterpret_cast<uint4*>(dst) = piece;
-      continue;
-    }
-    const uint32_t words[4] = {piece.x, piece.y, piece.z, piece.w};
+// One thread: stores the staged unit to D at (m0, n0) through `d_map` (D as a 2-D tensor, contiguous dimension
+// first, boxes of 64 x kCols for col-major D, 64 x kRows for row-major D) and returns once the copy engine has
+// read the buffer, so that the next unit may be staged; the writes themselves complete later.
+template <int kRows, int kCols>
+__device__ __forceinline__ void store_staged(const void* d_map, const OutputTile<kRows, kCols>& tile, bool col_major,
+                                             int64_t m0, int64_t n0) {
+  static_assert(OutputTile<kRows, kCols>::kWholeBoxes, "whole boxes of 64-element lines");
+  if (col_major) {
 #pragma unroll
-    for (int e = 0; e < kOutputVector; ++e)
-      if (pos + e < run_limit) dst[e] = static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2)));
+    for (int box = 0; box < kRows / kLineElements; ++box)
+      ptx::tma_store_2d(d_map, tile.base + box * OutputTile<kRows, kCols>::kBoxBytes(true), static_cast<int32_t>(m0 + box * kLineElements),
+                        static_cast<int32_t>(n0));
+  } else {
+#pragma unroll
+    for (int box = 0; box < kCols / kLineElements; ++box)
+      ptx::tma_store_2d(d_map, tile.base + box * OutputTile<kRows, kCols>::kBoxBytes(false), static_cast<int32_t>(n0 + box * kLineElements),
+                        static_cast<int32_t>(m0));
   }
-}
-
-template <int kRows, int kCols, class P>
-__device__ void store_outputs(const P& p, const OutputTile<kRows, kCols>& tile, int64_t m0, int64_t n0, int first,
-                              int step) {
-  if (p.d_col_major) store_outputs_as<true>(p, tile, m0, n0, first, step);
-  else store_outputs_as<false>(p, tile, m0, n0, first, step);
+  ptx::bulk_commit_group();
+  ptx::bulk_wait_group_read<0>();
 }
 
 // Named barrier `id` among the 128 threads of one warpgroup.

@@ -56,3 +56,30 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const void
 }
 
 }  // namespace nmkit::ptx
+
+namespace nmkit::ptx {
+
+// Bulk tensor copy, shared -> global, 2-D tile, tracked by this thread's bulk async-groups (PTX ISA §9.7.9.27,
+// .global.shared::cta.bulk_group). Elements of the box outside the tensor are not written. The source box must
+// be written by the generic proxy before a fence.proxy.async.shared::cta.
+__device__ __forceinline__ void tma_store_2d(const void* tensor_map, uint32_t smem_src, int32_t inner, int32_t outer) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tensor_map), "r"(smem_src),
+               "r"(inner), "r"(outer)
+               : "memory");
+}
+
+// Closes the bulk copies issued so far into one group (PTX ISA §9.7.9.28, cp.async.bulk.commit_group).
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Waits until at most kPending groups are pending: .read only until their sources have been read (the shared
+// buffer may be rewritten), otherwise until their writes are done (PTX ISA §9.7.9.29, cp.async.bulk.wait_group).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+}  // namespace nmkit::ptx

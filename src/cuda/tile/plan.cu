@@ -67,8 +67,9 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
     const tile::Sm90TileConfig config = tile::sm90_tile_config(desc.rows, desc.cols, desc.n, tile_cols, nm24::sm_count());
     plan.block_n_ = block_n ? block_n : config.block_n, plan.split_ = split ? split : config.split;
     plan.persistent_ = launch.persistent && plan.split_ == 1;
-    plan.deferred_store_ = launch.deferred_store && plan.split_ == 1 &&
-                           sm90_epilogue::deferred_store_applies(desc.out_dtype != DType::f32, desc.beta, desc.activation);
+    const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
+    plan.deferred_store_ = launch.deferred_store && plan.split_ == 1 && plan.block_n_ >= sm90_epilogue::kLineElements &&
+                           sm90_epilogue::deferred_store_applies(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride);
     plan.timeline_ = launch.timeline;
   }
   return plan;
@@ -96,7 +97,9 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   // The Hopper kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = kernel_ == TileKernel::sm90_wgmma && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) tile::launch_sm90<Element, Out>(p, {block_n_, split_, persistent_, deferred_store_, timeline_}, stream);
+    // The deferred store's tensor map needs a 16-byte aligned D; otherwise this call keeps the chunked epilogue.
+    const bool deferred = deferred_store_ && nm24::aligned16(d);
+    if (sm90) tile::launch_sm90<Element, Out>(p, {block_n_, split_, persistent_, deferred, timeline_}, stream);
     else tile::launch_sm80<Element, Out>(p, tile_rows_, stream);
   });
 }

@@ -9,8 +9,9 @@
 //
 // A CTA walks work units (128-row block x kBlockN tokens, longest first): one unit per CTA by default, or, when
 // persistent, every gridDim-th unit, its producer streaming the next unit's steps while the consumers finish the
-// last. Each consumer warpgroup writes its 64 rows through a staging buffer of its own, 32 tokens at a time, so
-// the epilogue never needs the pipeline drained.
+// last. With the deferred store (16-bit D final in registers) the consumers stage each unit whole as TMA boxes
+// and one producer lane has the copy engine store it while the next unit runs; otherwise each consumer warpgroup
+// writes its 64 rows through a staging buffer of its own, 32 tokens at a time. Neither drains the pipeline.
 // Small grids (few units, e.g. decode) split K instead: the CTAs of a cluster of `split` take equal ranges of
 // tile columns for one unit, stage their partial tiles in the (then idle) pipeline, and each writes a share of
 // D after summing the cluster's partial tiles through distributed shared memory (no workspace, no second launch).
@@ -88,8 +89,8 @@ struct Shape {
   static_assert(epi::EpilogueTile<kBlockRows, kBlockN>::kBytes <= kPipelineEnd, "a split's tile reuses the stages");
 };
 
-// With kDeferred, warps 1..3 of the producer warpgroup store each unit's staged outputs.
-[[maybe_unused]] constexpr int kStorerThreads = kWarpgroupThreads - 32;
+// With kDeferred, lane 0 of the producer warpgroup's warp 1 has each staged unit stored by TMA.
+[[maybe_unused]] constexpr int kStorerWarp = 1;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // device helpers of the sm_90a pass only
 // One tile row's stored tiles with columns in [begin, end) of the CTA's range, walked by a whole warp in
@@ -156,7 +157,8 @@ __device__ __forceinline__ void record_time(uint64_t* timeline, int slot, uint64
 template <class Element, class Out, int kBlockN, bool kDeferred>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_tile_spmm_kernel(const TileParams p, const __grid_constant__ CUtensorMap x_map,
-                          const __grid_constant__ CUtensorMap tile_map, uint64_t* const timeline) {
+                          const __grid_constant__ CUtensorMap tile_map, const __grid_constant__ CUtensorMap d_map,
+                          uint64_t* const timeline) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using S = Shape<kBlockN, kDeferred>;
   using Wgmma = ptx::WgmmaSS<kBlockN, typename nm24::ElementTraits<Element>::Mma>;
@@ -169,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarriers);
   uint64_t* empty = full + kStages;
   uint64_t* staged = empty + kStages;  // kDeferred: the consumers staged a unit (256 arrivals)
-  uint64_t* stored = staged + 1;       // kDeferred: the storers read it (kStorerThreads arrivals)
+  uint64_t* stored = staged + 1;       // kDeferred: the copy engine read it (one arrival)
   uint32_t* step_mask = reinterpret_cast<uint32_t*>(stored + 1);
   const OutputTile<kBlockN> output_tile{ptx::smem_address(smem + S::kPipelineEnd)};
 
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads);
     }
     ptx::mbarrier_init(staged, kConsumers * kWarpgroupThreads);
-    ptx::mbarrier_init(stored, kStorerThreads);
+    ptx::mbarrier_init(stored, 1);
     ptx::fence_barrier_init();
   }
   __syncthreads();
@@ -259,13 +261,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (!looked_ahead) next = begin_unit(unit + unit_stride, next_lists);
         post(kEndOfUnit, 0, 0, u, lists);
       }
-    } else if constexpr (kDeferred) {  // warps 1..3 store each unit the consumers staged
-      int units_stored = 0;
-      for (int64_t unit = first_unit; unit < units; unit += unit_stride, ++units_stored) {
-        const Unit u = unit_of<kBlockN>(p, unit, rank, split);
-        ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(units_stored & 1));
-        epi::store_outputs(p, output_tile, u.m0, u.n0, tid % kWarpgroupThreads - 32, kStorerThreads);
-        ptx::mbarrier_arrive(stored);
+    } else if constexpr (kDeferred) {  // one lane has each unit the consumers staged stored by TMA
+      if (tid % kWarpgroupThreads == kStorerWarp * 32) {
+        ptx::prefetch_tensor_map(&d_map);
+        int units_stored = 0;
+        for (int64_t unit = first_unit; unit < units; unit += unit_stride, ++units_stored) {
+          const Unit u = unit_of<kBlockN>(p, unit, rank, split);
+          ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(units_stored & 1));
+          epi::store_staged(&d_map, output_tile, p.d_col_major, u.m0, u.n0);
+          ptx::mbarrier_arrive(stored);
+        }
+        ptx::bulk_wait_group<0>();  // D written before the CTA retires
       }
     }
     if (split > 1) {  // the consumers' two cluster barriers (epilogue below)
@@ -324,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
 
-    if constexpr (kDeferred) {  // stage the final outputs once the storers have the previous unit's
+    if constexpr (kDeferred) {  // stage the final outputs once the copy engine has read the previous unit's
       if (units_done > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((units_done - 1) & 1));
       epi::stage_outputs<Out>(p, output_tile, acc, u.m0, warpgroup * kWarpgroupRows, thread_in_group);
       ptx::mbarrier_arrive(staged);
@@ -384,6 +390,15 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
   const CUtensorMap tile_map = cuda::make_tensor_map_sw128<Element, 3>(
       p.tiles, {tile_cols, tile_rows, tiles}, {tile_cols * 2, tile_rows * tile_cols * 2},
       {kStepK, static_cast<cuuint32_t>(p.tile_rows), 1});
+  // D for the deferred store (its contiguous dimension first, boxes of 64 x the unit's other extent); unused
+  // otherwise.
+  CUtensorMap d_map{};
+  if constexpr (kDeferred) {
+    const auto rows = static_cast<cuuint64_t>(p.rows), n = static_cast<cuuint64_t>(p.n);
+    d_map = p.d_col_major
+                ? cuda::make_tensor_map_sw128<Out, 2>(p.d, {rows, n}, {rows * 2}, {epi::kLineElements, kBlockN})
+                : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {epi::kLineElements, kBlockRows});
+  }
   // One unit per CTA (per cluster when split), longest first, balanced by the hardware's CTA scheduler; or
   // persistent: one CTA per SM at most, striding over the units.
   const int64_t units = ceil_div(p.rows, int64_t{kBlockRows}) * ceil_div(p.n, int64_t{kBlockN});
@@ -399,7 +414,7 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
   cluster.val.clusterDim.x = static_cast<unsigned>(split), cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map, timeline));
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map, d_map, timeline));
 }
 
 }  // namespace
@@ -424,10 +439,14 @@ void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t
           "sm90 tile: tile columns must be 64 or 128, got " + std::to_string(p.tile_cols));
   require(config.split >= 1 && config.split <= kMaxSplit, ErrorCode::invalid_argument, "sm90 tile: split must be 1..8");
   // The deferred store trades pipeline stages for an epilogue off the consumers' critical path (the plan decides).
-  require(!config.deferred_store || (config.split == 1 && epi::deferred_store_applies(sizeof(Out) == 2, p.beta, p.activation)), ErrorCode::invalid_argument,
-          "sm90 tile: the deferred store needs split 1, a 16-bit D, beta 0 and no GELU");
+  require(!config.deferred_store ||
+              (config.split == 1 && config.block_n >= epi::kLineElements && nm24::aligned16(p.d) &&
+               epi::deferred_store_applies(sizeof(Out) == 2, p.beta, p.activation, p.d_col_major ? p.rows : p.n)),
+          ErrorCode::invalid_argument,
+          "sm90 tile: the deferred store needs split 1, block_n >= 64, a 16-bit D with 16-byte aligned address and "
+          "stride, beta 0 and no GELU");
   const auto launch_n = [&]<int kBlockN>() {
-    if constexpr (sizeof(Out) == 2)
+    if constexpr (sizeof(Out) == 2 && kBlockN >= epi::kLineElements)
       if (config.deferred_store) return launch<Element, Out, kBlockN, true>(p, config.split, config.persistent, config.timeline, stream);
     launch<Element, Out, kBlockN, false>(p, config.split, config.persistent, config.timeline, stream);
   };
