@@ -149,7 +149,8 @@ struct OutputTile {
   static constexpr bool kWholeBoxes = kRows % kLineElements == 0 && kCols % kLineElements == 0;
   uint32_t base;  // shared address, 1024-byte aligned (the swizzle atom)
 
-  static constexpr int kBoxBytes(bool col_major) { return (col_major ? kCols : kRows) * kLineBytes; }
+  // Bytes of one store box: kCols lines (col-major D) or kRows lines (row-major D) of 128 bytes.
+  static constexpr int box_bytes(bool col_major) { return (col_major ? kCols : kRows) * kLineBytes; }
 };
 
 // Whether a product can take the deferred path: what is staged must be D's final value, in D's 16-bit type, and
@@ -179,7 +180,7 @@ __device__ __forceinline__ void stage_outputs_as(const P& p, const OutputTile<kR
                                                  int thread_in_group) {
   static_assert(kAccumulators == kCols / 2, "an m64 x kCols accumulator tile");
   static_assert(OutputTile<kRows, kCols>::kWholeBoxes, "whole boxes of 64-element lines");
-  constexpr int kBoxBytes = OutputTile<kRows, kCols>::kBoxBytes(kColMajor);
+  constexpr int kBoxBytes = OutputTile<kRows, kCols>::box_bytes(kColMajor);
   const int warp = thread_in_group / 32, lane = thread_in_group % 32, g = lane / 4, t = lane % 4;
   const bool relu = p.activation == Activation::relu;
   // This thread's rows are r = row_offset + 16 warp + g + 8 half (row_offset a multiple of 64), its columns
@@ -240,12 +241,12 @@ __device__ __forceinline__ void store_staged(const void* d_map, const OutputTile
   if (col_major) {
 #pragma unroll
     for (int box = 0; box < kRows / kLineElements; ++box)
-      ptx::tma_store_2d(d_map, tile.base + box * OutputTile<kRows, kCols>::kBoxBytes(true), static_cast<int32_t>(m0 + box * kLineElements),
+      ptx::tma_store_2d(d_map, tile.base + box * OutputTile<kRows, kCols>::box_bytes(true), static_cast<int32_t>(m0 + box * kLineElements),
                         static_cast<int32_t>(n0));
   } else {
 #pragma unroll
     for (int box = 0; box < kCols / kLineElements; ++box)
-      ptx::tma_store_2d(d_map, tile.base + box * OutputTile<kRows, kCols>::kBoxBytes(false), static_cast<int32_t>(n0 + box * kLineElements),
+      ptx::tma_store_2d(d_map, tile.base + box * OutputTile<kRows, kCols>::box_bytes(false), static_cast<int32_t>(n0 + box * kLineElements),
                         static_cast<int32_t>(m0));
   }
   ptx::bulk_commit_group();
