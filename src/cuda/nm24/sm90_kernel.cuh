@@ -241,23 +241,22 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
           const int s = ring.stage;
           unsigned char* stage = smem + s * Shape::kStageBytes;
+          if (kt >= kStages) {
+            if constexpr (kMulticast) ptx::mbarrier_wait_cluster(&empty[s], ring.phase ^ 1u);
+            else ptx::mbarrier_wait(&empty[s], ring.phase ^ 1u);
+          }
+          ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
           if constexpr (kMulticast) {
-            if (kt >= kStages) ptx::mbarrier_wait_cluster(&empty[s], ring.phase ^ 1u);
-            ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
             constexpr int kHalfRows = kBlockN / 2;
             ptx::tma_load_2d_multicast(stage + rank * kHalfRows * kBlockK * 2, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK),
                                        static_cast<int32_t>(n0 + rank * kHalfRows), 0x3);
-          } else {
-            if (kt >= kStages) ptx::mbarrier_wait(&empty[s], ring.phase ^ 1u);
-            ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
-            if constexpr (kSource == BSource::tma) {
-              ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
-            } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
+          } else if constexpr (kSource == BSource::tma) {
+            ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+          } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
 #pragma unroll
-              for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
-                ptx::tma_load_2d(stage + a * kMnAtomBytes, &b_map, &full[s], static_cast<int32_t>(n0 + a * kMnAtomHalves),
-                                 static_cast<int32_t>(kt * kBlockK));
-            }
+            for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
+              ptx::tma_load_2d(stage + a * kMnAtomBytes, &b_map, &full[s], static_cast<int32_t>(n0 + a * kMnAtomHalves),
+                               static_cast<int32_t>(kt * kBlockK));
           }
           ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
           ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
@@ -316,35 +315,40 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
 #pragma unroll
   for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
 
+  const uint32_t stages_base = ptx::smem_address(smem);
+  // A stage's k-tile as one wgmma group: its A fragments from shared memory into registers (the RS form of
+  // wgmma.sp) and its B descriptors, all written before the group's first wgmma (ptxas serialises wgmma whose
+  // input registers are defined between them, C7513), then two k32 steps.
+  using Fragments = AFragment[kKBlocksPerTile];
+  const auto mma_stage = [&](uint32_t stage, Fragments& a) {
+    const uint32_t a_stage = stage + kBTiles * Shape::kBBytes, b_tile = stage + my_b_tile * Shape::kBBytes;
+    uint64_t desc[kKBlocksPerTile];
+#pragma unroll
+    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
+      const int fragment = slab_in_tile * kTileKBlocks + kk;
+      const uint4 v = ptx::ld_shared_v4_b32(a_stage + (fragment * kLanes + lane) * 16);
+      a[kk] = {{v.x, v.y, v.z, v.w}, ptx::ld_shared_b32(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4)};
+      if constexpr (Traits::kMnMajor)  // k32 step kk starts 32 rows of 128 B further
+        desc[kk] = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
+      else  // k32 step kk starts 64 bytes into each swizzled row
+        desc[kk] = ptx::advance_smem_desc(ptx::make_smem_desc_k_major_sw128(b_tile), kk * kFragmentK * 2);
+    }
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKBlocksPerTile; ++kk)
+      Wgmma::template mma<Traits::kMnMajor ? 1 : 0>(acc, a[kk].values, desc[kk], a[kk].meta, 1);
+    ptx::wgmma_commit_group();
+  };
+
   cuda::RingPosition<kStages> ring;
   int in_flight_stage = -1;  // the stage the group still in flight reads, handed back once the next one is issued
-  for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+  // One k-tile: wait for its stage, issue its group, and hand the previous stage back once that group is done.
+  const auto consume_stage = [&](Fragments& a) {
     const int s = ring.stage;
     ptx::mbarrier_wait(&full[s], ring.phase);
     // cp.async writes through the generic proxy: order them before this thread's wgmma reads.
     if constexpr (kSource == BSource::gather_rows) ptx::fence_proxy_async_shared();
-    const unsigned char* stage = smem + s * Shape::kStageBytes;
-    const unsigned char* a_stage = stage + kBTiles * Shape::kBBytes;
-    AFragment a[kKBlocksPerTile];
-#pragma unroll
-    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
-      const int fragment = slab_in_tile * kTileKBlocks + kk;
-      const uint4 v = *reinterpret_cast<const uint4*>(a_stage + (fragment * kLanes + lane) * 16);
-      a[kk] = {{v.x, v.y, v.z, v.w}, *reinterpret_cast<const uint32_t*>(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4)};
-    }
-    const uint32_t b_tile = ptx::smem_address(stage + my_b_tile * Shape::kBBytes);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
-      if constexpr (Traits::kMnMajor) {  // k32 step kk starts 32 rows of 128 B further
-        const uint64_t desc = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
-        Wgmma::template mma<1>(acc, a[kk].values, desc, a[kk].meta, 1);
-      } else {  // k32 step kk starts 64 bytes into each swizzled row
-        const uint64_t desc = ptx::make_smem_desc_k_major_sw128(b_tile);
-        Wgmma::template mma<0>(acc, a[kk].values, ptx::advance_smem_desc(desc, kk * kFragmentK * 2), a[kk].meta, 1);
-      }
-    }
-    ptx::wgmma_commit_group();
+    mma_stage(stages_base + s * Shape::kStageBytes, a);
     // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
     ptx::wgmma_wait_group<1>();
     if (in_flight_stage >= 0) {
@@ -353,7 +357,20 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
       if constexpr (kMulticast) ptx::mbarrier_arrive_cluster(ptx::map_to_rank(released, rank ^ 1));
     }
     in_flight_stage = s;
+    ring.advance();
+  };
+  // wgmma reads its A registers until its group completes, so the next k-tile's fragments must not land in the
+  // registers of the group in flight: two buffers, alternated by unrolling the loop by two (a buffer is reloaded
+  // only after wait_group<1> retired the group that read it). Renaming them is not left to ptxas: with a branch
+  // in this loop (an experiment with two k-tiles per stage, docs/performance.md) it reused the registers of the
+  // group in flight and the products came out wrong.
+  Fragments fragments_even, fragments_odd;
+  int64_t kt = 0;
+  for (; kt + 2 <= k_tiles; kt += 2) {
+    consume_stage(fragments_even);
+    consume_stage(fragments_odd);
   }
+  if (kt < k_tiles) consume_stage(fragments_even);
   ptx::wgmma_wait_group<0>();
   ptx::fence_registers(acc);
 
@@ -422,7 +439,8 @@ void launch(const Params& p, cudaStream_t stream) {
 
 template <int kBlockN, int kBTiles = 1>
 TileShape shape_of() {
-  return {kBlockM, kBlockN, kBlockK, Sm90Shape<kBlockN, kBTiles>::kStages, kThreads, Sm90Shape<kBlockN, kBTiles>::kSmemBytes};
+  using Shape = Sm90Shape<kBlockN, kBTiles>;
+  return {kBlockM, kBlockN, kBlockK, Shape::kStages, kThreads, Shape::kSmemBytes};
 }
 
 }  // namespace

@@ -17,6 +17,12 @@ __device__ __forceinline__ void st_shared_b32(uint32_t address, uint32_t value) 
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
 }
 
+__device__ __forceinline__ uint32_t ld_shared_b32(uint32_t address) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(address) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ uint4 ld_shared_v4_b32(uint32_t address) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
