@@ -8,7 +8,8 @@
 # Environment: NMKIT_GPU_TESTS=<gtest filter> narrows the GPU tests; NMKIT_BENCH_VNM="<args>" also runs the
 # V:N:M suite (e.g. "--suite vnm --dtype both"; any nmkit_bench arguments, "--suite tile" too); NMKIT_BENCH_SKIP=1
 # skips the 2:4 benchmark; NMKIT_SANITIZE_TESTS / NMKIT_SANITIZE_TOOLS override the sanitizer's tests and tools;
-# NMKIT_GPU_TEST_TIMEOUT / NMKIT_BENCH_TIMEOUT (seconds) bound the GPU tests and each extra benchmark run.
+# NMKIT_GPU_TEST_TIMEOUT / NMKIT_BENCH_TIMEOUT (seconds) bound the GPU tests and each extra benchmark run;
+# NMKIT_COPY_PROBE=1 also runs nmkit_copy_probe (copy_probe.txt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -101,6 +102,11 @@ if [ -n "${NMKIT_BENCH_VNM:-}" ]; then
   done
   python3 bench/plot_vnm.py "$OUT/vnm.json" "$OUT" || echo "plot failed"
   python3 bench/plot_tile.py "$OUT/vnm.json" "$OUT/tile_speedup.png" || echo "plot failed"
+fi
+
+if [ -n "${NMKIT_COPY_PROBE:-}" ]; then
+  step "copy probe (bench/gpu/copy_probe.cu)"
+  timeout 300 $BUILD/bench/nmkit_copy_probe 2>&1 | tee "$OUT/copy_probe.txt"
 fi
 
 if [ -n "${NMKIT_BENCH_AUTOTUNE:-}" ]; then

@@ -207,6 +207,27 @@ TEST(TileGpu, HopperDeferredStoreOverManyUnitsPerCta) {
   EXPECT_FALSE(deferred_for(0.0f, Activation::none, DType::f32));
 }
 
+TEST(TileGpu, HopperSmallTokenBlocksAcrossUnitsAndSplits) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  // Token blocks of 32 and 64 (the decode-sized launches): persistent CTAs that take 3 units each (the ring
+  // through both parities across unit boundaries, units of 1-7 steps), steps that only one of the two 64-row
+  // tile rows has, one CTA per unit, and split-K clusters; C tails inside the token block.
+  uint32_t seed = 9900;
+  for (int block_n : {32, 64})
+    for (int side : {64, 128})
+      for (int mode = 0; mode < 3; ++mode) {  // persistent, one CTA per unit, split K over 2
+        const int64_t c = block_n == 32 ? 29 : 61;
+        Case t{{128 * 3 * 132 - 40, 448, c, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f,
+                mode == 1, Activation::none},
+               side, side, mode == 0 ? 0.3 : 0.6, TileKernel::sm90_wgmma};
+        t.launch = {block_n, mode == 2 ? 2 : 1, mode == 0, mode == 0};  // the deferred store where it applies
+        const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma, t.launch);
+        ASSERT_EQ(plan.block_n(), block_n);
+        EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << block_n << " mode " << mode;
+      }
+}
+
 TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
