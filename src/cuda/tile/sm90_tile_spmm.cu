@@ -50,17 +50,29 @@ constexpr int kRowBytes = kStepK * 2;
 [[maybe_unused]] constexpr int kWgmmaK = 16;
 constexpr int kSwizzleAlign = 1024;
 constexpr int kABytes = kBlockRows * kRowBytes;              // a step's tile slots: 128 rows x 64 columns
-constexpr int kProducerRegisters = 64;  // the list merge and copy issue, without spills
-constexpr int kConsumerRegisters = 216;
 constexpr int kRegisterFile = 64 * 1024;
-constexpr int kPipelineBytes = 220 * 1024;  // stages and epilogue chunk buffers
 constexpr int kMaxStages = 8;
 constexpr int kMaxSplit = 8;                                 // the portable cluster size
 constexpr int kChunkN = 32;                                  // tokens per epilogue chunk of a warpgroup
 [[maybe_unused]] constexpr int kChunkBarrier = 2;  // named barriers 2 + w: consumer warpgroup w's epilogue chunks (1: both, 0: CTA)
 static_assert(kWarpgroupRows == 64, "a consumer warpgroup issues m64 wgmma");
-static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
-              "setmaxnreg budgets must fit the registers allocated at launch");
+
+// CTAs per SM. Token blocks of up to 64 (decode-sized C) need few accumulators and short pipelines, and their
+// grids are small (split K over clusters): two per SM, so that clusters of 4 find room in one wave and twice as
+// many producers issue copies (docs/performance.md, tile item 17). Wider blocks take the whole SM.
+constexpr int ctas_per_sm(int block_n) { return block_n <= 64 ? 2 : 1; }
+
+// What a CTA may take of an SM: registers per thread of each role (setmaxnreg) and shared memory.
+template <int kBlockN>
+struct Budget {
+  static constexpr int kCtasPerSm = ctas_per_sm(kBlockN);
+  static constexpr int kProducerRegisters = kCtasPerSm == 1 ? 64 : 72;  // the list merge and copy issue, no spills
+  static constexpr int kConsumerRegisters = kCtasPerSm == 1 ? 216 : 80;
+  static constexpr int kPipelineBytes = (kCtasPerSm == 1 ? 220 : 104) * 1024;  // stages and epilogue buffers
+  static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
+                    (kConsumers + 1) * (kRegisterFile / (kThreads * kCtasPerSm) / 8 * 8),
+                "setmaxnreg budgets must fit the registers allocated at launch");
+};
 
 // Step mask: bit w = consumer warpgroup w has a tile in this step; kEndOfUnit = the unit's last step was posted.
 [[maybe_unused]] constexpr uint32_t kEndOfUnit = 1u << 31;
@@ -77,7 +89,7 @@ struct Shape {
   static constexpr int kStageBytes = kXBytes + kABytes;
   static constexpr int kChunkBytes = ChunkTile::kBytes;
   static constexpr int kEpilogueBytes = kDeferred ? OutputTile<kBlockN>::kBytes : kConsumers * kChunkBytes;
-  static constexpr int kStages = std::min((kPipelineBytes - kEpilogueBytes) / kStageBytes, kMaxStages);
+  static constexpr int kStages = std::min((Budget<kBlockN>::kPipelineBytes - kEpilogueBytes) / kStageBytes, kMaxStages);
   static constexpr int kPipelineEnd = kStages * kStageBytes;
   static constexpr int kBarriers = kPipelineEnd + kEpilogueBytes;
   static constexpr int kBarrierWords = 2 * kStages + 2;  // full, empty; staged, stored (kDeferred)
@@ -155,7 +167,7 @@ __device__ __forceinline__ void record_time(uint64_t* timeline, int slot, uint64
 #endif
 
 template <class Element, class Out, int kBlockN, bool kDeferred>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     sm90_tile_spmm_kernel(const TileParams p, const __grid_constant__ CUtensorMap x_map,
                           const __grid_constant__ CUtensorMap tile_map, const __grid_constant__ CUtensorMap d_map,
                           uint64_t* const timeline) {
@@ -197,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (warpgroup == kConsumers) {  // producer: warp 0 merges the tile lists, its lane 0 issues the copies
-    ptx::setmaxnreg_dec<kProducerRegisters>();
+    ptx::setmaxnreg_dec<Budget<kBlockN>::kProducerRegisters>();
     if (tid % kWarpgroupThreads < 32) {
       const int64_t grid_rows = (p.rows + p.tile_rows - 1) / p.tile_rows;
       const uint32_t x_step_bytes = S::kXBytes, tile_step_bytes = p.tile_rows * kRowBytes;
@@ -281,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  ptx::setmaxnreg_inc<kConsumerRegisters>();
+  ptx::setmaxnreg_inc<Budget<kBlockN>::kConsumerRegisters>();
   const int thread_in_group = tid % kWarpgroupThreads;
   const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
   float acc[Wgmma::kAccumulators];
@@ -400,9 +412,10 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
                 : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {epi::kLineElements, kBlockRows});
   }
   // One unit per CTA (per cluster when split), longest first, balanced by the hardware's CTA scheduler; or
-  // persistent: one CTA per SM at most, striding over the units.
+  // persistent: one CTA per slot (ctas_per_sm per SM) at most, striding over the units.
   const int64_t units = ceil_div(p.rows, int64_t{kBlockRows}) * ceil_div(p.n, int64_t{kBlockN});
-  const int64_t blocks = persistent && split == 1 ? std::min<int64_t>(units, nm24::sm_count()) : units * split;
+  const int64_t resident = int64_t{nm24::sm_count()} * Budget<kBlockN>::kCtasPerSm;
+  const int64_t blocks = persistent && split == 1 ? std::min<int64_t>(units, resident) : units * split;
   require(blocks < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 tile: more than 2^31 CTAs");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
@@ -423,11 +436,12 @@ Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_
   Sm90TileConfig c;
   // The narrowest token block that covers C: at C <= 32 a 64-token x box would carry half zeros per step.
   c.block_n = n > 128 ? 256 : n > 64 ? 128 : n > 32 ? 64 : 32;
-  // Split K across a cluster while the grid leaves most SMs idle, as long as every CTA keeps a few tile columns
-  // (4096^2 weights at C = 32, H200: split 2 beat 1, 4 and 8).
+  // Split K across a cluster while the grid leaves most CTA slots idle, as long as every CTA keeps a few tile
+  // columns (4096^2 weights at C = 32, H200: split 4 beat 2 and 8 with two CTAs per SM).
   const int64_t units = ceil_div(rows, int64_t{kBlockRows}) * ceil_div(n, int64_t{c.block_n});
   const int64_t grid_cols = ceil_div(cols, int64_t{tile_cols});
-  while (c.split < kMaxSplit && units * c.split * 2 <= sm_count / 2 && grid_cols >= 4 * c.split * 2) c.split *= 2;
+  const int64_t slots = int64_t{sm_count} * ctas_per_sm(c.block_n);
+  while (c.split < kMaxSplit && units * c.split * 2 <= slots / 2 && grid_cols >= 4 * c.split * 2) c.split *= 2;
   return c;
 }
 
