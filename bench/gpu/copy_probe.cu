@@ -12,7 +12,9 @@
 // Each line: GB/s over the grid and per SM (CUDA events, median of 5 launches after one warm-up).
 // The trace section prints, for one CTA, when each round's wait returned and when its copies were issued.
 //
-// Build: the `nmkit_copy_probe` target (bench/CMakeLists.txt); run it on the GPU machine, no arguments.
+// The issue-rate section times the copy instruction alone: one thread issues the same copy 16 times.
+// Build: the `nmkit_copy_probe` target (bench/CMakeLists.txt); run it on the GPU machine, no arguments (or
+// `issue` for the issue-rate section alone).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #define PROBE_CHECK(call)                                                                        \
@@ -39,7 +42,7 @@ constexpr int kThreads = 128;
 constexpr int kRowBytes = 128;            // one swizzled row: 64 16-bit elements
 constexpr int kRounds = 256;              // chunks per CTA
 constexpr int kTraceRounds = 16;          // rounds of CTA 0 whose times are traced
-constexpr uint64_t kL2Bytes = 1u << 20;   // the L2-resident stream's working set
+[[maybe_unused]] constexpr uint64_t kL2Bytes = 1u << 20;  // the L2-resident stream's working set
 
 struct Stream {
   Path path;
@@ -71,10 +74,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint64_t region = st.l2_resident ? 0 : uint64_t{blockIdx.x} * region_bytes;
   const uint64_t wrap = st.l2_resident ? kL2Bytes : region_bytes;
 
-  const auto issue = [&](int chunk) {
-    const int s = chunk % st.depth;
+  // Chunks are issued in order, so the issuing thread keeps running offsets and stage numbers: a division or a
+  // 64-bit modulo per round would cost the single issuing thread more than the copy (the sixth session's run of
+  // this probe did that and read the cost as the copy engine's; see the issue-rate section).
+  uint64_t next_offset = 0;
+  int next_stage = 0;
+  const auto issue = [&]() {
+    const int s = next_stage;
+    next_stage = next_stage + 1 == st.depth ? 0 : next_stage + 1;
     unsigned char* dst = smem + static_cast<size_t>(s) * st.chunk_bytes;
-    const uint64_t offset = region + static_cast<uint64_t>(chunk) * st.chunk_bytes % wrap;
+    const uint64_t offset = region + next_offset;
+    next_offset = next_offset + 2 * st.chunk_bytes > wrap ? 0 : next_offset + st.chunk_bytes;
     if constexpr (kPath == Path::lsu) {
       for (uint32_t b = tid * 16; b < st.chunk_bytes; b += kThreads * 16)
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst + b)), "l"(src + offset + b) : "memory");
@@ -84,11 +94,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                    : "memory");
       if constexpr (kPath == Path::tma) {
         const uint32_t piece = st.chunk_bytes / st.copies;
+        const auto first_row = static_cast<int32_t>(offset / kRowBytes), piece_rows = static_cast<int32_t>(piece / kRowBytes);
         for (int p = 0; p < st.copies; ++p)
           asm volatile(
               "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
                   smem_u32(dst + p * piece)),
-              "l"(&map), "r"(smem_u32(&full[s])), "r"(0), "r"(static_cast<int32_t>((offset + p * piece) / kRowBytes))
+              "l"(&map), "r"(smem_u32(&full[s])), "r"(0), "r"(first_row + p * piece_rows)
               : "memory");
       } else {
         asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
@@ -102,21 +113,62 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The TMA and bulk paths stream from thread 0 alone; the LSU path needs every thread at every round.
   unsigned touched = 0;
   if (kPath == Path::lsu || tid == 0) {
-    for (int c = 0; c < st.depth && c < kRounds; ++c) issue(c);
+    for (int c = 0; c < st.depth && c < kRounds; ++c) issue();
+    int s = 0;
+    uint32_t phase = 0;
     for (int c = 0; c < kRounds; ++c) {
-      const int s = c % st.depth;
       asm volatile(
           "{\n.reg .pred p;\nw:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra w;\n}\n" ::"r"(smem_u32(&full[s])),
-          "r"(static_cast<uint32_t>((c / st.depth) & 1))
+          "r"(phase)
           : "memory");
       touched += smem[static_cast<size_t>(s) * st.chunk_bytes + tid];
       if constexpr (kPath == Path::lsu) __syncthreads();  // every thread has waited before the stage is refilled
       const long long waited = clock64();
-      if (c + st.depth < kRounds) issue(c + st.depth);
+      if (c + st.depth < kRounds) issue();
+      if (++s == st.depth) s = 0, phase ^= 1;
       if (tid == 0 && blockIdx.x == 0 && c < kTraceRounds) trace[2 * c] = waited - start, trace[2 * c + 1] = clock64() - start;
     }
   }
   if (touched == 0xffffffffu) sink[blockIdx.x] = touched;  // keeps the reads
+#endif
+}
+
+
+// Issue rate: thread 0 issues kIssueCopies identical copies (the same box into the same buffer, one barrier)
+// with nothing between them but a clock read, so the marks time the copy instruction alone.
+constexpr int kIssueCopies = 16;
+template <bool kBulk>
+__global__ void __launch_bounds__(kThreads, 1)
+    issue_rate_kernel(const __grid_constant__ CUtensorMap map, const unsigned char* src, uint32_t bytes, long long* marks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ uint64_t bar;
+  if (threadIdx.x != 0) return;
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&bar)));
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(&map) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(&bar)), "r"(kIssueCopies * bytes) : "memory");
+  const uint32_t dst = smem_u32(smem), mbar = smem_u32(&bar);
+  long long t[kIssueCopies + 1];
+  t[0] = clock64();
+#pragma unroll
+  for (int i = 0; i < kIssueCopies; ++i) {
+    if constexpr (kBulk)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                   "l"(src), "r"(bytes), "r"(mbar)
+                   : "memory");
+    else
+      asm volatile(
+          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+          "l"(&map), "r"(mbar), "r"(0), "r"(0)
+          : "memory");
+    t[i + 1] = clock64();
+  }
+  asm volatile("{\n.reg .pred p;\nw:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra w;\n}\n" ::"r"(mbar) : "memory");
+  const long long landed = clock64();
+#pragma unroll
+  for (int i = 0; i <= kIssueCopies; ++i) marks[i] = t[i] - t[0];
+  marks[kIssueCopies + 1] = landed - t[0];
 #endif
 }
 
@@ -193,9 +245,29 @@ void measure(const Device& dev, Stream st, int grid, bool print_trace = false) {
   PROBE_CHECK(cudaEventDestroy(stop));
 }
 
+
+template <bool kBulk>
+void issue_rate(const Device& dev, uint32_t bytes) {
+  const CUtensorMap map = rows_map(dev.buffer, dev.bytes, bytes / kRowBytes);
+  PROBE_CHECK(cudaFuncSetAttribute(issue_rate_kernel<kBulk>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  long long* marks;
+  PROBE_CHECK(cudaMalloc(&marks, (kIssueCopies + 2) * sizeof(long long)));
+  for (int rep = 0; rep < 2; ++rep) issue_rate_kernel<kBulk><<<1, kThreads, bytes>>>(map, dev.buffer, bytes, marks);
+  PROBE_CHECK(cudaDeviceSynchronize());
+  PROBE_CHECK(cudaGetLastError());
+  long long m[kIssueCopies + 2];
+  PROBE_CHECK(cudaMemcpy(m, marks, sizeof m, cudaMemcpyDeviceToHost));
+  std::printf("issue rate, %s, %2u KiB, the same copy %d times (cycles after the first clock read):", kBulk ? "bulk" : "tma ",
+              bytes / 1024, kIssueCopies);
+  for (int i = 1; i <= kIssueCopies; ++i) std::printf(" %lld", m[i]);
+  std::printf(" | all landed %lld\n", m[kIssueCopies + 1]);
+  PROBE_CHECK(cudaFree(marks));
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool issue_only = argc > 1 && std::string_view(argv[1]) == "issue";
   Device dev{};
   int device = 0, major = 0;
   PROBE_CHECK(cudaGetDevice(&device));
@@ -211,6 +283,12 @@ int main() {
   PROBE_CHECK(cudaMemset(dev.buffer, 1, dev.bytes));
   const int all = dev.sms;
 
+  std::printf("== issue rate: one thread, the same copy back to back, no other instruction between\n");
+  for (uint32_t kib : {4u, 16u}) {
+    issue_rate<false>(dev, kib * 1024);
+    issue_rate<true>(dev, kib * 1024);
+  }
+  if (issue_only) return 0;
   std::printf("== depth: one TMA copy per round, 1 CTA and every SM, from HBM\n");
   for (int grid : {1, all})
     for (uint32_t kib : {4u, 16u, 32u})

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <mutex>
 
 #include "../common/check.cuh"
 #include "../common/smem.cuh"
@@ -33,6 +34,7 @@
 #include "../ptx/wgmma.cuh"
 #include "../ptx/wgmma_ss.cuh"
 #include "nmkit/gpu/tile_spmm.hpp"
+#include "sm90_cluster_epilogue.cuh"
 #include "tile_common.cuh"
 
 namespace nmkit::gpu::tile {
@@ -52,7 +54,7 @@ constexpr int kSwizzleAlign = 1024;
 constexpr int kABytes = kBlockRows * kRowBytes;              // a step's tile slots: 128 rows x 64 columns
 constexpr int kRegisterFile = 64 * 1024;
 constexpr int kMaxStages = 8;
-constexpr int kMaxSplit = 8;                                 // the portable cluster size
+constexpr int kMaxSplit = kMaxClusterSplit;
 constexpr int kChunkN = 32;                                  // tokens per epilogue chunk of a warpgroup
 [[maybe_unused]] constexpr int kChunkBarrier = 2;  // named barriers 2 + w: consumer warpgroup w's epilogue chunks (1: both, 0: CTA)
 static_assert(kWarpgroupRows == 64, "a consumer warpgroup issues m64 wgmma");
@@ -362,36 +364,25 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
       continue;
     }
-    // Split K (one unit per CTA): the pipeline is idle now; stage the CTA's partial 128 x kBlockN tile there
-    // (the bias once per cluster), then each CTA writes its share of the cluster's sum.
-    epi::consumer_sync();
-    const epi::EpilogueTile<kBlockRows, kBlockN> tile{p.d_col_major, reinterpret_cast<float*>(smem)};
-    epi::stage_accumulators(p, tile, acc, rank == 0 ? p.bias : nullptr, u.m0, warpgroup * kWarpgroupRows, 0, thread_in_group);
-    ptx::cluster_sync();  // every CTA's partial tile is staged
-    const auto sum_of_cluster = [split](const float* staged) {
-      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (uint32_t r = 0; r < kMaxSplit; ++r)
-        if (r < split) {
-          const float4 v = ptx::ld_shared_cluster_f32x4(ptx::map_to_rank(staged, r));
-          sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-        }
-      return sum;
-    };
-    epi::write_tile<Out>(p, tile, u.m0, u.n0, static_cast<int>(rank) * epi::kEpilogueThreads + tid,
-                         static_cast<int>(split) * epi::kEpilogueThreads, sum_of_cluster);
-    ptx::cluster_sync();  // no CTA leaves while another still reads its tile
+    // Split K (one unit per CTA): the pipeline is idle now; the cluster sums its partial tiles there.
+    write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, u.m0, u.n0, tid);
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
   }
 #endif
 }
 
 template <class Element, class Out, int kBlockN, bool kDeferred>
-void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline, cudaStream_t stream) {
-  using S = Shape<kBlockN, kDeferred>;
+auto ready_kernel() {  // the kernel, its dynamic shared-memory limit raised to what it takes
   auto kernel = sm90_tile_spmm_kernel<Element, Out, kBlockN, kDeferred>;
   static cuda::DynamicSmemLimit smem_limit;
-  smem_limit.raise(kernel, S::kSmemBytes);
+  smem_limit.raise(kernel, Shape<kBlockN, kDeferred>::kSmemBytes);
+  return kernel;
+}
+
+template <class Element, class Out, int kBlockN, bool kDeferred>
+void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline, cudaStream_t stream) {
+  using S = Shape<kBlockN, kDeferred>;
+  const auto kernel = ready_kernel<Element, Out, kBlockN, kDeferred>();
   // x[C, K] (B col-major) in boxes of 64 columns x kBlockN tokens; the packed tiles as {tile_cols, tile_rows, nnz}
   // in boxes of 64 columns x one whole tile.
   const CUtensorMap x_map = cuda::make_tensor_map_sw128<Element, 2>(
@@ -430,18 +421,53 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
   NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map, d_map, timeline));
 }
 
+// How many CTAs of a split-K launch at block_n 32 or 64 (clusters of `split`, two CTAs per SM) run at once: a
+// cluster needs its SMs within one GPC, so fewer than the CTA slots do (H200: 30 clusters of 8, 240 CTAs, against
+// 264 slots). Asked once per (block_n, split) of the current device.
+int64_t cluster_wave_ctas(int block_n, int split) {
+  static std::mutex mutex;
+  static int64_t cached[2][kMaxSplit + 1] = {};
+  const std::lock_guard<std::mutex> lock(mutex);
+  int64_t& ctas = cached[block_n == 64][split];
+  if (ctas > 0) return ctas;
+  const auto query = [&]<int kBlockN>() {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(split));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = Shape<kBlockN, false>::kSmemBytes;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(split), cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int clusters = 0;
+    NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, ready_kernel<__half, __half, kBlockN, false>(), &config));
+    return int64_t{clusters} * split;
+  };
+  ctas = block_n == 64 ? query.template operator()<64>() : query.template operator()<32>();
+  return ctas;
+}
+
 }  // namespace
 
 Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count) {
   Sm90TileConfig c;
   // The narrowest token block that covers C: at C <= 32 a 64-token x box would carry half zeros per step.
   c.block_n = n > 128 ? 256 : n > 64 ? 128 : n > 32 ? 64 : 32;
-  // Split K across a cluster while the grid leaves most CTA slots idle, as long as every CTA keeps a few tile
-  // columns (4096^2 weights at C = 32, H200: split 4 beat 2 and 8 with two CTAs per SM).
+  // Split K across a cluster when the grid would leave most CTA slots idle, as long as every CTA keeps a few tile
+  // columns. Token blocks of up to 64 (two CTAs per SM) take the widest split, of any size up to 8, whose clusters
+  // all run at once (4096^2 weights at C = 32, H200: split 7, 224 CTAs, beat 4 by 5-15 %, and 8 needs a second
+  // wave; docs/performance.md tile item 18). Wider blocks double the split while the grid stays under a quarter
+  // of the slots.
   const int64_t units = ceil_div(rows, int64_t{kBlockRows}) * ceil_div(n, int64_t{c.block_n});
   const int64_t grid_cols = ceil_div(cols, int64_t{tile_cols});
   const int64_t slots = int64_t{sm_count} * ctas_per_sm(c.block_n);
-  while (c.split < kMaxSplit && units * c.split * 2 <= slots / 2 && grid_cols >= 4 * c.split * 2) c.split *= 2;
+  if (ctas_per_sm(c.block_n) == 1) {
+    while (c.split < kMaxSplit && units * c.split * 2 <= slots / 2 && grid_cols >= 4 * c.split * 2) c.split *= 2;
+  } else if (units * 4 <= slots) {
+    for (int split = 2; split <= kMaxSplit && grid_cols >= 4 * split; ++split)
+      if (units * split <= cluster_wave_ctas(c.block_n, split)) c.split = split;
+  }
   return c;
 }
 
