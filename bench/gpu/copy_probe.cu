@@ -75,8 +75,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint64_t wrap = st.l2_resident ? kL2Bytes : region_bytes;
 
   // Chunks are issued in order, so the issuing thread keeps running offsets and stage numbers: a division or a
-  // 64-bit modulo per round would cost the single issuing thread more than the copy (the sixth session's run of
-  // this probe did that and read the cost as the copy engine's; see the issue-rate section).
+  // 64-bit modulo per round would cost the single issuing thread more than the copy itself and be measured as
+  // the copy's cost (docs/performance.md, "What a copy round costs").
   uint64_t next_offset = 0;
   int next_stage = 0;
   const auto issue = [&]() {
@@ -132,7 +132,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (touched == 0xffffffffu) sink[blockIdx.x] = touched;  // keeps the reads
 #endif
 }
-
 
 // Issue rate: thread 0 issues kIssueCopies identical copies (the same box into the same buffer, one barrier)
 // with nothing between them but a clock read, so the marks time the copy instruction alone.
@@ -244,7 +243,6 @@ void measure(const Device& dev, Stream st, int grid, bool print_trace = false) {
   PROBE_CHECK(cudaEventDestroy(start));
   PROBE_CHECK(cudaEventDestroy(stop));
 }
-
 
 template <bool kBulk>
 void issue_rate(const Device& dev, uint32_t bytes) {
