@@ -43,10 +43,71 @@ TEST(TilePack, LongestTileRowsFirst) {
   // Row lengths 1, 3, 0, 3, 2: rows 1 and 3 (3 tiles, in row order), then 4, 0 and the empty row 2.
   EXPECT_EQ(tile_rows_longest_first({0, 1, 4, 4, 7, 9}), (std::vector<int32_t>{1, 3, 4, 0, 2}));
   EXPECT_TRUE(tile_rows_longest_first({0}).empty());
-  // Groups of two tile rows (the Hopper kernel's 128-row blocks of 64-row tiles); the last group is one row.
-  EXPECT_EQ(tile_rows_longest_first({0, 1, 4, 4, 7, 9}, 2), (std::vector<int32_t>{0, 1, 2}));
-  EXPECT_EQ(tile_rows_longest_first({0, 0, 1, 5, 6}, 2), (std::vector<int32_t>{1, 0}));
-  EXPECT_NMKIT_ERROR(tile_rows_longest_first({0, 1}, 0), ErrorCode::invalid_argument, "rows_per_group");
+}
+
+PackedTiles packed_pattern(int64_t rows, int64_t cols, int tile_side, std::vector<int32_t> row_ptr,
+                           std::vector<int32_t> col_index) {
+  PackedTiles p;
+  p.rows = rows, p.cols = cols, p.tile_rows = p.tile_cols = tile_side;
+  p.row_ptr = std::move(row_ptr), p.col_index = std::move(col_index);
+  p.data.assign(p.col_index.size() * static_cast<std::size_t>(tile_side * tile_side), 0);
+  check_packed_tiles(p);
+  return p;
+}
+
+TEST(TilePack, BlockScheduleMergesTheRowsOfEachBlock) {
+  // 64-row tiles, three tile rows (two 128-row blocks, the second one tile row): row 0 stores columns {0, 2}
+  // (tiles 0, 1), row 1 {1, 2, 3} (tiles 2-4), row 2 {1} (tile 5).
+  const PackedTiles p = packed_pattern(150, 256, 64, {0, 2, 5, 6}, {0, 2, 1, 2, 3, 1});
+  const TileBlockSchedule s = tile_block_schedule(p);
+  EXPECT_EQ(s.block, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(s.step_ptr, (std::vector<int32_t>{0, 4, 5}));
+  const std::vector<TileStep> expected = {{0, {0, -1}, 1}, {1, {-1, 2}, 2}, {2, {1, 3}, 3}, {3, {-1, 4}, 2}, {1, {5, -1}, 1}};
+  EXPECT_EQ(s.steps, expected);
+}
+
+TEST(TilePack, BlockScheduleOfWholeTilesPutsLongestBlocksFirst) {
+  // 128-row tiles: one tile row per block, each tile named for both halves; the empty row 0 comes last.
+  const PackedTiles p = packed_pattern(384, 384, 128, {0, 0, 1, 3}, {2, 0, 1});
+  const TileBlockSchedule s = tile_block_schedule(p);
+  EXPECT_EQ(s.block, (std::vector<int32_t>{2, 1, 0}));
+  EXPECT_EQ(s.step_ptr, (std::vector<int32_t>{0, 2, 3, 3}));
+  const std::vector<TileStep> expected = {{0, {1, 1}, 3}, {1, {2, 2}, 3}, {2, {0, 0}, 3}};
+  EXPECT_EQ(s.steps, expected);
+  EXPECT_NMKIT_ERROR(tile_block_schedule(packed_pattern(64, 64, 32, {0, 0, 0}, {})), ErrorCode::unsupported, "64 or 128");
+}
+
+TEST(TilePack, BlockScheduleCoversEveryTileOnce) {
+  for (auto [tr, tc] : {std::pair{64, 64}, {64, 128}, {128, 64}, {128, 128}})
+    for (double density : {0.05, 0.3, 1.0})
+      for (auto [r, k] : {std::pair<int64_t, int64_t>{1, 1}, {200, 333}, {700, 1024}}) {
+        const PackedTiles p = pack_tiles(random_tiles(r, k, tr, tc, density, DType::f16, static_cast<uint32_t>(r + tr)));
+        const TileBlockSchedule s = tile_block_schedule(p);
+        const int rows_per_block = kTileBlockRows / tr;
+        ASSERT_EQ(s.block.size(), static_cast<std::size_t>(ceil_div(p.grid_rows(), int64_t{rows_per_block})));
+        ASSERT_EQ(s.step_ptr.size(), s.block.size() + 1);
+        std::vector<int> seen(static_cast<std::size_t>(p.nnz_tiles()), 0), block_seen(s.block.size(), 0);
+        for (std::size_t i = 0; i < s.block.size(); ++i) {
+          ++block_seen[static_cast<std::size_t>(s.block[i])];
+          if (i > 0) EXPECT_GE(s.step_ptr[i] - s.step_ptr[i - 1], s.step_ptr[i + 1] - s.step_ptr[i]);  // longest first
+          for (int32_t t = s.step_ptr[i]; t < s.step_ptr[i + 1]; ++t) {
+            const TileStep& step = s.steps[static_cast<std::size_t>(t)];
+            if (t > s.step_ptr[i]) EXPECT_LT(s.steps[static_cast<std::size_t>(t) - 1].column, step.column);
+            ASSERT_NE(step.mask, 0);
+            for (int w = 0; w < rows_per_block; ++w) {
+              if (!(step.mask >> w & 1)) continue;
+              const int32_t tile = step.tile[w];
+              const int64_t row = int64_t{s.block[i]} * rows_per_block + w;  // the tile's row and column match
+              ASSERT_GE(tile, p.row_ptr[static_cast<std::size_t>(row)]);
+              ASSERT_LT(tile, p.row_ptr[static_cast<std::size_t>(row) + 1]);
+              EXPECT_EQ(p.col_index[static_cast<std::size_t>(tile)], step.column);
+              ++seen[static_cast<std::size_t>(tile)];
+            }
+          }
+        }
+        for (const int n : seen) EXPECT_EQ(n, 1);
+        for (const int n : block_seen) EXPECT_EQ(n, 1);
+      }
 }
 
 TEST(TilePack, RejectsInconsistentEncodingsAndUnsupportedTiles) {

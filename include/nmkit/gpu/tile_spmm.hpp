@@ -42,10 +42,30 @@ PackedTiles pack_tiles(const TileMatrix& a);
 TileMatrix unpack_tiles(const PackedTiles& p);  // the inverse (tests, inspection)
 // Throws Error unless row_ptr, col_index and data are consistent with the shape (what upload checks).
 void check_packed_tiles(const PackedTiles& p);
-// Groups of `rows_per_group` consecutive tile rows (one tile row by default) by descending number of stored
-// tiles (ties: ascending group): the kernels start the longest rows first, so that a skewed pattern's long rows
-// do not run alone at the end of the grid.
-std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr, int rows_per_group = 1);
+// The rows of a CSR-style `ptr` (row i owns [ptr[i], ptr[i+1])) by descending length (ties: ascending row): the
+// kernels start the longest rows first, so that a skewed pattern's long rows do not run alone at the end of the
+// grid.
+std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr);
+
+// The Hopper kernel's work list, built once at upload so that its producer walks no lists per step. A 128-row
+// block (kTileBlockRows: one 128-row tile row or two 64-row ones) computes one step per tile column that any of
+// its rows stores, in ascending column order; a step names the stored tile that feeds each consumer warpgroup
+// (rows 0-63 and 64-127 of the block). Byte layout: docs/formats.md.
+struct TileStep {
+  int32_t column;   // tile column
+  int32_t tile[2];  // packed tile index for rows 0-63 / 64-127, -1 where that tile row stores none; a 128-row
+                    // tile feeds both halves and is named twice
+  int32_t mask;     // bit w: consumer warpgroup w has a tile in this step
+  bool operator==(const TileStep&) const = default;
+};
+static_assert(sizeof(TileStep) == 16, "one 16-byte load per step");
+struct TileBlockSchedule {
+  std::vector<int32_t> block;     // (blocks): the 128-row block at position i, most steps first
+  std::vector<int32_t> step_ptr;  // (blocks + 1): position i owns steps [step_ptr[i], step_ptr[i + 1])
+  std::vector<TileStep> steps;
+};
+// For tile rows of 64 or 128 (unsupported otherwise); p must pass check_packed_tiles.
+TileBlockSchedule tile_block_schedule(const PackedTiles& p);
 
 class DeviceTiles {
  public:
@@ -60,13 +80,16 @@ class DeviceTiles {
   const int32_t* row_ptr() const noexcept { return static_cast<const int32_t*>(row_ptr_.data()); }
   const int32_t* col_index() const noexcept { return static_cast<const int32_t*>(col_index_.data()); }
   const int32_t* row_order() const noexcept { return static_cast<const int32_t*>(row_order_.data()); }
-  // 128-row blocks (kTileBlockRows) by descending number of stored tiles.
-  const int32_t* block_order() const noexcept { return static_cast<const int32_t*>(block_order_.data()); }
+  // tile_block_schedule's arrays (empty buffers unless the tile rows are 64 or 128).
+  const int32_t* schedule_block() const noexcept { return static_cast<const int32_t*>(schedule_block_.data()); }
+  const int32_t* schedule_step_ptr() const noexcept { return static_cast<const int32_t*>(schedule_step_ptr_.data()); }
+  const TileStep* schedule_steps() const noexcept { return static_cast<const TileStep*>(schedule_steps_.data()); }
   const void* data() const noexcept { return data_.data(); }
 
  private:
   DeviceTiles() = default;
-  DeviceBuffer row_ptr_, col_index_, data_, row_order_, block_order_;
+  DeviceBuffer row_ptr_, col_index_, data_, row_order_;
+  DeviceBuffer schedule_block_, schedule_step_ptr_, schedule_steps_;
   int64_t rows_ = 0, cols_ = 0, nnz_tiles_ = 0;
   int tile_rows_ = 0, tile_cols_ = 0;
   DType dtype_ = DType::f16;

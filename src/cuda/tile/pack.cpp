@@ -1,8 +1,10 @@
 // pack_tiles / unpack_tiles: the CSC-of-tiles logical format <-> the CSR-of-tiles layout the tile kernels read.
 // Host code only (no CUDA), so that CI tests it.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
@@ -98,17 +100,59 @@ TileMatrix unpack_tiles(const PackedTiles& p) {
   return a;
 }
 
-std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr, int rows_per_group) {
-  require(rows_per_group >= 1, ErrorCode::invalid_argument, "tile_rows_longest_first: rows_per_group must be >= 1");
-  const int64_t rows = row_ptr.empty() ? 0 : static_cast<int64_t>(row_ptr.size()) - 1;
-  std::vector<int32_t> order(static_cast<std::size_t>(ceil_div(rows, int64_t{rows_per_group})));
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-  auto length = [&](int32_t group) {  // stored tiles of the group's rows
-    const int64_t first = int64_t{group} * rows_per_group, last = std::min(first + rows_per_group, rows);
-    return row_ptr[static_cast<std::size_t>(last)] - row_ptr[static_cast<std::size_t>(first)];
-  };
+std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr) {
+  const std::size_t rows = row_ptr.empty() ? 0 : row_ptr.size() - 1;
+  std::vector<int32_t> order(rows);
+  for (std::size_t i = 0; i < rows; ++i) order[i] = static_cast<int32_t>(i);
+  const auto length = [&](int32_t row) { return row_ptr[static_cast<std::size_t>(row) + 1] - row_ptr[static_cast<std::size_t>(row)]; };
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return length(a) > length(b); });
   return order;
+}
+
+TileBlockSchedule tile_block_schedule(const PackedTiles& p) {
+  require(p.tile_rows == 64 || p.tile_rows == 128, ErrorCode::unsupported,
+          "tile_block_schedule: 128-row blocks need tile rows of 64 or 128, got " + std::to_string(p.tile_rows));
+  const int rows_per_block = kTileBlockRows / p.tile_rows;
+  const int64_t grid_rows = p.grid_rows(), blocks = ceil_div(grid_rows, int64_t{rows_per_block});
+  const auto ptr = [&](int64_t row) { return p.row_ptr[static_cast<std::size_t>(row)]; };
+  // Each block's steps in block order first: a merge of its (one or two) ascending column lists.
+  std::vector<std::vector<TileStep>> per_block(static_cast<std::size_t>(blocks));
+  std::vector<int32_t> natural_ptr(static_cast<std::size_t>(blocks) + 1, 0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t first_row = b * rows_per_block;
+    const int rows = static_cast<int>(std::min<int64_t>(rows_per_block, grid_rows - first_row));
+    int32_t next[2] = {ptr(first_row), rows == 2 ? ptr(first_row + 1) : 0};
+    const int32_t last[2] = {ptr(first_row + 1), rows == 2 ? ptr(first_row + 2) : 0};
+    std::vector<TileStep>& steps = per_block[static_cast<std::size_t>(b)];
+    for (;;) {
+      int32_t column = INT32_MAX;
+      for (int w = 0; w < rows; ++w)
+        if (next[w] < last[w]) column = std::min(column, p.col_index[static_cast<std::size_t>(next[w])]);
+      if (column == INT32_MAX) break;
+      TileStep step{column, {-1, -1}, 0};
+      if (rows_per_block == 1) {
+        step.tile[0] = step.tile[1] = next[0]++, step.mask = 0x3;
+      } else {
+        for (int w = 0; w < rows; ++w)
+          if (next[w] < last[w] && p.col_index[static_cast<std::size_t>(next[w])] == column)
+            step.tile[w] = next[w]++, step.mask |= 1 << w;
+      }
+      steps.push_back(step);
+    }
+    natural_ptr[static_cast<std::size_t>(b) + 1] = natural_ptr[static_cast<std::size_t>(b)] + static_cast<int32_t>(steps.size());
+  }
+  // Then laid out longest first: the order in which units are handed to CTAs.
+  TileBlockSchedule schedule;
+  schedule.block = tile_rows_longest_first(natural_ptr);
+  schedule.step_ptr.reserve(static_cast<std::size_t>(blocks) + 1);
+  schedule.step_ptr.push_back(0);
+  schedule.steps.reserve(static_cast<std::size_t>(natural_ptr.back()));
+  for (const int32_t b : schedule.block) {
+    const std::vector<TileStep>& steps = per_block[static_cast<std::size_t>(b)];
+    schedule.steps.insert(schedule.steps.end(), steps.begin(), steps.end());
+    schedule.step_ptr.push_back(static_cast<int32_t>(schedule.steps.size()));
+  }
+  return schedule;
 }
 
 void check_packed_tiles(const PackedTiles& p) {

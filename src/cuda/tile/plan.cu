@@ -27,19 +27,20 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   w.rows_ = packed.rows, w.cols_ = packed.cols, w.tile_rows_ = packed.tile_rows, w.tile_cols_ = packed.tile_cols;
   w.nnz_tiles_ = packed.nnz_tiles();
   w.dtype_ = packed.dtype;
-  w.row_ptr_ = DeviceBuffer(packed.row_ptr.size() * sizeof(int32_t));
-  w.row_ptr_.copy_from_host(packed.row_ptr.data(), w.row_ptr_.size());
-  w.col_index_ = DeviceBuffer(std::max<std::size_t>(packed.col_index.size(), 1) * sizeof(int32_t));
-  if (!packed.col_index.empty()) w.col_index_.copy_from_host(packed.col_index.data(), packed.col_index.size() * sizeof(int32_t));
-  const std::vector<int32_t> order = tile_rows_longest_first(packed.row_ptr);
-  w.row_order_ = DeviceBuffer(order.size() * sizeof(int32_t));
-  w.row_order_.copy_from_host(order.data(), w.row_order_.size());
-  const std::vector<int32_t> blocks =
-      tile_rows_longest_first(packed.row_ptr, std::max(1, kTileBlockRows / packed.tile_rows));
-  w.block_order_ = DeviceBuffer(std::max<std::size_t>(blocks.size(), 1) * sizeof(int32_t));
-  if (!blocks.empty()) w.block_order_.copy_from_host(blocks.data(), blocks.size() * sizeof(int32_t));
-  w.data_ = DeviceBuffer(std::max<std::size_t>(packed.data.size(), 1) * sizeof(uint16_t));
-  if (!packed.data.empty()) w.data_.copy_from_host(packed.data.data(), packed.data.size() * sizeof(uint16_t));
+  const auto upload_vector = [](DeviceBuffer& buffer, const auto& v) {  // at least one element: a valid pointer
+    buffer = DeviceBuffer(std::max<std::size_t>(v.size(), 1) * sizeof(v[0]));
+    if (!v.empty()) buffer.copy_from_host(v.data(), v.size() * sizeof(v[0]));
+  };
+  upload_vector(w.row_ptr_, packed.row_ptr);
+  upload_vector(w.col_index_, packed.col_index);
+  upload_vector(w.row_order_, tile_rows_longest_first(packed.row_ptr));
+  upload_vector(w.data_, packed.data);
+  if (packed.tile_rows == 64 || packed.tile_rows == 128) {  // the Hopper kernel's work list
+    const TileBlockSchedule schedule = tile_block_schedule(packed);
+    upload_vector(w.schedule_block_, schedule.block);
+    upload_vector(w.schedule_step_ptr_, schedule.step_ptr);
+    upload_vector(w.schedule_steps_, schedule.steps);
+  }
   return w;
 }
 
@@ -86,7 +87,9 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
   tile::TileParams p{};
-  p.row_ptr = a.row_ptr(), p.col_index = a.col_index(), p.row_order = a.row_order(), p.block_order = a.block_order();
+  p.row_ptr = a.row_ptr(), p.col_index = a.col_index(), p.row_order = a.row_order();
+  p.schedule_block = a.schedule_block(), p.schedule_step_ptr = a.schedule_step_ptr();
+  p.schedule_steps = reinterpret_cast<const int4*>(a.schedule_steps());
   p.tiles = static_cast<const uint16_t*>(a.data());
   p.b = b, p.c = c, p.d = d, p.bias = desc_.bias ? bias : nullptr;
   p.rows = desc_.rows, p.cols = desc_.cols, p.n = desc_.n, p.nnz_tiles = a.nnz_tiles();

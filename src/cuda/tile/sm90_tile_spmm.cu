@@ -1,25 +1,26 @@
 // The Hopper tile-sparse SpMM (sm_90a): wgmma on the stored tiles, both operands staged by TMA.
 //
 // A CTA computes a 128-row block of D for kBlockN tokens: one 128-row tile row, or two 64-row tile rows. Its
-// producer warp walks the block's tile lists merged by tile column (the union of the two rows' columns), and per
-// 64-column step posts on one mbarrier the step's slab of x (the K-major B operand, 64 columns x kBlockN tokens)
-// and the tiles of the rows that store that column; a step mask tells each consumer warpgroup (64 rows, one
-// m64nN wgmma per 16 columns) whether its row has a tile there. Two 64-row tile rows thus share each x slab
-// that both need, which is where a tile-sparse product spends its L2 bandwidth.
+// producer warp reads the block's steps, precomputed at upload (tile_block_schedule: the union of the rows' tile
+// columns, with the tile of each row), and per 64-column step posts on one mbarrier the step's slab of x (the
+// K-major B operand, 64 columns x kBlockN tokens) and the tiles of the rows that store that column; a step mask
+// tells each consumer warpgroup (64 rows, one m64nN wgmma per 16 columns) whether its row has a tile there. Two
+// 64-row tile rows thus share each x slab that both need, which is where a tile-sparse product spends its L2
+// bandwidth. The producer's per-step work is a broadcast of the step and the copies; merging the rows' lists on
+// the device put shuffles, ballots and window loads on that path (docs/performance.md, tile item 22).
 //
 // A CTA walks work units (128-row block x kBlockN tokens, longest first): one unit per CTA by default, or, when
 // persistent, every gridDim-th unit, its producer streaming the next unit's steps while the consumers finish the
 // last. With the deferred store (16-bit D final in registers) the consumers stage each unit whole as TMA boxes
 // and one producer lane has the copy engine store it while the next unit runs; otherwise each consumer warpgroup
 // writes its 64 rows through a staging buffer of its own, 32 tokens at a time. Neither drains the pipeline.
-// Small grids (few units, e.g. decode) split K instead: the CTAs of a cluster of `split` take equal ranges of
-// tile columns for one unit, stage their partial tiles in the (then idle) pipeline, and each writes a share of
+// Small grids (few units, e.g. decode) split K instead: the CTAs of a cluster of `split` take equal shares of
+// one unit's steps, stage their partial tiles in the (then idle) pipeline, and each writes a share of
 // D after summing the cluster's partial tiles through distributed shared memory (no workspace, no second launch).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <mutex>
 
 #include "../common/check.cuh"
@@ -107,57 +108,44 @@ struct Shape {
 [[maybe_unused]] constexpr int kStorerWarp = 1;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // device helpers of the sm_90a pass only
-// One tile row's stored tiles with columns in [begin, end) of the CTA's range, walked by a whole warp in
-// lock-step: lane l holds the column of entry base + l, so the list is read 32 entries per coalesced load.
-struct TileList {
-  const int32_t* col_index;
-  int32_t base, pos, last;  // window start, current entry, one past the row's entries
-  int32_t column_end;
-  int32_t window;           // this lane's column, INT_MAX past the row or the range
+// Lane l's step of the 32 from `first` (tile_block_schedule's 16-byte TileStep: {column, tile[0], tile[1],
+// mask}): the producer warp reads a unit's steps 32 per coalesced load, one window ahead, and broadcasts each
+// step from its lane, so that nothing on its per-step path waits for a global load.
+__device__ __forceinline__ int4 load_step_window(const int4* steps, int32_t first, int32_t end, int lane) {
+  return first + lane < end ? __ldg(steps + first + lane) : make_int4(0, 0, 0, 0);
+}
+__device__ __forceinline__ int4 broadcast_step(const int4& window, int slot) {
+  return make_int4(__shfl_sync(0xffffffffu, window.x, slot), __shfl_sync(0xffffffffu, window.y, slot),
+                   __shfl_sync(0xffffffffu, window.z, slot), __shfl_sync(0xffffffffu, window.w, slot));
+}
 
-  __device__ void load(int lane) {
-    const int32_t i = base + lane;
-    const int32_t c = i < last ? __ldg(col_index + i) : INT_MAX;
-    window = c < column_end ? c : INT_MAX;
-  }
-  // Entries [first, last) of col_index, restricted to columns [column_begin, column_end): begin() issues the
-  // first window's load, skip_below() consumes it (two lists' loads are in flight together).
-  __device__ void begin(const int32_t* index, int32_t first, int32_t one_past, int32_t end, int lane) {
-    col_index = index, base = first, last = one_past, column_end = end;
-    load(lane);
-  }
-  __device__ void skip_below(int32_t column_begin, int lane) {
-    for (;;) {  // columns ascend: skip the entries below the range, a window at a time
-      const int below = __popc(__ballot_sync(0xffffffffu, window < column_begin));
-      if (below < 32) {
-        pos = base + below;
-        return;
-      }
-      base += 32;
-      load(lane);
-    }
-  }
-  __device__ int32_t column() const { return __shfl_sync(0xffffffffu, window, pos - base); }  // INT_MAX: done
-  __device__ void next(int lane) {
-    if (++pos - base == 32) {
-      base += 32;
-      load(lane);
-    }
-  }
+// A work unit: its 128-row block's rows of D and its tokens, numbered in the schedule's order (longest blocks
+// first), and the CTA's share of the block's steps (split K: equal shares of the steps, so that a cluster's CTAs
+// finish together). The loads are independent of each other.
+struct UnitOrigin {
+  int64_t m0, n0;
 };
-
-// A work unit: its 128-row block (longest first), its tokens, the CTA's range of its tile columns (split-K).
-struct Unit {
-  int64_t block, m0, n0;
-  int32_t column_begin, column_end;
+struct Unit : UnitOrigin {
+  int32_t step_begin, step_end;
 };
 template <int kBlockN>
-__device__ Unit unit_of(const TileParams& p, int64_t unit, uint32_t rank, uint32_t split) {
-  const int64_t column_blocks = (p.n + kBlockN - 1) / kBlockN;
-  const int64_t block = p.block_order[unit / column_blocks];
-  const int64_t grid_cols = (p.cols + p.tile_cols - 1) / p.tile_cols;
-  return {block, block * kBlockRows, (unit % column_blocks) * kBlockN, static_cast<int32_t>(grid_cols * rank / split),
-          static_cast<int32_t>(grid_cols * (rank + 1) / split)};
+__device__ UnitOrigin unit_origin(const TileParams& p, int32_t unit) {
+  const auto column_blocks = static_cast<int32_t>((p.n + kBlockN - 1) / kBlockN);
+  return {int64_t{p.schedule_block[unit / column_blocks]} * kBlockRows, (unit % column_blocks) * kBlockN};
+}
+template <int kBlockN>
+__device__ Unit unit_of(const TileParams& p, int32_t unit, uint32_t rank, uint32_t split) {
+  const int32_t position = unit / static_cast<int32_t>((p.n + kBlockN - 1) / kBlockN);
+  const int64_t first = p.schedule_step_ptr[position], steps = p.schedule_step_ptr[position + 1] - first;
+  return {unit_origin<kBlockN>(p, unit), static_cast<int32_t>(first + steps * rank / split),
+          static_cast<int32_t>(first + steps * (rank + 1) / split)};
+}
+
+// v, opaque to the compiler: what derives from it is computed where it is used instead of hoisted out of the unit
+// loop. Hoisted, the split-K epilogue's ~80 per-thread staging addresses spilled the n256 consumers (364 bytes).
+__device__ __forceinline__ int opaque(int v) {
+  asm volatile("" : "+r"(v));
+  return v;
 }
 
 // Diagnosis (TileLaunch::timeline): word `slot` of this CTA's timeline. The buffer is a kernel argument of its
@@ -170,7 +158,7 @@ __device__ __forceinline__ void record_time(uint64_t* timeline, int slot, uint64
 
 template <class Element, class Out, int kBlockN, bool kDeferred>
 __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
-    sm90_tile_spmm_kernel(const TileParams p, const __grid_constant__ CUtensorMap x_map,
+    sm90_tile_spmm_kernel(const __grid_constant__ TileParams p, const __grid_constant__ CUtensorMap x_map,
                           const __grid_constant__ CUtensorMap tile_map, const __grid_constant__ CUtensorMap d_map,
                           uint64_t* const timeline) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -191,8 +179,9 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
   const uint32_t split = ptx::cluster_nctarank(), rank = ptx::cluster_ctarank();
-  const int64_t units = (p.rows + kBlockRows - 1) / kBlockRows * ((p.n + kBlockN - 1) / kBlockN);
-  const int64_t first_unit = blockIdx.x / split, unit_stride = gridDim.x / split;
+  // Fewer than 2^30 units (launch checks): 32-bit unit arithmetic, unit + stride included.
+  const auto units = static_cast<int32_t>((p.rows + kBlockRows - 1) / kBlockRows * ((p.n + kBlockN - 1) / kBlockN));
+  const auto first_unit = static_cast<int32_t>(blockIdx.x / split), unit_stride = static_cast<int32_t>(gridDim.x / split);
   const int tile_rows_per_block = kBlockRows / p.tile_rows;  // 1 or 2
   const int steps_per_tile = p.tile_cols / kStepK;           // 1 or 2
 
@@ -210,14 +199,14 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   }
   __syncthreads();
 
-  if (warpgroup == kConsumers) {  // producer: warp 0 merges the tile lists, its lane 0 issues the copies
+  if (warpgroup == kConsumers) {  // producer: warp 0 reads the unit's steps, its lane 0 issues the copies
     ptx::setmaxnreg_dec<Budget<kBlockN>::kProducerRegisters>();
     if (tid % kWarpgroupThreads < 32) {
-      const int64_t grid_rows = (p.rows + p.tile_rows - 1) / p.tile_rows;
       const uint32_t x_step_bytes = S::kXBytes, tile_step_bytes = p.tile_rows * kRowBytes;
       int step = 0;  // counts on across units: the stages cycle through all of them
-      // Posts one step: the mask, and for a step with tiles the x slab and the tiles of the masked rows.
-      const auto post = [&](uint32_t mask, int32_t column, int part, const Unit& u, const TileList (&lists)[kConsumers]) {
+      // Posts one pipeline step: its mask, and for a step with tiles (`tiles`: a TileStep) the x slab of 64
+      // columns `part` of the tile column and the tiles of the masked rows.
+      const auto post = [&](uint32_t mask, const int4& tiles, int part, const Unit& u) {
         const int s = step % kStages;
         if (step >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((step / kStages - 1) & 1));
         const int this_step = step++;
@@ -229,58 +218,47 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           return;
         }
         unsigned char* stage = smem + s * S::kStageBytes;
-        const uint32_t tiles = tile_rows_per_block == 1 ? 1u : __popc(mask);
-        ptx::mbarrier_arrive_expect_tx(&full[s], x_step_bytes + tiles * tile_step_bytes);
+        const uint32_t tile_copies = tile_rows_per_block == 1 ? 1u : __popc(mask);  // a 128-row tile: one copy
+        ptx::mbarrier_arrive_expect_tx(&full[s], x_step_bytes + tile_copies * tile_step_bytes);
         const int32_t k_in_tile = part * kStepK;
-        ptx::tma_load_2d(stage, &x_map, &full[s], column * p.tile_cols + k_in_tile, static_cast<int32_t>(u.n0));
-#pragma unroll
-        for (int w = 0; w < kConsumers; ++w)
-          if (mask >> w & 1u && (w == 0 || tile_rows_per_block == 2))
-            ptx::tma_load_3d(stage + S::kXBytes + w * kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0,
-                             lists[w].pos);
+        ptx::tma_load_2d(stage, &x_map, &full[s], tiles.x * p.tile_cols + k_in_tile, static_cast<int32_t>(u.n0));
+        if (mask & 1u) ptx::tma_load_3d(stage + S::kXBytes, &tile_map, &full[s], k_in_tile, 0, tiles.y);
+        if (tile_rows_per_block == 2 && mask & 2u)
+          ptx::tma_load_3d(stage + S::kXBytes + kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0, tiles.z);
       };
-      // Looks a unit up and issues the loads of its lists' first windows (consumed by skip_below).
-      const auto begin_unit = [&](int64_t unit, TileList (&lists)[kConsumers]) {
-        const Unit u = unit_of<kBlockN>(p, unit, rank, split);
-#pragma unroll
-        for (int w = 0; w < kConsumers; ++w) {
-          const int64_t row = u.block * tile_rows_per_block + w;
-          const bool stored = w < tile_rows_per_block && row < grid_rows;
-          lists[w].begin(p.col_index, stored ? p.row_ptr[row] : 0, stored ? p.row_ptr[row + 1] : 0, u.column_end, lane);
-        }
-        return u;
-      };
-      // The next unit's lookup and list loads are issued while this unit streams (after its first steps), so
-      // their latency hides behind the current unit's copies instead of opening a bubble between units.
+      // The next unit's lookup and first steps are loaded while this unit streams (after its first steps), so
+      // that their latency hides behind the current unit's copies instead of opening a bubble between units.
       constexpr int kLookaheadStep = 2;
-      TileList next_lists[kConsumers];
-      Unit next = first_unit < units ? begin_unit(first_unit, next_lists) : Unit{};
-      for (int64_t unit = first_unit; unit < units; unit += unit_stride) {
+      Unit next = first_unit < units ? unit_of<kBlockN>(p, first_unit, rank, split) : Unit{};
+      int4 next_window = load_step_window(p.schedule_steps, next.step_begin, next.step_end, lane);
+      for (int32_t unit = first_unit; unit < units; unit += unit_stride) {
         const Unit u = next;
-        TileList lists[kConsumers] = {next_lists[0], next_lists[1]};
-#pragma unroll
-        for (int w = 0; w < kConsumers; ++w) lists[w].skip_below(u.column_begin, lane);
+        int4 window = next_window, ahead = load_step_window(p.schedule_steps, u.step_begin + 32, u.step_end, lane);
         bool looked_ahead = unit + unit_stride >= units;
-        for (int posted = 0;; ++posted) {
-          if (!looked_ahead && posted == kLookaheadStep) next = begin_unit(unit + unit_stride, next_lists), looked_ahead = true;
-          const int32_t c0 = lists[0].column(), c1 = lists[1].column(), column = min(c0, c1);
-          if (column == INT_MAX) break;
-          // A 128-row tile feeds both warpgroups; 64-row tiles feed the warpgroup of their row.
-          const uint32_t mask =
-              tile_rows_per_block == 1 ? 0x3u : (c0 == column ? 0x1u : 0u) | (c1 == column ? 0x2u : 0u);
-          for (int part = 0; part < steps_per_tile; ++part) post(mask, column, part, u, lists);
-          if (c0 == column) lists[0].next(lane);
-          if (c1 == column) lists[1].next(lane);
+        for (int32_t i = u.step_begin, slot = 0; i < u.step_end; ++i, ++slot) {
+          if (slot == 32) {
+            window = ahead, slot = 0;
+            ahead = load_step_window(p.schedule_steps, i + 32, u.step_end, lane);
+          }
+          if (!looked_ahead && i - u.step_begin == kLookaheadStep) {
+            next = unit_of<kBlockN>(p, unit + unit_stride, rank, split), looked_ahead = true;
+            next_window = load_step_window(p.schedule_steps, next.step_begin, next.step_end, lane);
+          }
+          const int4 tiles = broadcast_step(window, slot);
+          for (int part = 0; part < steps_per_tile; ++part) post(static_cast<uint32_t>(tiles.w), tiles, part, u);
         }
-        if (!looked_ahead) next = begin_unit(unit + unit_stride, next_lists);
-        post(kEndOfUnit, 0, 0, u, lists);
+        if (!looked_ahead) {
+          next = unit_of<kBlockN>(p, unit + unit_stride, rank, split);
+          next_window = load_step_window(p.schedule_steps, next.step_begin, next.step_end, lane);
+        }
+        post(kEndOfUnit, int4{}, 0, u);
       }
     } else if constexpr (kDeferred) {  // one lane has each unit the consumers staged stored by TMA
       if (tid % kWarpgroupThreads == kStorerWarp * 32) {
         ptx::prefetch_tensor_map(&d_map);
         int units_stored = 0;
-        for (int64_t unit = first_unit; unit < units; unit += unit_stride, ++units_stored) {
-          const Unit u = unit_of<kBlockN>(p, unit, rank, split);
+        for (int32_t unit = first_unit; unit < units; unit += unit_stride, ++units_stored) {
+          const UnitOrigin u = unit_origin<kBlockN>(p, unit);
           ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(units_stored & 1));
           epi::store_staged(&d_map, output_tile, p.d_col_major, u.m0, u.n0);
           ptx::mbarrier_arrive(stored);
@@ -300,8 +278,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
   float acc[Wgmma::kAccumulators];
   int step = 0, units_done = 0;
-  for (int64_t unit = first_unit; unit < units; unit += unit_stride, ++units_done) {
-    const Unit u = unit_of<kBlockN>(p, unit, rank, split);
+  for (int32_t unit = first_unit; unit < units; unit += unit_stride, ++units_done) {
+    const UnitOrigin u = unit_origin<kBlockN>(p, unit);
 #pragma unroll
     for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
     int pending = -1;  // the stage whose wgmma group may still be reading
@@ -365,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       continue;
     }
     // Split K (one unit per CTA): the pipeline is idle now; the cluster sums its partial tiles there.
-    write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, u.m0, u.n0, tid);
+    write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, u.m0, u.n0, opaque(tid));
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
   }
 #endif
@@ -407,7 +385,7 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
   const int64_t units = ceil_div(p.rows, int64_t{kBlockRows}) * ceil_div(p.n, int64_t{kBlockN});
   const int64_t resident = int64_t{nm24::sm_count()} * Budget<kBlockN>::kCtasPerSm;
   const int64_t blocks = persistent && split == 1 ? std::min<int64_t>(units, resident) : units * split;
-  require(blocks < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 tile: more than 2^31 CTAs");
+  require(units * split < (int64_t{1} << 30), ErrorCode::unsupported, "sm90 tile: 2^30 or more work units x split");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(kThreads);

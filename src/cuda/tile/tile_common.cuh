@@ -14,7 +14,11 @@ struct TileParams {
   const int32_t* row_ptr;    // (grid_rows + 1)
   const int32_t* col_index;  // (nnz_tiles)
   const int32_t* row_order;  // (grid_rows): tile rows, longest first; CTA i computes row row_order[i / column tiles]
-  const int32_t* block_order;  // (ceil(R / 128)): 128-row blocks, most tiles first (the sm90 kernel's CTA rows)
+  // The sm90 kernel's work list (tile_block_schedule): blocks longest first, their step ranges, the steps
+  // (TileStep as {column, tile[0], tile[1], mask}).
+  const int32_t* schedule_block;
+  const int32_t* schedule_step_ptr;
+  const int4* schedule_steps;
   const uint16_t* tiles;     // (nnz_tiles, tile_rows, tile_cols), row-major 16-bit values
   const void* b;             // K x C, ldb = K (col-major) or C (row-major)
   const void* c;             // R x C in D's layout, read when beta != 0
