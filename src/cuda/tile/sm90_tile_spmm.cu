@@ -11,8 +11,8 @@
 //
 // A CTA walks work units (128-row block x kBlockN tokens, longest first): one unit per CTA by default, or, when
 // persistent, every gridDim-th unit, its producer streaming the next unit's steps while the consumers finish the
-// last. With the deferred store (16-bit D final in registers) the consumers stage each unit whole as TMA boxes
-// and one producer lane has the copy engine store it while the next unit runs; otherwise each consumer warpgroup
+// last. With the deferred store (16-bit D final in registers) the consumers stage each unit as TMA boxes, 128
+// tokens at a time, and one producer lane has the copy engine store them while the next unit runs; otherwise each consumer warpgroup
 // writes its 64 rows through a staging buffer of its own, 32 tokens at a time. Neither drains the pipeline.
 // Small grids (few units, e.g. decode) split K instead: the CTAs of a cluster of `split` take equal shares of
 // one unit's steps, stage their partial tiles in the (then idle) pipeline, and each writes a share of
@@ -71,7 +71,7 @@ struct Budget {
   static constexpr int kCtasPerSm = ctas_per_sm(kBlockN);
   static constexpr int kProducerRegisters = kCtasPerSm == 1 ? 64 : 72;  // the list merge and copy issue, no spills
   static constexpr int kConsumerRegisters = kCtasPerSm == 1 ? 216 : 80;
-  static constexpr int kPipelineBytes = (kCtasPerSm == 1 ? 220 : 104) * 1024;  // stages and epilogue buffers
+  static constexpr int kPipelineBytes = (kCtasPerSm == 1 ? 224 : 104) * 1024;  // stages and epilogue buffers
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
                     (kConsumers + 1) * (kRegisterFile / (kThreads * kCtasPerSm) / 8 * 8),
                 "setmaxnreg budgets must fit the registers allocated at launch");
@@ -80,12 +80,19 @@ struct Budget {
 // Step mask: bit w = consumer warpgroup w has a tile in this step; kEndOfUnit = the unit's last step was posted.
 [[maybe_unused]] constexpr uint32_t kEndOfUnit = 1u << 31;
 
+// The deferred store stages a unit's 16-bit outputs in parts of at most 128 tokens (32 KiB): at n256 a whole
+// unit (64 KiB) would leave 3 pipeline stages instead of 4, and the fourth stage is worth ~18 % of a step
+// (docs/performance.md, tile item 23). The consumers stage the second part once the copy engine read the first.
+constexpr int kMaxStorePartN = 128;
+template <int kBlockN>
+constexpr int kStoreParts = kBlockN > kMaxStorePartN ? kBlockN / kMaxStorePartN : 1;
+
 // Shared memory: stages [x slab: kBlockN tokens x 128 B][tile slots: 128 rows x 128 B] (1024-aligned), the
-// epilogue's buffers (one 64 x kChunkN chunk buffer per consumer warpgroup, or with kDeferred the whole unit's
-// 16-bit outputs), then barriers and step masks.
+// epilogue's buffers (one 64 x kChunkN chunk buffer per consumer warpgroup, or with kDeferred one part of the
+// unit's 16-bit outputs), then barriers and step masks.
 using ChunkTile = epi::EpilogueTile<kWarpgroupRows, kChunkN>;
 template <int kBlockN>
-using OutputTile = epi::OutputTile<kBlockRows, kBlockN>;
+using OutputTile = epi::OutputTile<kBlockRows, kBlockN / kStoreParts<kBlockN>>;
 template <int kBlockN, bool kDeferred>
 struct Shape {
   static constexpr int kXBytes = kBlockN * kRowBytes;
@@ -104,7 +111,7 @@ struct Shape {
   static_assert(epi::EpilogueTile<kBlockRows, kBlockN>::kBytes <= kPipelineEnd, "a split's tile reuses the stages");
 };
 
-// With kDeferred, lane 0 of the producer warpgroup's warp 1 has each staged unit stored by TMA.
+// With kDeferred, lane 0 of the producer warpgroup's warp 1 has each staged part stored by TMA.
 [[maybe_unused]] constexpr int kStorerWarp = 1;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // device helpers of the sm_90a pass only
@@ -172,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   unsigned char* smem = smem_raw + (kSwizzleAlign - ptx::smem_address(smem_raw) % kSwizzleAlign) % kSwizzleAlign;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarriers);
   uint64_t* empty = full + kStages;
-  uint64_t* staged = empty + kStages;  // kDeferred: the consumers staged a unit (256 arrivals)
+  uint64_t* staged = empty + kStages;  // kDeferred: the consumers staged a part (256 arrivals)
   uint64_t* stored = staged + 1;       // kDeferred: the copy engine read it (one arrival)
   uint32_t* step_mask = reinterpret_cast<uint32_t*>(stored + 1);
   const OutputTile<kBlockN> output_tile{ptx::smem_address(smem + S::kPipelineEnd)};
@@ -253,15 +260,18 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         }
         post(kEndOfUnit, int4{}, 0, u);
       }
-    } else if constexpr (kDeferred) {  // one lane has each unit the consumers staged stored by TMA
+    } else if constexpr (kDeferred) {  // one lane has each part the consumers staged stored by TMA
       if (tid % kWarpgroupThreads == kStorerWarp * 32) {
         ptx::prefetch_tensor_map(&d_map);
-        int units_stored = 0;
-        for (int32_t unit = first_unit; unit < units; unit += unit_stride, ++units_stored) {
+        constexpr int kPartN = kBlockN / kStoreParts<kBlockN>;
+        int parts_stored = 0;
+        for (int32_t unit = first_unit; unit < units; unit += unit_stride) {
           const UnitOrigin u = unit_origin<kBlockN>(p, unit);
-          ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(units_stored & 1));
-          epi::store_staged(&d_map, output_tile, p.d_col_major, u.m0, u.n0);
-          ptx::mbarrier_arrive(stored);
+          for (int part = 0; part < kStoreParts<kBlockN>; ++part, ++parts_stored) {
+            ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(parts_stored & 1));
+            epi::store_staged(&d_map, output_tile, p.d_col_major, u.m0, u.n0 + part * kPartN);
+            ptx::mbarrier_arrive(stored);
+          }
         }
         ptx::bulk_wait_group<0>();  // D written before the CTA retires
       }
@@ -322,10 +332,16 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
 
-    if constexpr (kDeferred) {  // stage the final outputs once the copy engine has read the previous unit's
-      if (units_done > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((units_done - 1) & 1));
-      epi::stage_outputs<Out>(p, output_tile, acc, u.m0, warpgroup * kWarpgroupRows, thread_in_group);
-      ptx::mbarrier_arrive(staged);
+    if constexpr (kDeferred) {  // stage each part of the final outputs once the copy engine has read the last
+      constexpr int kParts = kStoreParts<kBlockN>, kPartAccumulators = Wgmma::kAccumulators / kParts;
+#pragma unroll
+      for (int part = 0; part < kParts; ++part) {  // part i: tokens [i, i + 1) x kBlockN / kParts = accumulators alike
+        const int parts_staged = units_done * kParts + part;
+        if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
+        const auto& part_acc = *reinterpret_cast<const float(*)[kPartAccumulators]>(acc + part * kPartAccumulators);
+        epi::stage_outputs<Out>(p, output_tile, part_acc, u.m0, warpgroup * kWarpgroupRows, thread_in_group);
+        ptx::mbarrier_arrive(staged);
+      }
       if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
       continue;
     }
@@ -371,13 +387,13 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
   const CUtensorMap tile_map = cuda::make_tensor_map_sw128<Element, 3>(
       p.tiles, {tile_cols, tile_rows, tiles}, {tile_cols * 2, tile_rows * tile_cols * 2},
       {kStepK, static_cast<cuuint32_t>(p.tile_rows), 1});
-  // D for the deferred store (its contiguous dimension first, boxes of 64 x the unit's other extent); unused
-  // otherwise.
+  // D for the deferred store (its contiguous dimension first, boxes of 64 x a staged part's other extent);
+  // unused otherwise.
   CUtensorMap d_map{};
   if constexpr (kDeferred) {
     const auto rows = static_cast<cuuint64_t>(p.rows), n = static_cast<cuuint64_t>(p.n);
     d_map = p.d_col_major
-                ? cuda::make_tensor_map_sw128<Out, 2>(p.d, {rows, n}, {rows * 2}, {epi::kLineElements, kBlockN})
+                ? cuda::make_tensor_map_sw128<Out, 2>(p.d, {rows, n}, {rows * 2}, {epi::kLineElements, kBlockN / kStoreParts<kBlockN>})
                 : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {epi::kLineElements, kBlockRows});
   }
   // One unit per CTA (per cluster when split), longest first, balanced by the hardware's CTA scheduler; or
