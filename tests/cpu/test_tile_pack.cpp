@@ -74,6 +74,8 @@ TEST(TilePack, BlockScheduleOfWholeTilesPutsLongestBlocksFirst) {
   EXPECT_EQ(s.step_ptr, (std::vector<int32_t>{0, 2, 3, 3}));
   const std::vector<TileStep> expected = {{0, {1, 1}, 3}, {1, {2, 2}, 3}, {2, {0, 0}, 3}};
   EXPECT_EQ(s.steps, expected);
+  EXPECT_FALSE(s.balanced());  // 2 steps against a mean of 1
+  EXPECT_TRUE(tile_block_schedule(packed_pattern(256, 256, 128, {0, 2, 4}, {0, 1, 0, 1})).balanced());
   EXPECT_NMKIT_ERROR(tile_block_schedule(packed_pattern(64, 64, 32, {0, 0, 0}, {})), ErrorCode::unsupported, "64 or 128");
 }
 

@@ -207,6 +207,35 @@ TEST(TileGpu, HopperDeferredStoreOverManyUnitsPerCta) {
   EXPECT_FALSE(deferred_for(0.0f, Activation::none, DType::f32));
 }
 
+TEST(TileGpu, HopperUnitOrdersOverManyUnitsPerCta) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  // Persistent CTAs over 3-4 units each in both orders of the work units: token block by token block (every tile
+  // row stores the same number of tiles: a balanced schedule) and position by position (tile row 3 stores every
+  // column, the others a few). R and C tails, both epilogues, both tile sides.
+  const int64_t r = 3080, k = 1024, n = 4104;
+  uint32_t seed = 9900;
+  for (int side : {64, 128})
+    for (bool skewed : {false, true}) {
+      const DenseMatrix w = test::random_matrix(r, k, DType::f16, seed += 10);
+      TileMask mask{ceil_div(r, int64_t{side}), ceil_div(k, int64_t{side}), {}};
+      mask.keep.assign(static_cast<std::size_t>(mask.grid_rows * mask.grid_cols), 0);
+      for (int64_t i = 0; i < mask.grid_rows; ++i)
+        for (int64_t j = 0; j < mask.grid_cols; ++j)
+          mask.keep[static_cast<std::size_t>(i * mask.grid_cols + j)] = (skewed && i == 3) || (i + j) % 4 == 0;
+      const PackedTiles packed = pack_tiles(compress_tiles(w, mask, side, side));
+      ASSERT_EQ(DeviceTiles::upload(packed).schedule_balanced(), !skewed) << "side " << side;
+      for (bool deferred : {true, false}) {
+        const Problem t{r, k, n, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 0.5f, 0.0f, true,
+                        Activation::relu};
+        TileLaunch launch;
+        launch.deferred_store = deferred;
+        EXPECT_LE(run_with(unpack_tiles(packed), t, seed, TileKernel::sm90_wgmma, launch), tolerance(DType::f16))
+            << describe(t) << " side " << side << (skewed ? " skewed" : " balanced") << (deferred ? " deferred" : "");
+      }
+    }
+}
+
 TEST(TileGpu, HopperSmallTokenBlocksAcrossUnitsAndSplits) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";

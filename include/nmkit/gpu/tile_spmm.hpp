@@ -63,6 +63,14 @@ struct TileBlockSchedule {
   std::vector<int32_t> block;     // (blocks): the 128-row block at position i, most steps first
   std::vector<int32_t> step_ptr;  // (blocks + 1): position i owns steps [step_ptr[i], step_ptr[i + 1])
   std::vector<TileStep> steps;
+
+  // No block has more than kBalancedStepRatio times the mean number of steps. The Hopper kernel then hands out
+  // work units token block by token block, so that the CTAs running at once share x slabs in L2; otherwise the
+  // longest blocks of all token blocks first, so that skewed rows do not start last (docs/performance.md, tile
+  // item 24: token block order gained 5-11 % on the benchmark's uniform patterns, whose ratio stays under 1.3,
+  // and lost 5-15 % on its skewed ones, 1.4 and above).
+  static constexpr double kBalancedStepRatio = 1.35;
+  bool balanced() const noexcept;
 };
 // For tile rows of 64 or 128 (unsupported otherwise); p must pass check_packed_tiles.
 TileBlockSchedule tile_block_schedule(const PackedTiles& p);
@@ -84,12 +92,14 @@ class DeviceTiles {
   const int32_t* schedule_block() const noexcept { return static_cast<const int32_t*>(schedule_block_.data()); }
   const int32_t* schedule_step_ptr() const noexcept { return static_cast<const int32_t*>(schedule_step_ptr_.data()); }
   const TileStep* schedule_steps() const noexcept { return static_cast<const TileStep*>(schedule_steps_.data()); }
+  bool schedule_balanced() const noexcept { return schedule_balanced_; }  // TileBlockSchedule::balanced
   const void* data() const noexcept { return data_.data(); }
 
  private:
   DeviceTiles() = default;
   DeviceBuffer row_ptr_, col_index_, data_, row_order_;
   DeviceBuffer schedule_block_, schedule_step_ptr_, schedule_steps_;
+  bool schedule_balanced_ = false;
   int64_t rows_ = 0, cols_ = 0, nnz_tiles_ = 0;
   int tile_rows_ = 0, tile_cols_ = 0;
   DType dtype_ = DType::f16;

@@ -155,6 +155,12 @@ TileBlockSchedule tile_block_schedule(const PackedTiles& p) {
   return schedule;
 }
 
+bool TileBlockSchedule::balanced() const noexcept {
+  if (block.empty()) return true;
+  const double longest = step_ptr[1] - step_ptr[0], total = step_ptr.back();  // position 0 has the most steps
+  return longest * static_cast<double>(block.size()) <= kBalancedStepRatio * total;
+}
+
 void check_packed_tiles(const PackedTiles& p) {
   require(tile_kernel_supports(p.tile_rows, p.tile_cols), ErrorCode::unsupported,
           "DeviceTiles: the kernels run tile sides 16, 32, 64 or 128, got " + tile_shape_name(p.tile_rows, p.tile_cols));

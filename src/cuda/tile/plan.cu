@@ -40,6 +40,7 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
     upload_vector(w.schedule_block_, schedule.block);
     upload_vector(w.schedule_step_ptr_, schedule.step_ptr);
     upload_vector(w.schedule_steps_, schedule.steps);
+    w.schedule_balanced_ = schedule.balanced();
   }
   return w;
 }
@@ -90,6 +91,7 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   p.row_ptr = a.row_ptr(), p.col_index = a.col_index(), p.row_order = a.row_order();
   p.schedule_block = a.schedule_block(), p.schedule_step_ptr = a.schedule_step_ptr();
   p.schedule_steps = reinterpret_cast<const int4*>(a.schedule_steps());
+  p.units_by_token_block = a.schedule_balanced();
   p.tiles = static_cast<const uint16_t*>(a.data());
   p.b = b, p.c = c, p.d = d, p.bias = desc_.bias ? bias : nullptr;
   p.rows = desc_.rows, p.cols = desc_.cols, p.n = desc_.n, p.nnz_tiles = a.nnz_tiles();

@@ -135,14 +135,29 @@ struct UnitOrigin {
 struct Unit : UnitOrigin {
   int32_t step_begin, step_end;
 };
+// Unit u's position in the schedule and its token block. Token block by token block (balanced schedules), the
+// CTAs running at once read the same x slabs, which then come from L2; position by position, the longest blocks
+// of every token block start first.
+struct UnitPlace {
+  int32_t position, token_block;
+};
+template <int kBlockN>
+__device__ UnitPlace unit_place(const TileParams& p, int32_t unit) {
+  if (p.units_by_token_block) {
+    const auto positions = static_cast<int32_t>((p.rows + kBlockRows - 1) / kBlockRows);
+    return {unit % positions, unit / positions};
+  }
+  const auto token_blocks = static_cast<int32_t>((p.n + kBlockN - 1) / kBlockN);
+  return {unit / token_blocks, unit % token_blocks};
+}
 template <int kBlockN>
 __device__ UnitOrigin unit_origin(const TileParams& p, int32_t unit) {
-  const auto column_blocks = static_cast<int32_t>((p.n + kBlockN - 1) / kBlockN);
-  return {int64_t{p.schedule_block[unit / column_blocks]} * kBlockRows, (unit % column_blocks) * kBlockN};
+  const UnitPlace place = unit_place<kBlockN>(p, unit);
+  return {int64_t{p.schedule_block[place.position]} * kBlockRows, int64_t{place.token_block} * kBlockN};
 }
 template <int kBlockN>
 __device__ Unit unit_of(const TileParams& p, int32_t unit, uint32_t rank, uint32_t split) {
-  const int32_t position = unit / static_cast<int32_t>((p.n + kBlockN - 1) / kBlockN);
+  const int32_t position = unit_place<kBlockN>(p, unit).position;
   const int64_t first = p.schedule_step_ptr[position], steps = p.schedule_step_ptr[position + 1] - first;
   return {unit_origin<kBlockN>(p, unit), static_cast<int32_t>(first + steps * rank / split),
           static_cast<int32_t>(first + steps * (rank + 1) / split)};

@@ -32,6 +32,7 @@ struct TileParams {
   bool d_col_major;
   bool b_col_major;
   bool b_vector;             // B's leading dimension and address allow 16-byte copies
+  bool units_by_token_block;  // sm90: work units in token-block-major order (DeviceTiles::schedule_balanced)
 };
 
 // The tile row and first column of D of CTA `block` in a 1-D grid of grid_rows x column_tiles CTAs: every column
