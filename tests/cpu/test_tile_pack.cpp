@@ -112,6 +112,20 @@ TEST(TilePack, BlockScheduleCoversEveryTileOnce) {
       }
 }
 
+TEST(TilePack, WidenedTilesHoldTheSameMatrix) {
+  // Sides below 64 become 64: the same logical matrix (tails, empty wide tiles), each wide tile once per wide row.
+  for (auto [tr, tc] : {std::pair{16, 16}, {32, 32}, {32, 64}, {128, 16}, {64, 64}})
+    for (double density : {0.05, 0.5})
+      for (auto [r, k] : {std::pair<int64_t, int64_t>{1, 1}, {200, 333}, {700, 1024}}) {
+        const TileMatrix a = random_tiles(r, k, tr, tc, density, DType::bf16, static_cast<uint32_t>(r + tr + tc));
+        const PackedTiles wide = widen_tiles(pack_tiles(a));
+        EXPECT_EQ(wide.tile_rows, std::max(tr, 64));
+        EXPECT_EQ(wide.tile_cols, std::max(tc, 64));
+        check_packed_tiles(wide);
+        test::expect_same_matrix(decompress(unpack_tiles(wide)), decompress(a));
+      }
+}
+
 TEST(TilePack, RejectsInconsistentEncodingsAndUnsupportedTiles) {
   const TileMatrix good = random_tiles(64, 64, 16, 16, 0.5, DType::f16, 3);
   TileMatrix bad_ptr = good;

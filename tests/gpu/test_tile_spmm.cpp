@@ -133,6 +133,29 @@ TEST(TileGpu, HopperKernelAgainstTheOracle) {
   }
 }
 
+TEST(TileGpu, HopperKernelRunsSmallTilesWidened) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  // Tile sides of 16 and 32 run the Hopper kernel on the weight's widened copy (64 along the narrow sides, zeros
+  // around the small tiles): R and K tails inside a small tile and past the last wide one, empty wide tiles,
+  // split K (C = 40) and persistent units (C = 300), both D layouts.
+  const int64_t shapes[][3] = {{200, 328, 300}, {1000, 2048, 40}, {72, 96, 5}};
+  const std::pair<int, int> tiles[] = {{16, 16}, {32, 32}, {32, 64}, {128, 32}, {16, 128}};
+  uint32_t seed = 9300;
+  for (const auto& s : shapes)
+    for (const auto& [tile_rows, tile_cols] : tiles)
+      for (double density : {0.1, 0.5}) {
+        const DType dtype = tile_rows == 32 ? DType::bf16 : DType::f16;
+        Case t{plain(s[0], s[1], s[2], dtype, Layout::col_major), tile_rows, tile_cols, density};
+        t.d_layout = s[2] == 300 ? Layout::row_major : Layout::col_major;
+        const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, dtype, seed), dtype);
+        const TileMatrix a = compress_tiles(w, prune_tiles_by_norm(w, tile_rows, tile_cols, density), tile_rows, tile_cols);
+        ASSERT_NE(DeviceTiles::upload(pack_tiles(a)).widened(), nullptr) << describe(t);
+        EXPECT_EQ(TileSpmmPlan::create(t.desc(), tile_rows, tile_cols).kernel(), TileKernel::sm90_wgmma) << describe(t);
+        EXPECT_LE(run_with(a, t, seed += 10), tolerance(dtype)) << describe(t);
+      }
+}
+
 TEST(TileGpu, HopperPersistentCtasTakeSeveralUnits) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
@@ -295,8 +318,9 @@ TEST(TileGpu, BadInputsAreRejected) {
                      "block_n must be");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 64, 64, TileKernel::automatic, {0, 9}), ErrorCode::invalid_argument,
                      "split must be");
-  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 32, 32, TileKernel::sm90_wgmma), ErrorCode::unsupported,
-                     "columns of 64 or 128");
+  const SpmmDesc row_major_b{64, 64, 64, DType::f16, DType::f16, Layout::row_major};
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create(row_major_b, 32, 32, TileKernel::sm90_wgmma), ErrorCode::unsupported,
+                     "B col-major");
   const DenseMatrix w = test::random_matrix(64, 64, DType::f16, 5);
   const DeviceTiles a = DeviceTiles::upload(pack_tiles(compress_tiles(w, prune_tiles_by_norm(w, 32, 32, 0.5), 32, 32)));
   DeviceBytes b(64 * 64 * 2), d(64 * 64 * 2);

@@ -9,6 +9,7 @@
 // The logical format stores tiles by tile column (CSC); a CTA computes a tile row, so pack_tiles reorders them
 // by tile row (CSR of tiles), each tile still row-major and contiguous. Byte layout: docs/formats.md.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "nmkit/format/tile.hpp"
@@ -75,6 +76,14 @@ struct TileBlockSchedule {
 // For tile rows of 64 or 128 (unsupported otherwise); p must pass check_packed_tiles.
 TileBlockSchedule tile_block_schedule(const PackedTiles& p);
 
+// The Hopper kernel runs tile sides of 64 and 128. A weight whose tiles are narrower (16 or 32) along a side runs
+// it through a widened copy: each tile side below kSm90MinTileSide becomes kSm90MinTileSide, and a wide tile holds
+// the small tiles that fall into it with zeros around them. That costs bytes and math on the zeros (up to
+// (64 / tile_rows) x (64 / tile_cols) times the small tiles' at low density; docs/performance.md, tile item 25)
+// and wins wherever the portable kernel is the alternative. p must pass check_packed_tiles.
+inline constexpr int kSm90MinTileSide = 64;
+PackedTiles widen_tiles(const PackedTiles& p);
+
 class DeviceTiles {
  public:
   // Checks the packed arrays' consistency (sizes, row_ptr, col_index) before uploading.
@@ -88,11 +97,14 @@ class DeviceTiles {
   const int32_t* row_ptr() const noexcept { return static_cast<const int32_t*>(row_ptr_.data()); }
   const int32_t* col_index() const noexcept { return static_cast<const int32_t*>(col_index_.data()); }
   const int32_t* row_order() const noexcept { return static_cast<const int32_t*>(row_order_.data()); }
-  // tile_block_schedule's arrays (empty buffers unless the tile rows are 64 or 128).
+  // tile_block_schedule's arrays (empty buffers unless both tile sides are 64 or 128).
   const int32_t* schedule_block() const noexcept { return static_cast<const int32_t*>(schedule_block_.data()); }
   const int32_t* schedule_step_ptr() const noexcept { return static_cast<const int32_t*>(schedule_step_ptr_.data()); }
   const TileStep* schedule_steps() const noexcept { return static_cast<const TileStep*>(schedule_steps_.data()); }
   bool schedule_balanced() const noexcept { return schedule_balanced_; }  // TileBlockSchedule::balanced
+  // widen_tiles' copy on the device, for the Hopper kernel: uploaded beside the weight when a tile side is below
+  // 64 and the current device runs the sm90 kernel; null otherwise.
+  const DeviceTiles* widened() const noexcept { return widened_.get(); }
   const void* data() const noexcept { return data_.data(); }
 
  private:
@@ -100,14 +112,15 @@ class DeviceTiles {
   DeviceBuffer row_ptr_, col_index_, data_, row_order_;
   DeviceBuffer schedule_block_, schedule_step_ptr_, schedule_steps_;
   bool schedule_balanced_ = false;
+  std::shared_ptr<const DeviceTiles> widened_;
   int64_t rows_ = 0, cols_ = 0, nnz_tiles_ = 0;
   int tile_rows_ = 0, tile_cols_ = 0;
   DType dtype_ = DType::f16;
 };
 
-// sm90_wgmma: TMA-staged wgmma on each stored tile (tile rows and columns 64 or 128, B col-major, K % 8 == 0,
-// an sm_90 device), with split-K across a cluster for small grids; sm80_mma: mma.sync, every tile shape and
-// layout. `automatic` takes sm90_wgmma where it applies.
+// sm90_wgmma: TMA-staged wgmma on each stored tile (B col-major, K % 8 == 0, an sm_90 device; tile sides of 64
+// or 128 natively, 16 and 32 through the weight's widened copy), with split-K across a cluster for small grids;
+// sm80_mma: mma.sync, every tile shape and layout. `automatic` takes sm90_wgmma where it applies.
 enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma };
 const char* kernel_name(TileKernel k) noexcept;
 

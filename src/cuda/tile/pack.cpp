@@ -155,6 +155,43 @@ TileBlockSchedule tile_block_schedule(const PackedTiles& p) {
   return schedule;
 }
 
+PackedTiles widen_tiles(const PackedTiles& p) {
+  check_csr(p, "widen_tiles");
+  PackedTiles w;
+  w.rows = p.rows, w.cols = p.cols, w.dtype = p.dtype;
+  w.tile_rows = std::max(p.tile_rows, kSm90MinTileSide), w.tile_cols = std::max(p.tile_cols, kSm90MinTileSide);
+  const int rows_per_wide = w.tile_rows / p.tile_rows, cols_per_wide = w.tile_cols / p.tile_cols;
+  const int64_t grid_rows = p.grid_rows(), wide_rows = w.grid_rows(), wide_cols = w.grid_cols();
+  const int64_t small_elems = int64_t{p.tile_rows} * p.tile_cols, wide_elems = int64_t{w.tile_rows} * w.tile_cols;
+  w.row_ptr.assign(1, 0);
+  std::vector<int32_t> slot(static_cast<std::size_t>(wide_cols), -1);  // wide column -> its tile in this wide row
+  for (int64_t wr = 0; wr < wide_rows; ++wr) {
+    const int64_t first = wr * rows_per_wide, last = std::min(first + rows_per_wide, grid_rows);
+    const auto begin = w.col_index.size();
+    for (int64_t i = first; i < last; ++i)  // the wide columns this wide row stores
+      for (int32_t t = p.row_ptr[static_cast<std::size_t>(i)]; t < p.row_ptr[static_cast<std::size_t>(i) + 1]; ++t)
+        w.col_index.push_back(p.col_index[static_cast<std::size_t>(t)] / cols_per_wide);
+    std::sort(w.col_index.begin() + static_cast<std::ptrdiff_t>(begin), w.col_index.end());
+    w.col_index.erase(std::unique(w.col_index.begin() + static_cast<std::ptrdiff_t>(begin), w.col_index.end()),
+                      w.col_index.end());
+    require(w.col_index.size() <= static_cast<std::size_t>(INT32_MAX), ErrorCode::unsupported,
+            "widen_tiles: 2^31 or more widened tiles");
+    for (auto t = begin; t < w.col_index.size(); ++t) slot[static_cast<std::size_t>(w.col_index[t])] = static_cast<int32_t>(t);
+    w.data.resize(w.col_index.size() * static_cast<std::size_t>(wide_elems), 0);
+    for (int64_t i = first; i < last; ++i)  // each small tile into its place in its wide tile, row by row
+      for (int32_t t = p.row_ptr[static_cast<std::size_t>(i)]; t < p.row_ptr[static_cast<std::size_t>(i) + 1]; ++t) {
+        const int32_t j = p.col_index[static_cast<std::size_t>(t)];
+        uint16_t* wide = w.data.data() + slot[static_cast<std::size_t>(j / cols_per_wide)] * wide_elems +
+                         (i - first) * p.tile_rows * w.tile_cols + (j % cols_per_wide) * p.tile_cols;
+        const uint16_t* small = p.data.data() + t * small_elems;
+        for (int r = 0; r < p.tile_rows; ++r)
+          std::memcpy(wide + int64_t{r} * w.tile_cols, small + int64_t{r} * p.tile_cols, static_cast<std::size_t>(p.tile_cols) * 2);
+      }
+    w.row_ptr.push_back(static_cast<int32_t>(w.col_index.size()));
+  }
+  return w;
+}
+
 bool TileBlockSchedule::balanced() const noexcept {
   if (block.empty()) return true;
   const double longest = step_ptr[1] - step_ptr[0], total = step_ptr.back();  // position 0 has the most steps

@@ -35,12 +35,14 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   upload_vector(w.col_index_, packed.col_index);
   upload_vector(w.row_order_, tile_rows_longest_first(packed.row_ptr));
   upload_vector(w.data_, packed.data);
-  if (packed.tile_rows == 64 || packed.tile_rows == 128) {  // the Hopper kernel's work list
+  if (packed.tile_rows >= kSm90MinTileSide && packed.tile_cols >= kSm90MinTileSide) {  // the Hopper kernel's work list
     const TileBlockSchedule schedule = tile_block_schedule(packed);
     upload_vector(w.schedule_block_, schedule.block);
     upload_vector(w.schedule_step_ptr_, schedule.step_ptr);
     upload_vector(w.schedule_steps_, schedule.steps);
     w.schedule_balanced_ = schedule.balanced();
+  } else if (nm24::sm90_compiled() && nm24::device_is_sm90()) {  // sides below 64: the Hopper kernel's copy
+    w.widened_ = std::make_shared<const DeviceTiles>(upload(widen_tiles(packed)));
   }
   return w;
 }
@@ -58,15 +60,15 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
           "tile plan: split must be 0 (by shape) or 1..8, got " + std::to_string(split));
   TileSpmmPlan plan;
   plan.desc_ = desc, plan.tile_rows_ = tile_rows, plan.tile_cols_ = tile_cols;
-  const auto side_ok = [](int side) { return side == 64 || side == 128; };
+  // Tile sides below 64 run the sm90 kernel on the weight's widened copy (widen_tiles).
   const bool sm90_possible = nm24::sm90_compiled() && nm24::device_is_sm90() && desc.b_layout == Layout::col_major &&
-                             desc.cols % 8 == 0 && side_ok(tile_rows) && side_ok(tile_cols);
+                             desc.cols % 8 == 0;
   require(kernel != TileKernel::sm90_wgmma || sm90_possible, ErrorCode::unsupported,
-          "tile plan: the sm90 wgmma kernel needs an sm_90 device, a build with sm_90a, B col-major, K % 8 == 0 and "
-          "tile rows and columns of 64 or 128");
+          "tile plan: the sm90 wgmma kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
   plan.kernel_ = kernel == TileKernel::automatic ? (sm90_possible ? TileKernel::sm90_wgmma : TileKernel::sm80_mma) : kernel;
   if (plan.kernel_ == TileKernel::sm90_wgmma) {
-    const tile::Sm90TileConfig config = tile::sm90_tile_config(desc.rows, desc.cols, desc.n, tile_cols, nm24::sm_count());
+    const tile::Sm90TileConfig config =
+        tile::sm90_tile_config(desc.rows, desc.cols, desc.n, std::max(tile_cols, kSm90MinTileSide), nm24::sm_count());
     plan.block_n_ = block_n ? block_n : config.block_n, plan.split_ = split ? split : config.split;
     plan.persistent_ = launch.persistent && plan.split_ == 1;
     const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
@@ -87,20 +89,23 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
               std::to_string(tile_rows_) + "x" + std::to_string(tile_cols_) + " tiles");
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
+  // The Hopper kernel's tensor map needs a 16-byte aligned B, and tile sides below 64 the weight's widened copy
+  // (made at upload on an sm90 device); otherwise this call takes the portable kernel.
+  const bool small_tiles = tile_rows_ < kSm90MinTileSide || tile_cols_ < kSm90MinTileSide;
+  const bool sm90 = kernel_ == TileKernel::sm90_wgmma && nm24::aligned16(b) && (!small_tiles || a.widened());
+  const DeviceTiles& w = sm90 && small_tiles ? *a.widened() : a;
   tile::TileParams p{};
-  p.row_ptr = a.row_ptr(), p.col_index = a.col_index(), p.row_order = a.row_order();
-  p.schedule_block = a.schedule_block(), p.schedule_step_ptr = a.schedule_step_ptr();
-  p.schedule_steps = reinterpret_cast<const int4*>(a.schedule_steps());
-  p.units_by_token_block = a.schedule_balanced();
-  p.tiles = static_cast<const uint16_t*>(a.data());
+  p.row_ptr = w.row_ptr(), p.col_index = w.col_index(), p.row_order = w.row_order();
+  p.schedule_block = w.schedule_block(), p.schedule_step_ptr = w.schedule_step_ptr();
+  p.schedule_steps = reinterpret_cast<const int4*>(w.schedule_steps());
+  p.units_by_token_block = w.schedule_balanced();
+  p.tiles = static_cast<const uint16_t*>(w.data());
   p.b = b, p.c = c, p.d = d, p.bias = desc_.bias ? bias : nullptr;
-  p.rows = desc_.rows, p.cols = desc_.cols, p.n = desc_.n, p.nnz_tiles = a.nnz_tiles();
-  p.tile_rows = tile_rows_, p.tile_cols = tile_cols_;
+  p.rows = desc_.rows, p.cols = desc_.cols, p.n = desc_.n, p.nnz_tiles = w.nnz_tiles();
+  p.tile_rows = w.tile_rows(), p.tile_cols = w.tile_cols();
   p.alpha = desc_.alpha, p.beta = desc_.beta, p.activation = desc_.activation;
   p.d_col_major = desc_.d_layout == Layout::col_major, p.b_col_major = desc_.b_layout == Layout::col_major;
   p.b_vector = nm24::b_vector_loads(desc_, b);
-  // The Hopper kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
-  const bool sm90 = kernel_ == TileKernel::sm90_wgmma && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
     // The deferred store's tensor map needs a 16-byte aligned D; otherwise this call keeps the chunked epilogue.
     const bool deferred = deferred_store_ && nm24::aligned16(d);
