@@ -9,11 +9,12 @@
 // bandwidth. The producer's per-step work is a broadcast of the step and the copies; merging the rows' lists on
 // the device put shuffles, ballots and window loads on that path (docs/performance.md, tile item 22).
 //
-// A CTA walks work units (128-row block x kBlockN tokens, longest first): one unit per CTA by default, or, when
+// A CTA walks work units (128-row block x kBlockN tokens, in the order unit_place gives): one unit per CTA, or, when
 // persistent, every gridDim-th unit, its producer streaming the next unit's steps while the consumers finish the
 // last. With the deferred store (16-bit D final in registers) the consumers stage each unit as TMA boxes, 128
-// tokens at a time, and one producer lane has the copy engine store them while the next unit runs; otherwise each consumer warpgroup
-// writes its 64 rows through a staging buffer of its own, 32 tokens at a time. Neither drains the pipeline.
+// tokens at a time, and one producer lane has the copy engine store them while the next unit runs; otherwise
+// each consumer warpgroup writes its 64 rows through a staging buffer of its own, 32 tokens at a time. Neither
+// drains the pipeline.
 // Small grids (few units, e.g. decode) split K instead: the CTAs of a cluster of `split` take equal shares of
 // one unit's steps, stage their partial tiles in the (then idle) pipeline, and each writes a share of
 // D after summing the cluster's partial tiles through distributed shared memory (no workspace, no second launch).
@@ -69,7 +70,7 @@ constexpr int ctas_per_sm(int block_n) { return block_n <= 64 ? 2 : 1; }
 template <int kBlockN>
 struct Budget {
   static constexpr int kCtasPerSm = ctas_per_sm(kBlockN);
-  static constexpr int kProducerRegisters = kCtasPerSm == 1 ? 64 : 72;  // the list merge and copy issue, no spills
+  static constexpr int kProducerRegisters = kCtasPerSm == 1 ? 64 : 72;  // step windows and copy issue, no spills
   static constexpr int kConsumerRegisters = kCtasPerSm == 1 ? 216 : 80;
   static constexpr int kPipelineBytes = (kCtasPerSm == 1 ? 224 : 104) * 1024;  // stages and epilogue buffers
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
@@ -203,7 +204,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   const uint32_t split = ptx::cluster_nctarank(), rank = ptx::cluster_ctarank();
   // Fewer than 2^30 units (launch checks): 32-bit unit arithmetic, unit + stride included.
   const auto units = static_cast<int32_t>((p.rows + kBlockRows - 1) / kBlockRows * ((p.n + kBlockN - 1) / kBlockN));
-  const auto first_unit = static_cast<int32_t>(blockIdx.x / split), unit_stride = static_cast<int32_t>(gridDim.x / split);
+  const auto first_unit = static_cast<int32_t>(blockIdx.x / split);
+  const auto unit_stride = static_cast<int32_t>(gridDim.x / split);
   const int tile_rows_per_block = kBlockRows / p.tile_rows;  // 1 or 2
   const int steps_per_tile = p.tile_cols / kStepK;           // 1 or 2
 
@@ -350,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     if constexpr (kDeferred) {  // stage each part of the final outputs once the copy engine has read the last
       constexpr int kParts = kStoreParts<kBlockN>, kPartAccumulators = Wgmma::kAccumulators / kParts;
 #pragma unroll
-      for (int part = 0; part < kParts; ++part) {  // part i: tokens [i, i + 1) x kBlockN / kParts = accumulators alike
+      for (int part = 0; part < kParts; ++part) {  // part i: the i-th kBlockN / kParts tokens, as many accumulators
         const int parts_staged = units_done * kParts + part;
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
         const auto& part_acc = *reinterpret_cast<const float(*)[kPartAccumulators]>(acc + part * kPartAccumulators);
