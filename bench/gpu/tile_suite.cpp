@@ -134,7 +134,7 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
     int64_t n = 0;
     void add(double v) { sum += v, ++n; }
     double get() const { return n ? sum / static_cast<double>(n) : 0.0; }
-  } prologue, latency, step_time, mainloop, epilogue, next_wait, units_per_cta, steps_per_unit;
+  } prologue, latency, step_time, mainloop, epilogue, next_wait, units_per_cta, steps_per_unit, issue, between_posts;
   uint64_t first_start_ns = UINT64_MAX, last_start_ns = 0;
   std::string cta0;
   for (int64_t c = 0; c < ctas; ++c) {
@@ -148,6 +148,11 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
     while (done < T::kUnits && w[T::kUnitDone + done] != 0) ++done;
     units_per_cta.add(done);
     if (steps > 0) prologue.add(at(T::kPosted));
+    for (int i = 0; i < steps; ++i) {  // a step's copies: their issue, and the gap to the next step's post
+      if (w[T::kIssued + i] == 0) continue;  // an end-of-unit step issues no copy
+      issue.add(at(T::kIssued + i) - at(T::kPosted + i));
+      if (i + 1 < steps) between_posts.add(at(T::kPosted + i + 1) - at(T::kIssued + i));
+    }
     // Steps of unit u: those that landed before its epilogue ended (the last of them is its end marker).
     int step = 0;
     for (int u = 0; u < done; ++u) {
@@ -176,6 +181,8 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
               static_cast<double>(last_start_ns - first_start_ns) * 1e-3, units_per_cta.get(), steps_per_unit.get(),
               prologue.get(), latency.get(), step_time.get(), mainloop.get(), epilogue.get(), next_wait.get());
   std::printf("  first CTA, posted/landed per step (us from its start):%s\n", cta0.c_str());
+  std::printf("  producer per step (us): copies issued %.3f after the post; next post %.3f after the copies\n", issue.get(),
+              between_posts.get());
 }
 
 }  // namespace

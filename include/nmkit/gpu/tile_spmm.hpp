@@ -152,7 +152,8 @@ struct TileTimeline {
   static constexpr int kPosted = 2;                  // [kSteps] the producer issued the step's copies
   static constexpr int kArrived = kPosted + kSteps;  // [kSteps] consumer warpgroup 0 saw the step's data land
   static constexpr int kUnitDone = kArrived + kSteps;  // [kUnits] consumer warpgroup 0 wrote the unit's rows
-  static constexpr int kWords = kUnitDone + kUnits;
+  static constexpr int kIssued = kUnitDone + kUnits;  // [kSteps] the producer issued the step's last copy
+  static constexpr int kWords = kIssued + kSteps;
 };
 
 class TileSpmmPlan {

@@ -249,6 +249,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         if (mask & 1u) ptx::tma_load_3d(stage + S::kXBytes, &tile_map, &full[s], k_in_tile, 0, tiles.y);
         if (tile_rows_per_block == 2 && mask & 2u)
           ptx::tma_load_3d(stage + S::kXBytes + kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0, tiles.z);
+        if (timeline && this_step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kIssued + this_step, clock64());
       };
       // The next unit's lookup and first steps are loaded while this unit streams (after its first steps), so
       // that their latency hides behind the current unit's copies instead of opening a bubble between units.
