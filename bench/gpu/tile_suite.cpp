@@ -136,11 +136,13 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
     double get() const { return n ? sum / static_cast<double>(n) : 0.0; }
   } prologue, latency, step_time, mainloop, epilogue, next_wait, units_per_cta, steps_per_unit, issue, between_posts;
   uint64_t first_start_ns = UINT64_MAX, last_start_ns = 0;
+  std::vector<uint64_t> ends_ns;
   std::string cta0;
   for (int64_t c = 0; c < ctas; ++c) {
     const uint64_t* w = words.data() + c * T::kWords;
     if (w[T::kStart] == 0) continue;  // no such CTA in the grid
     first_start_ns = std::min(first_start_ns, w[T::kStartNs]), last_start_ns = std::max(last_start_ns, w[T::kStartNs]);
+    if (w[T::kEndNs] != 0) ends_ns.push_back(w[T::kEndNs]);
     const auto at = [&](int slot) { return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * us_per_cycle; };
     int steps = 0;
     while (steps < T::kSteps && w[T::kArrived + steps] != 0 && w[T::kPosted + steps] != 0) ++steps;
@@ -181,6 +183,13 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
               static_cast<double>(last_start_ns - first_start_ns) * 1e-3, units_per_cta.get(), steps_per_unit.get(),
               prologue.get(), latency.get(), step_time.get(), mainloop.get(), epilogue.get(), next_wait.get());
   std::printf("  first CTA, posted/landed per step (us from its start):%s\n", cta0.c_str());
+  if (!ends_ns.empty()) {  // offsets from the first start: the raw nanosecond counts are too large to average
+    Mean end;
+    for (uint64_t e : ends_ns) end.add(static_cast<double>(e - first_start_ns) * 1e-3);
+    const auto [first, last] = std::minmax_element(ends_ns.begin(), ends_ns.end());
+    std::printf("  CTA ends (us after the first start): first %.1f, mean %.1f, last %.1f\n",
+                static_cast<double>(*first - first_start_ns) * 1e-3, end.get(), static_cast<double>(*last - first_start_ns) * 1e-3);
+  }
   std::printf("  producer per step (us): copies issued %.3f after the post; next post %.3f after the copies\n", issue.get(),
               between_posts.get());
 }

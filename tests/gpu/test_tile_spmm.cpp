@@ -259,6 +259,52 @@ TEST(TileGpu, HopperUnitOrdersOverManyUnitsPerCta) {
     }
 }
 
+TEST(TileGpu, HopperClaimedUnitsAcrossLaunchesAndStreams) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  // Persistent CTAs claim units from a counter pair that the last CTA of a launch zeroes again: launch after
+  // launch on one stream, each into a poisoned D, and launches of the same plan on two streams at once (each
+  // launch its own counters), must each compute every unit. Skewed (one tile row stores every column) and
+  // balanced patterns, both epilogues.
+  const int64_t r = 3080, k = 1024, n = 4104;
+  uint32_t seed = 9950;
+  for (bool skewed : {false, true})
+    for (bool deferred : {true, false}) {
+      const DenseMatrix w = test::random_matrix(r, k, DType::f16, seed += 10);
+      TileMask mask{ceil_div(r, int64_t{64}), ceil_div(k, int64_t{64}), {}};
+      mask.keep.assign(static_cast<std::size_t>(mask.grid_rows * mask.grid_cols), 0);
+      for (int64_t i = 0; i < mask.grid_rows; ++i)
+        for (int64_t j = 0; j < mask.grid_cols; ++j)
+          mask.keep[static_cast<std::size_t>(i * mask.grid_cols + j)] = (skewed && i == 3) || (i + 2 * j) % 5 == 0;
+      const TileMatrix a = compress_tiles(w, mask, 64, 64);
+      const DeviceTiles da = DeviceTiles::upload(pack_tiles(a));
+      const Problem t{r, k, n, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false,
+                      Activation::none};
+      TileLaunch launch;
+      launch.deferred_store = deferred;
+      const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma, launch);
+      ASSERT_TRUE(plan.persistent());
+      const std::size_t d_bytes = static_cast<std::size_t>(r * n) * 2;
+      DeviceBuffer other(d_bytes);
+      cudaStream_t streams[2];
+      for (cudaStream_t& s : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+      const double error = error_against_oracle(SparseMatrix{a}, t, seed, [&](const void* b, const void* c, void* d, const float* bias) {
+        for (int i = 0; i < 4; ++i) {  // one stream: each launch must find the counters zero
+          ASSERT_EQ(cudaMemsetAsync(d, 0xff, d_bytes, streams[0]), cudaSuccess);
+          plan.run(streams[0], da, b, c, d, bias);
+        }
+        for (int i = 0; i < 3; ++i) {  // two streams at once
+          ASSERT_EQ(cudaMemsetAsync(d, 0xff, d_bytes, streams[0]), cudaSuccess);
+          plan.run(streams[1], da, b, c, other.data(), bias);
+          plan.run(streams[0], da, b, c, d, bias);
+        }
+        for (cudaStream_t& s : streams) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      });
+      EXPECT_LE(error, tolerance(DType::f16)) << (skewed ? "skewed" : "balanced") << (deferred ? " deferred" : "");
+      for (cudaStream_t& s : streams) cudaStreamDestroy(s);
+    }
+}
+
 TEST(TileGpu, HopperSmallTokenBlocksAcrossUnitsAndSplits) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
@@ -306,6 +352,7 @@ TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
       EXPECT_LE(w[T::kStart], w[T::kPosted]) << "CTA " << c;
       EXPECT_LE(w[T::kPosted], w[T::kArrived]) << "CTA " << c;
       EXPECT_LT(w[T::kArrived], w[T::kUnitDone]) << "CTA " << c;
+      EXPECT_GE(w[T::kEndNs], w[T::kStartNs]) << "CTA " << c;
     }
   }
 }

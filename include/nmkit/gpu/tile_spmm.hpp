@@ -153,7 +153,8 @@ struct TileTimeline {
   static constexpr int kArrived = kPosted + kSteps;  // [kSteps] consumer warpgroup 0 saw the step's data land
   static constexpr int kUnitDone = kArrived + kSteps;  // [kUnits] consumer warpgroup 0 wrote the unit's rows
   static constexpr int kIssued = kUnitDone + kUnits;  // [kSteps] the producer issued the step's last copy
-  static constexpr int kWords = kIssued + kSteps;
+  static constexpr int kEndNs = kIssued + kSteps;     // %globaltimer when the CTA's last write was done
+  static constexpr int kWords = kEndNs + 1;
 };
 
 class TileSpmmPlan {

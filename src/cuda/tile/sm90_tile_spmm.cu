@@ -10,8 +10,9 @@
 // the device put shuffles, ballots and window loads on that path (docs/performance.md, tile item 22).
 //
 // A CTA walks work units (128-row block x kBlockN tokens, in the order unit_place gives): one unit per CTA, or, when
-// persistent, every gridDim-th unit, its producer streaming the next unit's steps while the consumers finish the
-// last. With the deferred store (16-bit D final in registers) the consumers stage each unit as TMA boxes, 128
+// persistent, every gridDim-th unit (balanced schedules) or the next unit no CTA has claimed yet (blocks of
+// unequal length, longest first), its producer streaming the next unit's steps while the consumers finish the
+// last. The producer names each finished unit in its end-of-unit step, for the consumers' epilogue and the storer. With the deferred store (16-bit D final in registers) the consumers stage each unit as TMA boxes, 128
 // tokens at a time, and one producer lane has the copy engine store them while the next unit runs; otherwise
 // each consumer warpgroup writes its 64 rows through a staging buffer of its own, 32 tokens at a time. Neither
 // drains the pipeline.
@@ -22,7 +23,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
+#include <vector>
 
 #include "../common/check.cuh"
 #include "../common/smem.cuh"
@@ -78,8 +81,11 @@ struct Budget {
                 "setmaxnreg budgets must fit the registers allocated at launch");
 };
 
-// Step mask: bit w = consumer warpgroup w has a tile in this step; kEndOfUnit = the unit's last step was posted.
+// Step mask: bit w = consumer warpgroup w has a tile in this step. kEndOfUnit: the unit's steps are all posted,
+// and the low bits name the unit (the consumers' epilogue and the storer learn it from there, since under
+// dynamic claiming only the producer knows which unit comes next); kNoUnit there: the CTA has no more work.
 [[maybe_unused]] constexpr uint32_t kEndOfUnit = 1u << 31;
+[[maybe_unused]] constexpr int32_t kNoUnit = (1 << 30) + 1;  // above any unit (launch checks units < 2^30)
 
 // The deferred store stages a unit's 16-bit outputs in parts of at most 128 tokens (32 KiB): at n256 a whole
 // unit (64 KiB) would leave 3 pipeline stages instead of 4, and the fourth stage is worth ~18 % of a step
@@ -104,7 +110,7 @@ struct Shape {
   static constexpr int kPipelineEnd = kStages * kStageBytes;
   static constexpr int kBarriers = kPipelineEnd + kEpilogueBytes;
   static constexpr int kBarrierWords = 2 * kStages + 2;  // full, empty; staged, stored (kDeferred)
-  static constexpr int kSmemBytes = kSwizzleAlign + kBarriers + kBarrierWords * 8 + kStages * 4;
+  static constexpr int kSmemBytes = kSwizzleAlign + kBarriers + kBarrierWords * 8 + kStages * 4 + 4;  // + staged_unit
   static_assert(kBlockN % kChunkN == 0 && kChunkBytes % 16 == 0, "whole, aligned epilogue chunks");
   static_assert(kXBytes % kSwizzleAlign == 0 && kStageBytes % kSwizzleAlign == 0, "stages keep the swizzle alignment");
   static_assert(kEpilogueBytes % 16 == 0, "the barriers stay 8-byte aligned and the output tile 16-byte aligned");
@@ -198,14 +204,14 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   uint64_t* staged = empty + kStages;  // kDeferred: the consumers staged a part (256 arrivals)
   uint64_t* stored = staged + 1;       // kDeferred: the copy engine read it (one arrival)
   uint32_t* step_mask = reinterpret_cast<uint32_t*>(stored + 1);
+  int32_t* staged_unit = reinterpret_cast<int32_t*>(step_mask + kStages);  // kDeferred: the unit of the staged part
   const OutputTile<kBlockN> output_tile{ptx::smem_address(smem + S::kPipelineEnd)};
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
   const uint32_t split = ptx::cluster_nctarank(), rank = ptx::cluster_ctarank();
-  // Fewer than 2^30 units (launch checks): 32-bit unit arithmetic, unit + stride included.
+  // Fewer than 2^30 units (launch checks): 32-bit unit arithmetic, unit + grid size included.
   const auto units = static_cast<int32_t>((p.rows + kBlockRows - 1) / kBlockRows * ((p.n + kBlockN - 1) / kBlockN));
   const auto first_unit = static_cast<int32_t>(blockIdx.x / split);
-  const auto unit_stride = static_cast<int32_t>(gridDim.x / split);
   const int tile_rows_per_block = kBlockRows / p.tile_rows;  // 1 or 2
   const int steps_per_tile = p.tile_cols / kStepK;           // 1 or 2
 
@@ -237,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         if (lane != 0) return;
         if (timeline && this_step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kPosted + this_step, clock64());
         step_mask[s] = mask;
-        if (mask == kEndOfUnit) {
+        if (mask & kEndOfUnit) {
           ptx::mbarrier_arrive(&full[s]);
           return;
         }
@@ -251,47 +257,65 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           ptx::tma_load_3d(stage + S::kXBytes + kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0, tiles.z);
         if (timeline && this_step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kIssued + this_step, clock64());
       };
-      // The next unit's lookup and first steps are loaded while this unit streams (after its first steps), so
-      // that their latency hides behind the current unit's copies instead of opening a bubble between units.
-      constexpr int kLookaheadStep = 2;
-      Unit next = first_unit < units ? unit_of<kBlockN>(p, first_unit, rank, split) : Unit{};
+      // The CTA's next unit: every gridDim-th (by cluster), or with p.unit_claims the next one no CTA has claimed.
+      const auto unit_after = [&](int32_t unit) {
+        if (!p.unit_claims) return unit + static_cast<int32_t>(gridDim.x / split);
+        int32_t claimed = 0;
+        if (lane == 0) claimed = static_cast<int32_t>(gridDim.x) + atomicAdd(p.unit_claims, 1);
+        return __shfl_sync(0xffffffffu, claimed, 0);
+      };
+      // The next unit's lookup and first steps are loaded while this unit streams, so that their latency hides
+      // behind the current unit's copies instead of opening a bubble between units: after the unit's first steps,
+      // or, claiming dynamically, kClaimAheadSteps before its end (a claim made early is a static assignment).
+      constexpr int kLookaheadStep = 2, kClaimAheadSteps = 6;
+      int32_t unit = first_unit;
+      Unit next = unit < units ? unit_of<kBlockN>(p, unit, rank, split) : Unit{};
       int4 next_window = load_step_window(p.schedule_steps, next.step_begin, next.step_end, lane);
-      for (int32_t unit = first_unit; unit < units; unit += unit_stride) {
+      while (unit < units) {
         const Unit u = next;
         int4 window = next_window, ahead = load_step_window(p.schedule_steps, u.step_begin + 32, u.step_end, lane);
-        bool looked_ahead = unit + unit_stride >= units;
+        const int32_t look_at =
+            u.step_begin + (p.unit_claims ? max(kLookaheadStep, u.step_end - u.step_begin - kClaimAheadSteps) : kLookaheadStep);
+        int32_t next_unit = -1;
+        const auto look_ahead = [&] {
+          next_unit = unit_after(unit);
+          if (next_unit < units) {
+            next = unit_of<kBlockN>(p, next_unit, rank, split);
+            next_window = load_step_window(p.schedule_steps, next.step_begin, next.step_end, lane);
+          }
+        };
         for (int32_t i = u.step_begin, slot = 0; i < u.step_end; ++i, ++slot) {
           if (slot == 32) {
             window = ahead, slot = 0;
             ahead = load_step_window(p.schedule_steps, i + 32, u.step_end, lane);
           }
-          if (!looked_ahead && i - u.step_begin == kLookaheadStep) {
-            next = unit_of<kBlockN>(p, unit + unit_stride, rank, split), looked_ahead = true;
-            next_window = load_step_window(p.schedule_steps, next.step_begin, next.step_end, lane);
-          }
+          if (i == look_at) look_ahead();
           const int4 tiles = broadcast_step(window, slot);
           for (int part = 0; part < steps_per_tile; ++part) post(static_cast<uint32_t>(tiles.w), tiles, part, u);
         }
-        if (!looked_ahead) {
-          next = unit_of<kBlockN>(p, unit + unit_stride, rank, split);
-          next_window = load_step_window(p.schedule_steps, next.step_begin, next.step_end, lane);
-        }
-        post(kEndOfUnit, int4{}, 0, u);
+        if (next_unit < 0) look_ahead();
+        post(kEndOfUnit | static_cast<uint32_t>(unit), int4{}, 0, u);
+        unit = next_unit;
+      }
+      post(kEndOfUnit | static_cast<uint32_t>(kNoUnit), int4{}, 0, Unit{});
+      if (p.unit_claims && lane == 0) {  // the last CTA to retire leaves the counters zero for the next launch
+        __threadfence();
+        if (atomicAdd(p.unit_claims + 1, 1) == static_cast<int>(gridDim.x) - 1) p.unit_claims[0] = 0, p.unit_claims[1] = 0;
       }
     } else if constexpr (kDeferred) {  // one lane has each part the consumers staged stored by TMA
       if (tid % kWarpgroupThreads == kStorerWarp * 32) {
         ptx::prefetch_tensor_map(&d_map);
         constexpr int kPartN = kBlockN / kStoreParts<kBlockN>;
-        int parts_stored = 0;
-        for (int32_t unit = first_unit; unit < units; unit += unit_stride) {
+        for (int parts_stored = 0;; ++parts_stored) {  // a unit's parts come in order; kNoUnit ends the CTA
+          ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(parts_stored & 1));
+          const int32_t unit = *staged_unit;
+          if (unit == kNoUnit) break;
           const UnitOrigin u = unit_origin<kBlockN>(p, unit);
-          for (int part = 0; part < kStoreParts<kBlockN>; ++part, ++parts_stored) {
-            ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(parts_stored & 1));
-            epi::store_staged(&d_map, output_tile, p.d_col_major, u.m0, u.n0 + part * kPartN);
-            ptx::mbarrier_arrive(stored);
-          }
+          epi::store_staged(&d_map, output_tile, p.d_col_major, u.m0, u.n0 + parts_stored % kStoreParts<kBlockN> * kPartN);
+          ptx::mbarrier_arrive(stored);
         }
         ptx::bulk_wait_group<0>();  // D written before the CTA retires
+        if (timeline) record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns());
       }
     }
     if (split > 1) {  // the consumers' two cluster barriers (epilogue below)
@@ -305,18 +329,19 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   const int thread_in_group = tid % kWarpgroupThreads;
   const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
   float acc[Wgmma::kAccumulators];
-  int step = 0, units_done = 0;
-  for (int32_t unit = first_unit; unit < units; unit += unit_stride, ++units_done) {
-    const UnitOrigin u = unit_origin<kBlockN>(p, unit);
+  int step = 0;
+  for (int units_done = 0;; ++units_done) {  // until the producer's kNoUnit
 #pragma unroll
     for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
     int pending = -1;  // the stage whose wgmma group may still be reading
+    uint32_t end_mark = 0;
     for (;; ++step) {
       const int s = step % kStages;
       ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((step / kStages) & 1));
       if (timeline && tid == 0 && step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kArrived + step, clock64());
       const uint32_t mask = step_mask[s];
-      if (mask == kEndOfUnit || !(mask >> warpgroup & 1u)) {
+      const bool end_of_unit = (mask & kEndOfUnit) != 0;
+      if (end_of_unit || !(mask >> warpgroup & 1u)) {
         // Nothing for this warpgroup: release the pending stage too (the producer may need it before this
         // warpgroup's next tile comes), and this one.
         if (pending >= 0) {
@@ -325,8 +350,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           pending = -1;
         }
         ptx::mbarrier_arrive(&empty[s]);
-        if (mask == kEndOfUnit) {
-          ++step;
+        if (end_of_unit) {
+          end_mark = mask, ++step;
           break;
         }
         continue;
@@ -349,6 +374,17 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     // after each one, ptxas info C7518; all tile kernels ran that way until this line).
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
+    const auto unit = static_cast<int32_t>(end_mark & ~kEndOfUnit);
+    if (unit == kNoUnit) {
+      if constexpr (kDeferred) {  // the storer's last part: none (once it has read the last real one)
+        const int parts_staged = units_done * kStoreParts<kBlockN>;
+        if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
+        if (tid == 0) *staged_unit = kNoUnit;
+        ptx::mbarrier_arrive(staged);
+      }
+      break;
+    }
+    const UnitOrigin u = unit_origin<kBlockN>(p, unit);
 
     if constexpr (kDeferred) {  // stage each part of the final outputs once the copy engine has read the last
       constexpr int kParts = kStoreParts<kBlockN>, kPartAccumulators = Wgmma::kAccumulators / kParts;
@@ -358,6 +394,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
         const auto& part_acc = *reinterpret_cast<const float(*)[kPartAccumulators]>(acc + part * kPartAccumulators);
         epi::stage_outputs<Out>(p, output_tile, part_acc, u.m0, warpgroup * kWarpgroupRows, thread_in_group);
+        if (tid == 0) *staged_unit = unit;
         ptx::mbarrier_arrive(staged);
       }
       if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
@@ -380,6 +417,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, u.m0, u.n0, opaque(tid));
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
   }
+  if (!kDeferred && timeline && tid == 0) record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns());
 #endif
 }
 
@@ -391,10 +429,18 @@ auto ready_kernel() {  // the kernel, its dynamic shared-memory limit raised to 
   return kernel;
 }
 
+// A slot of the current device's pool of unit-claim counters (unit_claim_pool): each launch takes the next one,
+// so that launches running at the same time (other streams) count apart, up to kUnitClaimSlots of them.
+int32_t* unit_claim_slot() {
+  static std::atomic<uint32_t> next_slot{0};
+  return unit_claim_pool() + next_slot.fetch_add(1, std::memory_order_relaxed) % kUnitClaimSlots * 2;
+}
+
 template <class Element, class Out, int kBlockN, bool kDeferred>
-void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline, cudaStream_t stream) {
+void launch(const TileParams& params, int split, bool persistent, uint64_t* timeline, cudaStream_t stream) {
   using S = Shape<kBlockN, kDeferred>;
   const auto kernel = ready_kernel<Element, Out, kBlockN, kDeferred>();
+  TileParams p = params;
   // x[C, K] (B col-major) in boxes of 64 columns x kBlockN tokens; the packed tiles as {tile_cols, tile_rows, nnz}
   // in boxes of 64 columns x one whole tile.
   const CUtensorMap x_map = cuda::make_tensor_map_sw128<Element, 2>(
@@ -414,12 +460,16 @@ void launch(const TileParams& p, int split, bool persistent, uint64_t* timeline,
                 ? cuda::make_tensor_map_sw128<Out, 2>(p.d, {rows, n}, {rows * 2}, {epi::kLineElements, kBlockN / kStoreParts<kBlockN>})
                 : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {epi::kLineElements, kBlockRows});
   }
-  // One unit per CTA (per cluster when split), longest first, balanced by the hardware's CTA scheduler; or
-  // persistent: one CTA per slot (ctas_per_sm per SM) at most, striding over the units.
+  // One unit per CTA (per cluster when split), balanced by the hardware's CTA scheduler; or persistent: one CTA
+  // per slot (ctas_per_sm per SM) at most, each claiming the next unit as it nears the end of one, so that SMs
+  // that run slower or drew longer units take fewer.
   const int64_t units = ceil_div(p.rows, int64_t{kBlockRows}) * ceil_div(p.n, int64_t{kBlockN});
   const int64_t resident = int64_t{nm24::sm_count()} * Budget<kBlockN>::kCtasPerSm;
   const int64_t blocks = persistent && split == 1 ? std::min<int64_t>(units, resident) : units * split;
   require(units * split < (int64_t{1} << 30), ErrorCode::unsupported, "sm90 tile: 2^30 or more work units x split");
+  // Claimed only where blocks differ in length (the longest first): on balanced schedules, measured side by
+  // side, the static stride was 1-6 % faster (docs/performance.md, tile item 28).
+  p.unit_claims = persistent && split == 1 && units > blocks && !p.units_by_token_block ? unit_claim_slot() : nullptr;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(kThreads);
@@ -461,6 +511,21 @@ int64_t cluster_wave_ctas(int block_n, int split) {
 }
 
 }  // namespace
+
+int32_t* unit_claim_pool() {
+  static std::mutex mutex;
+  static std::vector<int32_t*> pools;  // per device, for the process's lifetime
+  int device = 0;
+  NMKIT_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (pools.size() <= static_cast<std::size_t>(device)) pools.resize(static_cast<std::size_t>(device) + 1, nullptr);
+  int32_t*& pool = pools[static_cast<std::size_t>(device)];
+  if (!pool) {
+    NMKIT_CUDA_CHECK(cudaMalloc(&pool, kUnitClaimSlots * 2 * sizeof(int32_t)));
+    NMKIT_CUDA_CHECK(cudaMemset(pool, 0, kUnitClaimSlots * 2 * sizeof(int32_t)));
+  }
+  return pool;
+}
 
 Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count) {
   Sm90TileConfig c;

@@ -33,6 +33,9 @@ struct TileParams {
   bool b_col_major;
   bool b_vector;             // B's leading dimension and address allow 16-byte copies
   bool units_by_token_block;  // sm90: work units in token-block-major order (DeviceTiles::schedule_balanced)
+  // sm90, persistent: {units claimed, CTAs retired} of this launch (a slot of unit_claim_pool), zero at launch;
+  // null: each CTA takes every gridDim-th unit.
+  int32_t* unit_claims;
 };
 
 // The tile row and first column of D of CTA `block` in a 1-D grid of grid_rows x column_tiles CTAs: every column
@@ -63,6 +66,12 @@ struct Sm90TileConfig {
   uint64_t* timeline = nullptr;  // TileLaunch::timeline
 };
 Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count);
+// Persistent sm90 CTAs claim work units from a pair of device counters, {units claimed, CTAs retired}; the last
+// CTA of a launch zeroes them again, so no launch needs a memset first. The current device's pool of
+// kUnitClaimSlots pairs, allocated (and zeroed) on the first call: plans call it at creation, so that no
+// allocation happens at run time (inside a stream capture, say).
+inline constexpr int kUnitClaimSlots = 1024;
+int32_t* unit_claim_pool();
 template <class Element, class Out>
 void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t stream);
 
