@@ -134,7 +134,8 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
     int64_t n = 0;
     void add(double v) { sum += v, ++n; }
     double get() const { return n ? sum / static_cast<double>(n) : 0.0; }
-  } prologue, latency, step_time, mainloop, epilogue, next_wait, units_per_cta, steps_per_unit, issue, between_posts;
+  } prologue, latency, step_time, mainloop, epilogue, next_wait, units_per_cta, steps_per_unit, issue, between_posts,
+      math_drain, first_part, other_parts, first_unit_drain, first_unit_epilogue;
   uint64_t first_start_ns = UINT64_MAX, last_start_ns = 0;
   std::vector<uint64_t> ends_ns;
   std::string cta0;
@@ -164,10 +165,22 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
         if (step > first) step_time.add(at(T::kArrived + step) - at(T::kArrived + step - 1));
         ++step;
       }
-      if (step == first || step > steps) break;  // the unit's steps went past the recorded ones
+      // The unit's end-of-unit step must be among the recorded ones: where the record ran out inside the unit,
+      // its last recorded step is a mid-unit one, and the epilogue measured from there would include the steps
+      // that followed (at density 0.5, 64x64: "5 us" of epilogue per unit, of which 2 were the epilogue).
+      if (step == first || (step == steps && steps == T::kSteps)) break;
       steps_per_unit.add(step - first - 1);
       mainloop.add(at(T::kArrived + step - 1) - at(T::kArrived + first));
       epilogue.add(at(T::kUnitDone + u) - at(T::kArrived + step - 1));
+      if (w[T::kMathDone + u] != 0) math_drain.add(at(T::kMathDone + u) - at(T::kArrived + step - 1));
+      if (u == 0 && w[T::kMathDone] != 0) {
+        first_unit_drain.add(at(T::kMathDone) - at(T::kArrived + step - 1));
+        first_unit_epilogue.add(at(T::kUnitDone) - at(T::kArrived + step - 1));
+      }
+      if (w[T::kFirstPartStaged + u] != 0) {
+        first_part.add(at(T::kFirstPartStaged + u) - at(T::kMathDone + u));
+        other_parts.add(at(T::kUnitDone + u) - at(T::kFirstPartStaged + u));
+      }
       if (step < steps) next_wait.add(at(T::kArrived + step) - at(T::kUnitDone + u));
     }
     if (cta0.empty()) {
@@ -190,6 +203,9 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
     std::printf("  CTA ends (us after the first start): first %.1f, mean %.1f, last %.1f\n",
                 static_cast<double>(*first - first_start_ns) * 1e-3, end.get(), static_cast<double>(*last - first_start_ns) * 1e-3);
   }
+  std::printf("  epilogue (us): last wgmma done %.2f after the end-of-unit step; first part staged %.2f later; the rest %.2f "
+              "(a CTA's first unit alone: %.2f, %.2f in all)\n",
+              math_drain.get(), first_part.get(), other_parts.get(), first_unit_drain.get(), first_unit_epilogue.get());
   std::printf("  producer per step (us): copies issued %.3f after the post; next post %.3f after the copies\n", issue.get(),
               between_posts.get());
 }

@@ -154,7 +154,9 @@ struct TileTimeline {
   static constexpr int kUnitDone = kArrived + kSteps;  // [kUnits] consumer warpgroup 0 wrote the unit's rows
   static constexpr int kIssued = kUnitDone + kUnits;  // [kSteps] the producer issued the step's last copy
   static constexpr int kEndNs = kIssued + kSteps;     // %globaltimer when the CTA's last write was done
-  static constexpr int kWords = kEndNs + 1;
+  static constexpr int kMathDone = kEndNs + 1;        // [kUnits] consumer warpgroup 0's last wgmma of the unit done
+  static constexpr int kFirstPartStaged = kMathDone + kUnits;  // [kUnits] ... and the unit's first output part staged
+  static constexpr int kWords = kFirstPartStaged + kUnits;
 };
 
 class TileSpmmPlan {

@@ -374,6 +374,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     // after each one, ptxas info C7518; all tile kernels ran that way until this line).
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
+    if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kMathDone + units_done, clock64());
     const auto unit = static_cast<int32_t>(end_mark & ~kEndOfUnit);
     if (unit == kNoUnit) {
       if constexpr (kDeferred) {  // the storer's last part: none (once it has read the last real one)
@@ -396,6 +397,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         epi::stage_outputs<Out>(p, output_tile, part_acc, u.m0, warpgroup * kWarpgroupRows, thread_in_group);
         if (tid == 0) *staged_unit = unit;
         ptx::mbarrier_arrive(staged);
+        if (timeline && tid == 0 && part == 0 && units_done < TileTimeline::kUnits)
+          record_time(timeline, TileTimeline::kFirstPartStaged + units_done, clock64());
       }
       if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
       continue;
