@@ -82,10 +82,11 @@ struct Budget {
 };
 
 // Step mask: bit w = consumer warpgroup w has a tile in this step. kEndOfUnit: the unit's steps are all posted,
-// and the low bits name the unit (the consumers' epilogue and the storer learn it from there, since under
-// dynamic claiming only the producer knows which unit comes next); kNoUnit there: the CTA has no more work.
+// and the stage's end_origin names the unit's place in D (the consumers' epilogue and the storer learn it from
+// there: under dynamic claiming only the producer knows which unit came, and it has loaded where it goes);
+// kEndOfWork: the CTA has no more units.
 [[maybe_unused]] constexpr uint32_t kEndOfUnit = 1u << 31;
-[[maybe_unused]] constexpr int32_t kNoUnit = (1 << 30) + 1;  // above any unit (launch checks units < 2^30)
+[[maybe_unused]] constexpr uint32_t kEndOfWork = kEndOfUnit | 1u << 30;
 
 // The deferred store stages a unit's 16-bit outputs in parts of at most 128 tokens (32 KiB): at n256 a whole
 // unit (64 KiB) would leave 3 pipeline stages instead of 4, and the fourth stage is worth ~18 % of a step
@@ -110,7 +111,8 @@ struct Shape {
   static constexpr int kPipelineEnd = kStages * kStageBytes;
   static constexpr int kBarriers = kPipelineEnd + kEpilogueBytes;
   static constexpr int kBarrierWords = 2 * kStages + 2;  // full, empty; staged, stored (kDeferred)
-  static constexpr int kSmemBytes = kSwizzleAlign + kBarriers + kBarrierWords * 8 + kStages * 4 + 4;  // + staged_unit
+  // + end_origin[kStages], staged_origin (8 bytes each), step_mask[kStages]
+  static constexpr int kSmemBytes = kSwizzleAlign + kBarriers + kBarrierWords * 8 + kStages * 8 + 8 + kStages * 4;
   static_assert(kBlockN % kChunkN == 0 && kChunkBytes % 16 == 0, "whole, aligned epilogue chunks");
   static_assert(kXBytes % kSwizzleAlign == 0 && kStageBytes % kSwizzleAlign == 0, "stages keep the swizzle alignment");
   static_assert(kEpilogueBytes % 16 == 0, "the barriers stay 8-byte aligned and the output tile 16-byte aligned");
@@ -133,11 +135,12 @@ __device__ __forceinline__ int4 broadcast_step(const int4& window, int slot) {
                    __shfl_sync(0xffffffffu, window.z, slot), __shfl_sync(0xffffffffu, window.w, slot));
 }
 
-// A work unit: its 128-row block's rows of D and its tokens, numbered in the schedule's order (longest blocks
+// A work unit: its 128-row block of D and its token block, numbered in the schedule's order (longest blocks
 // first), and the CTA's share of the block's steps (split K: equal shares of the steps, so that a cluster's CTAs
-// finish together). The loads are independent of each other.
+// finish together). The loads are independent of each other. 32-bit indices, not 64-bit offsets: the producer
+// keeps them through a unit within its 64 registers.
 struct UnitOrigin {
-  int64_t m0, n0;
+  int32_t block, token_block;
 };
 struct Unit : UnitOrigin {
   int32_t step_begin, step_end;
@@ -160,7 +163,7 @@ __device__ UnitPlace unit_place(const TileParams& p, int32_t unit) {
 template <int kBlockN>
 __device__ UnitOrigin unit_origin(const TileParams& p, int32_t unit) {
   const UnitPlace place = unit_place<kBlockN>(p, unit);
-  return {int64_t{p.schedule_block[place.position]} * kBlockRows, int64_t{place.token_block} * kBlockN};
+  return {p.schedule_block[place.position], place.token_block};
 }
 template <int kBlockN>
 __device__ Unit unit_of(const TileParams& p, int32_t unit, uint32_t rank, uint32_t split) {
@@ -203,8 +206,9 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   uint64_t* empty = full + kStages;
   uint64_t* staged = empty + kStages;  // kDeferred: the consumers staged a part (256 arrivals)
   uint64_t* stored = staged + 1;       // kDeferred: the copy engine read it (one arrival)
-  uint32_t* step_mask = reinterpret_cast<uint32_t*>(stored + 1);
-  int32_t* staged_unit = reinterpret_cast<int32_t*>(step_mask + kStages);  // kDeferred: the unit of the staged part
+  UnitOrigin* end_origin = reinterpret_cast<UnitOrigin*>(stored + 1);  // [stage] an end-of-unit step's unit
+  UnitOrigin* staged_origin = end_origin + kStages;  // kDeferred: the staged unit's; block -1: none
+  uint32_t* step_mask = reinterpret_cast<uint32_t*>(staged_origin + 1);
   const OutputTile<kBlockN> output_tile{ptx::smem_address(smem + S::kPipelineEnd)};
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
@@ -244,6 +248,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         if (timeline && this_step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kPosted + this_step, clock64());
         step_mask[s] = mask;
         if (mask & kEndOfUnit) {
+          end_origin[s] = u;
           ptx::mbarrier_arrive(&full[s]);
           return;
         }
@@ -251,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         const uint32_t tile_copies = tile_rows_per_block == 1 ? 1u : __popc(mask);  // a 128-row tile: one copy
         ptx::mbarrier_arrive_expect_tx(&full[s], x_step_bytes + tile_copies * tile_step_bytes);
         const int32_t k_in_tile = part * kStepK;
-        ptx::tma_load_2d(stage, &x_map, &full[s], tiles.x * p.tile_cols + k_in_tile, static_cast<int32_t>(u.n0));
+        ptx::tma_load_2d(stage, &x_map, &full[s], tiles.x * p.tile_cols + k_in_tile, u.token_block * kBlockN);
         if (mask & 1u) ptx::tma_load_3d(stage + S::kXBytes, &tile_map, &full[s], k_in_tile, 0, tiles.y);
         if (tile_rows_per_block == 2 && mask & 2u)
           ptx::tma_load_3d(stage + S::kXBytes + kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0, tiles.z);
@@ -294,10 +299,10 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           for (int part = 0; part < steps_per_tile; ++part) post(static_cast<uint32_t>(tiles.w), tiles, part, u);
         }
         if (next_unit < 0) look_ahead();
-        post(kEndOfUnit | static_cast<uint32_t>(unit), int4{}, 0, u);
+        post(kEndOfUnit, int4{}, 0, u);
         unit = next_unit;
       }
-      post(kEndOfUnit | static_cast<uint32_t>(kNoUnit), int4{}, 0, Unit{});
+      post(kEndOfWork, int4{}, 0, Unit{});
       if (p.unit_claims && lane == 0) {  // the last CTA to retire leaves the counters zero for the next launch
         __threadfence();
         if (atomicAdd(p.unit_claims + 1, 1) == static_cast<int>(gridDim.x) - 1) p.unit_claims[0] = 0, p.unit_claims[1] = 0;
@@ -306,12 +311,12 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       if (tid % kWarpgroupThreads == kStorerWarp * 32) {
         ptx::prefetch_tensor_map(&d_map);
         constexpr int kPartN = kBlockN / kStoreParts<kBlockN>;
-        for (int parts_stored = 0;; ++parts_stored) {  // a unit's parts come in order; kNoUnit ends the CTA
+        for (int parts_stored = 0;; ++parts_stored) {  // a unit's parts come in order; block -1 ends the CTA
           ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(parts_stored & 1));
-          const int32_t unit = *staged_unit;
-          if (unit == kNoUnit) break;
-          const UnitOrigin u = unit_origin<kBlockN>(p, unit);
-          epi::store_staged(&d_map, output_tile, p.d_col_major, u.m0, u.n0 + parts_stored % kStoreParts<kBlockN> * kPartN);
+          const UnitOrigin origin = *staged_origin;
+          if (origin.block < 0) break;
+          epi::store_staged(&d_map, output_tile, p.d_col_major, int64_t{origin.block} * kBlockRows,
+                            int64_t{origin.token_block} * kBlockN + parts_stored % kStoreParts<kBlockN> * kPartN);
           ptx::mbarrier_arrive(stored);
         }
         ptx::bulk_wait_group<0>();  // D written before the CTA retires
@@ -330,11 +335,12 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
   float acc[Wgmma::kAccumulators];
   int step = 0;
-  for (int units_done = 0;; ++units_done) {  // until the producer's kNoUnit
+  for (int units_done = 0;; ++units_done) {  // until the producer's kEndOfWork
 #pragma unroll
     for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
     int pending = -1;  // the stage whose wgmma group may still be reading
     uint32_t end_mark = 0;
+    int end_stage = 0;  // the stage of the end-of-unit step, handed back once its end_origin is read
     for (;; ++step) {
       const int s = step % kStages;
       ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((step / kStages) & 1));
@@ -349,11 +355,11 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           ptx::mbarrier_arrive(&empty[pending]);
           pending = -1;
         }
-        ptx::mbarrier_arrive(&empty[s]);
         if (end_of_unit) {
-          end_mark = mask, ++step;
+          end_mark = mask, end_stage = s, ++step;
           break;
         }
+        ptx::mbarrier_arrive(&empty[s]);
         continue;
       }
       const unsigned char* stage = smem + s * S::kStageBytes;
@@ -375,17 +381,18 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kMathDone + units_done, clock64());
-    const auto unit = static_cast<int32_t>(end_mark & ~kEndOfUnit);
-    if (unit == kNoUnit) {
+    const UnitOrigin origin = end_origin[end_stage];
+    ptx::mbarrier_arrive(&empty[end_stage]);
+    if (end_mark == kEndOfWork) {
       if constexpr (kDeferred) {  // the storer's last part: none (once it has read the last real one)
         const int parts_staged = units_done * kStoreParts<kBlockN>;
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
-        if (tid == 0) *staged_unit = kNoUnit;
+        if (tid == 0) *staged_origin = UnitOrigin{-1, 0};
         ptx::mbarrier_arrive(staged);
       }
       break;
     }
-    const UnitOrigin u = unit_origin<kBlockN>(p, unit);
+    const int64_t m0 = int64_t{origin.block} * kBlockRows, n0 = int64_t{origin.token_block} * kBlockN;
 
     if constexpr (kDeferred) {  // stage each part of the final outputs once the copy engine has read the last
       constexpr int kParts = kStoreParts<kBlockN>, kPartAccumulators = Wgmma::kAccumulators / kParts;
@@ -394,8 +401,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         const int parts_staged = units_done * kParts + part;
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
         const auto& part_acc = *reinterpret_cast<const float(*)[kPartAccumulators]>(acc + part * kPartAccumulators);
-        epi::stage_outputs<Out>(p, output_tile, part_acc, u.m0, warpgroup * kWarpgroupRows, thread_in_group);
-        if (tid == 0) *staged_unit = unit;
+        epi::stage_outputs<Out>(p, output_tile, part_acc, m0, warpgroup * kWarpgroupRows, thread_in_group);
+        if (tid == 0) *staged_origin = origin;
         ptx::mbarrier_arrive(staged);
         if (timeline && tid == 0 && part == 0 && units_done < TileTimeline::kUnits)
           record_time(timeline, TileTimeline::kFirstPartStaged + units_done, clock64());
@@ -404,20 +411,20 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       continue;
     }
     if (split == 1) {  // this warpgroup's 64 rows, kChunkN tokens at a time, while the producer loads ahead
-      const int64_t m0 = u.m0 + warpgroup * kWarpgroupRows;
+      const int64_t rows0 = m0 + warpgroup * kWarpgroupRows;
 #pragma unroll
       for (int chunk = 0; chunk < kBlockN / kChunkN; ++chunk) {
         epi::warpgroup_barrier(kChunkBarrier + warpgroup);  // the previous chunk is written
-        epi::stage_accumulators(p, chunk_tile, acc, p.bias, m0, 0, chunk * kChunkN, thread_in_group);
+        epi::stage_accumulators(p, chunk_tile, acc, p.bias, rows0, 0, chunk * kChunkN, thread_in_group);
         epi::warpgroup_barrier(kChunkBarrier + warpgroup);
-        epi::write_tile<Out>(p, chunk_tile, m0, u.n0 + chunk * kChunkN, thread_in_group, kWarpgroupThreads,
+        epi::write_tile<Out>(p, chunk_tile, rows0, n0 + chunk * kChunkN, thread_in_group, kWarpgroupThreads,
                              epi::LocalStaged{});
       }
       if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
       continue;
     }
     // Split K (one unit per CTA): the pipeline is idle now; the cluster sums its partial tiles there.
-    write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, u.m0, u.n0, opaque(tid));
+    write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, m0, n0, opaque(tid));
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
   }
   if (!kDeferred && timeline && tid == 0) record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns());
