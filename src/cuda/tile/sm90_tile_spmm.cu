@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
     int pending = -1;  // the stage whose wgmma group may still be reading
     uint32_t end_mark = 0;
-    int end_stage = 0;  // the stage of the end-of-unit step, handed back once its end_origin is read
+    UnitOrigin origin{};  // from the end-of-unit step
     for (;; ++step) {
       const int s = step % kStages;
       ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((step / kStages) & 1));
@@ -355,11 +355,12 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           ptx::mbarrier_arrive(&empty[pending]);
           pending = -1;
         }
+        if (end_of_unit) origin = end_origin[s];  // read before the stage (and the word) goes back
+        ptx::mbarrier_arrive(&empty[s]);
         if (end_of_unit) {
-          end_mark = mask, end_stage = s, ++step;
+          end_mark = mask, ++step;
           break;
         }
-        ptx::mbarrier_arrive(&empty[s]);
         continue;
       }
       const unsigned char* stage = smem + s * S::kStageBytes;
@@ -381,8 +382,6 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kMathDone + units_done, clock64());
-    const UnitOrigin origin = end_origin[end_stage];
-    ptx::mbarrier_arrive(&empty[end_stage]);
     if (end_mark == kEndOfWork) {
       if constexpr (kDeferred) {  // the storer's last part: none (once it has read the last real one)
         const int parts_staged = units_done * kStoreParts<kBlockN>;
