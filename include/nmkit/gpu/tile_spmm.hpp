@@ -126,7 +126,8 @@ const char* kernel_name(TileKernel k) noexcept;
 
 // The sm90 kernel's launch: a CTA computes 128 rows of D for block_n tokens (32, 64, 128 or 256; 0 = by C); `split`
 // CTAs of a cluster share its tile columns (1..8; 0 = by grid size); `persistent` runs one CTA per SM (two at
-// block_n <= 64) striding over the work units, false one CTA per unit (ignored when split > 1).
+// block_n <= 64) over the work units (striding where the weight's blocks are balanced, else claiming the next
+// unit from a device counter), false one CTA per unit (ignored when split > 1).
 // docs/performance.md compares the two.
 // `deferred_store`: where D is f16/bf16 and final in registers (beta == 0, activation none or relu), split == 1,
 // block_n >= 64 and D's stride a multiple of 8 elements (and, at run time, D 16-byte aligned), the consumers stage

@@ -12,7 +12,8 @@
 // A CTA walks work units (128-row block x kBlockN tokens, in the order unit_place gives): one unit per CTA, or, when
 // persistent, every gridDim-th unit (balanced schedules) or the next unit no CTA has claimed yet (blocks of
 // unequal length, longest first), its producer streaming the next unit's steps while the consumers finish the
-// last. The producer names each finished unit in its end-of-unit step, for the consumers' epilogue and the storer. With the deferred store (16-bit D final in registers) the consumers stage each unit as TMA boxes, 128
+// last. The producer names each finished unit in its end-of-unit step, for the consumers' epilogue and the
+// storer. With the deferred store (16-bit D final in registers) the consumers stage each unit as TMA boxes, 128
 // tokens at a time, and one producer lane has the copy engine store them while the next unit runs; otherwise
 // each consumer warpgroup writes its 64 rows through a staging buffer of its own, 32 tokens at a time. Neither
 // drains the pipeline.
@@ -470,8 +471,8 @@ void launch(const TileParams& params, int split, bool persistent, uint64_t* time
                 : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {epi::kLineElements, kBlockRows});
   }
   // One unit per CTA (per cluster when split), balanced by the hardware's CTA scheduler; or persistent: one CTA
-  // per slot (ctas_per_sm per SM) at most, each claiming the next unit as it nears the end of one, so that SMs
-  // that run slower or drew longer units take fewer.
+  // per slot (ctas_per_sm per SM) at most, each striding over the units or claiming the next one as it nears the
+  // end of one, so that CTAs that drew longer units (or run on slower SMs) take fewer.
   const int64_t units = ceil_div(p.rows, int64_t{kBlockRows}) * ceil_div(p.n, int64_t{kBlockN});
   const int64_t resident = int64_t{nm24::sm_count()} * Budget<kBlockN>::kCtasPerSm;
   const int64_t blocks = persistent && split == 1 ? std::min<int64_t>(units, resident) : units * split;
