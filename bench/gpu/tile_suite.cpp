@@ -129,85 +129,28 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
   NMKIT_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device));
   const double us_per_cycle = 1e3 / clock_khz;
 
-  struct Mean {
-    double sum = 0;
-    int64_t n = 0;
-    void add(double v) { sum += v, ++n; }
-    double get() const { return n ? sum / static_cast<double>(n) : 0.0; }
-  } prologue, latency, step_time, mainloop, epilogue, next_wait, units_per_cta, steps_per_unit, issue, between_posts,
-      math_drain, first_part, other_parts, first_unit_drain, first_unit_epilogue;
-  uint64_t first_start_ns = UINT64_MAX, last_start_ns = 0;
-  std::vector<uint64_t> ends_ns;
-  std::string cta0;
-  for (int64_t c = 0; c < ctas; ++c) {
-    const uint64_t* w = words.data() + c * T::kWords;
-    if (w[T::kStart] == 0) continue;  // no such CTA in the grid
-    first_start_ns = std::min(first_start_ns, w[T::kStartNs]), last_start_ns = std::max(last_start_ns, w[T::kStartNs]);
-    if (w[T::kEndNs] != 0) ends_ns.push_back(w[T::kEndNs]);
+  const gpu::TileTimelineSummary t = gpu::summarize_tile_timeline(words, us_per_cycle);
+  std::string cta0;  // the first CTA's steps, as they went
+  if (const uint64_t* w = words.data(); w[T::kStart] != 0) {
     const auto at = [&](int slot) { return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * us_per_cycle; };
-    int steps = 0;
-    while (steps < T::kSteps && w[T::kArrived + steps] != 0 && w[T::kPosted + steps] != 0) ++steps;
-    int done = 0;
-    while (done < T::kUnits && w[T::kUnitDone + done] != 0) ++done;
-    units_per_cta.add(done);
-    if (steps > 0) prologue.add(at(T::kPosted));
-    for (int i = 0; i < steps; ++i) {  // a step's copies: their issue, and the gap to the next step's post
-      if (w[T::kIssued + i] == 0) continue;  // an end-of-unit step issues no copy
-      issue.add(at(T::kIssued + i) - at(T::kPosted + i));
-      if (i + 1 < steps) between_posts.add(at(T::kPosted + i + 1) - at(T::kIssued + i));
-    }
-    // Steps of unit u: those that landed before its epilogue ended (the last of them is its end marker).
-    int step = 0;
-    for (int u = 0; u < done; ++u) {
-      const int first = step;
-      while (step < steps && w[T::kArrived + step] <= w[T::kUnitDone + u]) {
-        latency.add(at(T::kArrived + step) - at(T::kPosted + step));
-        if (step > first) step_time.add(at(T::kArrived + step) - at(T::kArrived + step - 1));
-        ++step;
-      }
-      // The unit's end-of-unit step must be among the recorded ones: where the record ran out inside the unit,
-      // its last recorded step is a mid-unit one, and the epilogue measured from there would include the steps
-      // that followed (at density 0.5, 64x64: "5 us" of epilogue per unit, of which 2 were the epilogue).
-      if (step == first || (step == steps && steps == T::kSteps)) break;
-      steps_per_unit.add(step - first - 1);
-      mainloop.add(at(T::kArrived + step - 1) - at(T::kArrived + first));
-      epilogue.add(at(T::kUnitDone + u) - at(T::kArrived + step - 1));
-      if (w[T::kMathDone + u] != 0) math_drain.add(at(T::kMathDone + u) - at(T::kArrived + step - 1));
-      if (u == 0 && w[T::kMathDone] != 0) {
-        first_unit_drain.add(at(T::kMathDone) - at(T::kArrived + step - 1));
-        first_unit_epilogue.add(at(T::kUnitDone) - at(T::kArrived + step - 1));
-      }
-      if (w[T::kFirstPartStaged + u] != 0) {
-        first_part.add(at(T::kFirstPartStaged + u) - at(T::kMathDone + u));
-        other_parts.add(at(T::kUnitDone + u) - at(T::kFirstPartStaged + u));
-      }
-      if (step < steps) next_wait.add(at(T::kArrived + step) - at(T::kUnitDone + u));
-    }
-    if (cta0.empty()) {
-      char text[64];
-      for (int i = 0; i < std::min(steps, 24); ++i)
-        std::snprintf(text, sizeof text, " %.1f/%.1f", at(T::kPosted + i), at(T::kArrived + i)), cta0 += text;
-      cta0 += " | units done:";
-      for (int u = 0; u < std::min(done, 8); ++u) std::snprintf(text, sizeof text, " %.1f", at(T::kUnitDone + u)), cta0 += text;
-    }
+    char text[64];
+    for (int i = 0; i < T::kSteps && i < 24 && w[T::kArrived + i] != 0; ++i)
+      std::snprintf(text, sizeof text, " %.1f/%.1f", at(T::kPosted + i), at(T::kArrived + i)), cta0 += text;
+    cta0 += " | units done:";
+    for (int u = 0; u < 8 && w[T::kUnitDone + u] != 0; ++u) std::snprintf(text, sizeof text, " %.1f", at(T::kUnitDone + u)), cta0 += text;
   }
   std::printf("  timeline (us): CTA starts spread %.1f; per CTA %.1f units of %.1f steps; prologue to first copy %.2f; "
               "copy posted->landed %.2f; step %.2f; unit main loop %.2f, epilogue %.2f, wait for next unit's data %.2f\n",
-              static_cast<double>(last_start_ns - first_start_ns) * 1e-3, units_per_cta.get(), steps_per_unit.get(),
-              prologue.get(), latency.get(), step_time.get(), mainloop.get(), epilogue.get(), next_wait.get());
+              t.start_spread_us, t.units_per_cta, t.steps_per_unit, t.prologue_us, t.copy_latency_us, t.step_us,
+              t.main_loop_us, t.epilogue_us, t.next_unit_wait_us);
   std::printf("  first CTA, posted/landed per step (us from its start):%s\n", cta0.c_str());
-  if (!ends_ns.empty()) {  // offsets from the first start: the raw nanosecond counts are too large to average
-    Mean end;
-    for (uint64_t e : ends_ns) end.add(static_cast<double>(e - first_start_ns) * 1e-3);
-    const auto [first, last] = std::minmax_element(ends_ns.begin(), ends_ns.end());
-    std::printf("  CTA ends (us after the first start): first %.1f, mean %.1f, last %.1f\n",
-                static_cast<double>(*first - first_start_ns) * 1e-3, end.get(), static_cast<double>(*last - first_start_ns) * 1e-3);
-  }
-  std::printf("  epilogue (us): last wgmma done %.2f after the end-of-unit step; first part staged %.2f later; the rest %.2f "
-              "(a CTA's first unit alone: %.2f, %.2f in all)\n",
-              math_drain.get(), first_part.get(), other_parts.get(), first_unit_drain.get(), first_unit_epilogue.get());
-  std::printf("  producer per step (us): copies issued %.3f after the post; next post %.3f after the copies\n", issue.get(),
-              between_posts.get());
+  if (t.end_last_us > 0)
+    std::printf("  CTA ends (us after the first start): first %.1f, mean %.1f, last %.1f\n", t.end_first_us, t.end_mean_us,
+                t.end_last_us);
+  std::printf("  epilogue (us): last wgmma done %.2f after the end-of-unit step; first part staged %.2f later; the rest %.2f\n",
+              t.math_drain_us, t.first_part_us, t.other_parts_us);
+  std::printf("  producer per step (us): copies issued %.3f after the post; next post %.3f after the copies\n",
+              t.copy_issue_us, t.post_gap_us);
 }
 
 }  // namespace

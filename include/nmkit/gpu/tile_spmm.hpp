@@ -160,6 +160,30 @@ struct TileTimeline {
   static constexpr int kWords = kFirstPartStaged + kUnits;
 };
 
+// What a TileLaunch::timeline recorded, averaged over the CTAs (microseconds at `us_per_cycle`; 0 where nothing
+// was recorded). A unit counts only if its end-of-unit step is among the recorded steps: where the record ran out
+// inside a unit, its epilogue would be measured from a mid-unit step.
+struct TileTimelineSummary {
+  int64_t ctas = 0;            // CTAs that recorded a start
+  int64_t units_counted = 0;   // units whose main loop and epilogue are in the means below
+  double start_spread_us = 0;  // the last CTA start after the first (global timer)
+  double units_per_cta = 0, steps_per_unit = 0;  // steps: those with data
+  double prologue_us = 0;      // CTA start -> its first post
+  double copy_latency_us = 0;  // a step posted -> its data landed for consumer warpgroup 0
+  double copy_issue_us = 0;    // a step posted -> its last copy issued
+  double post_gap_us = 0;      // a step's last copy issued -> the next step posted
+  double step_us = 0;          // between two steps of a unit landing
+  double main_loop_us = 0;     // a unit's first step landed -> its end-of-unit step
+  double epilogue_us = 0;      // the end-of-unit step -> the unit written (or staged)
+  double math_drain_us = 0;    // the end-of-unit step -> the unit's last wgmma done
+  double first_part_us = 0;    // the last wgmma done -> the first part staged (deferred store)
+  double other_parts_us = 0;   // the first part staged -> the unit staged
+  double next_unit_wait_us = 0;  // the unit written -> the next unit's first step landed
+  double end_first_us = 0, end_mean_us = 0, end_last_us = 0;  // CTA ends after the first start (global timer)
+};
+// `words`: grid x TileTimeline::kWords, as the launch left them (zero-filled before it).
+TileTimelineSummary summarize_tile_timeline(const std::vector<uint64_t>& words, double us_per_cycle);
+
 class TileSpmmPlan {
  public:
   // Validates the description, the tile shape and the kernel's requirements, and fixes the launch configuration
