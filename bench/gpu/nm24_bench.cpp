@@ -141,6 +141,7 @@ struct Options {
   bool tile_unit_per_cta = false;
   bool tile_chunked_epilogue = false;
   bool tile_timeline = false;
+  bool tile_blocked_ell = false;
   std::vector<int> vnm_m{4, 5, 7, 8, 10, 16, 20, 32, 40, 100};
   std::string vnm_b_layout = "both";
   std::string vnm_shapes = "acceptance";
@@ -190,6 +191,7 @@ int run(const Options& o) {
     t.persistent = !o.tile_unit_per_cta;
     t.deferred_store = !o.tile_chunked_epilogue;
     t.timeline = o.tile_timeline;
+    t.blocked_ell = o.tile_blocked_ell;
     out["tile_run_host_overhead_us"] = run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
     if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
     return 0;
@@ -335,6 +337,8 @@ int main(int argc, char** argv) {
                "tile suite: one sm90 CTA per work unit instead of one persistent CTA per SM");
   app.add_flag("--tile-chunked-epilogue", o.tile_chunked_epilogue,
                "tile suite: the sm90 consumers write D themselves, 32 tokens at a time (no deferred store; ablation)");
+  app.add_flag("--tile-blocked-ell", o.tile_blocked_ell,
+               "tile suite: also time cuSPARSE Blocked-ELL where every tile row has nearly as many tiles (padding <= 25 %)");
   app.add_flag("--tile-timeline", o.tile_timeline,
                "tile suite: after each sm90 row, one launch traced with clock64 marks and summarised (diagnosis)");
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();

@@ -1,8 +1,9 @@
 // The tile suite: for every (dtype, shape, tile side, density, distribution), side by side in one process:
 // dense cuBLASLt on the expanded weight (the fastest of its heuristic algorithms, chosen once per shape and timed
-// again at every row, right after nmkit) and nmkit's tile SpMM. Weights are random packed tiles: `uniform` gives every tile row the same number of tiles, `skewed`
-// draws the per-row counts from a geometric-like law (a few long rows, many short ones) with the same total.
-// Every row is checked against cuBLAS.
+// again at every row, right after nmkit), nmkit's tile SpMM, cuSPARSE BSR and, with --tile-blocked-ell, cuSPARSE
+// Blocked-ELL where the pattern allows. Weights are random packed tiles: `uniform` gives every tile row the same
+// number of tiles, `skewed` draws the per-row counts from a geometric-like law (a few long rows, many short ones)
+// with the same total. Every row is checked against cuBLAS.
 #include "tile_suite.hpp"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <cusparse.h>
 
 #include "nmkit/dtype.hpp"
+#include "blocked_ell.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 
 namespace nmkit::bench {
@@ -61,6 +63,48 @@ class CusparseBsr {
 
  private:
   cusparseHandle_t h_;
+  cusparseSpMatDescr_t a_{};
+  cusparseDnMatDescr_t b_{}, d_{};
+  DeviceArray buffer_;
+};
+
+class CusparseBlockedEll {
+ public:
+  CusparseBlockedEll(cusparseHandle_t h, const gpu::PackedTiles& p, const Shape& s, DType dtype, const void* b, void* d)
+      : h_(h) {
+    const BlockedEll ell(p);
+    columns_ = DeviceArray(ell.columns.size() * sizeof(int32_t));
+    values_ = DeviceArray(ell.values.size() * sizeof(uint16_t));
+    NMKIT_CUDA_CHECK(cudaMemcpy(columns_.ptr, ell.columns.data(), ell.columns.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    NMKIT_CUDA_CHECK(cudaMemcpy(values_.ptr, ell.values.data(), ell.values.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    const cudaDataType type = cuda_type(dtype);
+    CHECK_CUSPARSE(cusparseCreateBlockedEll(&a_, s.r, s.k, p.tile_rows, ell.width * p.tile_rows, columns_.ptr, values_.ptr,
+                                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, type));
+    CHECK_CUSPARSE(cusparseCreateDnMat(&b_, s.k, s.c, s.k, const_cast<void*>(b), type, CUSPARSE_ORDER_COL));
+    CHECK_CUSPARSE(cusparseCreateDnMat(&d_, s.r, s.c, s.r, d, type, CUSPARSE_ORDER_COL));
+    std::size_t bytes = 0;
+    const float alpha = 1.0f, beta = 0.0f;
+    CHECK_CUSPARSE(cusparseSpMM_bufferSize(h_, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha,
+                                           a_, b_, &beta, d_, CUDA_R_32F, CUSPARSE_SPMM_BLOCKED_ELL_ALG1, &bytes));
+    buffer_ = DeviceArray(bytes);
+  }
+  CusparseBlockedEll(const CusparseBlockedEll&) = delete;
+  CusparseBlockedEll& operator=(const CusparseBlockedEll&) = delete;
+  ~CusparseBlockedEll() {
+    cusparseDestroySpMat(a_);
+    cusparseDestroyDnMat(b_), cusparseDestroyDnMat(d_);
+  }
+  void run(const void* b, void* d) {
+    CHECK_CUSPARSE(cusparseDnMatSetValues(b_, const_cast<void*>(b)));
+    CHECK_CUSPARSE(cusparseDnMatSetValues(d_, d));
+    const float alpha = 1.0f, beta = 0.0f;
+    CHECK_CUSPARSE(cusparseSpMM(h_, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, a_, b_,
+                                &beta, d_, CUDA_R_32F, CUSPARSE_SPMM_BLOCKED_ELL_ALG1, buffer_.ptr));
+  }
+
+ private:
+  cusparseHandle_t h_;
+  DeviceArray columns_, values_;
   cusparseSpMatDescr_t a_{};
   cusparseDnMatDescr_t b_{}, d_{};
   DeviceArray buffer_;
@@ -215,6 +259,19 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               std::fprintf(stderr, "cuSPARSE BSR skipped: %s\n", e.what());
               cudaGetLastError();
             }
+            // cuSPARSE Blocked-ELL (tensor cores), where the rows are even enough; checked the same way.
+            std::optional<double> ell_ms, ell_err;
+            if (o.blocked_ell && BlockedEll::applies(packed)) {
+              try {
+                CusparseBlockedEll ell(sparse, packed, s, dtype, b[0].ptr, d_nmkit[0].ptr);
+                const Measured m = time_and_check([&](int i) { ell.run(b[i].ptr, d_nmkit[i].ptr); }, sets, o.warmup,
+                                                  o.iters, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+                ell_ms = m.ms, ell_err = m.rel_error;
+              } catch (const Error& e) {
+                std::fprintf(stderr, "cuSPARSE Blocked-ELL skipped: %s\n", e.what());
+                cudaGetLastError();
+              }
+            }
             char shape_text[64], tile_text[16];
             std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
             std::snprintf(tile_text, sizeof tile_text, "%dx%d", side, side);
@@ -230,9 +287,11 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             plan.deferred_store() ? " deferred" : "");
             else
               std::snprintf(kernel_text, sizeof kernel_text, "%s", gpu::kernel_name(plan.kernel()));
-            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s\n", "tile",
+            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s", "tile",
                         shape_text, dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
                         dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, kernel_text);
+            if (ell_ms) std::printf("  | Blocked-ELL %.3f ms (%.2fx, err %.1e)", *ell_ms, *ell_ms / nmkit_ms, *ell_err);
+            std::printf("\n");
             std::fflush(stdout);
             rows.push_back({{"suite", "tile"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
                             {"tile", side}, {"density", density}, {"distribution", skewed ? "skewed" : "uniform"},
@@ -243,6 +302,9 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             if (bsr_ms)
               rows.back()["cusparse_bsr_ms"] = *bsr_ms, rows.back()["cusparse_bsr_rel_error"] = *bsr_err,
               rows.back()["nmkit_vs_cusparse_bsr"] = *bsr_ms / nmkit_ms;
+            if (ell_ms)
+              rows.back()["cusparse_blocked_ell_ms"] = *ell_ms, rows.back()["cusparse_blocked_ell_rel_error"] = *ell_err,
+              rows.back()["nmkit_vs_cusparse_blocked_ell"] = *ell_ms / nmkit_ms;
           }
     }
   cusparseDestroy(sparse);
