@@ -26,88 +26,80 @@ namespace {
 
 #define CHECK_CUSPARSE(x) nmkit_bench_check_status(static_cast<int>(x), #x)
 
-// cuSPARSE's BSR SpMM (cusparseSpMM, CUSPARSE_SPMM_BSR_ALG1) on nmkit's own packed arrays, which are BSR with
-// row-major blocks: row_ptr, col_index, tiles. B col-major K x C, D col-major R x C, fp32 compute.
-class CusparseBsr {
+// A cuSPARSE SpMM baseline: one sparse descriptor of the weight (made by the derived class), B col-major K x C,
+// D col-major R x C, fp32 compute; run() takes another operand set's B and D.
+class CusparseSpmm {
  public:
-  CusparseBsr(cusparseHandle_t h, const gpu::DeviceTiles& a, int64_t grid_rows, int64_t grid_cols, int64_t nnz,
-              const Shape& s, DType dtype, const void* b, void* d)
-      : h_(h) {
-    const cudaDataType type = cuda_type(dtype);
-    CHECK_CUSPARSE(cusparseCreateBsr(&a_, grid_rows, grid_cols, nnz, a.tile_rows(), a.tile_cols(),
-                                     const_cast<int32_t*>(a.row_ptr()), const_cast<int32_t*>(a.col_index()),
-                                     const_cast<void*>(a.data()), CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
-                                     CUSPARSE_INDEX_BASE_ZERO, type, CUSPARSE_ORDER_ROW));
-    CHECK_CUSPARSE(cusparseCreateDnMat(&b_, grid_cols * a.tile_cols(), s.c, s.k, const_cast<void*>(b), type, CUSPARSE_ORDER_COL));
-    CHECK_CUSPARSE(cusparseCreateDnMat(&d_, grid_rows * a.tile_rows(), s.c, s.r, d, type, CUSPARSE_ORDER_COL));
-    std::size_t bytes = 0;
-    const float alpha = 1.0f, beta = 0.0f;
-    CHECK_CUSPARSE(cusparseSpMM_bufferSize(h_, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha,
-                                           a_, b_, &beta, d_, CUDA_R_32F, CUSPARSE_SPMM_BSR_ALG1, &bytes));
-    buffer_ = DeviceArray(bytes);
+  CusparseSpmm(const CusparseSpmm&) = delete;
+  CusparseSpmm& operator=(const CusparseSpmm&) = delete;
+  ~CusparseSpmm() {
+    if (a_) cusparseDestroySpMat(a_);
+    if (b_) cusparseDestroyDnMat(b_);
+    if (d_) cusparseDestroyDnMat(d_);
   }
-  CusparseBsr(const CusparseBsr&) = delete;
-  CusparseBsr& operator=(const CusparseBsr&) = delete;
-  ~CusparseBsr() {
-    cusparseDestroySpMat(a_);
-    cusparseDestroyDnMat(b_), cusparseDestroyDnMat(d_);
-  }
-  // The same weight with another B and D (operand set).
   void run(const void* b, void* d) {
     CHECK_CUSPARSE(cusparseDnMatSetValues(b_, const_cast<void*>(b)));
     CHECK_CUSPARSE(cusparseDnMatSetValues(d_, d));
     const float alpha = 1.0f, beta = 0.0f;
     CHECK_CUSPARSE(cusparseSpMM(h_, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, a_, b_,
-                                &beta, d_, CUDA_R_32F, CUSPARSE_SPMM_BSR_ALG1, buffer_.ptr));
+                                &beta, d_, CUDA_R_32F, alg_, buffer_.ptr));
   }
 
- private:
-  cusparseHandle_t h_;
-  cusparseSpMatDescr_t a_{};
-  cusparseDnMatDescr_t b_{}, d_{};
-  DeviceArray buffer_;
-};
-
-class CusparseBlockedEll {
- public:
-  CusparseBlockedEll(cusparseHandle_t h, const gpu::PackedTiles& p, const Shape& s, DType dtype, const void* b, void* d)
-      : h_(h) {
-    const BlockedEll ell(p);
-    columns_ = DeviceArray(ell.columns.size() * sizeof(int32_t));
-    values_ = DeviceArray(ell.values.size() * sizeof(uint16_t));
-    NMKIT_CUDA_CHECK(cudaMemcpy(columns_.ptr, ell.columns.data(), ell.columns.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    NMKIT_CUDA_CHECK(cudaMemcpy(values_.ptr, ell.values.data(), ell.values.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+ protected:
+  CusparseSpmm(cusparseHandle_t h, cusparseSpMMAlg_t alg) : h_(h), alg_(alg) {}
+  // Once a_ is made: the dense operands' descriptors and the workspace.
+  void describe_operands(const Shape& s, DType dtype, const void* b, void* d) {
     const cudaDataType type = cuda_type(dtype);
-    CHECK_CUSPARSE(cusparseCreateBlockedEll(&a_, s.r, s.k, p.tile_rows, ell.width * p.tile_rows, columns_.ptr, values_.ptr,
-                                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, type));
     CHECK_CUSPARSE(cusparseCreateDnMat(&b_, s.k, s.c, s.k, const_cast<void*>(b), type, CUSPARSE_ORDER_COL));
     CHECK_CUSPARSE(cusparseCreateDnMat(&d_, s.r, s.c, s.r, d, type, CUSPARSE_ORDER_COL));
     std::size_t bytes = 0;
     const float alpha = 1.0f, beta = 0.0f;
     CHECK_CUSPARSE(cusparseSpMM_bufferSize(h_, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha,
-                                           a_, b_, &beta, d_, CUDA_R_32F, CUSPARSE_SPMM_BLOCKED_ELL_ALG1, &bytes));
+                                           a_, b_, &beta, d_, CUDA_R_32F, alg_, &bytes));
     buffer_ = DeviceArray(bytes);
   }
-  CusparseBlockedEll(const CusparseBlockedEll&) = delete;
-  CusparseBlockedEll& operator=(const CusparseBlockedEll&) = delete;
-  ~CusparseBlockedEll() {
-    cusparseDestroySpMat(a_);
-    cusparseDestroyDnMat(b_), cusparseDestroyDnMat(d_);
-  }
-  void run(const void* b, void* d) {
-    CHECK_CUSPARSE(cusparseDnMatSetValues(b_, const_cast<void*>(b)));
-    CHECK_CUSPARSE(cusparseDnMatSetValues(d_, d));
-    const float alpha = 1.0f, beta = 0.0f;
-    CHECK_CUSPARSE(cusparseSpMM(h_, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, a_, b_,
-                                &beta, d_, CUDA_R_32F, CUSPARSE_SPMM_BLOCKED_ELL_ALG1, buffer_.ptr));
-  }
+  cusparseSpMatDescr_t a_{};
 
  private:
   cusparseHandle_t h_;
-  DeviceArray columns_, values_;
-  cusparseSpMatDescr_t a_{};
+  cusparseSpMMAlg_t alg_;
   cusparseDnMatDescr_t b_{}, d_{};
   DeviceArray buffer_;
+};
+
+// BSR (CUSPARSE_SPMM_BSR_ALG1) on nmkit's own packed arrays, which are BSR with row-major blocks: row_ptr,
+// col_index, tiles. R and K whole tiles.
+class CusparseBsr : public CusparseSpmm {
+ public:
+  CusparseBsr(cusparseHandle_t h, const gpu::DeviceTiles& a, int64_t grid_rows, int64_t grid_cols, int64_t nnz,
+              const Shape& s, DType dtype, const void* b, void* d)
+      : CusparseSpmm(h, CUSPARSE_SPMM_BSR_ALG1) {
+    CHECK_CUSPARSE(cusparseCreateBsr(&a_, grid_rows, grid_cols, nnz, a.tile_rows(), a.tile_cols(),
+                                     const_cast<int32_t*>(a.row_ptr()), const_cast<int32_t*>(a.col_index()),
+                                     const_cast<void*>(a.data()), CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
+                                     CUSPARSE_INDEX_BASE_ZERO, cuda_type(dtype), CUSPARSE_ORDER_ROW));
+    describe_operands(s, dtype, b, d);
+  }
+};
+
+// Blocked-ELL (CUSPARSE_SPMM_BLOCKED_ELL_ALG1, tensor cores) on the ELL form of the packed tiles (BlockedEll),
+// where BlockedEll::applies.
+class CusparseBlockedEll : public CusparseSpmm {
+ public:
+  CusparseBlockedEll(cusparseHandle_t h, const gpu::PackedTiles& p, const Shape& s, DType dtype, const void* b, void* d)
+      : CusparseSpmm(h, CUSPARSE_SPMM_BLOCKED_ELL_ALG1) {
+    const BlockedEll ell(p);
+    columns_ = DeviceArray(ell.columns.size() * sizeof(int32_t));
+    values_ = DeviceArray(ell.values.size() * sizeof(uint16_t));
+    NMKIT_CUDA_CHECK(cudaMemcpy(columns_.ptr, ell.columns.data(), ell.columns.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    NMKIT_CUDA_CHECK(cudaMemcpy(values_.ptr, ell.values.data(), ell.values.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    CHECK_CUSPARSE(cusparseCreateBlockedEll(&a_, s.r, s.k, p.tile_rows, ell.width * p.tile_rows, columns_.ptr, values_.ptr,
+                                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, cuda_type(dtype)));
+    describe_operands(s, dtype, b, d);
+  }
+
+ private:
+  DeviceArray columns_, values_;
 };
 
 gpu::PackedTiles random_tiles(int64_t rows, int64_t cols, int side, double density, bool skewed, DType dtype,
@@ -245,40 +237,36 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               plan.run(stream, weights[1 % sets], b[1 % sets].ptr, nullptr, d_nmkit[1 % sets].ptr);
               print_timeline(plan, weights[0], b[0].ptr, d_nmkit[0].ptr, stream);
             }
-            // cuSPARSE BSR on the same arrays, checked against cuBLAS too; reported as skipped where it refuses.
-            std::optional<double> bsr_ms, bsr_err;
-            try {
-              require(s.r % side == 0 && s.k % side == 0, ErrorCode::unsupported, "R and K must be whole tiles for BSR");
-              CusparseBsr bsr(sparse, weights[0], packed.grid_rows(), packed.grid_cols(), packed.nnz_tiles(), s, dtype,
-                              b[0].ptr, d_nmkit[0].ptr);
-              // B and D rotate through the operand sets; the weight stays set 0's (if anything, this flatters cuSPARSE).
-              const Measured m = time_and_check([&](int i) { bsr.run(b[i].ptr, d_nmkit[i].ptr); }, sets, o.warmup,
-                                                o.iters, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
-              bsr_ms = m.ms, bsr_err = m.rel_error;
-            } catch (const Error& e) {
-              std::fprintf(stderr, "cuSPARSE BSR skipped: %s\n", e.what());
-              cudaGetLastError();
-            }
-            // cuSPARSE Blocked-ELL (tensor cores), where the rows are even enough; checked the same way.
-            std::optional<double> ell_ms, ell_err;
-            if (o.blocked_ell && BlockedEll::applies(packed)) {
+            // The cuSPARSE baselines on the same pattern, each checked against cuBLAS too and reported as skipped where
+            // it refuses. B and D rotate through the operand sets; the weight stays set 0's (if anything, this
+            // flatters cuSPARSE).
+            const auto time_baseline = [&](const char* name, const auto& make) -> std::optional<Measured> {
               try {
-                CusparseBlockedEll ell(sparse, packed, s, dtype, b[0].ptr, d_nmkit[0].ptr);
-                const Measured m = time_and_check([&](int i) { ell.run(b[i].ptr, d_nmkit[i].ptr); }, sets, o.warmup,
-                                                  o.iters, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
-                ell_ms = m.ms, ell_err = m.rel_error;
+                auto baseline = make();
+                return time_and_check([&](int i) { baseline.run(b[i].ptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,
+                                      d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
               } catch (const Error& e) {
-                std::fprintf(stderr, "cuSPARSE Blocked-ELL skipped: %s\n", e.what());
+                std::fprintf(stderr, "%s skipped: %s\n", name, e.what());
                 cudaGetLastError();
+                return std::nullopt;
               }
-            }
+            };
+            const std::optional<Measured> bsr = time_baseline("cuSPARSE BSR", [&] {
+              require(s.r % side == 0 && s.k % side == 0, ErrorCode::unsupported, "R and K must be whole tiles for BSR");
+              return CusparseBsr(sparse, weights[0], packed.grid_rows(), packed.grid_cols(), packed.nnz_tiles(), s, dtype,
+                                 b[0].ptr, d_nmkit[0].ptr);
+            });
+            std::optional<Measured> ell;  // Blocked-ELL (tensor cores), where the tile rows are even enough
+            if (o.blocked_ell && BlockedEll::applies(packed))
+              ell = time_baseline("cuSPARSE Blocked-ELL",
+                                  [&] { return CusparseBlockedEll(sparse, packed, s, dtype, b[0].ptr, d_nmkit[0].ptr); });
             char shape_text[64], tile_text[16];
             std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
             std::snprintf(tile_text, sizeof tile_text, "%dx%d", side, side);
             char bsr_text[32] = "-", bsr_ratio[32] = "-";
-            if (bsr_ms) {
-              std::snprintf(bsr_text, sizeof bsr_text, "%.3f", *bsr_ms);
-              std::snprintf(bsr_ratio, sizeof bsr_ratio, "%.2fx", *bsr_ms / nmkit_ms);
+            if (bsr) {
+              std::snprintf(bsr_text, sizeof bsr_text, "%.3f", bsr->ms);
+              std::snprintf(bsr_ratio, sizeof bsr_ratio, "%.2fx", bsr->ms / nmkit_ms);
             }
             char kernel_text[64];
             if (plan.kernel() == gpu::TileKernel::sm90_wgmma)
@@ -290,7 +278,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s", "tile",
                         shape_text, dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
                         dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, kernel_text);
-            if (ell_ms) std::printf("  | Blocked-ELL %.3f ms (%.2fx, err %.1e)", *ell_ms, *ell_ms / nmkit_ms, *ell_err);
+            if (ell) std::printf("  | Blocked-ELL %.3f ms (%.2fx, err %.1e)", ell->ms, ell->ms / nmkit_ms, ell->rel_error);
             std::printf("\n");
             std::fflush(stdout);
             rows.push_back({{"suite", "tile"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
@@ -299,12 +287,12 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
                             {"kernel", gpu::kernel_name(plan.kernel())}, {"block_n", plan.block_n()}, {"split", plan.split()},
                             {"persistent", plan.persistent()}, {"deferred_store", plan.deferred_store()}});
-            if (bsr_ms)
-              rows.back()["cusparse_bsr_ms"] = *bsr_ms, rows.back()["cusparse_bsr_rel_error"] = *bsr_err,
-              rows.back()["nmkit_vs_cusparse_bsr"] = *bsr_ms / nmkit_ms;
-            if (ell_ms)
-              rows.back()["cusparse_blocked_ell_ms"] = *ell_ms, rows.back()["cusparse_blocked_ell_rel_error"] = *ell_err,
-              rows.back()["nmkit_vs_cusparse_blocked_ell"] = *ell_ms / nmkit_ms;
+            if (bsr)
+              rows.back()["cusparse_bsr_ms"] = bsr->ms, rows.back()["cusparse_bsr_rel_error"] = bsr->rel_error,
+              rows.back()["nmkit_vs_cusparse_bsr"] = bsr->ms / nmkit_ms;
+            if (ell)
+              rows.back()["cusparse_blocked_ell_ms"] = ell->ms, rows.back()["cusparse_blocked_ell_rel_error"] = ell->rel_error,
+              rows.back()["nmkit_vs_cusparse_blocked_ell"] = ell->ms / nmkit_ms;
           }
     }
   cusparseDestroy(sparse);
