@@ -170,7 +170,7 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
   if (const uint64_t* w = words.data(); w[T::kStart] != 0) {
     const auto at = [&](int slot) { return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * us_per_cycle; };
     char text[64];
-    for (int i = 0; i < T::kSteps && i < 24 && w[T::kArrived + i] != 0; ++i)
+    for (int i = 0; i < std::min(T::kSteps, 24) && w[T::kArrived + i] != 0; ++i)
       std::snprintf(text, sizeof text, " %.1f/%.1f", at(T::kPosted + i), at(T::kArrived + i)), cta0 += text;
     cta0 += " | units done:";
     for (int u = 0; u < 8 && w[T::kUnitDone + u] != 0; ++u) std::snprintf(text, sizeof text, " %.1f", at(T::kUnitDone + u)), cta0 += text;

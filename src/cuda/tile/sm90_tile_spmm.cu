@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       const auto unit_after = [&](int32_t unit) {
         if (!p.unit_claims) return unit + static_cast<int32_t>(gridDim.x / split);
         int32_t claimed = 0;
-        if (lane == 0) claimed = static_cast<int32_t>(gridDim.x) + atomicAdd(p.unit_claims, 1);
+        if (lane == 0) claimed = static_cast<int32_t>(gridDim.x) + atomicAdd(p.unit_claims + kUnitsClaimed, 1);
         return __shfl_sync(0xffffffffu, claimed, 0);
       };
       // The next unit's lookup and first steps are loaded while this unit streams, so that their latency hides
@@ -306,7 +306,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       post(kEndOfWork, int4{}, 0, Unit{});
       if (p.unit_claims && lane == 0) {  // the last CTA to retire leaves the counters zero for the next launch
         __threadfence();
-        if (atomicAdd(p.unit_claims + 1, 1) == static_cast<int>(gridDim.x) - 1) p.unit_claims[0] = 0, p.unit_claims[1] = 0;
+        if (atomicAdd(p.unit_claims + kCtasRetired, 1) == static_cast<int>(gridDim.x) - 1)
+          p.unit_claims[kUnitsClaimed] = 0, p.unit_claims[kCtasRetired] = 0;
       }
     } else if constexpr (kDeferred) {  // one lane has each part the consumers staged stored by TMA
       if (tid % kWarpgroupThreads == kStorerWarp * 32) {
@@ -443,7 +444,7 @@ auto ready_kernel() {  // the kernel, its dynamic shared-memory limit raised to 
 // so that launches running at the same time (other streams) count apart, up to kUnitClaimSlots of them.
 int32_t* unit_claim_slot() {
   static std::atomic<uint32_t> next_slot{0};
-  return unit_claim_pool() + next_slot.fetch_add(1, std::memory_order_relaxed) % kUnitClaimSlots * 2;
+  return unit_claim_pool() + next_slot.fetch_add(1, std::memory_order_relaxed) % kUnitClaimSlots * kUnitClaimWords;
 }
 
 template <class Element, class Out, int kBlockN, bool kDeferred>
@@ -531,8 +532,9 @@ int32_t* unit_claim_pool() {
   if (pools.size() <= static_cast<std::size_t>(device)) pools.resize(static_cast<std::size_t>(device) + 1, nullptr);
   int32_t*& pool = pools[static_cast<std::size_t>(device)];
   if (!pool) {
-    NMKIT_CUDA_CHECK(cudaMalloc(&pool, kUnitClaimSlots * 2 * sizeof(int32_t)));
-    NMKIT_CUDA_CHECK(cudaMemset(pool, 0, kUnitClaimSlots * 2 * sizeof(int32_t)));
+    constexpr std::size_t kBytes = kUnitClaimSlots * kUnitClaimWords * sizeof(int32_t);
+    NMKIT_CUDA_CHECK(cudaMalloc(&pool, kBytes));
+    NMKIT_CUDA_CHECK(cudaMemset(pool, 0, kBytes));
   }
   return pool;
 }

@@ -71,6 +71,7 @@ Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_
 // kUnitClaimSlots pairs, allocated (and zeroed) on the first call: plans call it at creation, so that no
 // allocation happens at run time (inside a stream capture, say).
 inline constexpr int kUnitClaimSlots = 1024;
+inline constexpr int kUnitsClaimed = 0, kCtasRetired = 1, kUnitClaimWords = 2;  // the words of a slot
 int32_t* unit_claim_pool();
 template <class Element, class Out>
 void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t stream);
