@@ -12,6 +12,7 @@
 
 #include "../ptx/address.cuh"
 #include "../ptx/shared.cuh"
+#include "../ptx/stmatrix.cuh"
 #include "../ptx/tma.cuh"
 #include "../ptx/wgmma.cuh"
 #include "nm24_common.cuh"
@@ -169,66 +170,81 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
   return bits;
 }
 
-// Stages consumer warpgroup rows row_offset..row_offset + 63 of the unit (m64 x kCols accumulators in
-// wgmma_ss.cuh / wgmma_sp.cuh register order) as final 16-bit values, then makes them visible to the copy
-// engine (the caller's barrier arrival hands them over).
-// The shared addresses are built from one or four per-thread bases and compile-time offsets: a persistent
-// kernel hoists whatever it can out of its unit loop, and a general (row, col) -> address map there spilled.
-template <class Out, bool kColMajor, int kRows, int kCols, int kAccumulators, class P>
-__device__ __forceinline__ void stage_outputs_as(const P& p, const OutputTile<kRows, kCols>& tile,
-                                                 const float (&acc)[kAccumulators], int64_t m0, int row_offset,
-                                                 int thread_in_group) {
-  static_assert(kAccumulators == kCols / 2, "an m64 x kCols accumulator tile");
-  static_assert(OutputTile<kRows, kCols>::kWholeBoxes, "whole boxes of 64-element lines");
-  constexpr int kBoxBytes = OutputTile<kRows, kCols>::box_bytes(kColMajor);
-  const int warp = thread_in_group / 32, lane = thread_in_group % 32, g = lane / 4, t = lane % 4;
+// A consumer warpgroup's outputs as final 16-bit pairs (alpha, bias, ReLU applied): pair 2 j + half holds this
+// thread's two tokens 8 j + 2 (t % 4), +1 of row row_offset + 16 warp + g + 8 half (t = lane, g = lane / 4), the
+// m64 x kCols accumulators of wgmma_ss.cuh / wgmma_sp.cuh in register order. Half as many registers as the
+// accumulators: what a consumer can carry into its next unit until the staging buffer is free.
+template <class Out, int kAccumulators, class P>
+__device__ __forceinline__ void pack_outputs(const P& p, const float (&acc)[kAccumulators], int64_t m0, int row_offset,
+                                             int thread_in_group, uint32_t (&pairs)[kAccumulators / 2]) {
+  const int warp = thread_in_group / 32, g = thread_in_group % 32 / 4;
   const bool relu = p.activation == Activation::relu;
-  // This thread's rows are r = row_offset + 16 warp + g + 8 half (row_offset a multiple of 64), its columns
-  // c = 8 j + 2 t + e.
-  const int row0 = row_offset + warp * 16 + g;
-  // Row-major D: line r, element c % 64 of box c / 64; chunk (c % 64) / 8 = j % 8 lands at (j % 8) ^ (r % 8)
-  // = (j % 8) ^ g. The base's bits 4..6 hold g, so XOR with (j % 8) << 4 places the chunk, and multiples of
-  // 128 bytes (half, box) add on without touching those bits.
-  const uint32_t row_base = (tile.base + row0 * kLineBytes + t * 4) ^ (g << 4);
-  // Col-major D: line c, element r % 64 of box r / 64; chunk (r % 64) / 8 = 2 warp + half lands at
-  // (2 warp + half) ^ (c % 8) with c % 8 = 2 t + e, independent of j; line c adds 8 j lines per step of j.
-  uint32_t col_base[2][2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-      col_base[half][e] = tile.base + (row_offset / kLineElements) * kBoxBytes + (2 * t + e) * kLineBytes +
-                          (((2 * warp + half) ^ (2 * t + e)) << 4) + g * 2;
+  float bias[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int r = row0 + 8 * half;
-    const float b = (p.bias && m0 + r < p.rows) ? __ldg(p.bias + m0 + r) : 0.0f;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j) {
-      float v[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        v[e] = p.alpha * acc[4 * j + 2 * half + e] + b;
-        if (relu) v[e] = fmaxf(v[e], 0.0f);
-      }
-      const uint32_t bits = pack_pair<Out>(v[0], v[1]);
-      if constexpr (kColMajor) {
-        ptx::st_shared_b16(col_base[half][0] + j * 8 * kLineBytes, static_cast<uint16_t>(bits));
-        ptx::st_shared_b16(col_base[half][1] + j * 8 * kLineBytes, static_cast<uint16_t>(bits >> 16));
-      } else {
-        ptx::st_shared_b32((row_base ^ ((j % 8) << 4)) + (j / 8) * kBoxBytes + half * 8 * kLineBytes, bits);
-      }
-    }
+    const int64_t row = m0 + row_offset + 16 * warp + g + 8 * half;
+    bias[half] = (p.bias && row < p.rows) ? __ldg(p.bias + row) : 0.0f;
   }
-  ptx::fence_proxy_async_shared();  // the st.shared above, before the copy engine reads them
+#pragma unroll
+  for (int q = 0; q < kAccumulators / 2; ++q) {
+    float v[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      v[e] = p.alpha * acc[2 * q + e] + bias[q % 2];
+      if (relu) v[e] = fmaxf(v[e], 0.0f);
+    }
+    pairs[q] = pack_pair<Out>(v[0], v[1]);
+  }
 }
 
+// Stores pack_outputs' pairs (rows row_offset..row_offset + 63 of the tile) and makes them visible to the copy
+// engine (the caller's barrier arrival hands them over).
+// Each 8 x 8 block of a warp's outputs (rows r0..r0 + 7, r0 = row_offset + 16 warp + 8 half; tokens 8 j..8 j + 7)
+// is one stmatrix matrix, its fragment exactly the pairs' (lane t: row t / 4, tokens 2 (t % 4), +1): row-major D
+// takes it as 8 lines of 16 bytes (rows), col-major D transposed (8 token lines). An instruction stores four,
+// pairs 2 j..2 j + 3 = (half 0, j), (half 1, j), (half 0, j + 1), (half 1, j + 1), 16 bytes per lane and row, where
+// 2- and 4-byte stores took 8 or 4 times the instructions and half-empty shared-memory wavefronts.
+// The shared addresses are one per-lane base and compile-time offsets: a persistent kernel hoists whatever it can
+// out of its unit loop, and a general (row, col) -> address map there spilled.
+template <bool kColMajor, int kRows, int kCols>
+__device__ __forceinline__ void store_outputs_as(const OutputTile<kRows, kCols>& tile, const uint32_t (&pairs)[kCols / 4],
+                                                 int row_offset, int thread_in_group) {
+  static_assert(OutputTile<kRows, kCols>::kWholeBoxes, "whole boxes of 64-element lines");
+  constexpr int kBoxBytes = OutputTile<kRows, kCols>::box_bytes(kColMajor);
+  const int warp = thread_in_group / 32, lane = thread_in_group % 32;
+  // The matrix this lane addresses (m = lane / 8: half m % 2, token group j + m / 2) and its row i = lane % 8.
+  const int m = lane / 8, i = lane % 8, r0 = row_offset + 16 * warp + 8 * (m % 2), dj = m / 2;
+  // Row-major D: line r0 + i, element 8 (j + dj) + c of box (j + dj) / 8, at chunk ((j + dj) % 8) ^ i; j even, so
+  // (j + dj) / 8 = j / 8 and the chunk is (j % 8) ^ dj ^ i: the base holds dj ^ i, XOR adds j % 8.
+  // Col-major D: line 8 (j + dj) + i (a token) of box r0 / 64, element r0 % 64 + c at chunk ((r0 % 64) / 8) ^ i.
+  const uint32_t lane_base =
+      kColMajor ? tile.base + (r0 / kLineElements) * kBoxBytes + (8 * dj + i) * kLineBytes + ((((r0 % kLineElements) / 8) ^ i) << 4)
+                : tile.base + (r0 + i) * kLineBytes + ((dj ^ i) << 4);
+#pragma unroll
+  for (int j = 0; j < kCols / 8; j += 2) {
+    const uint32_t(&four)[4] = *reinterpret_cast<const uint32_t(*)[4]>(pairs + 2 * j);
+    if constexpr (kColMajor) ptx::stmatrix_x4_trans(lane_base + j * 8 * kLineBytes, four);
+    else ptx::stmatrix_x4((lane_base ^ ((j % 8) << 4)) + (j / 8) * kBoxBytes, four);
+  }
+  ptx::fence_proxy_async_shared();  // the stores above, before the copy engine reads them
+}
+
+template <int kRows, int kCols>
+__device__ __forceinline__ void store_outputs(bool col_major, const OutputTile<kRows, kCols>& tile,
+                                              const uint32_t (&pairs)[kCols / 4], int row_offset, int thread_in_group) {
+  if (col_major) store_outputs_as<true>(tile, pairs, row_offset, thread_in_group);
+  else store_outputs_as<false>(tile, pairs, row_offset, thread_in_group);
+}
+
+// Stages consumer warpgroup rows row_offset..row_offset + 63 of the tile (pack_outputs, then store_outputs).
 template <class Out, int kRows, int kCols, int kAccumulators, class P>
 __device__ __forceinline__ void stage_outputs(const P& p, const OutputTile<kRows, kCols>& tile,
                                               const float (&acc)[kAccumulators], int64_t m0, int row_offset,
                                               int thread_in_group) {
-  if (p.d_col_major) stage_outputs_as<Out, true>(p, tile, acc, m0, row_offset, thread_in_group);
-  else stage_outputs_as<Out, false>(p, tile, acc, m0, row_offset, thread_in_group);
+  static_assert(kAccumulators == kCols / 2, "an m64 x kCols accumulator tile");
+  uint32_t pairs[kAccumulators / 2];
+  pack_outputs<Out>(p, acc, m0, row_offset, thread_in_group, pairs);
+  store_outputs(p.d_col_major, tile, pairs, row_offset, thread_in_group);
 }
 
 // One thread: stores the staged unit to D at (m0, n0) through `d_map` (D as a 2-D tensor, contiguous dimension

@@ -74,7 +74,7 @@ constexpr int ctas_per_sm(int block_n) { return block_n <= 64 ? 2 : 1; }
 template <int kBlockN>
 struct Budget {
   static constexpr int kCtasPerSm = ctas_per_sm(kBlockN);
-  static constexpr int kProducerRegisters = kCtasPerSm == 1 ? 64 : 72;  // step windows and copy issue, no spills
+  static constexpr int kProducerRegisters = kCtasPerSm == 1 ? 72 : 80;  // step windows, look-ahead, copies: no spills
   static constexpr int kConsumerRegisters = kCtasPerSm == 1 ? 216 : 80;
   static constexpr int kPipelineBytes = (kCtasPerSm == 1 ? 224 : 104) * 1024;  // stages and epilogue buffers
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
@@ -161,17 +161,21 @@ __device__ UnitPlace unit_place(const TileParams& p, int32_t unit) {
   const auto token_blocks = static_cast<int32_t>((p.n + kBlockN - 1) / kBlockN);
   return {unit / token_blocks, unit % token_blocks};
 }
+// A unit's entries in the schedule, as loaded: unit_lookup issues the loads and unit_from uses them, so that the
+// producer can post a step in between instead of waiting for them.
+struct UnitLookup {
+  int32_t token_block, block, first_step, end_step;
+};
 template <int kBlockN>
-__device__ UnitOrigin unit_origin(const TileParams& p, int32_t unit) {
+__device__ UnitLookup unit_lookup(const TileParams& p, int32_t unit) {
   const UnitPlace place = unit_place<kBlockN>(p, unit);
-  return {p.schedule_block[place.position], place.token_block};
+  return {place.token_block, __ldg(p.schedule_block + place.position), __ldg(p.schedule_step_ptr + place.position),
+          __ldg(p.schedule_step_ptr + place.position + 1)};
 }
-template <int kBlockN>
-__device__ Unit unit_of(const TileParams& p, int32_t unit, uint32_t rank, uint32_t split) {
-  const int32_t position = unit_place<kBlockN>(p, unit).position;
-  const int64_t first = p.schedule_step_ptr[position], steps = p.schedule_step_ptr[position + 1] - first;
-  return {unit_origin<kBlockN>(p, unit), static_cast<int32_t>(first + steps * rank / split),
-          static_cast<int32_t>(first + steps * (rank + 1) / split)};
+__device__ __forceinline__ Unit unit_from(const UnitLookup& l, uint32_t rank, uint32_t split) {
+  const int64_t steps = l.end_step - l.first_step;
+  return {{l.block, l.token_block}, static_cast<int32_t>(l.first_step + steps * rank / split),
+          static_cast<int32_t>(l.first_step + steps * (rank + 1) / split)};
 }
 
 // v, opaque to the compiler: what derives from it is computed where it is used instead of hoisted out of the unit
@@ -263,43 +267,47 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           ptx::tma_load_3d(stage + S::kXBytes + kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0, tiles.z);
         if (timeline && this_step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kIssued + this_step, clock64());
       };
-      // The CTA's next unit: every gridDim-th (by cluster), or with p.unit_claims the next one no CTA has claimed.
-      const auto unit_after = [&](int32_t unit) {
-        if (!p.unit_claims) return unit + static_cast<int32_t>(gridDim.x / split);
-        int32_t claimed = 0;
-        if (lane == 0) claimed = static_cast<int32_t>(gridDim.x) + atomicAdd(p.unit_claims + kUnitsClaimed, 1);
-        return __shfl_sync(0xffffffffu, claimed, 0);
-      };
-      // The next unit's lookup and first steps are loaded while this unit streams, so that their latency hides
-      // behind the current unit's copies instead of opening a bubble between units: after the unit's first steps,
-      // or, claiming dynamically, kClaimAheadSteps before its end (a claim made early is a static assignment).
+      // The next unit is found while this one streams, in three dependent stages, one per step posted, so that the
+      // producer does not stop on a load's result: its number (every gridDim-th by cluster, or with p.unit_claims
+      // the next one no CTA has claimed: an atomicAdd by lane 0), its entries in the schedule, then its first 32
+      // steps. It begins after the unit's first steps or, claiming, kClaimAheadSteps before its end (a claim made
+      // early is a static assignment). Done in one go, the dependent loads held the producer 1-2 us (item 33).
       constexpr int kLookaheadStep = 2, kClaimAheadSteps = 6;
+      enum : int { kNotBegun, kNumbered, kLookedUp, kLoaded };
       int32_t unit = first_unit;
-      Unit next = unit < units ? unit_of<kBlockN>(p, unit, rank, split) : Unit{};
+      Unit next = unit < units ? unit_from(unit_lookup<kBlockN>(p, unit), rank, split) : Unit{};
       int4 next_window = load_step_window(p.schedule_steps, next.step_begin, next.step_end, lane);
       while (unit < units) {
         const Unit u = next;
         int4 window = next_window, ahead = load_step_window(p.schedule_steps, u.step_begin + 32, u.step_end, lane);
         const int32_t look_at =
             u.step_begin + (p.unit_claims ? max(kLookaheadStep, u.step_end - u.step_begin - kClaimAheadSteps) : kLookaheadStep);
-        int32_t next_unit = -1;
-        const auto look_ahead = [&] {
-          next_unit = unit_after(unit);
-          if (next_unit < units) {
-            next = unit_of<kBlockN>(p, next_unit, rank, split);
+        int32_t next_unit = 0;  // when claimed, lane 0's until kLookedUp
+        UnitLookup lookup{};
+        int lookahead = kNotBegun;
+        const auto look_ahead = [&] {  // its next stage
+          if (lookahead == kNotBegun) {
+            if (!p.unit_claims) next_unit = unit + static_cast<int32_t>(gridDim.x / split);
+            else if (lane == 0) next_unit = static_cast<int32_t>(gridDim.x) + atomicAdd(p.unit_claims + kUnitsClaimed, 1);
+          } else if (lookahead == kNumbered) {
+            if (p.unit_claims) next_unit = __shfl_sync(0xffffffffu, next_unit, 0);
+            if (next_unit < units) lookup = unit_lookup<kBlockN>(p, next_unit);
+          } else if (next_unit < units) {
+            next = unit_from(lookup, rank, split);
             next_window = load_step_window(p.schedule_steps, next.step_begin, next.step_end, lane);
           }
+          ++lookahead;
         };
         for (int32_t i = u.step_begin, slot = 0; i < u.step_end; ++i, ++slot) {
           if (slot == 32) {
             window = ahead, slot = 0;
             ahead = load_step_window(p.schedule_steps, i + 32, u.step_end, lane);
           }
-          if (i == look_at) look_ahead();
+          if (i >= look_at && lookahead < kLoaded) look_ahead();
           const int4 tiles = broadcast_step(window, slot);
           for (int part = 0; part < steps_per_tile; ++part) post(static_cast<uint32_t>(tiles.w), tiles, part, u);
         }
-        if (next_unit < 0) look_ahead();
+        while (lookahead < kLoaded) look_ahead();
         post(kEndOfUnit, int4{}, 0, u);
         unit = next_unit;
       }
@@ -336,6 +344,29 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   const int thread_in_group = tid % kWarpgroupThreads;
   const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
   float acc[Wgmma::kAccumulators];
+  // The deferred store in parts (n256): a unit's last part goes on into the next unit as 16-bit pairs, and is
+  // staged between two of its steps once the copy engine has read the part before, instead of the consumers
+  // waiting for that at the end of the unit (~1.1 us per unit, item 34).
+  constexpr int kParts = kStoreParts<kBlockN>, kPartAccumulators = Wgmma::kAccumulators / kParts;
+  constexpr bool kCarry = kDeferred && kParts > 1;
+  uint32_t carried[kCarry ? kPartAccumulators / 2 : 1];
+  bool carrying = false;
+  UnitOrigin carried_origin{};
+  // The carried part is part units_done * kParts - 1; its buffer is free once part units_done * kParts - 2 is read.
+  const auto stage_carried = [&] {
+    if constexpr (kCarry) {
+      epi::store_outputs(p.d_col_major, output_tile, carried, warpgroup * kWarpgroupRows, thread_in_group);
+      if (tid == 0) *staged_origin = carried_origin;
+      ptx::mbarrier_arrive(staged);
+      carrying = false;
+    }
+  };
+  const auto stage_carried_if_free = [&](int units_done) {  // warp-uniform (stmatrix is a warp's instruction)
+    if (!carrying) return;
+    bool free = false;
+    if (lane == 0) free = ptx::mbarrier_test_wait(stored, static_cast<uint32_t>((units_done * kParts - 2) & 1));
+    if (__shfl_sync(0xffffffffu, free, 0)) stage_carried();
+  };
   int step = 0;
   for (int units_done = 0;; ++units_done) {  // until the producer's kEndOfWork
 #pragma unroll
@@ -363,6 +394,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           end_mark = mask, ++step;
           break;
         }
+        if constexpr (kCarry) stage_carried_if_free(units_done);
         continue;
       }
       const unsigned char* stage = smem + s * S::kStageBytes;
@@ -377,6 +409,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       ptx::wgmma_wait_group<1>();  // the previous group is done: its stage goes back to the producer
       if (pending >= 0) ptx::mbarrier_arrive(&empty[pending]);
       pending = s;
+      if constexpr (kCarry) stage_carried_if_free(units_done);  // while this step's group runs
     }
     // Unconditional, though every path out of the loop has waited already: with only the conditional waits above,
     // ptxas cannot prove the accumulators idle here and serialises every wgmma of the main loop instead (a wait
@@ -386,7 +419,11 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kMathDone + units_done, clock64());
     if (end_mark == kEndOfWork) {
       if constexpr (kDeferred) {  // the storer's last part: none (once it has read the last real one)
-        const int parts_staged = units_done * kStoreParts<kBlockN>;
+        if (carrying) {
+          ptx::mbarrier_wait(stored, static_cast<uint32_t>((units_done * kParts - 2) & 1));
+          stage_carried();
+        }
+        const int parts_staged = units_done * kParts;
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
         if (tid == 0) *staged_origin = UnitOrigin{-1, 0};
         ptx::mbarrier_arrive(staged);
@@ -396,12 +433,22 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     const int64_t m0 = int64_t{origin.block} * kBlockRows, n0 = int64_t{origin.token_block} * kBlockN;
 
     if constexpr (kDeferred) {  // stage each part of the final outputs once the copy engine has read the last
-      constexpr int kParts = kStoreParts<kBlockN>, kPartAccumulators = Wgmma::kAccumulators / kParts;
+      if (carrying) {  // the last unit's part, if no step of this unit found its buffer free
+        ptx::mbarrier_wait(stored, static_cast<uint32_t>((units_done * kParts - 2) & 1));
+        stage_carried();
+      }
 #pragma unroll
       for (int part = 0; part < kParts; ++part) {  // part i: the i-th kBlockN / kParts tokens, as many accumulators
+        const auto& part_acc = *reinterpret_cast<const float(*)[kPartAccumulators]>(acc + part * kPartAccumulators);
+        if constexpr (kCarry) {
+          if (part == kParts - 1) {  // carried into the next unit
+            epi::pack_outputs<Out>(p, part_acc, m0, warpgroup * kWarpgroupRows, thread_in_group, carried);
+            carried_origin = origin, carrying = true;
+            break;
+          }
+        }
         const int parts_staged = units_done * kParts + part;
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
-        const auto& part_acc = *reinterpret_cast<const float(*)[kPartAccumulators]>(acc + part * kPartAccumulators);
         epi::stage_outputs<Out>(p, output_tile, part_acc, m0, warpgroup * kWarpgroupRows, thread_in_group);
         if (tid == 0) *staged_origin = origin;
         ptx::mbarrier_arrive(staged);
