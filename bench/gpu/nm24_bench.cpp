@@ -141,7 +141,7 @@ struct Options {
   bool tile_unit_per_cta = false;
   bool tile_chunked_epilogue = false;
   bool tile_timeline = false;
-  bool tile_blocked_ell = false;
+  bool tile_blocked_ell = true;
   std::vector<int> vnm_m{4, 5, 7, 8, 10, 16, 20, 32, 40, 100};
   std::string vnm_b_layout = "both";
   std::string vnm_shapes = "acceptance";
@@ -337,8 +337,8 @@ int main(int argc, char** argv) {
                "tile suite: one sm90 CTA per work unit instead of one persistent CTA per SM");
   app.add_flag("--tile-chunked-epilogue", o.tile_chunked_epilogue,
                "tile suite: the sm90 consumers write D themselves, 32 tokens at a time (no deferred store; ablation)");
-  app.add_flag("--tile-blocked-ell", o.tile_blocked_ell,
-               "tile suite: also time cuSPARSE Blocked-ELL where every tile row has nearly as many tiles (padding <= 25 %)");
+  app.add_flag("!--no-tile-blocked-ell", o.tile_blocked_ell,
+               "tile suite: skip cuSPARSE Blocked-ELL (timed where every tile row has nearly as many tiles: padding <= 25 %)");
   app.add_flag("--tile-timeline", o.tile_timeline,
                "tile suite: after each sm90 row, one launch traced with clock64 marks and summarised (diagnosis)");
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();

@@ -1,6 +1,6 @@
 // The tile suite: for every (dtype, shape, tile side, density, distribution), side by side in one process:
 // dense cuBLASLt on the expanded weight (the fastest of its heuristic algorithms, chosen once per shape and timed
-// again at every row, right after nmkit), nmkit's tile SpMM, cuSPARSE BSR and, with --tile-blocked-ell, cuSPARSE
+// again at every row, right after nmkit), nmkit's tile SpMM, cuSPARSE BSR and (unless --no-tile-blocked-ell) cuSPARSE
 // Blocked-ELL where the pattern allows. Weights are random packed tiles: `uniform` gives every tile row the same
 // number of tiles, `skewed` draws the per-row counts from a geometric-like law (a few long rows, many short ones)
 // with the same total. Every row is checked against cuBLAS.

@@ -20,7 +20,7 @@ struct TileSuiteOptions {
   bool persistent = true;
   bool deferred_store = true;  // TileLaunch::deferred_store
   bool timeline = false;       // after each sm90 row, one traced launch summarised (TileLaunch::timeline)
-  bool blocked_ell = false;    // also cuSPARSE Blocked-ELL where the pattern allows (BlockedEll::applies)
+  bool blocked_ell = true;     // also cuSPARSE Blocked-ELL where the pattern allows (BlockedEll::applies)
 };
 
 // One row per (dtype, shape, tile side, density, distribution of tiles over rows: uniform or skewed); returns

@@ -172,8 +172,7 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
 
 // A consumer warpgroup's outputs as final 16-bit pairs (alpha, bias, ReLU applied): pair 2 j + half holds this
 // thread's two tokens 8 j + 2 (t % 4), +1 of row row_offset + 16 warp + g + 8 half (t = lane, g = lane / 4), the
-// m64 x kCols accumulators of wgmma_ss.cuh / wgmma_sp.cuh in register order. Half as many registers as the
-// accumulators: what a consumer can carry into its next unit until the staging buffer is free.
+// m64 x kCols accumulators of wgmma_ss.cuh / wgmma_sp.cuh in register order.
 template <class Out, int kAccumulators, class P>
 __device__ __forceinline__ void pack_outputs(const P& p, const float (&acc)[kAccumulators], int64_t m0, int row_offset,
                                              int thread_in_group, uint32_t (&pairs)[kAccumulators / 2]) {

@@ -36,17 +36,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t phase) {
                : "memory");
 }
 
-// Whether the phase with parity `phase` has completed, without waiting (acquiring what it delivered if so).
-__device__ __forceinline__ bool mbarrier_test_wait(uint64_t* bar, uint32_t phase) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(phase)
-      : "memory");
-  return done != 0;
-}
-
 // The same wait for a warp with nothing else to do: each try_wait may suspend the thread for up to
 // `suspend_ns` (the hardware wakes it when the phase completes), so a long wait costs the SM's schedulers and
 // the barrier unit a few polls instead of a tight loop.

@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       // producer does not stop on a load's result: its number (every gridDim-th by cluster, or with p.unit_claims
       // the next one no CTA has claimed: an atomicAdd by lane 0), its entries in the schedule, then its first 32
       // steps. It begins after the unit's first steps or, claiming, kClaimAheadSteps before its end (a claim made
-      // early is a static assignment). Done in one go, the dependent loads held the producer 1-2 us (item 33).
+      // early is a static assignment). Done in one go, the dependent loads held the producer 1-2 us (item 34).
       constexpr int kLookaheadStep = 2, kClaimAheadSteps = 6;
       enum : int { kNotBegun, kNumbered, kLookedUp, kLoaded };
       int32_t unit = first_unit;
@@ -344,29 +344,6 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   const int thread_in_group = tid % kWarpgroupThreads;
   const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
   float acc[Wgmma::kAccumulators];
-  // The deferred store in parts (n256): a unit's last part goes on into the next unit as 16-bit pairs, and is
-  // staged between two of its steps once the copy engine has read the part before, instead of the consumers
-  // waiting for that at the end of the unit (~1.1 us per unit, item 34).
-  constexpr int kParts = kStoreParts<kBlockN>, kPartAccumulators = Wgmma::kAccumulators / kParts;
-  constexpr bool kCarry = kDeferred && kParts > 1;
-  uint32_t carried[kCarry ? kPartAccumulators / 2 : 1];
-  bool carrying = false;
-  UnitOrigin carried_origin{};
-  // The carried part is part units_done * kParts - 1; its buffer is free once part units_done * kParts - 2 is read.
-  const auto stage_carried = [&] {
-    if constexpr (kCarry) {
-      epi::store_outputs(p.d_col_major, output_tile, carried, warpgroup * kWarpgroupRows, thread_in_group);
-      if (tid == 0) *staged_origin = carried_origin;
-      ptx::mbarrier_arrive(staged);
-      carrying = false;
-    }
-  };
-  const auto stage_carried_if_free = [&](int units_done) {  // warp-uniform (stmatrix is a warp's instruction)
-    if (!carrying) return;
-    bool free = false;
-    if (lane == 0) free = ptx::mbarrier_test_wait(stored, static_cast<uint32_t>((units_done * kParts - 2) & 1));
-    if (__shfl_sync(0xffffffffu, free, 0)) stage_carried();
-  };
   int step = 0;
   for (int units_done = 0;; ++units_done) {  // until the producer's kEndOfWork
 #pragma unroll
@@ -394,7 +371,6 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           end_mark = mask, ++step;
           break;
         }
-        if constexpr (kCarry) stage_carried_if_free(units_done);
         continue;
       }
       const unsigned char* stage = smem + s * S::kStageBytes;
@@ -409,7 +385,6 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       ptx::wgmma_wait_group<1>();  // the previous group is done: its stage goes back to the producer
       if (pending >= 0) ptx::mbarrier_arrive(&empty[pending]);
       pending = s;
-      if constexpr (kCarry) stage_carried_if_free(units_done);  // while this step's group runs
     }
     // Unconditional, though every path out of the loop has waited already: with only the conditional waits above,
     // ptxas cannot prove the accumulators idle here and serialises every wgmma of the main loop instead (a wait
@@ -419,11 +394,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kMathDone + units_done, clock64());
     if (end_mark == kEndOfWork) {
       if constexpr (kDeferred) {  // the storer's last part: none (once it has read the last real one)
-        if (carrying) {
-          ptx::mbarrier_wait(stored, static_cast<uint32_t>((units_done * kParts - 2) & 1));
-          stage_carried();
-        }
-        const int parts_staged = units_done * kParts;
+        const int parts_staged = units_done * kStoreParts<kBlockN>;
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
         if (tid == 0) *staged_origin = UnitOrigin{-1, 0};
         ptx::mbarrier_arrive(staged);
@@ -433,22 +404,12 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     const int64_t m0 = int64_t{origin.block} * kBlockRows, n0 = int64_t{origin.token_block} * kBlockN;
 
     if constexpr (kDeferred) {  // stage each part of the final outputs once the copy engine has read the last
-      if (carrying) {  // the last unit's part, if no step of this unit found its buffer free
-        ptx::mbarrier_wait(stored, static_cast<uint32_t>((units_done * kParts - 2) & 1));
-        stage_carried();
-      }
+      constexpr int kParts = kStoreParts<kBlockN>, kPartAccumulators = Wgmma::kAccumulators / kParts;
 #pragma unroll
       for (int part = 0; part < kParts; ++part) {  // part i: the i-th kBlockN / kParts tokens, as many accumulators
-        const auto& part_acc = *reinterpret_cast<const float(*)[kPartAccumulators]>(acc + part * kPartAccumulators);
-        if constexpr (kCarry) {
-          if (part == kParts - 1) {  // carried into the next unit
-            epi::pack_outputs<Out>(p, part_acc, m0, warpgroup * kWarpgroupRows, thread_in_group, carried);
-            carried_origin = origin, carrying = true;
-            break;
-          }
-        }
         const int parts_staged = units_done * kParts + part;
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
+        const auto& part_acc = *reinterpret_cast<const float(*)[kPartAccumulators]>(acc + part * kPartAccumulators);
         epi::stage_outputs<Out>(p, output_tile, part_acc, m0, warpgroup * kWarpgroupRows, thread_in_group);
         if (tid == 0) *staged_origin = origin;
         ptx::mbarrier_arrive(staged);
