@@ -1,5 +1,5 @@
 #pragma once
-// Shared-memory stores and loads through 32-bit shared addresses (PTX ISA §9.7.9.9 ld, §9.7.9.10 st, state
+// Shared-memory loads through 32-bit shared addresses (PTX ISA §9.7.9.9 ld, state
 // space .shared). Used where a pointer would be generic: a buffer found at run time loses its address space,
 // and ptxas then builds 64-bit generic addresses for every access.
 #include <cstdint>
@@ -8,15 +8,7 @@
 
 namespace nmkit::ptx {
 
-// The memory clobbers keep these ordered against the mbarrier operations that publish them.
-__device__ __forceinline__ void st_shared_b16(uint32_t address, uint16_t value) {
-  asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(address), "h"(value) : "memory");
-}
-
-__device__ __forceinline__ void st_shared_b32(uint32_t address, uint32_t value) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
-}
-
+// The memory clobbers keep these ordered against the mbarrier operations around them.
 __device__ __forceinline__ uint32_t ld_shared_b32(uint32_t address) {
   uint32_t v;
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(address) : "memory");
