@@ -13,6 +13,7 @@
 // CTA tile kBlockM x kBlockN x kBlockK = 128 x kBlockN x 64; consumer warpgroup w owns rows 64w..64w+63.
 // Included by the .cu files that instantiate it (sm90_nm24_spmm.cu, ../vnm/sm90_vnm_spmm.cu).
 #include <cuda.h>
+#include <type_traits>
 #include <cuda_runtime.h>
 
 #include "../common/check.cuh"
@@ -118,10 +119,10 @@ constexpr int kChunkHalves = 8;                      // 16-byte chunk
 __device__ __forceinline__ int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
 
 // One k-tile's gather entries (the 64 rows of B it reads), spread over a warp: lane l holds entries l and l + 32.
-// Loaded one k-tile ahead so that the table's latency hides behind the wait for a free stage.
+// Loaded one k-tile ahead so that the table's latency hides behind the wait for a free stage. (B col-major.)
 struct TileRows {
   int32_t entry[2];
-  __device__ static TileRows load(const int32_t* gather, int lane) {
+  __device__ static TileRows load(const int32_t* gather, int /*warp*/, int lane) {
     return {{__ldg(gather + lane), __ldg(gather + lane + 32)}};
   }
   // Entry k_local (0..63) for every lane; k_local may differ between lanes.
@@ -132,24 +133,62 @@ struct TileRows {
   }
 };
 
-// B row-major (K x C, 16-byte aligned rows, C % 8 == 0): tile row k_local is B row rows.at(k_local), copied
-// 16 bytes at a time into the MN-major layout: atom a (columns 64a..64a+63), row k_local, chunk c. Consecutive
-// threads take consecutive chunks of a row, so each warp copies whole row segments.
+// B row-major: how the producer warpgroup splits a k-tile's 64 gathered rows of kBlockN columns into 16-byte
+// copies. Thread t copies chunk t % kChunksPerRow of tile rows t / kChunksPerRow + j * kRowStep (j < kCopies),
+// so a warp instruction moves whole 128-byte row segments (coalesced) and every thread keeps one column.
+template <int kBlockN>
+struct RowGatherSplit {
+  static constexpr int kChunksPerRow = kBlockN / kChunkHalves;                         // 8, 16 or 32
+  static constexpr int kRowsPerInstruction = 32 / kChunksPerRow;                       // rows one warp copy covers
+  static constexpr int kRowStep = kWarpgroupThreads / kChunksPerRow;                   // 16, 8 or 4
+  static constexpr int kCopies = kBlockK / kRowStep;                                   // copies per thread: 4, 8, 16
+  static_assert(kChunksPerRow <= 32 && 32 % kChunksPerRow == 0, "a warp copies whole row segments");
+  static_assert(kCopies * kRowStep == kBlockK, "the warpgroup covers the k-tile's rows");
+  // kRowStep is a power of two >= 4, so row (r0 + j * kRowStep) % 8 == (r0 % 8) ^ swizzle_flip(j).
+  static_assert(kRowStep == 4 || kRowStep % 8 == 0, "the swizzle phase of copy j is a constant");
+  static constexpr int swizzle_flip(int j) { return (j * kRowStep) % 8; }
+};
+
+// The 16 gather entries a producer warp needs per k-tile (B row-major): lane s < 16 holds the entry of tile row
+// (s % R) + warp * R + (s / R) * kRowStep, R = rows per warp instruction, so copy j of lane l reads it from lane
+// l / kChunksPerRow + j * R: one coalesced load per lane and k-tile, one shuffle per copy.
+template <int kBlockN>
+struct WarpRows {
+  using Split = RowGatherSplit<kBlockN>;
+  static constexpr int kR = Split::kRowsPerInstruction;
+  static_assert(kR * Split::kCopies == 16, "a warp copies 16 rows per k-tile");
+  int32_t entry;
+  __device__ static WarpRows load(const int32_t* gather, int warp, int lane) {
+    const int s = lane % 16;  // lanes 16..31 load a copy of lane s's entry: no predicate, no unused register
+    return {__ldg(gather + (s % kR) + warp * kR + (s / kR) * Split::kRowStep)};
+  }
+  __device__ int32_t copy(int j, int lane) const {
+    return __shfl_sync(0xffffffffu, entry, lane / Split::kChunksPerRow + j * kR);
+  }
+};
+
+// B row-major (K x C, 16-byte aligned rows, C % 8 == 0): tile row k_local is B row entry(k_local), copied 16
+// bytes at a time into the MN-major layout: atom a (columns 64a..64a+63), row k_local, chunk c ^ (k_local % 8).
+// Everything but the row's entry is fixed per thread, so a copy costs a shuffle, a multiply-add and the cp.async.
 template <class Element, int kBlockN>
-__device__ __forceinline__ void gather_b_rows(const Params& p, unsigned char* tile, const TileRows& rows, int64_t n0,
-                                              int thread) {
-  constexpr int kChunksPerRow = kBlockN / kChunkHalves;
-  constexpr int kIterations = kBlockK * kChunksPerRow / kWarpgroupThreads;
-  static_assert(kIterations * kWarpgroupThreads == kBlockK * kChunksPerRow, "whole rows per pass");
-  const Element* b = static_cast<const Element*>(p.b);
+__device__ __forceinline__ void gather_b_rows(const Params& p, unsigned char* tile, const WarpRows<kBlockN>& rows,
+                                              int64_t n0, int thread) {
+  using Split = RowGatherSplit<kBlockN>;
+  const int lane = thread % 32, chunk = thread % Split::kChunksPerRow, r0 = thread / Split::kChunksPerRow;
+  const int64_t n = n0 + chunk * kChunkHalves;
+  const bool column_inside = n < p.n;
+  // Past C the copy reads nothing (size 0) from a valid address: B's first element.
+  const char* column = reinterpret_cast<const char*>(p.b) + (column_inside ? n * int64_t{sizeof(Element)} : 0);
+  const uint64_t row_bytes = static_cast<uint64_t>(p.n) * sizeof(Element);
+  unsigned char* dst = tile + (chunk / 8) * kMnAtomBytes + r0 * 128;
+  const int swizzled_chunk = (chunk % 8) ^ (r0 % 8);
 #pragma unroll
-  for (int j = 0; j < kIterations; ++j) {
-    const int i = thread + j * kWarpgroupThreads;
-    const int k_local = i / kChunksPerRow, chunk = i % kChunksPerRow;
-    const int64_t k = rows.at(k_local), n = n0 + chunk * kChunkHalves;
-    const bool inside = k >= 0 && n < p.n;
-    const unsigned char* dst = tile + (chunk / 8) * kMnAtomBytes + swizzled(k_local, chunk % 8);
-    ptx::cp_async_16(ptx::smem_address(dst), inside ? b + k * p.n + n : b, inside ? 16 : 0);
+  for (int j = 0; j < Split::kCopies; ++j) {
+    const int32_t k = rows.copy(j, lane);
+    const bool inside = column_inside && k >= 0;
+    const char* src = column + static_cast<uint32_t>(max(k, 0)) * row_bytes;
+    unsigned char* chunk_dst = dst + j * Split::kRowStep * 128 + (swizzled_chunk ^ Split::swizzle_flip(j)) * 16;
+    ptx::cp_async_16(ptx::smem_address(chunk_dst), src, inside ? 16 : 0);
   }
 }
 
@@ -264,17 +303,19 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
       }
     } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
       const int32_t* gather = p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride;
-      const int lane_in_warp = thread % 32;
-      TileRows next[kBTiles];
+      const int lane_in_warp = thread % 32, warp_in_group = thread / 32;
+      using Rows = std::conditional_t<kSource == BSource::gather_rows, WarpRows<kBlockN>, TileRows>;
+      Rows next[kBTiles];
 #pragma unroll
-      for (int t = 0; t < kBTiles; ++t) next[t] = TileRows::load(gather + t * p.gather_stride, lane_in_warp);
+      for (int t = 0; t < kBTiles; ++t) next[t] = Rows::load(gather + t * p.gather_stride, warp_in_group, lane_in_warp);
       cuda::RingPosition<kStages> ring;
       for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
-        TileRows rows[kBTiles];
+        Rows rows[kBTiles];
 #pragma unroll
         for (int t = 0; t < kBTiles; ++t) {
           rows[t] = next[t];
-          if (kt + 1 < k_tiles) next[t] = TileRows::load(gather + t * p.gather_stride + (kt + 1) * kBlockK, lane_in_warp);
+          if (kt + 1 < k_tiles)
+            next[t] = Rows::load(gather + t * p.gather_stride + (kt + 1) * kBlockK, warp_in_group, lane_in_warp);
         }
         const int s = ring.stage;
         unsigned char* stage = smem + s * Shape::kStageBytes;
