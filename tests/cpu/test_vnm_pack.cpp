@@ -23,8 +23,9 @@ TEST(VnmPack, RoundTripsWithTails) {
             const VnmMatrix a = random_vnm(r, k, v, n, m, dtype, static_cast<uint32_t>(r * k + v + m));
             for (VnmForm form : {VnmForm::automatic, VnmForm::condensed, VnmForm::full_2_4}) {
               if (form == VnmForm::full_2_4 && m % 4 != 0) continue;  // rejected, tested below
-              const PackedVnm p = pack_vnm(a, form);
-              EXPECT_EQ(p.form, resolve_vnm_form(form, m));
+              const Layout b_layout = (r + m) % 2 ? Layout::row_major : Layout::col_major;
+              const PackedVnm p = pack_vnm(a, form, b_layout);
+              EXPECT_EQ(p.form, resolve_vnm_form(form, v, m, b_layout));
               EXPECT_EQ(p.condensed.cols, p.form == VnmForm::full_2_4 ? k : 4 * ceil_div(k, m));
               EXPECT_EQ(p.gather.empty(), p.form == VnmForm::full_2_4);
               test::expect_same_matrix(decompress(unpack_vnm(p)), decompress(a));
@@ -57,13 +58,25 @@ TEST(VnmPack, GatherTableNamesTheSelectedRowsOfB) {
   for (int64_t c = p.condensed.cols; c < stride; ++c) EXPECT_EQ(p.gather[static_cast<std::size_t>(c)], kNoBRow);
 }
 
-TEST(VnmPack, FormsFollowM) {
-  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 4), VnmForm::full_2_4);
-  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 8), VnmForm::full_2_4);
-  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 12), VnmForm::condensed);
-  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 7), VnmForm::condensed);
-  EXPECT_EQ(resolve_vnm_form(VnmForm::full_2_4, 16), VnmForm::full_2_4);
-  EXPECT_NMKIT_ERROR(resolve_vnm_form(VnmForm::full_2_4, 10), ErrorCode::invalid_argument, "M % 4 == 0");
+TEST(VnmPack, FormsFollowMVAndTheLayoutOfB) {
+  constexpr Layout kRow = Layout::row_major, kCol = Layout::col_major;
+  // B col-major (x[T, K]): the full 2:4 form wherever M allows it.
+  for (int m : {4, 8, 16, 100}) EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 128, m, kCol), VnmForm::full_2_4) << m;
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 128, 10, kCol), VnmForm::condensed);
+  // B row-major: the gather wins from M = 8 with V = 128, from M = 16 with V = 64; V = 32 gathers only on
+  // the portable kernel.
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 128, 4, kRow), VnmForm::full_2_4);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 128, 8, kRow), VnmForm::condensed);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 256, 12, kRow), VnmForm::condensed);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 64, 8, kRow), VnmForm::full_2_4);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 64, 16, kRow), VnmForm::condensed);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 32, 16, kRow), VnmForm::full_2_4);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 48, 16, kRow), VnmForm::full_2_4);  // no gathering kernel for V = 48
+  EXPECT_EQ(resolve_vnm_form(VnmForm::automatic, 64, 7, kRow), VnmForm::condensed);
+  // Asked-for forms stay as asked.
+  EXPECT_EQ(resolve_vnm_form(VnmForm::condensed, 128, 8, kCol), VnmForm::condensed);
+  EXPECT_EQ(resolve_vnm_form(VnmForm::full_2_4, 128, 16, kRow), VnmForm::full_2_4);
+  EXPECT_NMKIT_ERROR(resolve_vnm_form(VnmForm::full_2_4, 128, 10), ErrorCode::invalid_argument, "M % 4 == 0");
   EXPECT_NMKIT_ERROR(pack_vnm(random_vnm(64, 40, 64, 2, 10, DType::f16, 2), VnmForm::full_2_4), ErrorCode::invalid_argument,
                      "M=10");
 }

@@ -36,7 +36,7 @@ double run_case(const Case& t, uint32_t seed) {
   const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
   const auto [v, n, m] = t.pattern;
   const VnmMatrix a = compress_vnm(w, prune_vnm_magnitude(w, v, n, m), v, n, m);
-  const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, t.form));
+  const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, t.form, t.b_layout));
   const VnmSpmmPlan plan = VnmSpmmPlan::create(t.desc(), v, m, t.kernel, t.block_n, t.form);
   return error_against_oracle(SparseMatrix{a}, t, seed, [&](const void* b, const void* c, void* d, const float* bias) {
     plan.run(nullptr, da, b, c, d, bias);
@@ -90,7 +90,7 @@ TEST(VnmGpu, EveryHopperTileWidth) {
     for (const auto& [v, widths] : {std::pair<int, std::vector<int>>{128, {256, 128, 64}}, {64, {128, 64}}})
       for (int block_n : widths)
         for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{300, 256, 8}, {256, 1000, 264}}) {
-          Case t{plain(r, k, c, DType::f16, b_layout), {v, 2, 16}, Nm24Kernel::sm90_wgmma_sp, block_n};
+          Case t{plain(r, k, c, DType::f16, b_layout), {v, 2, 16}, Nm24Kernel::sm90_wgmma_sp, block_n, VnmForm::condensed};
           EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
         }
 }
@@ -116,6 +116,27 @@ TEST(VnmGpu, BothFormsAgreeWithTheOracle) {
       }
 }
 
+// The weight's form is fixed at pack time (by the layout of B it was packed for); an automatic plan runs either.
+TEST(VnmGpu, AnAutomaticPlanRunsEitherForm) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 4000;
+  for (Layout b_layout : {Layout::col_major, Layout::row_major}) {
+    const Problem p = plain(200, 320, 72, DType::f16, b_layout);
+    const DenseMatrix w = DenseMatrix::from_float(p.r, p.k, rounded_random(p.r * p.k, p.dtype, seed), p.dtype);
+    const VnmMatrix a = compress_vnm(w, prune_vnm_magnitude(w, 128, 2, 16), 128, 2, 16);
+    const VnmSpmmPlan plan = VnmSpmmPlan::create(p.desc(), 128, 16);
+    EXPECT_EQ(plan.form(), VnmForm::automatic);
+    for (VnmForm form : {VnmForm::condensed, VnmForm::full_2_4}) {
+      const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, form));
+      const double error = error_against_oracle(SparseMatrix{a}, p, seed += 10,
+                                                [&](const void* b, const void* c, void* d, const float* bias) {
+                                                  plan.run(nullptr, da, b, c, d, bias);
+                                                });
+      EXPECT_LE(error, tolerance(p.dtype)) << describe(p) << " " << vnm_form_name(form);
+    }
+  }
+}
+
 TEST(VnmGpu, FallbacksArePickedAndCorrect) {
   SKIP_WITHOUT_GPU();
   // C % 8 != 0 with B row-major, and V = 32: the portable kernel. An unaligned B row-major pointer: the same
@@ -128,7 +149,8 @@ TEST(VnmGpu, FallbacksArePickedAndCorrect) {
   const Problem p = plain(130, 64, 24, DType::f16, Layout::row_major);
   const DenseMatrix w = DenseMatrix::from_float(p.r, p.k, rounded_random(p.r * p.k, p.dtype, 5), p.dtype);
   const VnmMatrix a = compress_vnm(w, prune_vnm_magnitude(w, 128, 2, 16), 128, 2, 16);
-  const DeviceVnm da = DeviceVnm::upload(pack_vnm(a));
+  const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, VnmForm::automatic, p.b_layout));  // condensed at 128:2:16
+  ASSERT_EQ(da.form(), VnmForm::condensed);
   const VnmSpmmPlan plan = VnmSpmmPlan::create(p.desc(), 128, 16);
   const double error = error_against_oracle(SparseMatrix{a}, p, 6, [&](const void* b, const void* c, void* d, const float* bias) {
     // Shift B by one element: a copy of B one half further on (the oracle reads the original values).

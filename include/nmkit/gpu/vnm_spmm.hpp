@@ -8,7 +8,7 @@
 //
 //   PackedVnm p = pack_vnm(compress_vnm(w, mask, 128, 2, 8));   // once per weight, host side
 //   DeviceVnm a = DeviceVnm::upload(p);                          // once per weight
-//   VnmSpmmPlan plan = VnmSpmmPlan::create(desc, a.v(), a.m());  // once per shape
+//   VnmSpmmPlan plan = VnmSpmmPlan::create(desc, a.v(), a.m());  // once per shape (desc.b_layout: as packed)
 //   plan.run(stream, a, b, c, d, bias);                          // one launch: no allocation, search or sync
 #include <cstdint>
 #include <optional>
@@ -32,11 +32,17 @@ bool vnm_kernel_supports_v(int v) noexcept;
 //              times less math than dense, but B's rows are gathered.
 //   full_2_4:  when M % 4 == 0 every aligned 4 columns of a V:N:M row hold at most 2 non-zeros, so the weight
 //              is also a plain 2:4 matrix over all of K: the nm24 kernels run it at 2:4 speed with B read by TMA.
-//   automatic: full_2_4 for M in {4, 8} (where the gather costs more than the extra math saves; measured in
-//              docs/performance.md), condensed otherwise, for either B layout (128:2:8, f16, H200, B K x C:
-//              full_2_4 1.07-1.55x cuBLAS against condensed 0.69-0.97x).
+//   automatic: the form measured faster for the layout of the B the weight will be multiplied with
+//              (docs/performance.md, "The form"; H200, f16):
+//              - M % 4 != 0: condensed, the only form;
+//              - B col-major (x[T, K] row-major, SpmmDesc's default): full_2_4. The condensed kernel must gather x
+//                element by element along K (0.06-0.98x cuBLAS against 1.3-1.6x for full_2_4);
+//              - B row-major (K x C): full_2_4 for M = 4 and for M = 8 with V = 64, condensed otherwise (128:2:8
+//                condensed 1.4-2.1x against full_2_4 1.3-1.6x);
+//              - V that the gathering kernels do not run (vnm_kernel_supports_v): full_2_4 where M % 4 == 0.
 enum class VnmForm : uint8_t { automatic, condensed, full_2_4 };
-VnmForm resolve_vnm_form(VnmForm form, int m);  // automatic -> the concrete form; throws for full_2_4 with M % 4 != 0
+// automatic -> the concrete form for a B in `b_layout`; throws for full_2_4 with M % 4 != 0.
+VnmForm resolve_vnm_form(VnmForm form, int v, int m, Layout b_layout = Layout::col_major);
 const char* vnm_form_name(VnmForm form) noexcept;
 
 struct PackedVnm {
@@ -52,9 +58,10 @@ struct PackedVnm {
 };
 
 // Packs a V:N:M matrix (f16 or bf16, N in {1, 2}, any R and K); validates it first (column_loc in range,
-// strictly ascending; m-indices ascending). Throws Error naming what is wrong, or unsupported for a condensed
-// form with a V the kernels do not run (vnm_kernel_supports_v).
-PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form = VnmForm::automatic);
+// strictly ascending; m-indices ascending). `b_layout` is the layout of the B the weight will meet, which
+// `automatic` chooses the form by. Throws Error naming what is wrong, or unsupported for a condensed form with
+// a V the kernels do not run (vnm_kernel_supports_v).
+PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form = VnmForm::automatic, Layout b_layout = Layout::col_major);
 // The inverse (for tests and inspection); N = 1 weights come back with N = 2 and explicit zeros unless
 // `n` asks for 1.
 VnmMatrix unpack_vnm(const PackedVnm& p);
@@ -92,7 +99,9 @@ class VnmSpmmPlan {
   // desc describes the logical product (R x K x C); v and m the weight's pattern. Validates and picks the
   // kernel: sm90 wgmma.sp with B gathered while staged (sm_90a, V = 64 or a multiple of 128, 16-byte
   // aligned B rows), else the portable mma.sp kernel. block_n = 0 lets the heuristic choose.
-  // `form` must be the weight's (automatic resolves as pack_vnm does); the full_2_4 form runs the nm24 plan.
+  // `form` pins the weight's form; an automatic plan runs a weight in either form (M % 4 == 0 for full_2_4,
+  // a V the gathering kernels run for condensed) and reports in config() the form pack_vnm picks for
+  // desc.b_layout. The full_2_4 form runs the nm24 plan.
   static VnmSpmmPlan create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel = Nm24Kernel::automatic,
                             int block_n = 0, VnmForm form = VnmForm::automatic);
   // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype, V and M.
@@ -102,14 +111,15 @@ class VnmSpmmPlan {
   const KernelConfig& config() const noexcept { return config_; }
   int v() const noexcept { return v_; }
   int m() const noexcept { return m_; }
-  VnmForm form() const noexcept { return form_; }
+  VnmForm form() const noexcept { return form_; }  // automatic: either form
 
  private:
   SpmmDesc desc_;
   KernelConfig config_;
   int v_ = 0, m_ = 0;
   VnmForm form_ = VnmForm::condensed;
-  std::optional<Nm24SpmmPlan> full_;  // the plan of the full_2_4 form
+  std::optional<KernelConfig> gather_;  // the condensed form's kernel
+  std::optional<Nm24SpmmPlan> full_;    // the plan of the full_2_4 form
 };
 
 }  // namespace nmkit::gpu

@@ -27,13 +27,21 @@ IndexPair pair_for_single(unsigned index) {
 
 bool vnm_kernel_supports_v(int v) noexcept { return v == 32 || v == 64 || (v > 0 && v % kPackRowAlign == 0); }
 
-// The largest M that `automatic` runs in the full 2:4 form: at M = 8 the gathered path measured 0.71-0.90x cuBLAS
-// against the 2:4 kernel's 1.2-1.35x; from M = 16 on the gathered path is ahead (docs/performance.md).
-constexpr int kFullFormMaxM = 8;
+// B row-major: the largest M that `automatic` runs in the full 2:4 form, by V (docs/performance.md, "The form").
+// 8192^3 f16: 128:2:8 condensed 2.12x cuBLAS, 64:2:8 1.28x, full_2_4 1.63x; 128:2:4 condensed 1.11x.
+constexpr int kFullFormMaxMRowMajorV64 = 8;
+constexpr int kFullFormMaxMRowMajor = 4;
+// Below this V only the portable mma.sp kernel gathers, while the full_2_4 form runs on the Hopper kernel.
+constexpr int kHopperGatherMinV = 64;
 
-VnmForm resolve_vnm_form(VnmForm form, int m) {
+VnmForm resolve_vnm_form(VnmForm form, int v, int m, Layout b_layout) {
   const bool aligned = m % kSelected == 0;
-  if (form == VnmForm::automatic) return aligned && m <= kFullFormMaxM ? VnmForm::full_2_4 : VnmForm::condensed;
+  if (form == VnmForm::automatic) {
+    if (!aligned) return VnmForm::condensed;
+    if (b_layout == Layout::col_major || !vnm_kernel_supports_v(v) || v < kHopperGatherMinV) return VnmForm::full_2_4;
+    const int full_max_m = v < kPackRowAlign ? kFullFormMaxMRowMajorV64 : kFullFormMaxMRowMajor;
+    return m <= full_max_m ? VnmForm::full_2_4 : VnmForm::condensed;
+  }
   require(form != VnmForm::full_2_4 || aligned, ErrorCode::invalid_argument,
           "the full_2_4 form needs M % 4 == 0 (groups of M must not straddle the 2:4 groups), got M=" + std::to_string(m));
   return form;
@@ -50,11 +58,11 @@ const char* vnm_form_name(VnmForm form) noexcept {
 
 int64_t PackedVnm::gather_row_blocks() const noexcept { return condensed.rows_padded / std::min(v, kPackRowAlign); }
 
-PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form) {
+PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form, Layout b_layout) {
   validate(a);
   require(a.dtype() == DType::f16 || a.dtype() == DType::bf16, ErrorCode::unsupported,
           std::string("pack_vnm needs f16 or bf16 values, got ") + dtype_name(a.dtype()));
-  if (resolve_vnm_form(form, a.m) == VnmForm::full_2_4) {  // any V: the 2:4 kernels do not see the row blocks
+  if (resolve_vnm_form(form, a.v, a.m, b_layout) == VnmForm::full_2_4) {  // any V: the 2:4 kernels do not see the row blocks
     PackedVnm p;
     p.rows = a.rows, p.cols = a.cols, p.v = a.v, p.n = a.n, p.m = a.m, p.form = VnmForm::full_2_4;
     p.condensed = pack_nm24(compress_nm(decompress(a), 2, kSelected));  // at most 2 per aligned 4: M % 4 == 0

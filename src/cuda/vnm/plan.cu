@@ -41,7 +41,7 @@ DeviceVnm DeviceVnm::from_parts(DeviceNm24 condensed, const std::vector<int32_t>
 
 DeviceVnm DeviceVnm::from_full_2_4(DeviceNm24 full, int v, int m) {
   check_vnm_pattern(v, 2, m);
-  resolve_vnm_form(VnmForm::full_2_4, m);  // M % 4 == 0
+  resolve_vnm_form(VnmForm::full_2_4, v, m);  // M % 4 == 0
   const int64_t rows = full.rows(), cols = full.cols();
   DeviceVnm w(std::move(full), DeviceBuffer());
   w.rows_ = rows, w.cols_ = cols, w.v_ = v, w.m_ = m, w.form_ = VnmForm::full_2_4;
@@ -59,16 +59,10 @@ DeviceVnm DeviceVnm::upload(const PackedVnm& packed) {
   return from_parts(DeviceNm24::upload(packed.condensed), packed.gather, packed.cols, packed.v, packed.m);
 }
 
-VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel, int block_n, VnmForm form) {
-  nm24::check_desc(desc, "vnm plan");
-  check_vnm_pattern(v, 2, m);
-  if (resolve_vnm_form(form, m) == VnmForm::full_2_4) {  // a plain 2:4 product over all of K, any V
-    VnmSpmmPlan plan;
-    plan.desc_ = desc, plan.v_ = v, plan.m_ = m, plan.form_ = VnmForm::full_2_4;
-    plan.full_ = Nm24SpmmPlan::create(desc, kernel, block_n);
-    plan.config_ = plan.full_->config();
-    return plan;
-  }
+namespace {
+
+// The condensed form's kernel: sm90 wgmma.sp gathering B while staging it, or the portable mma.sp kernel.
+KernelConfig gather_config(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel, int block_n) {
   require(vnm_kernel_supports_v(v), ErrorCode::unsupported,
           "vnm plan: the gathering kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
   const int64_t condensed_cols = 4 * ceil_div(desc.cols, m);
@@ -83,9 +77,6 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel k
           "row-major, C % 8 == 0");
   require(block_n == 0 || kernel == Nm24Kernel::sm90_wgmma_sp, ErrorCode::unsupported,
           "vnm plan: block_n can only be chosen for the sm90 kernel");
-
-  VnmSpmmPlan plan;
-  plan.desc_ = desc, plan.v_ = v, plan.m_ = m;
   nm24::TileShape t = nm24::sm80_tile_shape();
   if (kernel == Nm24Kernel::sm90_wgmma_sp) {
     constexpr int kOneTile[] = {256, 128, 64}, kTwoTiles[] = {128, 64};
@@ -95,10 +86,28 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel k
   } else {
     t.smem_bytes *= b_tiles;  // one gathered B tile per row block of the CTA
   }
-  plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  return {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+}
+
+}  // namespace
+
+VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel, int block_n, VnmForm form) {
+  nm24::check_desc(desc, "vnm plan");
+  check_vnm_pattern(v, 2, m);
+  const VnmForm preferred = resolve_vnm_form(form, v, m, desc.b_layout);  // throws for full_2_4 with M % 4 != 0
+  // An automatic plan also takes the other form where it exists: the weight's form was fixed at pack time.
+  const bool automatic = form == VnmForm::automatic;
+  const bool full = preferred == VnmForm::full_2_4 || (automatic && m % 4 == 0);
+  const bool condensed = preferred == VnmForm::condensed || (automatic && vnm_kernel_supports_v(v));
+
+  VnmSpmmPlan plan;
+  plan.desc_ = desc, plan.v_ = v, plan.m_ = m, plan.form_ = automatic ? VnmForm::automatic : preferred;
+  if (full) plan.full_ = Nm24SpmmPlan::create(desc, kernel, block_n);  // a plain 2:4 product over all of K, any V
+  if (condensed) plan.gather_ = gather_config(desc, v, m, kernel, block_n);
+  plan.config_ = preferred == VnmForm::full_2_4 ? plan.full_->config() : *plan.gather_;
   if (std::getenv("NMKIT_LOG_CONFIG"))
-    std::clog << "nmkit: vnm " << v << ":2:" << m << " " << desc.rows << "x" << desc.cols << "x" << desc.n
-              << " condensed -> " << plan.config_ << "\n";
+    std::clog << "nmkit: vnm " << v << ":2:" << m << " " << desc.rows << "x" << desc.cols << "x" << desc.n << " "
+              << vnm_form_name(preferred) << " -> " << plan.config_ << "\n";
   return plan;
 }
 
@@ -109,10 +118,14 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
               " " + std::to_string(a.v()) + ":2:" + std::to_string(a.m()) + ", the plan was made for " +
               std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " + dtype_name(desc_.dtype) + " " +
               std::to_string(v_) + ":2:" + std::to_string(m_));
-  require(a.form() == form_, ErrorCode::invalid_argument,
+  require(a.form() == form_ || form_ == VnmForm::automatic, ErrorCode::invalid_argument,
           std::string("vnm run: the weight is in the ") + vnm_form_name(a.form()) + " form, the plan was made for the " +
               vnm_form_name(form_) + " form");
-  if (full_) return full_->run(stream, a.condensed(), b, c, d, bias);
+  if (a.form() == VnmForm::full_2_4) {
+    require(full_.has_value(), ErrorCode::invalid_argument, "vnm run: a full_2_4 weight needs M % 4 == 0");
+    return full_->run(stream, a.condensed(), b, c, d, bias);
+  }
+  require(gather_.has_value(), ErrorCode::invalid_argument, "vnm run: the gathering kernels do not run this weight's V");
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "vnm run");
 
@@ -120,9 +133,9 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
   p.b_gather = a.gather(), p.gather_stride = a.gather_stride(), p.gather_block_rows = gather_block_rows(v_);
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.
-  const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
+  const bool sm90 = gather_->kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) nm24::launch_sm90_gather<Element, Out>(p, config_.block_n, desc_.b_layout, stream);
+    if (sm90) nm24::launch_sm90_gather<Element, Out>(p, gather_->block_n, desc_.b_layout, stream);
     else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });
 }
