@@ -14,6 +14,7 @@
 // Included by the .cu files that instantiate it (sm90_nm24_spmm.cu, ../vnm/sm90_vnm_spmm.cu).
 #include <cuda.h>
 #include <type_traits>
+#include <utility>
 #include <cuda_runtime.h>
 
 #include "../common/check.cuh"
@@ -122,7 +123,7 @@ __device__ __forceinline__ int swizzled(int row, int chunk) { return row * 128 +
 // Loaded one k-tile ahead so that the table's latency hides behind the wait for a free stage. (B col-major.)
 struct TileRows {
   int32_t entry[2];
-  __device__ static TileRows load(const int32_t* gather, int /*warp*/, int lane) {
+  __device__ static TileRows load(const int32_t* gather, int lane) {
     return {{__ldg(gather + lane), __ldg(gather + lane + 32)}};
   }
   // Entry k_local (0..63) for every lane; k_local may differ between lanes.
@@ -133,64 +134,69 @@ struct TileRows {
   }
 };
 
-// B row-major: how the producer warpgroup splits a k-tile's 64 gathered rows of kBlockN columns into 16-byte
-// copies. Thread t copies chunk t % kChunksPerRow of tile rows t / kChunksPerRow + j * kRowStep (j < kCopies),
-// so a warp instruction moves whole 128-byte row segments (coalesced) and every thread keeps one column.
-template <int kBlockN>
-struct RowGatherSplit {
-  static constexpr int kChunksPerRow = kBlockN / kChunkHalves;                         // 8, 16 or 32
-  static constexpr int kRowsPerInstruction = 32 / kChunksPerRow;                       // rows one warp copy covers
-  static constexpr int kRowStep = kWarpgroupThreads / kChunksPerRow;                   // 16, 8 or 4
-  static constexpr int kCopies = kBlockK / kRowStep;                                   // copies per thread: 4, 8, 16
-  static_assert(kChunksPerRow <= 32 && 32 % kChunksPerRow == 0, "a warp copies whole row segments");
-  static_assert(kCopies * kRowStep == kBlockK, "the warpgroup covers the k-tile's rows");
-  // kRowStep is a power of two >= 4, so row (r0 + j * kRowStep) % 8 == (r0 % 8) ^ swizzle_flip(j).
-  static_assert(kRowStep == 4 || kRowStep % 8 == 0, "the swizzle phase of copy j is a constant");
-  static constexpr int swizzle_flip(int j) { return (j * kRowStep) % 8; }
-};
-
-// The 16 gather entries a producer warp needs per k-tile (B row-major): lane s < 16 holds the entry of tile row
-// (s % R) + warp * R + (s / R) * kRowStep, R = rows per warp instruction, so copy j of lane l reads it from lane
-// l / kChunksPerRow + j * R: one coalesced load per lane and k-tile, one shuffle per copy.
-template <int kBlockN>
-struct WarpRows {
-  using Split = RowGatherSplit<kBlockN>;
-  static constexpr int kR = Split::kRowsPerInstruction;
-  static_assert(kR * Split::kCopies == 16, "a warp copies 16 rows per k-tile");
-  int32_t entry;
-  __device__ static WarpRows load(const int32_t* gather, int warp, int lane) {
-    const int s = lane % 16;  // lanes 16..31 load a copy of lane s's entry: no predicate, no unused register
-    return {__ldg(gather + (s % kR) + warp * kR + (s / kR) * Split::kRowStep)};
-  }
-  __device__ int32_t copy(int j, int lane) const {
-    return __shfl_sync(0xffffffffu, entry, lane / Split::kChunksPerRow + j * kR);
-  }
-};
-
 // B row-major (K x C, 16-byte aligned rows, C % 8 == 0): tile row k_local is B row entry(k_local), copied 16
 // bytes at a time into the MN-major layout: atom a (columns 64a..64a+63), row k_local, chunk c ^ (k_local % 8).
-// Everything but the row's entry is fixed per thread, so a copy costs a shuffle, a multiply-add and the cp.async.
+// Eight lanes copy one 128-byte atom row (coalesced). Thread (warp w, lane l) copies tile rows
+// 16w + 4(l / 8) + i (i < 4), chunk l % 8 of every atom: its four gather entries are one 16-byte load, where each
+// row lands is fixed for the whole kernel, and the atoms of a row are immediate offsets of one source and one
+// destination address. So a copy is one cp.async; the per-row work (entry to address) is done once per k-tile.
+// Rows past K (kNoBRow) are zero-filled: A is zero there, and B may hold anything, Inf included. Columns past C
+// are not copied at all: they only reach D's columns past C, which are never stored.
 template <class Element, int kBlockN>
-__device__ __forceinline__ void gather_b_rows(const Params& p, unsigned char* tile, const WarpRows<kBlockN>& rows,
-                                              int64_t n0, int thread) {
-  using Split = RowGatherSplit<kBlockN>;
-  const int lane = thread % 32, chunk = thread % Split::kChunksPerRow, r0 = thread / Split::kChunksPerRow;
-  const int64_t n = n0 + chunk * kChunkHalves;
-  const bool column_inside = n < p.n;
-  // Past C the copy reads nothing (size 0) from a valid address: B's first element.
-  const char* column = reinterpret_cast<const char*>(p.b) + (column_inside ? n * int64_t{sizeof(Element)} : 0);
-  const uint64_t row_bytes = static_cast<uint64_t>(p.n) * sizeof(Element);
-  unsigned char* dst = tile + (chunk / 8) * kMnAtomBytes + r0 * 128;
-  const int swizzled_chunk = (chunk % 8) ^ (r0 % 8);
+struct RowGather {
+  static constexpr int kAtoms = kBlockN / kMnAtomHalves;
+  static constexpr int kLanesPerAtomRow = 128 / 16;
+  static constexpr int kRowsPerThread = 4;  // one int4 of gather entries
+  static constexpr int kRowsPerWarp = 32 / kLanesPerAtomRow * kRowsPerThread;
+  static_assert(kWarpgroupThreads / 32 * kRowsPerWarp == kBlockK, "the producer warpgroup covers the k-tile's rows");
+  static_assert(kBlockN % kMnAtomHalves == 0, "whole atoms");
+
+  const char* column;         // B's row 0 at this thread's column of atom 0
+  uint64_t row_bytes;
+  int first_row;              // tile row of entry 0
+  uint32_t row_offset[kRowsPerThread];  // row * 128 + swizzled chunk * 16, within the tile
+  uint32_t atoms_inside;      // bit a: this thread's column of atom a is inside C
+  bool columns_full;          // the CTA's n-tile is inside C (every CTA but the last column's)
+
+  __device__ RowGather(const Params& p, int64_t n0, int thread) {
+    const int lane = thread % 32, chunk = lane % kLanesPerAtomRow;
+    first_row = (thread / 32) * kRowsPerWarp + (lane / kLanesPerAtomRow) * kRowsPerThread;
+    const int64_t n = n0 + chunk * kChunkHalves;
+    column = reinterpret_cast<const char*>(static_cast<const Element*>(p.b) + n);
+    row_bytes = static_cast<uint64_t>(p.n) * sizeof(Element);
 #pragma unroll
-  for (int j = 0; j < Split::kCopies; ++j) {
-    const int32_t k = rows.copy(j, lane);
-    const bool inside = column_inside && k >= 0;
-    const char* src = column + static_cast<uint32_t>(max(k, 0)) * row_bytes;
-    unsigned char* chunk_dst = dst + j * Split::kRowStep * 128 + (swizzled_chunk ^ Split::swizzle_flip(j)) * 16;
-    ptx::cp_async_16(ptx::smem_address(chunk_dst), src, inside ? 16 : 0);
+    for (int i = 0; i < kRowsPerThread; ++i) row_offset[i] = static_cast<uint32_t>(swizzled(first_row + i, chunk));
+    atoms_inside = 0;
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a) atoms_inside |= n + a * kMnAtomHalves < p.n ? 1u << a : 0u;
+    columns_full = n0 + kBlockN <= p.n;
   }
-}
+
+  // This thread's gather entries of one k-tile (the table of that k-tile: 64 entries).
+  __device__ int4 load(const int32_t* gather) const { return __ldg(reinterpret_cast<const int4*>(gather + first_row)); }
+
+  __device__ void copy(uint32_t tile, int4 entries) const {
+    if (columns_full) copy_rows<false>(tile, entries, std::make_integer_sequence<int, kAtoms>{});
+    else copy_rows<true>(tile, entries, std::make_integer_sequence<int, kAtoms>{});
+  }
+
+ private:
+  template <bool kColumnTail, int... kAtom>
+  __device__ __forceinline__ void copy_rows(uint32_t tile, int4 entries, std::integer_sequence<int, kAtom...>) const {
+    const int32_t entry[kRowsPerThread] = {entries.x, entries.y, entries.z, entries.w};
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const bool inside = entry[i] >= 0;
+      const char* src = column + static_cast<uint32_t>(inside ? entry[i] : 0) * row_bytes;
+      const uint32_t dst = tile + row_offset[i];
+      const int bytes = inside ? 16 : 0;
+      ((!kColumnTail || (atoms_inside >> kAtom & 1u)
+            ? ptx::cp_async_16_at<kAtom * kMnAtomBytes, kAtom * 128>(dst, src, bytes)
+            : void()),
+       ...);
+    }
+  }
+};
 
 // B col-major (x[C, K] row-major): tile row n holds x[n0 + n, rows.at(0..63)] in the K-major layout. Lane l of
 // producer warp w takes condensed columns 2l, 2l+1 of rows w, w+4, ...: a warp's loads stay inside one row of
@@ -303,19 +309,25 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
       }
     } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
       const int32_t* gather = p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride;
-      const int lane_in_warp = thread % 32, warp_in_group = thread / 32;
-      using Rows = std::conditional_t<kSource == BSource::gather_rows, WarpRows<kBlockN>, TileRows>;
+      const int lane_in_warp = thread % 32;
+      // Each k-tile's gather entries are loaded one k-tile ahead, behind the wait for a free stage.
+      using Rows = std::conditional_t<kSource == BSource::gather_rows, int4, TileRows>;
+      [[maybe_unused]] const RowGather<Element, kBlockN> row_gather(p, n0, thread);
+      const auto load_rows = [&](int t, int64_t kt) {
+        const int32_t* table = gather + t * p.gather_stride + kt * kBlockK;
+        if constexpr (kSource == BSource::gather_rows) return row_gather.load(table);
+        else return TileRows::load(table, lane_in_warp);
+      };
       Rows next[kBTiles];
 #pragma unroll
-      for (int t = 0; t < kBTiles; ++t) next[t] = Rows::load(gather + t * p.gather_stride, warp_in_group, lane_in_warp);
+      for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, 0);
       cuda::RingPosition<kStages> ring;
       for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
         Rows rows[kBTiles];
 #pragma unroll
         for (int t = 0; t < kBTiles; ++t) {
           rows[t] = next[t];
-          if (kt + 1 < k_tiles)
-            next[t] = Rows::load(gather + t * p.gather_stride + (kt + 1) * kBlockK, warp_in_group, lane_in_warp);
+          if (kt + 1 < k_tiles) next[t] = load_rows(t, kt + 1);
         }
         const int s = ring.stage;
         unsigned char* stage = smem + s * Shape::kStageBytes;
@@ -329,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
 #pragma unroll
         for (int t = 0; t < kBTiles; ++t) {
           if constexpr (kSource == BSource::gather_rows)
-            gather_b_rows<Element, kBlockN>(p, stage + t * Shape::kBBytes, rows[t], n0, thread);
+            row_gather.copy(ptx::smem_address(stage + t * Shape::kBBytes), rows[t]);
           else
             gather_b_cols<Element, kBlockN>(p, stage + t * Shape::kBBytes, rows[t], n0, thread);
         }

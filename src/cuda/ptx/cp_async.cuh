@@ -12,6 +12,14 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_address, const void* g
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address), "l"(gmem), "r"(src_bytes));
 }
 
+// The same copy at compile-time byte offsets from both addresses ([reg+imm] operands), so that copies stepping
+// through a tile from one base stay one instruction each (ptxas otherwise may keep a base register per offset).
+template <int kDstOffset, int kSrcOffset>
+__device__ __forceinline__ void cp_async_16_at(uint32_t smem_address, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;\n" ::"r"(smem_address), "l"(gmem), "r"(src_bytes),
+               "n"(kDstOffset), "n"(kSrcOffset));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int kPending>
