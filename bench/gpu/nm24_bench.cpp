@@ -144,6 +144,7 @@ struct Options {
   bool tile_blocked_ell = true;
   std::vector<int> vnm_m{4, 5, 7, 8, 10, 16, 20, 32, 40, 100};
   std::string vnm_b_layout = "both";
+  int vnm_block_n = 0;
   std::string vnm_shapes = "acceptance";
   std::vector<std::string> shapes;
   std::string dtype = "both";
@@ -197,7 +198,7 @@ int run(const Options& o) {
     return 0;
   }
   if (o.suite == "vnm") {
-    VnmSuiteOptions v{shapes, dtypes, o.vnm_v, o.vnm_m, {}, o.warmup, o.iters};
+    VnmSuiteOptions v{shapes, dtypes, o.vnm_v, o.vnm_m, {}, o.warmup, o.iters, o.vnm_block_n};
     if (o.vnm_b_layout != "row") v.b_layouts.push_back(Layout::col_major);
     if (o.vnm_b_layout != "col") v.b_layouts.push_back(Layout::row_major);
     out["vnm_run_host_overhead_us"] = run_vnm_suite(v, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
@@ -347,6 +348,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"acceptance", "llm", "bert", "all", "ksweep"}))->capture_default_str();
   app.add_option("--b-layout", o.vnm_b_layout, "vnm suite: col (x[T,K] row-major) | row (K x C) | both")
       ->check(CLI::IsMember({"col", "row", "both"}))->capture_default_str();
+  app.add_option("--vnm-block-n", o.vnm_block_n, "vnm suite: the sm90 condensed kernel's n-tile (256/128/64; 0: heuristic)");
   app.add_option("--shape", o.shapes, "Extra shape R,K,C (repeatable)");
   app.add_option("--dtype", o.dtype, "f16 | bf16 | both")->capture_default_str();
   app.add_option("--json", o.json_path, "Write the results as JSON");

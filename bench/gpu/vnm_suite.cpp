@@ -145,7 +145,7 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
             desc.b_layout = b_layout;
             const gpu::VnmSpmmPlan plan =
-                gpu::VnmSpmmPlan::create(desc, v, m, gpu::Nm24Kernel::automatic, 0, gpu::VnmForm::condensed);
+                gpu::VnmSpmmPlan::create(desc, v, m, gpu::Nm24Kernel::automatic, o.block_n, gpu::VnmForm::condensed);
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern
             const auto [nmkit_ms, err] = time_and_check(
                 [&](int i) { plan.run(stream, weights[i], b_of(i), nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,

@@ -18,6 +18,7 @@ struct VnmSuiteOptions {
   std::vector<int> ms;           // M values (N = 2)
   std::vector<Layout> b_layouts;  // col_major: x[T, K] row-major (the linear layer); row_major: K x C
   int warmup = 5, iters = 30;
+  int block_n = 0;  // the condensed kernel's n-tile (sm90; 0: the plan's heuristic)
 };
 
 // Prints one table row per (dtype, shape, V, M, B layout) and appends JSON rows to `rows`; returns the host

@@ -95,6 +95,23 @@ TEST(VnmGpu, EveryHopperTileWidth) {
         }
 }
 
+// The gathering kernels lose more on narrow n-tiles than the 2:4 kernel (docs/performance.md, V:N:M item 8): a
+// 768-row weight takes one wave of 256-wide tiles, not three of 64-wide ones; a small C still takes a narrow tile.
+TEST(VnmGpu, HopperGatherTilesAreWideUnlessCIsSmall) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  const auto width = [](int64_t r, int64_t c, int v) {
+    return VnmSpmmPlan::create(plain(r, 4096, c, DType::f16, Layout::row_major).desc(), v, 8, Nm24Kernel::automatic, 0,
+                               VnmForm::condensed)
+        .config()
+        .block_n;
+  };
+  EXPECT_EQ(width(768, 4096, 128), 256);
+  EXPECT_EQ(width(768, 4096, 64), 128);
+  EXPECT_EQ(width(11008, 4096, 128), 256);
+  EXPECT_EQ(width(768, 64, 128), 64);
+}
+
 TEST(VnmGpu, LayoutsAndEpilogues) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 1000;

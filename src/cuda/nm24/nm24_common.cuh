@@ -108,7 +108,15 @@ TileShape sm90_tile_shape(int block_n);
 bool sm90_compiled();  // whether this build holds sm_90a code for the wgmma.sp kernel
 
 // Plan helpers shared by the nm24 and vnm plans (plan.cu).
-int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const int> widths);
+// An n-tile width the sm90 heuristic may take, and the math rate one tile of it reaches relative to the others
+// of its kernel (narrow tiles issue small, less efficient wgmma; the gathering producer pays per row).
+struct BlockNChoice {
+  int block_n;
+  double efficiency;
+};
+// The width whose waves of tiles finish soonest, each tile costing the larger of its math and its share of the
+// weight's bytes (decode shapes are bound by reading A); ties go to the narrowest width that covers C.
+int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices);
 int sm_count();
 bool device_is_sm90();
 // Throw Error (invalid_argument / unsupported) naming `who` and what is wrong.

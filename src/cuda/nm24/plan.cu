@@ -17,14 +17,10 @@
 namespace nmkit::gpu {
 namespace {
 
-// The sm90 kernel's n-tile: the width whose waves of tiles finish soonest, each tile costing the larger of
-// its math (narrow tiles issue small, less efficient wgmma) and its share of the weight's bytes (decode
-// shapes are bound by reading A). Rates are the measured ones of docs/performance.md; only ratios matter.
-struct BlockNChoice {
-  int block_n;
-  double efficiency;  // relative math rate of one tile of this width
-};
-constexpr BlockNChoice kSm90BlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}, {64, 0.8}, {32, 0.6}, {16, 0.4}};
+// The sm90 kernel's n-tiles and their relative math rates. Rates are the measured ones of docs/performance.md;
+// only ratios matter. B row-major takes whole 64-column TMA boxes.
+constexpr nm24::BlockNChoice kColMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}, {64, 0.8}, {32, 0.6}, {16, 0.4}};
+constexpr nm24::BlockNChoice kRowMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}, {64, 0.8}};
 constexpr double kSmMathRate = 6.5e12;      // dense-equivalent FLOP/s of one SM in the wgmma.sp kernel
 constexpr double kMemoryBandwidth = 4.0e12;  // bytes/s from HBM
 constexpr double kPackedBytesPerWeight = 1.25;  // 2:4 fp16: half the values plus metadata
@@ -33,13 +29,12 @@ constexpr double kPackedBytesPerWeight = 1.25;  // 2:4 fp16: half the values plu
 
 namespace nm24 {
 
-int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const int> widths) {
+int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices) {
   const int64_t row_tiles = ceil_div(rows, kPackRowAlign);
   const double weight_time = static_cast<double>(rows) * static_cast<double>(cols) * kPackedBytesPerWeight / kMemoryBandwidth;
-  int best = widths.front();
+  int best = choices.front().block_n;
   double best_cost = 1e300;
-  for (const BlockNChoice& c : kSm90BlockN) {
-    if (std::find(widths.begin(), widths.end(), c.block_n) == widths.end()) continue;
+  for (const BlockNChoice& c : choices) {
     const int64_t tiles = row_tiles * ceil_div(n, c.block_n);
     const double tile_math = 2.0 * kPackRowAlign * c.block_n * static_cast<double>(cols) / (kSmMathRate * c.efficiency);
     const double cost = std::max(static_cast<double>(ceil_div(tiles, sm_count)) * tile_math, weight_time);
@@ -183,8 +178,6 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
 
   Nm24SpmmPlan plan;
   plan.desc_ = desc;
-  constexpr int kAllWidths[] = {256, 192, 128, 64, 32, 16};
-  constexpr int kRowMajorWidths[] = {256, 192, 128, 64};  // B row-major: whole 64-column TMA boxes
   // TMA reads B along its contiguous dimension: K for B col-major, C for B row-major (16-byte row strides).
   const bool b_col_major = desc.b_layout == Layout::col_major;
   const bool sm90_device = nm24::sm90_compiled() && nm24::device_is_sm90();
@@ -197,7 +190,8 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
           "nm24 plan: block_n can only be chosen for the sm90 kernel");
   require(block_n == 0 || b_col_major || block_n % 64 == 0, ErrorCode::unsupported,
           "nm24 plan: with B row-major the sm90 kernel's block_n is 64, 128, 192 or 256, got " + std::to_string(block_n));
-  const std::span<const int> widths = b_col_major ? std::span<const int>(kAllWidths) : std::span<const int>(kRowMajorWidths);
+  const std::span<const nm24::BlockNChoice> widths =
+      b_col_major ? std::span<const nm24::BlockNChoice>(kColMajorBlockN) : std::span<const nm24::BlockNChoice>(kRowMajorBlockN);
   const nm24::TileShape t =
       kernel == Nm24Kernel::sm90_wgmma_sp
           ? nm24::sm90_tile_shape(block_n != 0 ? block_n : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::sm_count(), widths))

@@ -79,8 +79,11 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel
           "vnm plan: block_n can only be chosen for the sm90 kernel");
   nm24::TileShape t = nm24::sm80_tile_shape();
   if (kernel == Nm24Kernel::sm90_wgmma_sp) {
-    constexpr int kOneTile[] = {256, 128, 64}, kTwoTiles[] = {128, 64};
-    const std::span<const int> widths = b_tiles == 1 ? std::span<const int>(kOneTile) : std::span<const int>(kTwoTiles);
+    // The gathering kernels' n-tiles: narrow ones lose more than the 2:4 kernel's (the producer's copies and
+    // fill are per row), measured on 11008x4096x4096, f16, B row-major (docs/performance.md, V:N:M item 8).
+    constexpr nm24::BlockNChoice kOneTile[] = {{256, 1.0}, {128, 0.75}, {64, 0.45}};
+    constexpr nm24::BlockNChoice kTwoTiles[] = {{128, 1.0}, {64, 0.6}};
+    const auto widths = b_tiles == 1 ? std::span<const nm24::BlockNChoice>(kOneTile) : std::span<const nm24::BlockNChoice>(kTwoTiles);
     if (block_n == 0) block_n = nm24::sm90_block_n(desc.rows, condensed_cols, desc.n, nm24::sm_count(), widths);
     t = nm24::sm90_gather_tile_shape(block_n, b_tiles);
   } else {
