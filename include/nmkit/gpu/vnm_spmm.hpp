@@ -119,6 +119,7 @@ class VnmSpmmPlan {
   int v_ = 0, m_ = 0;
   VnmForm form_ = VnmForm::condensed;
   std::optional<KernelConfig> gather_;  // the condensed form's kernel
+  int gather_group_rows_ = 16;          // its raster (sm90: row tiles per group)
   std::optional<Nm24SpmmPlan> full_;    // the plan of the full_2_4 form
 };
 

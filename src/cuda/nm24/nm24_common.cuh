@@ -12,6 +12,10 @@
 namespace nmkit::gpu::nm24 {
 
 // Everything a kernel needs; built by the plan, passed by value.
+// Row tiles per raster group of the sm90 kernel (2:4): a wave then reuses ~16 row tiles of A and ~8 column tiles
+// of B from L2 instead of streaming A from HBM per column tile (docs/performance.md, 2:4 item 5).
+inline constexpr int kSm90GroupRows = 16;
+
 struct Params {
   const uint4* a_values;      // packed fragments (slab, kblock, lane) of 4 registers
   const uint32_t* a_meta;     // packed metadata (slab, kblock, lane)
@@ -30,6 +34,8 @@ struct Params {
   const int32_t* b_gather = nullptr;
   int64_t gather_stride = 0;
   int gather_block_rows = kPackRowAlign;  // rows per gather row block: min(V, 128)
+  // The sm90 kernel's raster: CTAs in groups of group_rows row tiles that sweep all column tiles.
+  int group_rows = kSm90GroupRows;
 };
 
 template <class Element>
@@ -117,6 +123,10 @@ struct BlockNChoice {
 // The width whose waves of tiles finish soonest, each tile costing the larger of its math and its share of the
 // weight's bytes (decode shapes are bound by reading A); ties go to the narrowest width that covers C.
 int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices);
+// The raster group of the gathering kernel (K' = cols condensed columns): every row block reads its own rows of
+// B, so column tiles of B are shared across row tiles only weakly and taller groups (more row tiles, fewer
+// column tiles per wave) keep more of B in L2, as long as the group's rows of A fit in half of it.
+int sm90_gather_group_rows(int64_t cols);
 int sm_count();
 bool device_is_sm90();
 // Throw Error (invalid_argument / unsupported) naming `who` and what is wrong.

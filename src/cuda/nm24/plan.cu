@@ -46,6 +46,21 @@ int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<
   return best;
 }
 
+// Measured on the V:N:M suite (docs/performance.md, V:N:M item 9): 64 rows gained up to 14 % at 2:32, and lost
+// 6-12 % where 64 row tiles of A overflowed L2 (36864x12288x4096 at 2:8).
+constexpr int kMaxGatherGroupRows = 64;
+constexpr double kGatherGroupL2Share = 0.5;
+
+int sm90_gather_group_rows(int64_t cols) {
+  int device = 0, l2_bytes = 0;
+  NMKIT_CUDA_CHECK(cudaGetDevice(&device));
+  NMKIT_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  const double a_row_tile_bytes = static_cast<double>(kPackRowAlign) * static_cast<double>(cols) * kPackedBytesPerWeight;
+  int rows = kMaxGatherGroupRows;
+  while (rows > kSm90GroupRows && rows * a_row_tile_bytes > kGatherGroupL2Share * l2_bytes) rows /= 2;
+  return rows;
+}
+
 int sm_count() {
   int device = 0, count = 0;
   NMKIT_CUDA_CHECK(cudaGetDevice(&device));

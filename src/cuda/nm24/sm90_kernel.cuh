@@ -43,9 +43,6 @@ constexpr int kRowsPerConsumer = kBlockM / kConsumers;   // 64: one m64 wgmma
 constexpr int kKBlocksPerTile = kBlockK / kFragmentK;    // 2 wgmma.sp per k-tile
 constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows x 128 bytes
 constexpr int kRegisterFile = 64 * 1024;
-// CTAs are launched in groups of kGroupRows row tiles that sweep all column tiles: one wave then reuses
-// ~16 row tiles of A and ~8 column tiles of B from L2 instead of streaming A from HBM per column tile.
-[[maybe_unused]] constexpr int64_t kGroupRows = 16;
 
 static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
 static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole number of sparse k32 steps");
@@ -255,9 +252,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
   const int64_t row_tiles = (p.rows + kBlockM - 1) / kBlockM, col_tiles = (p.n + kBlockN - 1) / kBlockN;
-  const int64_t group = blockIdx.x / (kGroupRows * col_tiles), in_group = blockIdx.x % (kGroupRows * col_tiles);
-  const int64_t group_rows = min(kGroupRows, row_tiles - group * kGroupRows);
-  const int64_t m0 = (group * kGroupRows + in_group % group_rows) * kBlockM, n0 = (in_group / group_rows) * kBlockN;
+  // CTAs run in groups of p.group_rows row tiles that sweep all column tiles, so that a wave reuses a few row
+  // tiles of A and column tiles of B from L2 instead of streaming A from HBM per column tile.
+  const int64_t group_size = p.group_rows * col_tiles;
+  const int64_t group = blockIdx.x / group_size, in_group = blockIdx.x % group_size;
+  const int64_t group_rows = min(static_cast<int64_t>(p.group_rows), row_tiles - group * p.group_rows);
+  const int64_t m0 = (group * p.group_rows + in_group % group_rows) * kBlockM, n0 = (in_group / group_rows) * kBlockN;
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
 
   constexpr int kClusterSize = kMulticast ? 2 : 1;

@@ -106,7 +106,11 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel k
   VnmSpmmPlan plan;
   plan.desc_ = desc, plan.v_ = v, plan.m_ = m, plan.form_ = automatic ? VnmForm::automatic : preferred;
   if (full) plan.full_ = Nm24SpmmPlan::create(desc, kernel, block_n);  // a plain 2:4 product over all of K, any V
-  if (condensed) plan.gather_ = gather_config(desc, v, m, kernel, block_n);
+  if (condensed) {
+    plan.gather_ = gather_config(desc, v, m, kernel, block_n);
+    if (plan.gather_->kernel == Nm24Kernel::sm90_wgmma_sp)
+      plan.gather_group_rows_ = nm24::sm90_gather_group_rows(4 * ceil_div(desc.cols, m));
+  }
   plan.config_ = preferred == VnmForm::full_2_4 ? plan.full_->config() : *plan.gather_;
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: vnm " << v << ":2:" << m << " " << desc.rows << "x" << desc.cols << "x" << desc.n << " "
@@ -134,6 +138,7 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
 
   nm24::Params p = nm24::make_params(desc_, a.condensed(), b, c, d, bias);
   p.b_gather = a.gather(), p.gather_stride = a.gather_stride(), p.gather_block_rows = gather_block_rows(v_);
+  p.group_rows = gather_group_rows_;
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.
   const bool sm90 = gather_->kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
