@@ -13,9 +13,10 @@
 // CTA tile kBlockM x kBlockN x kBlockK = 128 x kBlockN x 64; consumer warpgroup w owns rows 64w..64w+63.
 // Included by the .cu files that instantiate it (sm90_nm24_spmm.cu, ../vnm/sm90_vnm_spmm.cu).
 #include <cuda.h>
+#include <cuda_runtime.h>
+
 #include <type_traits>
 #include <utility>
-#include <cuda_runtime.h>
 
 #include "../common/check.cuh"
 #include "../common/ring.cuh"
@@ -142,7 +143,8 @@ struct TileRows {
 template <class Element, int kBlockN>
 struct RowGather {
   static constexpr int kAtoms = kBlockN / kMnAtomHalves;
-  static constexpr int kLanesPerAtomRow = 128 / 16;
+  static constexpr int kAtomRowBytes = kMnAtomHalves * static_cast<int>(sizeof(Element));  // 128
+  static constexpr int kLanesPerAtomRow = kAtomRowBytes / (kChunkHalves * static_cast<int>(sizeof(Element)));
   static constexpr int kRowsPerThread = 4;  // one int4 of gather entries
   static constexpr int kRowsPerWarp = 32 / kLanesPerAtomRow * kRowsPerThread;
   static_assert(kWarpgroupThreads / 32 * kRowsPerWarp == kBlockK, "the producer warpgroup covers the k-tile's rows");
@@ -151,7 +153,7 @@ struct RowGather {
   const char* column;         // B's row 0 at this thread's column of atom 0
   uint64_t row_bytes;
   int first_row;              // tile row of entry 0
-  uint32_t row_offset[kRowsPerThread];  // row * 128 + swizzled chunk * 16, within the tile
+  uint32_t row_offset[kRowsPerThread];  // where each row's chunk lands in the tile (swizzled)
   uint32_t atoms_inside;      // bit a: this thread's column of atom a is inside C
   bool columns_full;          // the CTA's n-tile is inside C (every CTA but the last column's)
 
@@ -188,7 +190,7 @@ struct RowGather {
       const uint32_t dst = tile + row_offset[i];
       const int bytes = inside ? 16 : 0;
       ((!kColumnTail || (atoms_inside >> kAtom & 1u)
-            ? ptx::cp_async_16_at<kAtom * kMnAtomBytes, kAtom * 128>(dst, src, bytes)
+            ? ptx::cp_async_16_at<kAtom * kMnAtomBytes, kAtom * kAtomRowBytes>(dst, src, bytes)
             : void()),
        ...);
     }
