@@ -100,8 +100,8 @@ class VnmSpmmPlan {
   // kernel: sm90 wgmma.sp with B gathered while staged (sm_90a, V = 64 or a multiple of 128, 16-byte
   // aligned B rows), else the portable mma.sp kernel. block_n = 0 lets the heuristic choose.
   // `form` pins the weight's form; an automatic plan runs a weight in either form (M % 4 == 0 for full_2_4,
-  // a V the gathering kernels run for condensed) and reports in config() the form pack_vnm picks for
-  // desc.b_layout. The full_2_4 form runs the nm24 plan.
+  // a V the gathering kernels run for condensed; a given kernel or block_n must suit both) and reports in
+  // config() the form pack_vnm picks for desc.b_layout. The full_2_4 form runs the nm24 plan.
   static VnmSpmmPlan create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel = Nm24Kernel::automatic,
                             int block_n = 0, VnmForm form = VnmForm::automatic);
   // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype, V and M.
@@ -119,7 +119,7 @@ class VnmSpmmPlan {
   int v_ = 0, m_ = 0;
   VnmForm form_ = VnmForm::condensed;
   std::optional<KernelConfig> gather_;  // the condensed form's kernel
-  int gather_group_rows_ = 16;          // its raster (sm90: row tiles per group)
+  int gather_group_rows_ = 0;           // its raster on sm90: row tiles per group (0: the kernel's default)
   std::optional<Nm24SpmmPlan> full_;    // the plan of the full_2_4 form
 };
 

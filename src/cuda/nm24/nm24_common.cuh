@@ -11,11 +11,11 @@
 
 namespace nmkit::gpu::nm24 {
 
-// Everything a kernel needs; built by the plan, passed by value.
 // Row tiles per raster group of the sm90 kernel (2:4): a wave then reuses ~16 row tiles of A and ~8 column tiles
 // of B from L2 instead of streaming A from HBM per column tile (docs/performance.md, 2:4 item 5).
 inline constexpr int kSm90GroupRows = 16;
 
+// Everything a kernel needs; built by the plan, passed by value.
 struct Params {
   const uint4* a_values;      // packed fragments (slab, kblock, lane) of 4 registers
   const uint32_t* a_meta;     // packed metadata (slab, kblock, lane)

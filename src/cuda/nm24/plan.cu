@@ -205,11 +205,11 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
           "nm24 plan: block_n can only be chosen for the sm90 kernel");
   require(block_n == 0 || b_col_major || block_n % 64 == 0, ErrorCode::unsupported,
           "nm24 plan: with B row-major the sm90 kernel's block_n is 64, 128, 192 or 256, got " + std::to_string(block_n));
-  const std::span<const nm24::BlockNChoice> widths =
+  const std::span<const nm24::BlockNChoice> choices =
       b_col_major ? std::span<const nm24::BlockNChoice>(kColMajorBlockN) : std::span<const nm24::BlockNChoice>(kRowMajorBlockN);
   const nm24::TileShape t =
       kernel == Nm24Kernel::sm90_wgmma_sp
-          ? nm24::sm90_tile_shape(block_n != 0 ? block_n : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::sm_count(), widths))
+          ? nm24::sm90_tile_shape(block_n != 0 ? block_n : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::sm_count(), choices))
           : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   // B multicast across a 2-CTA cluster (n-tiles of 128 and more, an even number of row tiles) is an experiment,

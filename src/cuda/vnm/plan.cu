@@ -83,8 +83,8 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel
     // fill are per row), measured on 11008x4096x4096, f16, B row-major (docs/performance.md, V:N:M item 8).
     constexpr nm24::BlockNChoice kOneTile[] = {{256, 1.0}, {128, 0.75}, {64, 0.45}};
     constexpr nm24::BlockNChoice kTwoTiles[] = {{128, 1.0}, {64, 0.6}};
-    const auto widths = b_tiles == 1 ? std::span<const nm24::BlockNChoice>(kOneTile) : std::span<const nm24::BlockNChoice>(kTwoTiles);
-    if (block_n == 0) block_n = nm24::sm90_block_n(desc.rows, condensed_cols, desc.n, nm24::sm_count(), widths);
+    const auto choices = b_tiles == 1 ? std::span<const nm24::BlockNChoice>(kOneTile) : std::span<const nm24::BlockNChoice>(kTwoTiles);
+    if (block_n == 0) block_n = nm24::sm90_block_n(desc.rows, condensed_cols, desc.n, nm24::sm_count(), choices);
     t = nm24::sm90_gather_tile_shape(block_n, b_tiles);
   } else {
     t.smem_bytes *= b_tiles;  // one gathered B tile per row block of the CTA
@@ -138,7 +138,7 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
 
   nm24::Params p = nm24::make_params(desc_, a.condensed(), b, c, d, bias);
   p.b_gather = a.gather(), p.gather_stride = a.gather_stride(), p.gather_block_rows = gather_block_rows(v_);
-  p.group_rows = gather_group_rows_;
+  if (gather_group_rows_ > 0) p.group_rows = gather_group_rows_;
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.
   const bool sm90 = gather_->kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
