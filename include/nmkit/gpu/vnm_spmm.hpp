@@ -36,9 +36,9 @@ bool vnm_kernel_supports_v(int v) noexcept;
 //              (docs/performance.md, "The form"; H200, f16):
 //              - M % 4 != 0: condensed, the only form;
 //              - B col-major (x[T, K] row-major, SpmmDesc's default): full_2_4. The condensed kernel must gather x
-//                element by element along K (0.06-0.98x cuBLAS against 1.3-1.6x for full_2_4);
+//                element by element along K (0.05-0.93x cuBLAS against 1.3-1.7x for full_2_4);
 //              - B row-major (K x C): full_2_4 for M = 4 and for M = 8 with V = 64, condensed otherwise (128:2:8
-//                condensed 1.4-2.1x against full_2_4 1.3-1.6x);
+//                condensed 1.6-2.4x against full_2_4 1.3-1.7x);
 //              - V that the gathering kernels do not run (vnm_kernel_supports_v): full_2_4 where M % 4 == 0.
 enum class VnmForm : uint8_t { automatic, condensed, full_2_4 };
 // automatic -> the concrete form for a B in `b_layout`; throws for full_2_4 with M % 4 != 0.
