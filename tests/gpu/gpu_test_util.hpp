@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,18 @@ double error_against_oracle(const SparseMatrix& a, const Problem& t, uint32_t se
     }
   return test::relative_frobenius(got, want);
 }
+
+// Sets an environment variable for one scope: plans read the NMKIT_* experiment switches when they are created.
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
+
+// The sm90 kernel's schedules (NMKIT_SM90_SCHEDULE; KernelConfig::register_epilogue, persistent_ctas).
+inline constexpr const char* kSm90Schedules[] = {"staged", "registers", "persistent"};
 
 // Relative Frobenius error allowed against the fp32 CPU oracle (inputs are exact in the dtype; the GPU
 // accumulates in fp32 in another order and rounds the output).

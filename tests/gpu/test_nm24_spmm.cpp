@@ -111,7 +111,7 @@ TEST(Nm24Gpu, AutomaticTakesTheHopperKernelForEitherBLayout) {
 TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  setenv("NMKIT_SM90_MULTICAST", "1", 1);  // read when a plan is created
+  const ScopedEnv env("NMKIT_SM90_MULTICAST", "1");
   uint32_t seed = 900;
   for (int block_n : {256, 192, 128})
     for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 300}, {512, 192, 37}, {1000, 1024, 515}}) {
@@ -121,7 +121,6 @@ TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
       EXPECT_EQ(Nm24SpmmPlan::create({r, k, c, DType::bf16, DType::bf16}, Nm24Kernel::sm90_wgmma_sp, block_n).config().cluster, 2);
       EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << block_n;
     }
-  unsetenv("NMKIT_SM90_MULTICAST");
 }
 
 TEST(Nm24Gpu, AutotunedPlansAreCorrectAndCached) {
@@ -144,6 +143,81 @@ TEST(Nm24Gpu, LayoutsAndEpilogues) {
       const Case t{problem, kernel};  // sm90 with B row-major: the MN-major TMA path
       EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
     }
+}
+
+TEST(Nm24Gpu, EverySm90ScheduleAgreesWithTheOracle) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  // Staged, register and persistent epilogues. The persistent grid is one CTA per SM, so the first two shapes give
+  // CTAs two or more tiles (144 and 323 tiles of 128 x block_n), with R and C tails and 3 or 1 k-tiles per tile: the
+  // ring of stages runs on across tiles out of step with its length. 300 rows: col-major D's lines are not a
+  // multiple of 8 elements, so that D takes the staged epilogue whatever the schedule.
+  struct Shape {
+    int64_t r, k, c;
+    int block_n;
+  };
+  uint32_t seed = 1300;
+  for (const char* schedule : kSm90Schedules) {
+    const ScopedEnv env("NMKIT_SM90_SCHEDULE", schedule);
+    for (const Shape& s : {Shape{1000, 136, 1096, 64}, Shape{2104, 40, 600, 32}, Shape{300, 192, 520, 256}})
+      for (Layout b_layout : {Layout::col_major, Layout::row_major})
+        for (Layout d_layout : {Layout::col_major, Layout::row_major})
+          for (Activation act : {Activation::none, Activation::relu, Activation::gelu}) {
+            if (b_layout == Layout::row_major && s.block_n % 64 != 0) continue;  // whole MN-major boxes
+            const DType dtype = act == Activation::relu ? DType::bf16 : DType::f16;
+            Case t{{s.r, s.k, s.c, dtype, dtype, b_layout, d_layout, 0.75f, 0.0f, act != Activation::none, act},
+                   Nm24Kernel::sm90_wgmma_sp};
+            t.block_n = s.block_n;
+            const bool applies = (d_layout == Layout::col_major ? s.r : s.c) % 8 == 0 && act != Activation::gelu;
+            const KernelConfig config = Nm24SpmmPlan::create(t.desc(), t.kernel, t.block_n).config();
+            EXPECT_EQ(config.register_epilogue, applies && std::string(schedule) != "staged") << schedule;
+            EXPECT_EQ(config.persistent_ctas > 0, applies && std::string(schedule) == "persistent") << schedule;
+            EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " schedule " << schedule;
+          }
+  }
+}
+
+TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  // By default: 16-bit D that is final in registers (beta == 0, no GELU) with lines of a multiple of 8 elements; persistent
+  // CTAs where tiles are short in K and more than the SMs.
+  SpmmDesc desc{4096, 512, 4096};
+  EXPECT_TRUE(Nm24SpmmPlan::create(desc).config().register_epilogue);
+  EXPECT_GT(Nm24SpmmPlan::create(desc).config().persistent_ctas, 0);
+  for (const SpmmDesc& one_per_tile : {SpmmDesc{4096, 8192, 4096}, SpmmDesc{256, 512, 512}}) {
+    EXPECT_TRUE(Nm24SpmmPlan::create(one_per_tile).config().register_epilogue);
+    EXPECT_EQ(Nm24SpmmPlan::create(one_per_tile).config().persistent_ctas, 0) << one_per_tile.rows << "x" << one_per_tile.cols;
+  }
+  SpmmDesc with_c = desc;
+  with_c.beta = 1.0f;
+  SpmmDesc f32 = desc;
+  f32.out_dtype = DType::f32;
+  SpmmDesc odd_lines = desc;
+  odd_lines.rows = 1020;  // D col-major: its lines are R long
+  SpmmDesc gelu = desc;
+  gelu.activation = Activation::gelu;
+  for (const SpmmDesc& d : {with_c, f32, odd_lines, gelu}) {
+    EXPECT_FALSE(Nm24SpmmPlan::create(d).config().register_epilogue) << d.rows << " " << d.beta << " " << dtype_name(d.out_dtype);
+    EXPECT_EQ(Nm24SpmmPlan::create(d).config().persistent_ctas, 0);
+  }
+  // A D that is not 16-byte aligned takes the staged epilogue at run time, and is still right.
+  const Case t{{640, 256, 400, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
+               Nm24Kernel::sm90_wgmma_sp};
+  const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, 31), t.dtype);
+  const NmMatrix a = compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4);
+  const DeviceNm24 da = DeviceNm24::upload(pack_nm24(a));
+  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(t.desc(), t.kernel);
+  ASSERT_TRUE(plan.config().register_epilogue);
+  const std::size_t d_bytes = t.r * t.c * 2;
+  DeviceBytes scratch(d_bytes + 16);
+  const double err = error_against_oracle(SparseMatrix{a}, t, 32, [&](const void* b, const void* c, void* d, const float* bias) {
+    void* shifted = static_cast<char*>(scratch.ptr) + 2;  // D one element past an allocation's start: 2-byte aligned
+    check(cudaMemset(shifted, 0xff, d_bytes), "poison the shifted D");
+    plan.run(nullptr, da, b, c, shifted, bias);
+    check(cudaMemcpy(d, shifted, d_bytes, cudaMemcpyDeviceToDevice), "copy the shifted D");
+  });
+  EXPECT_LE(err, tolerance(t.dtype));
 }
 
 TEST(Nm24Gpu, UnalignedLeadingDimensionsTakeTheScalarPath) {

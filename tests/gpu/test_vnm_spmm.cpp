@@ -122,6 +122,26 @@ TEST(VnmGpu, LayoutsAndEpilogues) {
     }
 }
 
+TEST(VnmGpu, EverySm90ScheduleAgreesWithTheOracle) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  // The gathering kernels under the staged, register and persistent epilogues, with CTAs of the persistent grid
+  // taking several tiles (1000 x 2000 at block_n 64: 8 x 32 = 256 tiles), R, K and C tails, both B layouts (the row
+  // and column gathers), V = 64 (two B tiles per stage) and 128.
+  uint32_t seed = 5000;
+  for (const char* schedule : kSm90Schedules) {
+    const ScopedEnv env("NMKIT_SM90_SCHEDULE", schedule);
+    for (Layout b_layout : {Layout::col_major, Layout::row_major})
+      for (Layout d_layout : {Layout::col_major, Layout::row_major})
+        for (int v : {64, 128}) {
+          Problem problem = plain(1000, 300, 2000, v == 64 ? DType::bf16 : DType::f16, b_layout);
+          problem.d_layout = d_layout, problem.bias = true, problem.act = Activation::relu;
+          const Case t{problem, {v, 2, 10}, Nm24Kernel::sm90_wgmma_sp, 64, VnmForm::condensed};
+          EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " schedule " << schedule;
+        }
+  }
+}
+
 TEST(VnmGpu, BothFormsAgreeWithTheOracle) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 3000;

@@ -115,6 +115,12 @@ struct KernelConfig {
   int threads = 0;
   int smem_bytes = 0;
   int cluster = 1;  // 2: two CTAs share each B tile through TMA multicast
+  // sm90: D stored straight from the accumulators (16-bit D, beta == 0, no GELU, D's leading dimension a multiple of 8)
+  // instead of staged through shared memory; run() falls back to the staged epilogue for a D not 16-byte aligned.
+  bool register_epilogue = false;
+  // sm90, with the register epilogue: > 0 launches this many CTAs (one per SM) that loop over the tiles, so that
+  // the next tile's operands stream in while the last tile's outputs are stored.
+  int persistent_ctas = 0;
 };
 std::ostream& operator<<(std::ostream& os, const KernelConfig& c);
 

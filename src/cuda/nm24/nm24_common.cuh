@@ -36,6 +36,12 @@ struct Params {
   int gather_block_rows = kPackRowAlign;  // rows per gather row block: min(V, 128)
   // The sm90 kernel's raster: CTAs in groups of group_rows row tiles that sweep all column tiles.
   int group_rows = kSm90GroupRows;
+  // The sm90 kernel's epilogue and grid (KernelConfig): register_epilogue stores D from the accumulators
+  // (sm90_epilogue::outputs_final_in_registers, D 16-byte aligned) instead of staging it in the pipeline's shared memory;
+  // persistent_ctas > 0 (which needs it) launches min(tiles, persistent_ctas) CTAs that loop over the tiles, the
+  // producer streaming the next tile while the consumers store the last.
+  bool register_epilogue = false;
+  int persistent_ctas = 0;
 };
 
 template <class Element>
@@ -148,6 +154,11 @@ void dispatch_types(const SpmmDesc& desc, F&& f) {
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 // The launch parameters of D = epilogue(A * B) for a packed 2:4 weight (no gather table).
 Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias);
+// The sm90 kernel's epilogue and grid for a plan of `desc` (config.register_epilogue, config.persistent_ctas; cols:
+// the packed weight's K, condensed for V:N:M; gathers: B is gathered by the producer warpgroup), and for one run:
+// the plan's choice where this D allows it (its alignment is known only then).
+void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, int64_t cols, bool gathers);
+void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
 // Whether B's leading dimension and address allow 16-byte loads.
 bool b_vector_loads(const SpmmDesc& desc, const void* b);
 

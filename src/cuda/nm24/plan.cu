@@ -13,6 +13,7 @@
 
 #include "../common/check.cuh"
 #include "nm24_common.cuh"
+#include "sm90_epilogue.cuh"
 
 namespace nmkit::gpu {
 namespace {
@@ -95,6 +96,49 @@ Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, con
           desc.alpha, desc.beta, desc.activation, desc.d_layout == Layout::col_major, desc.b_layout == Layout::col_major};
 }
 
+namespace {
+// NMKIT_SM90_SCHEDULE overrides the choice for experiments: "staged" (one CTA per tile, D staged through the
+// pipeline's shared memory), "registers" (one CTA per tile, the register epilogue) or "persistent".
+enum class Sm90Schedule { staged, registers, persistent };
+Sm90Schedule sm90_schedule_override(Sm90Schedule fallback) {
+  const char* env = std::getenv("NMKIT_SM90_SCHEDULE");
+  if (!env) return fallback;
+  const std::string value(env);
+  if (value == "staged") return Sm90Schedule::staged;
+  if (value == "registers") return Sm90Schedule::registers;
+  if (value == "persistent") return Sm90Schedule::persistent;
+  throw Error(ErrorCode::invalid_argument, "NMKIT_SM90_SCHEDULE must be staged, registers or persistent, got " + value);
+}
+}  // namespace
+
+// Persistent CTAs pay off where a tile's fixed costs (its first copies' latency, the epilogue, a CTA's launch)
+// weigh most: few k-tiles per tile, more tiles than SMs. Measured side by side on the 2:4 suites and the V:N:M
+// ablation (docs/performance.md, 2:4 item 16): +10 % at 64 k-tiles (11008x4096x4096), +25-45 % at 8-32, but
+// -3 to -12 % at 128-192 k-tiles with thousands of tiles, where the static round-robin of tiles lets CTAs drift
+// apart and the raster's L2 reuse with them.
+constexpr int64_t kPersistentMaxKTiles = 64;
+
+void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, int64_t cols, bool gathers) {
+  config.register_epilogue = false, config.persistent_ctas = 0;
+  const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
+  if (config.kernel != Nm24Kernel::sm90_wgmma_sp || config.cluster != 1 ||
+      !sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride))
+    return;
+  const int sms = sm_count();
+  const int64_t k_tiles = ceil_div(cols, kPackKAlign);
+  const int64_t tiles = ceil_div(desc.rows, config.block_m) * ceil_div(desc.n, config.block_n);
+  const bool persistent_pays = k_tiles <= kPersistentMaxKTiles && tiles > sms;
+  const Sm90Schedule schedule =
+      sm90_schedule_override(persistent_pays ? Sm90Schedule::persistent : Sm90Schedule::registers);
+  config.register_epilogue = schedule != Sm90Schedule::staged;
+  if (schedule == Sm90Schedule::persistent) config.persistent_ctas = sms;
+}
+
+void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
+  p.register_epilogue = config.register_epilogue && aligned16(d);
+  p.persistent_ctas = p.register_epilogue ? config.persistent_ctas : 0;
+}
+
 bool b_vector_loads(const SpmmDesc& desc, const void* b) {
   const int64_t ldb = desc.b_layout == Layout::col_major ? desc.cols : desc.n;
   return aligned16(b) && ldb % 8 == 0;
@@ -133,8 +177,11 @@ const char* kernel_name(Nm24Kernel k) noexcept {
 }
 
 std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
-  return os << kernel_name(c.kernel) << " tile " << c.block_m << "x" << c.block_n << "x" << c.block_k << " stages "
-            << c.stages << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "");
+  os << kernel_name(c.kernel) << " tile " << c.block_m << "x" << c.block_n << "x" << c.block_k << " stages " << c.stages
+     << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "")
+     << (c.register_epilogue ? " register epilogue" : "");
+  if (c.persistent_ctas > 0) os << " persistent " << c.persistent_ctas << " CTAs";
+  return os;
 }
 
 bool cuda_available(std::string* why_not) {
@@ -219,6 +266,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && b_col_major && t.block_n >= 128 &&
       ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
     plan.config_.cluster = 2;
+  nm24::choose_sm90_schedule(desc, plan.config_, desc.cols, false);
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
   return plan;
@@ -300,7 +348,8 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "nm24 run");
 
-  const nm24::Params p = nm24::make_params(desc_, a, b, c, d, bias);
+  nm24::Params p = nm24::make_params(desc_, a, b, c, d, bias);
+  nm24::apply_sm90_schedule(config_, d, p);
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && nm24::aligned16(b);

@@ -15,6 +15,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <type_traits>
 #include <utility>
 
@@ -229,6 +230,25 @@ __device__ __forceinline__ void gather_b_cols(const Params& p, unsigned char* ti
   }
 }
 
+// The CTA tiles of D in launch order: groups of p.group_rows row tiles that sweep all column tiles, so that a
+// wave reuses a few row tiles of A and column tiles of B from L2 instead of streaming A from HBM per column tile.
+// A one-tile launch runs tile blockIdx.x; a persistent one (Params::persistent_ctas) tiles blockIdx.x + i gridDim.x.
+template <int kBlockN>
+struct TileOrder {
+  int64_t row_tiles, col_tiles, tiles;
+  __device__ explicit TileOrder(const Params& p)
+      : row_tiles((p.rows + kBlockM - 1) / kBlockM), col_tiles((p.n + kBlockN - 1) / kBlockN), tiles(row_tiles * col_tiles) {}
+  struct Origin {
+    int64_t m0, n0;
+  };
+  __device__ Origin origin(const Params& p, int64_t tile) const {
+    const int64_t group_size = p.group_rows * col_tiles;
+    const int64_t group = tile / group_size, in_group = tile % group_size;
+    const int64_t group_rows = min(static_cast<int64_t>(p.group_rows), row_tiles - group * p.group_rows);
+    return {(group * p.group_rows + in_group % group_rows) * kBlockM, (in_group / group_rows) * kBlockN};
+  }
+};
+
 // kMulticast: two CTAs of a cluster (consecutive tiles: same columns, neighbouring rows) each load half of the
 // shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
 // it is released to a producer only when the consumers of both CTAs are done with it.
@@ -253,14 +273,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   uint64_t* empty = full + kStages;
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
-  const int64_t row_tiles = (p.rows + kBlockM - 1) / kBlockM, col_tiles = (p.n + kBlockN - 1) / kBlockN;
-  // CTAs run in groups of p.group_rows row tiles that sweep all column tiles, so that a wave reuses a few row
-  // tiles of A and column tiles of B from L2 instead of streaming A from HBM per column tile.
-  const int64_t group_size = p.group_rows * col_tiles;
-  const int64_t group = blockIdx.x / group_size, in_group = blockIdx.x % group_size;
-  const int64_t group_rows = min(static_cast<int64_t>(p.group_rows), row_tiles - group * p.group_rows);
-  const int64_t m0 = (group * p.group_rows + in_group % group_rows) * kBlockM, n0 = (in_group / group_rows) * kBlockN;
+  const TileOrder<kBlockN> order(p);
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
+  // The register epilogue leaves the stages to the producer; otherwise the CTA's one tile is staged in them.
+  const bool register_epilogue = sizeof(Out) == 2 && p.register_epilogue;
 
   constexpr int kClusterSize = kMulticast ? 2 : 1;
   const uint32_t rank = kMulticast ? ptx::cluster_ctarank() : 0;
@@ -279,19 +295,30 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   if (warpgroup == kConsumers) {  // producer warpgroup
     ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
     const int thread = tid % kWarpgroupThreads;
-    const int64_t row_tile = m0 / kBlockM;
-    const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
-    const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
-    if constexpr (!Traits::kGather) {
-      if (thread == 0) {  // one thread streams the A and B tiles
-        cuda::RingPosition<kStages> ring;
+    // The ring runs on across tiles: the first kStages k-tiles find their stages free, every later one waits for
+    // the consumers to release its stage (the previous tile's, during its epilogue, in a persistent launch).
+    cuda::RingPosition<kStages> ring;
+    int posted = 0;  // saturates at kStages
+    const auto wait_for_free_stage = [&] {
+      if (posted < kStages) {
+        ++posted;
+        return;
+      }
+      if constexpr (kMulticast) ptx::mbarrier_wait_cluster(&empty[ring.stage], ring.phase ^ 1u);
+      else ptx::mbarrier_wait(&empty[ring.stage], ring.phase ^ 1u);
+    };
+    // Without a gather, one thread streams the A and B tiles.
+    const bool streams = Traits::kGather || thread == 0;
+    for (int64_t tile = blockIdx.x; streams && tile < order.tiles; tile += gridDim.x) {
+      const auto [m0, n0] = order.origin(p, tile);
+      const int64_t row_tile = m0 / kBlockM;
+      const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
+      const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
+      if constexpr (!Traits::kGather) {
         for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
           const int s = ring.stage;
           unsigned char* stage = smem + s * Shape::kStageBytes;
-          if (kt >= kStages) {
-            if constexpr (kMulticast) ptx::mbarrier_wait_cluster(&empty[s], ring.phase ^ 1u);
-            else ptx::mbarrier_wait(&empty[s], ring.phase ^ 1u);
-          }
+          wait_for_free_stage();
           ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
           if constexpr (kMulticast) {
             constexpr int kHalfRows = kBlockN / 2;
@@ -308,54 +335,55 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
           ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
           ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
         }
+      } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
+        const int32_t* gather = p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride;
+        const int lane_in_warp = thread % 32;
+        // Each k-tile's gather entries are loaded one k-tile ahead, behind the wait for a free stage.
+        using Rows = std::conditional_t<kSource == BSource::gather_rows, int4, TileRows>;
+        [[maybe_unused]] const RowGather<Element, kBlockN> row_gather(p, n0, thread);
+        const auto load_rows = [&](int t, int64_t kt) {
+          const int32_t* table = gather + t * p.gather_stride + kt * kBlockK;
+          if constexpr (kSource == BSource::gather_rows) return row_gather.load(table);
+          else return TileRows::load(table, lane_in_warp);
+        };
+        Rows next[kBTiles];
+#pragma unroll
+        for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, 0);
+        for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+          Rows rows[kBTiles];
+#pragma unroll
+          for (int t = 0; t < kBTiles; ++t) {
+            rows[t] = next[t];
+            if (kt + 1 < k_tiles) next[t] = load_rows(t, kt + 1);
+          }
+          const int s = ring.stage;
+          unsigned char* stage = smem + s * Shape::kStageBytes;
+          wait_for_free_stage();
+          if (thread == 0) {
+            unsigned char* a_dst = stage + kBTiles * Shape::kBBytes;
+            ptx::mbarrier_arrive_expect_tx(&full[s], kABytes);
+            ptx::bulk_load(a_dst, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
+            ptx::bulk_load(a_dst + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
+          }
+#pragma unroll
+          for (int t = 0; t < kBTiles; ++t) {
+            if constexpr (kSource == BSource::gather_rows)
+              row_gather.copy(ptx::smem_address(stage + t * Shape::kBBytes), rows[t]);
+            else
+              gather_b_cols<Element, kBlockN>(p, stage + t * Shape::kBBytes, rows[t], n0, thread);
+          }
+          if constexpr (kSource == BSource::gather_rows) {
+            ptx::cp_async_mbarrier_arrive_noinc(&full[s]);
+          } else {
+            ptx::fence_proxy_async_shared();  // the st.shared above, before wgmma reads them
+            ptx::mbarrier_arrive(&full[s]);
+          }
+        }
       }
-    } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
-      const int32_t* gather = p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride;
-      const int lane_in_warp = thread % 32;
-      // Each k-tile's gather entries are loaded one k-tile ahead, behind the wait for a free stage.
-      using Rows = std::conditional_t<kSource == BSource::gather_rows, int4, TileRows>;
-      [[maybe_unused]] const RowGather<Element, kBlockN> row_gather(p, n0, thread);
-      const auto load_rows = [&](int t, int64_t kt) {
-        const int32_t* table = gather + t * p.gather_stride + kt * kBlockK;
-        if constexpr (kSource == BSource::gather_rows) return row_gather.load(table);
-        else return TileRows::load(table, lane_in_warp);
-      };
-      Rows next[kBTiles];
-#pragma unroll
-      for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, 0);
-      cuda::RingPosition<kStages> ring;
-      for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
-        Rows rows[kBTiles];
-#pragma unroll
-        for (int t = 0; t < kBTiles; ++t) {
-          rows[t] = next[t];
-          if (kt + 1 < k_tiles) next[t] = load_rows(t, kt + 1);
-        }
-        const int s = ring.stage;
-        unsigned char* stage = smem + s * Shape::kStageBytes;
-        if (kt >= kStages) ptx::mbarrier_wait(&empty[s], ring.phase ^ 1u);
-        if (thread == 0) {
-          unsigned char* a_dst = stage + kBTiles * Shape::kBBytes;
-          ptx::mbarrier_arrive_expect_tx(&full[s], kABytes);
-          ptx::bulk_load(a_dst, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
-          ptx::bulk_load(a_dst + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
-        }
-#pragma unroll
-        for (int t = 0; t < kBTiles; ++t) {
-          if constexpr (kSource == BSource::gather_rows)
-            row_gather.copy(ptx::smem_address(stage + t * Shape::kBBytes), rows[t]);
-          else
-            gather_b_cols<Element, kBlockN>(p, stage + t * Shape::kBBytes, rows[t], n0, thread);
-        }
-        if constexpr (kSource == BSource::gather_rows) {
-          ptx::cp_async_mbarrier_arrive_noinc(&full[s]);
-        } else {
-          ptx::fence_proxy_async_shared();  // the st.shared above, before wgmma reads them
-          ptx::mbarrier_arrive(&full[s]);
-        }
-      }
+    }
+    if constexpr (Traits::kGather) {
       ptx::cp_async_wait<0>();
-      producer_drained_arrive();
+      if (!register_epilogue) producer_drained_arrive();
     }
     if constexpr (kMulticast) ptx::cluster_sync();  // stay until the peer no longer signals this CTA
     return;
@@ -367,8 +395,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   const int slab_in_tile = warpgroup * (kRowsPerConsumer / kSlabRows) + warp_in_group;
   const int my_b_tile = kBTiles == 1 ? 0 : warpgroup;
   float acc[Wgmma::kAccumulators];
-#pragma unroll
-  for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
 
   const uint32_t stages_base = ptx::smem_address(smem);
   // A stage's k-tile as one wgmma group: its A fragments from shared memory into registers (the RS form of
@@ -397,6 +423,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
 
   cuda::RingPosition<kStages> ring;
   int in_flight_stage = -1;  // the stage the group still in flight reads, handed back once the next one is issued
+  const auto release_in_flight_stage = [&] {
+    if (in_flight_stage < 0) return;
+    uint64_t* released = &empty[in_flight_stage];
+    ptx::mbarrier_arrive(released);
+    if constexpr (kMulticast) ptx::mbarrier_arrive_cluster(ptx::map_to_rank(released, rank ^ 1));
+  };
   // One k-tile: wait for its stage, issue its group, and hand the previous stage back once that group is done.
   const auto consume_stage = [&](Fragments& a) {
     const int s = ring.stage;
@@ -406,37 +438,45 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     mma_stage(stages_base + s * Shape::kStageBytes, a);
     // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
     ptx::wgmma_wait_group<1>();
-    if (in_flight_stage >= 0) {
-      uint64_t* released = &empty[in_flight_stage];
-      ptx::mbarrier_arrive(released);
-      if constexpr (kMulticast) ptx::mbarrier_arrive_cluster(ptx::map_to_rank(released, rank ^ 1));
-    }
+    release_in_flight_stage();
     in_flight_stage = s;
     ring.advance();
   };
-  // wgmma reads its A registers until its group completes, so the next k-tile's fragments must not land in the
-  // registers of the group in flight: two buffers, alternated by unrolling the loop by two (a buffer is reloaded
-  // only after wait_group<1> retired the group that read it). Renaming them is not left to ptxas: with a branch
-  // in this loop (an experiment with two k-tiles per stage, docs/performance.md) it reused the registers of the
-  // group in flight and the products came out wrong.
-  Fragments fragments_even, fragments_odd;
-  int64_t kt = 0;
-  for (; kt + 2 <= k_tiles; kt += 2) {
-    consume_stage(fragments_even);
-    consume_stage(fragments_odd);
-  }
-  if (kt < k_tiles) consume_stage(fragments_even);
-  ptx::wgmma_wait_group<0>();
-  ptx::fence_registers(acc);
+  for (int64_t tile = blockIdx.x; tile < order.tiles; tile += gridDim.x) {
+    const auto [m0, n0] = order.origin(p, tile);
+#pragma unroll
+    for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
+    // wgmma reads its A registers until its group completes, so the next k-tile's fragments must not land in the
+    // registers of the group in flight: two buffers, alternated by unrolling the loop by two (a buffer is
+    // reloaded only after wait_group<1> retired the group that read it). Renaming them is not left to ptxas: with
+    // a branch in this loop (an experiment with two k-tiles per stage, docs/performance.md) it reused the
+    // registers of the group in flight and the products came out wrong.
+    Fragments fragments_even, fragments_odd;
+    int64_t kt = 0;
+    for (; kt + 2 <= k_tiles; kt += 2) {
+      consume_stage(fragments_even);
+      consume_stage(fragments_odd);
+    }
+    if (kt < k_tiles) consume_stage(fragments_even);
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_registers(acc);
 
-  // Epilogue: alpha * acc + bias into the staged tile, then coalesced stores (write_tile).
-  // Every consumer's wgmma is done (and, when gathering, every producer copy): the stages are free.
-  if constexpr (Traits::kGather) wait_producer_drained();
-  else consumer_sync();
-  const EpilogueTile<kBlockM, kBlockN> tile{p.d_col_major, reinterpret_cast<float*>(smem)};
-  sm90_epilogue::stage_accumulators(p, tile, acc, p.bias, m0, warpgroup * kRowsPerConsumer, 0, tid % kWarpgroupThreads);
-  consumer_sync();
-  sm90_epilogue::write_tile<Out>(p, tile, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
+    if (register_epilogue) {
+      // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
+      release_in_flight_stage();
+      in_flight_stage = -1;
+      sm90_epilogue::store_accumulators<Out>(p, acc, m0, n0, warpgroup * kRowsPerConsumer, tid % kWarpgroupThreads);
+      continue;
+    }
+    // Staged epilogue (one tile per CTA): alpha * acc + bias into the reused stages, then coalesced stores
+    // (write_tile). Every consumer's wgmma is done (and, when gathering, every producer copy): the stages are free.
+    if constexpr (Traits::kGather) wait_producer_drained();
+    else consumer_sync();
+    const EpilogueTile<kBlockM, kBlockN> staged{p.d_col_major, reinterpret_cast<float*>(smem)};
+    sm90_epilogue::stage_accumulators(p, staged, acc, p.bias, m0, warpgroup * kRowsPerConsumer, 0, tid % kWarpgroupThreads);
+    consumer_sync();
+    sm90_epilogue::write_tile<Out>(p, staged, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
+  }
   if constexpr (kMulticast) ptx::cluster_sync();
 #endif
 }
@@ -474,9 +514,14 @@ void launch(const Params& p, cudaStream_t stream) {
   if constexpr (kSource == BSource::tma_rows) map = make_b_rows_map<Element>(p);
   const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
   require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 tiles");
+  // A persistent launch keeps one CTA per SM (the pipeline takes the SM's shared memory); its tiles must end in
+  // the register epilogue, which leaves the stages to the producer.
+  require(p.persistent_ctas == 0 || (p.register_epilogue && sizeof(Out) == 2 && !kMulticast), ErrorCode::invalid_argument,
+          "sm90 sparse kernel: a persistent launch needs the register epilogue (16-bit D) and no B multicast");
+  const int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
   if constexpr (kMulticast) {
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(tiles));
+    config.gridDim = dim3(static_cast<unsigned>(grid));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = kSmem;
     config.stream = stream;
@@ -487,7 +532,7 @@ void launch(const Params& p, cudaStream_t stream) {
     config.numAttrs = 1;
     NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map));
   } else {
-    kernel<<<static_cast<unsigned>(tiles), kThreads, kSmem, stream>>>(p, map);
+    kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(p, map);
   }
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }

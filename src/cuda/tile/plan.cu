@@ -73,7 +73,7 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
     plan.persistent_ = launch.persistent && plan.split_ == 1;
     const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
     plan.deferred_store_ = launch.deferred_store && plan.split_ == 1 && plan.block_n_ >= sm90_epilogue::kLineElements &&
-                           sm90_epilogue::deferred_store_applies(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride);
+                           sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride);
     plan.timeline_ = launch.timeline;
     if (plan.persistent_) tile::unit_claim_pool();  // allocated now rather than in a run (a stream capture, say)
   }

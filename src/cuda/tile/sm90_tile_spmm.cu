@@ -578,7 +578,7 @@ void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t
   // The deferred store trades pipeline stages for an epilogue off the consumers' critical path (the plan decides).
   require(!config.deferred_store ||
               (config.split == 1 && config.block_n >= epi::kLineElements && nm24::aligned16(p.d) &&
-               epi::deferred_store_applies(sizeof(Out) == 2, p.beta, p.activation, p.d_col_major ? p.rows : p.n)),
+               epi::outputs_final_in_registers(sizeof(Out) == 2, p.beta, p.activation, p.d_col_major ? p.rows : p.n)),
           ErrorCode::invalid_argument,
           "sm90 tile: the deferred store needs split 1, block_n >= 64, a 16-bit D with 16-byte aligned address and "
           "stride, beta 0 and no GELU");

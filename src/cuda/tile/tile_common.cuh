@@ -62,7 +62,7 @@ struct Sm90TileConfig {
   bool persistent = true;   // one CTA per SM over all units (split == 1 only)
   bool deferred_store = false;  // stage each unit (parts of <= 128 tokens) for one producer lane to store by TMA
                                 // (split == 1, block_n >= 64, 16-bit D, beta == 0, no GELU, aligned D:
-                                // epi::deferred_store_applies)
+                                // epi::outputs_final_in_registers)
   uint64_t* timeline = nullptr;  // TileLaunch::timeline
 };
 Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count);

@@ -89,7 +89,9 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel
   } else {
     t.smem_bytes *= b_tiles;  // one gathered B tile per row block of the CTA
   }
-  return {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  KernelConfig config{kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  nm24::choose_sm90_schedule(desc, config, condensed_cols, true);
+  return config;
 }
 
 }  // namespace
@@ -139,6 +141,7 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
   nm24::Params p = nm24::make_params(desc_, a.condensed(), b, c, d, bias);
   p.b_gather = a.gather(), p.gather_stride = a.gather_stride(), p.gather_block_rows = gather_block_rows(v_);
   if (gather_group_rows_ > 0) p.group_rows = gather_group_rows_;
+  nm24::apply_sm90_schedule(*gather_, d, p);
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.
   const bool sm90 = gather_->kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
