@@ -151,7 +151,7 @@ TEST(Nm24Gpu, EverySm90ScheduleAgreesWithTheOracle) {
   // Staged, register and persistent epilogues. The persistent grid is one CTA per SM, so the first two shapes give
   // CTAs two or more tiles (144 and 323 tiles of 128 x block_n), with R and C tails and 3 or 1 k-tiles per tile: the
   // ring of stages runs on across tiles out of step with its length. 300 rows: col-major D's lines are not a
-  // multiple of 8 elements, so that D takes the staged epilogue whatever the schedule.
+  // multiple of 8 elements, so that D takes the staged epilogue whatever the schedule; so does the 32-wide n-tile.
   struct Shape {
     int64_t r, k, c;
     int block_n;
@@ -168,7 +168,7 @@ TEST(Nm24Gpu, EverySm90ScheduleAgreesWithTheOracle) {
             Case t{{s.r, s.k, s.c, dtype, dtype, b_layout, d_layout, 0.75f, 0.0f, act != Activation::none, act},
                    Nm24Kernel::sm90_wgmma_sp};
             t.block_n = s.block_n;
-            const bool applies = (d_layout == Layout::col_major ? s.r : s.c) % 8 == 0 && act != Activation::gelu;
+            const bool applies = (d_layout == Layout::col_major ? s.r : s.c) % 8 == 0 && act != Activation::gelu && s.block_n % 64 == 0;
             const KernelConfig config = Nm24SpmmPlan::create(t.desc(), t.kernel, t.block_n).config();
             EXPECT_EQ(config.register_epilogue, applies && std::string(schedule) != "staged") << schedule;
             EXPECT_EQ(config.persistent_ctas > 0, applies && std::string(schedule) == "persistent") << schedule;
@@ -185,10 +185,13 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
   SpmmDesc desc{4096, 512, 4096};
   EXPECT_TRUE(Nm24SpmmPlan::create(desc).config().register_epilogue);
   EXPECT_GT(Nm24SpmmPlan::create(desc).config().persistent_ctas, 0);
+  // Long K, or fewer tiles than SMs: one CTA per tile. n-tiles of 16 and 32 (small C) keep the staged epilogue.
   for (const SpmmDesc& one_per_tile : {SpmmDesc{4096, 8192, 4096}, SpmmDesc{256, 512, 512}}) {
-    EXPECT_TRUE(Nm24SpmmPlan::create(one_per_tile).config().register_epilogue);
-    EXPECT_EQ(Nm24SpmmPlan::create(one_per_tile).config().persistent_ctas, 0) << one_per_tile.rows << "x" << one_per_tile.cols;
+    const KernelConfig config = Nm24SpmmPlan::create(one_per_tile, Nm24Kernel::sm90_wgmma_sp, 256).config();
+    EXPECT_TRUE(config.register_epilogue);
+    EXPECT_EQ(config.persistent_ctas, 0) << one_per_tile.rows << "x" << one_per_tile.cols;
   }
+  for (int narrow : {16, 32}) EXPECT_FALSE(Nm24SpmmPlan::create(desc, Nm24Kernel::sm90_wgmma_sp, narrow).config().register_epilogue);
   SpmmDesc with_c = desc;
   with_c.beta = 1.0f;
   SpmmDesc f32 = desc;
@@ -207,7 +210,7 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
   const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, 31), t.dtype);
   const NmMatrix a = compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4);
   const DeviceNm24 da = DeviceNm24::upload(pack_nm24(a));
-  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(t.desc(), t.kernel);
+  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(t.desc(), t.kernel, 128);
   ASSERT_TRUE(plan.config().register_epilogue);
   const std::size_t d_bytes = t.r * t.c * 2;
   DeviceBytes scratch(d_bytes + 16);

@@ -115,8 +115,9 @@ struct KernelConfig {
   int threads = 0;
   int smem_bytes = 0;
   int cluster = 1;  // 2: two CTAs share each B tile through TMA multicast
-  // sm90: D stored straight from the accumulators (16-bit D, beta == 0, no GELU, D's leading dimension a multiple of 8)
-  // instead of staged through shared memory; run() falls back to the staged epilogue for a D not 16-byte aligned.
+  // sm90: D's final 16-bit values go from the accumulators to D by TMA stores of 64-column parts (16-bit D,
+  // beta == 0, no GELU, D's leading dimension a multiple of 8, an n-tile of 64-256) instead of the fp32 round trip
+  // through the pipeline's stages; run() falls back to that staged epilogue for a D not 16-byte aligned.
   bool register_epilogue = false;
   // sm90, with the register epilogue: > 0 launches this many CTAs (one per SM) that loop over the tiles, so that
   // the next tile's operands stream in while the last tile's outputs are stored.

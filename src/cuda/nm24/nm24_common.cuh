@@ -36,8 +36,9 @@ struct Params {
   int gather_block_rows = kPackRowAlign;  // rows per gather row block: min(V, 128)
   // The sm90 kernel's raster: CTAs in groups of group_rows row tiles that sweep all column tiles.
   int group_rows = kSm90GroupRows;
-  // The sm90 kernel's epilogue and grid (KernelConfig): register_epilogue stores D from the accumulators
-  // (sm90_epilogue::outputs_final_in_registers, D 16-byte aligned) instead of staging it in the pipeline's shared memory;
+  // The sm90 kernel's epilogue and grid (KernelConfig): register_epilogue stores D's final 16-bit values by TMA from
+  // 64-column parts staged per warpgroup (sm90_epilogue::outputs_final_in_registers, D 16-byte aligned, block_n a
+  // multiple of 64) instead of the fp32 round trip through the pipeline's stages;
   // persistent_ctas > 0 (which needs it) launches min(tiles, persistent_ctas) CTAs that loop over the tiles, the
   // producer streaming the next tile while the consumers store the last.
   bool register_epilogue = false;

@@ -11,8 +11,6 @@
 #include <type_traits>
 
 #include "../ptx/address.cuh"
-#include "../ptx/global.cuh"
-#include "../ptx/movmatrix.cuh"
 #include "../ptx/shared.cuh"
 #include "../ptx/stmatrix.cuh"
 #include "../ptx/tma.cuh"
@@ -137,10 +135,10 @@ __device__ void write_tile(const P& p, const EpilogueTile<kRows, kCols>& tile, i
 
 // ---- Deferred stores ------------------------------------------------------------------------------------------
 // When D is 16-bit and its value is final in the consumers' registers (beta == 0, no GELU), a persistent kernel
-// need not stop for its epilogue: the consumers stage act(alpha * acc + bias) in D's type, a whole kRows x kCols
-// unit at once, and go on to the next unit while one thread has the copy engine store the staged unit to D by
-// TMA (R and C tails clipped by the tensor map). The unit is staged as the copy engine's boxes, 128-byte lines
-// with the 128-byte swizzle (16-byte chunk c of line l at chunk c ^ (l % 8)), each line 64 contiguous elements
+// need not stop for its epilogue: the consumers stage act(alpha * acc + bias) in D's type (a whole kRows x kCols
+// unit in the tile kernel; 64 x 64 parts per warpgroup in the 2:4 / V:N:M kernel's register epilogue) and go on
+// while one thread has the copy engine store the staged outputs to D by TMA (R and C tails clipped by the tensor
+// map). The unit is staged as the copy engine's boxes, 128-byte lines with the 128-byte swizzle (16-byte chunk c of line l at chunk c ^ (l % 8)), each line 64 contiguous elements
 // of D: row-major D as kCols / 64 boxes of [kRows rows][64 tokens], col-major D as kRows / 64 boxes of
 // [kCols tokens][64 rows]. The swizzle also spreads a warp's fragment stores over all banks.
 inline constexpr int kLineElements = 64;  // 16-bit elements per 128-byte swizzled line
@@ -156,10 +154,10 @@ struct OutputTile {
   static constexpr int box_bytes(bool col_major) { return (col_major ? kCols : kRows) * kLineBytes; }
 };
 
-// Whether D's final values are in the consumers' registers, ready to store as they are (the deferred store here,
-// the register epilogue below): D 16-bit, no C to add, no GELU (its polynomial, unrolled over every accumulator,
-// would bloat the kernel; it takes the staged epilogue), and D's stride (elements between consecutive rows of
-// row-major D, columns of col-major D) a multiple of 16 bytes, for the tensor map or the 16-byte stores.
+// Whether D's final values are in the consumers' registers, ready to store as they are (the tile kernel's
+// deferred store, the 2:4 / V:N:M kernel's register epilogue): D 16-bit, no C to add, no GELU (its polynomial,
+// unrolled over every accumulator, bloats the kernel; it takes the staged epilogue), and D's stride (elements
+// between consecutive rows of row-major D, columns of col-major D) a multiple of 16 bytes, for the tensor map.
 __host__ __device__ constexpr bool outputs_final_in_registers(bool d_16bit, float beta, Activation activation, int64_t d_stride) {
   return d_16bit && beta == 0.0f && activation != Activation::gelu && d_stride % 8 == 0;
 }
@@ -255,12 +253,11 @@ __device__ __forceinline__ void stage_outputs(const P& p, const OutputTile<kRows
   store_outputs(p.d_col_major, tile, pairs, row_offset, thread_in_group);
 }
 
-// One thread: stores the staged unit to D at (m0, n0) through `d_map` (D as a 2-D tensor, contiguous dimension
-// first, boxes of 64 x kCols for col-major D, 64 x kRows for row-major D) and returns once the copy engine has
-// read the buffer, so that the next unit may be staged; the writes themselves complete later.
+// One thread: has the copy engine store the staged unit to D at (m0, n0) through `d_map` (D as a 2-D tensor,
+// contiguous dimension first, boxes of 64 x kCols for col-major D, 64 x kRows for row-major D), as one bulk group.
 template <int kRows, int kCols>
-__device__ __forceinline__ void store_staged(const void* d_map, const OutputTile<kRows, kCols>& tile, bool col_major,
-                                             int64_t m0, int64_t n0) {
+__device__ __forceinline__ void issue_staged_store(const void* d_map, const OutputTile<kRows, kCols>& tile, bool col_major,
+                                                   int64_t m0, int64_t n0) {
   static_assert(OutputTile<kRows, kCols>::kWholeBoxes, "whole boxes of 64-element lines");
   if (col_major) {
 #pragma unroll
@@ -274,79 +271,15 @@ __device__ __forceinline__ void store_staged(const void* d_map, const OutputTile
                         static_cast<int32_t>(m0));
   }
   ptx::bulk_commit_group();
+}
+
+// issue_staged_store, returning once the copy engine has read the buffer, so that the next unit may be staged; the
+// writes themselves complete later.
+template <int kRows, int kCols>
+__device__ __forceinline__ void store_staged(const void* d_map, const OutputTile<kRows, kCols>& tile, bool col_major,
+                                             int64_t m0, int64_t n0) {
+  issue_staged_store(d_map, tile, col_major, m0, n0);
   ptx::bulk_wait_group_read<0>();
-}
-
-// ---- Register epilogue ------------------------------------------------------------------------------------------
-// Where D's outputs are final in registers (outputs_final_in_registers) and D is 16-byte aligned, the consumers
-// store it straight from their accumulators, without shared memory: a
-// persistent kernel's producer keeps filling every stage with the next tile's operands meanwhile.
-// A thread's packed outputs are 4-byte pieces (pack_outputs: rows g and g + 8, g = lane / 4; columns 2 (lane % 4),
-// +1 of each 8-column block), half a sector per store. Col-major D first transposes each 8 x 8 block in registers
-// (movmatrix: lane then holds rows 2 (lane % 4), +1 of column g), so that in both layouts the 4 lanes of a quad
-// hold one 16-byte line of D between them in each register. Per 4 registers, the quad then transposes the 4 x 4
-// matrix [register][lane] by four shuffles: each lane holds one line whole, and a warp's 16-byte stores cover 16
-// lines x 32 bytes, whole sectors.
-
-// The 4 lanes of a quad hold rows 0..3 of a 4 x 4 matrix of 32-bit values (lane t: x = row t); afterwards lane t
-// holds column t (x[i] = the old x[t] of lane i). Off-diagonal 2 x 2 blocks swap between lanes t and t ^ 2, then
-// each 2 x 2 block transposes between lanes t and t ^ 1.
-__device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int t) {
-  const bool upper = (t & 2) == 0;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const uint32_t other = __shfl_xor_sync(0xffffffffu, upper ? x[i + 2] : x[i], 2);
-    if (upper) x[i + 2] = other;
-    else x[i] = other;
-  }
-  const bool even = (t & 1) == 0;
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const uint32_t other = __shfl_xor_sync(0xffffffffu, even ? x[2 * c + 1] : x[2 * c], 1);
-    if (even) x[2 * c + 1] = other;
-    else x[2 * c] = other;
-  }
-}
-
-// Writes consumer warpgroup rows row_offset..row_offset + 63 of the CTA tile at (m0, n0) of D from its m64 x N
-// accumulators (wgmma_sp.cuh register order): act(alpha * acc + bias). outputs_final_in_registers() must hold;
-// lines past D's edge are skipped (the leading dimension being a multiple of 8, a line is inside or outside).
-template <class Out, bool kColMajor, int kAccumulators, class P>
-__device__ __forceinline__ void store_accumulators_as(const P& p, const float (&acc)[kAccumulators], int64_t m0,
-                                                      int64_t n0, int row_offset, int thread_in_group) {
-  static_assert(sizeof(Out) == 2, "16-bit outputs");
-  constexpr int kBlocks = kAccumulators / 4;  // 8-column blocks: 4 accumulators (2 registers) per thread each
-  static_assert(kBlocks % 2 == 0, "four registers, two blocks, per quad transpose");
-  uint32_t pairs[kAccumulators / 2];
-  pack_outputs<Out>(p, acc, m0, row_offset, thread_in_group, pairs);
-  const int warp = thread_in_group / 32, lane = thread_in_group % 32, g = lane / 4, t = lane % 4;
-  // Register i of a group (2 j + i, j even) is block j + i / 2, rows 8 (i % 2) + 0..7 of the warp's 16; lane t ends
-  // with register t's line: row-major D, row 8 (t % 2) + g, columns 8 (j + t / 2) + 0..7; col-major D (after
-  // movmatrix), column 8 (j + t / 2) + g, rows 8 (t % 2) + 0..7.
-  const int64_t slab_row = m0 + row_offset + 16 * warp + 8 * (t % 2);
-  const int64_t row = kColMajor ? slab_row : slab_row + g;                  // first row of the line
-  const int64_t column = n0 + 8 * (t / 2) + (kColMajor ? g : 0);            // at j = 0
-  const int64_t ld = kColMajor ? p.rows : p.n;
-  Out* line = static_cast<Out*>(p.d) + (kColMajor ? column * ld + row : row * ld + column);
-  const bool row_inside = row < p.rows;
-#pragma unroll
-  for (int j = 0; j < kBlocks; j += 2) {
-    uint32_t four[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) four[i] = kColMajor ? ptx::movmatrix_trans(pairs[2 * j + i]) : pairs[2 * j + i];
-    quad_transpose(four, t);
-    if (row_inside && column + 8 * j < p.n)
-      ptx::st_global_v4_b32(line + (kColMajor ? 8 * j * ld : 8 * j), four[0], four[1], four[2], four[3]);
-  }
-}
-
-template <class Out, int kAccumulators, class P>
-__device__ __forceinline__ void store_accumulators(const P& p, const float (&acc)[kAccumulators], int64_t m0, int64_t n0,
-                                                   int row_offset, int thread_in_group) {
-  if constexpr (sizeof(Out) == 2) {
-    if (p.d_col_major) store_accumulators_as<Out, true>(p, acc, m0, n0, row_offset, thread_in_group);
-    else store_accumulators_as<Out, false>(p, acc, m0, n0, row_offset, thread_in_group);
-  }
 }
 
 // Named barrier `id` among the 128 threads of one warpgroup.

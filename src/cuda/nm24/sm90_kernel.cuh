@@ -43,7 +43,9 @@ constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kRowsPerConsumer = kBlockM / kConsumers;   // 64: one m64 wgmma
 constexpr int kKBlocksPerTile = kBlockK / kFragmentK;    // 2 wgmma.sp per k-tile
-constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows x 128 bytes
+constexpr int kSwizzleAlign = 1024;
+// Named barriers 3 and 4: consumer warpgroup 0's and 1's output parts (the register epilogue).
+constexpr int kOutputBarrier = 3;             // 128B-swizzle atoms are 8 rows x 128 bytes
 constexpr int kRegisterFile = 64 * 1024;
 
 static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
@@ -60,11 +62,17 @@ template <int kBlockN, int kBTiles = 1>
 struct Sm90Shape {
   static constexpr int kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kBTiles * kBBytes + kAValueBytes + kAMetaBytes;
-  static constexpr int kPipelineBytes = 210 * 1024;  // what the stages may take of the 227 KiB
+  // The register epilogue's buffers, one 64 x 64 16-bit output part per consumer warpgroup, after the stages
+  // (n-tiles of whole 64-column parts only; the others always take the staged epilogue). They cost n256 its fifth
+  // stage, which measured neutral against the register epilogue's gain (docs/performance.md, 2:4 item 16).
+  static constexpr bool kRegisterEpilogue = kBlockN % 64 == 0;
+  static constexpr int kOutputPartBytes = kRowsPerConsumer * 64 * 2;
+  static constexpr int kOutputBytes = kRegisterEpilogue ? kConsumers * kOutputPartBytes : 0;
+  static constexpr int kPipelineBytes = 210 * 1024 - kOutputBytes;  // what the stages may take of the 227 KiB
   static constexpr int kMaxStages = 12;
   static constexpr int kStages = kPipelineBytes / kStageBytes < kMaxStages ? kPipelineBytes / kStageBytes : kMaxStages;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
-  static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kBarrierBytes;
+  static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kOutputBytes + kBarrierBytes;
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
   static_assert(kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
   static_assert(kStages >= 2, "the pipeline needs two stages");
@@ -253,7 +261,8 @@ struct TileOrder {
 // shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
 // it is released to a producer only when the consumers of both CTAs are done with it.
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
-__global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map) {
+__global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
+                                                                 const __grid_constant__ CUtensorMap d_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Shape = Sm90Shape<kBlockN, kBTiles>;
   using Traits = BSourceTraits<kSource>;
@@ -269,14 +278,15 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   // Stage buffers on a 1024-byte boundary (the swizzle atom), barriers after them.
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Shape::kStageBytes);
+  unsigned char* const outputs = smem + kStages * Shape::kStageBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(outputs + Shape::kOutputBytes);
   uint64_t* empty = full + kStages;
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
   const TileOrder<kBlockN> order(p);
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
   // The register epilogue leaves the stages to the producer; otherwise the CTA's one tile is staged in them.
-  const bool register_epilogue = sizeof(Out) == 2 && p.register_epilogue;
+  const bool register_epilogue = Shape::kRegisterEpilogue && sizeof(Out) == 2 && p.register_epilogue;
 
   constexpr int kClusterSize = kMulticast ? 2 : 1;
   const uint32_t rank = kMulticast ? ptx::cluster_ctarank() : 0;
@@ -465,7 +475,26 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
       // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
       release_in_flight_stage();
       in_flight_stage = -1;
-      sm90_epilogue::store_accumulators<Out>(p, acc, m0, n0, warpgroup * kRowsPerConsumer, tid % kWarpgroupThreads);
+      if constexpr (Shape::kRegisterEpilogue && sizeof(Out) == 2) {
+        // Each warpgroup stages its final 16-bit outputs 64 columns at a time (stmatrix, as 128-byte swizzled TMA
+        // boxes) and one of its threads has the copy engine store them: the consumers wait only until the engine
+        // has read the previous part, never for D's writes, and go on to the next tile.
+        const int thread_in_group = tid % kWarpgroupThreads;
+        uint32_t pairs[Wgmma::kAccumulators / 2];
+        sm90_epilogue::pack_outputs<Out>(p, acc, m0, warpgroup * kRowsPerConsumer, thread_in_group, pairs);
+        const sm90_epilogue::OutputTile<kRowsPerConsumer, 64> part{ptx::smem_address(outputs) + warpgroup * Shape::kOutputPartBytes};
+        const int part_barrier = kOutputBarrier + warpgroup;
+#pragma unroll
+        for (int c = 0; c < kBlockN / 64; ++c) {
+          if (thread_in_group == 0) ptx::bulk_wait_group_read<0>();
+          sm90_epilogue::warpgroup_barrier(part_barrier);  // the last part was read: its buffer is free
+          const uint32_t(&part_pairs)[16] = *reinterpret_cast<const uint32_t(*)[16]>(pairs + 16 * c);
+          sm90_epilogue::store_outputs(p.d_col_major, part, part_pairs, 0, thread_in_group);
+          sm90_epilogue::warpgroup_barrier(part_barrier);  // staged (and fenced for the copy engine)
+          if (thread_in_group == 0)
+            sm90_epilogue::issue_staged_store(&d_map, part, p.d_col_major, m0 + warpgroup * kRowsPerConsumer, n0 + 64 * c);
+        }
+      }
       continue;
     }
     // Staged epilogue (one tile per CTA): alpha * acc + bias into the reused stages, then coalesced stores
@@ -477,6 +506,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     consumer_sync();
     sm90_epilogue::write_tile<Out>(p, staged, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
   }
+  // D's last parts written (and their buffers read) before the CTA's shared memory goes.
+  if (register_epilogue && tid % kWarpgroupThreads == 0) ptx::bulk_wait_group<0>();
   if constexpr (kMulticast) ptx::cluster_sync();
 #endif
 }
@@ -509,6 +540,18 @@ void launch(const Params& p, cudaStream_t stream) {
     return true;
   }();
   (void)smem_set;
+  // D for the register epilogue's TMA stores (contiguous dimension first, 64 x 64 boxes, R and C tails clipped);
+  // unused otherwise.
+  require(!p.register_epilogue || (sizeof(Out) == 2 && Sm90Shape<kBlockN, kBTiles>::kRegisterEpilogue), ErrorCode::invalid_argument,
+          "sm90 sparse kernel: the register epilogue needs a 16-bit D and an n-tile of whole 64-column parts");
+  CUtensorMap d_map{};
+  if constexpr (sizeof(Out) == 2 && Sm90Shape<kBlockN, kBTiles>::kRegisterEpilogue) {
+    if (p.register_epilogue) {
+      const auto rows = static_cast<cuuint64_t>(p.rows), n = static_cast<cuuint64_t>(p.n);
+      d_map = p.d_col_major ? cuda::make_tensor_map_sw128<Out, 2>(p.d, {rows, n}, {rows * 2}, {64, 64})
+                            : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {64, 64});
+    }
+  }
   CUtensorMap map{};  // gathered sources read B with plain loads
   if constexpr (kSource == BSource::tma) map = make_b_map<Element>(p, kMulticast ? kBlockN / 2 : kBlockN);
   if constexpr (kSource == BSource::tma_rows) map = make_b_rows_map<Element>(p);
@@ -516,8 +559,8 @@ void launch(const Params& p, cudaStream_t stream) {
   require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 tiles");
   // A persistent launch keeps one CTA per SM (the pipeline takes the SM's shared memory); its tiles must end in
   // the register epilogue, which leaves the stages to the producer.
-  require(p.persistent_ctas == 0 || (p.register_epilogue && sizeof(Out) == 2 && !kMulticast), ErrorCode::invalid_argument,
-          "sm90 sparse kernel: a persistent launch needs the register epilogue (16-bit D) and no B multicast");
+  require(p.persistent_ctas == 0 || (p.register_epilogue && !kMulticast), ErrorCode::invalid_argument,
+          "sm90 sparse kernel: a persistent launch needs the register epilogue and no B multicast");
   const int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
   if constexpr (kMulticast) {
     cudaLaunchConfig_t config{};
@@ -530,9 +573,9 @@ void launch(const Params& p, cudaStream_t stream) {
     cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
-    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map));
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
   } else {
-    kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(p, map);
+    kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(p, map, d_map);
   }
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
