@@ -113,12 +113,12 @@ Sm90Schedule sm90_schedule_override(Sm90Schedule fallback) {
 
 // Persistent CTAs pay off where a tile's fixed costs (its first copies' latency, the epilogue, a CTA's launch)
 // weigh most: few k-tiles per tile, more tiles than SMs. Measured side by side on the 2:4 suites and the V:N:M
-// ablation (docs/performance.md, 2:4 item 16): +10 % at 64 k-tiles (11008x4096x4096), +25-45 % at 8-32, but
-// -3 to -12 % at 128-192 k-tiles with thousands of tiles, where the static round-robin of tiles lets CTAs drift
-// apart and the raster's L2 reuse with them.
+// ablation (docs/performance.md, 2:4 item 16): +0-10 % at 64 k-tiles (11008x4096x4096), +25-45 % at 8-32, but
+// -1 to -7 % at 128-192 k-tiles with thousands of tiles, where the static round-robin of tiles lets CTAs drift
+// apart and the raster's L2 reuse with them. The gathering kernels follow the same rule (V:N:M item 10).
 constexpr int64_t kPersistentMaxKTiles = 64;
 
-void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, int64_t cols, bool gathers) {
+void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, int64_t cols) {
   config.register_epilogue = false, config.persistent_ctas = 0;
   const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
   // The register epilogue stores 64-column parts of the tile: n-tiles of 16 and 32 (decode) keep the staged one.
@@ -267,7 +267,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && b_col_major && t.block_n >= 128 &&
       ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
     plan.config_.cluster = 2;
-  nm24::choose_sm90_schedule(desc, plan.config_, desc.cols, false);
+  nm24::choose_sm90_schedule(desc, plan.config_, desc.cols);
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
   return plan;

@@ -138,9 +138,10 @@ __device__ void write_tile(const P& p, const EpilogueTile<kRows, kCols>& tile, i
 // need not stop for its epilogue: the consumers stage act(alpha * acc + bias) in D's type (a whole kRows x kCols
 // unit in the tile kernel; 64 x 64 parts per warpgroup in the 2:4 / V:N:M kernel's register epilogue) and go on
 // while one thread has the copy engine store the staged outputs to D by TMA (R and C tails clipped by the tensor
-// map). The unit is staged as the copy engine's boxes, 128-byte lines with the 128-byte swizzle (16-byte chunk c of line l at chunk c ^ (l % 8)), each line 64 contiguous elements
-// of D: row-major D as kCols / 64 boxes of [kRows rows][64 tokens], col-major D as kRows / 64 boxes of
-// [kCols tokens][64 rows]. The swizzle also spreads a warp's fragment stores over all banks.
+// map). The unit is staged as the copy engine's boxes, 128-byte lines with the 128-byte swizzle (16-byte chunk c
+// of line l at chunk c ^ (l % 8)), each line 64 contiguous elements of D: row-major D as kCols / 64 boxes of
+// [kRows rows][64 tokens], col-major D as kRows / 64 boxes of [kCols tokens][64 rows]. The swizzle also spreads a
+// warp's fragment stores over all banks.
 inline constexpr int kLineElements = 64;  // 16-bit elements per 128-byte swizzled line
 inline constexpr int kLineBytes = 128;
 

@@ -9,6 +9,10 @@
 //     producer warpgroup into the same swizzled layouts (MN-major for B row-major, K-major for B col-major).
 // Consumers read their A fragments from shared memory into registers (the RS form of wgmma.sp) and keep one
 // wgmma group in flight while the next stage is waited for.
+// Epilogue: the register epilogue (16-bit D final in registers, 64-column parts staged per warpgroup and stored by
+// TMA, the stages left to the producer), or the staged one (fp32 through the stages; one tile per CTA). With the
+// register epilogue a launch may be persistent: one CTA per SM loops over the tiles, the ring of stages running on
+// from one tile to the next, so that the next tile's operands stream in while the last one's outputs are stored.
 //
 // CTA tile kBlockM x kBlockN x kBlockK = 128 x kBlockN x 64; consumer warpgroup w owns rows 64w..64w+63.
 // Included by the .cu files that instantiate it (sm90_nm24_spmm.cu, ../vnm/sm90_vnm_spmm.cu).
@@ -43,9 +47,7 @@ constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kRowsPerConsumer = kBlockM / kConsumers;   // 64: one m64 wgmma
 constexpr int kKBlocksPerTile = kBlockK / kFragmentK;    // 2 wgmma.sp per k-tile
-constexpr int kSwizzleAlign = 1024;
-// Named barriers 3 and 4: consumer warpgroup 0's and 1's output parts (the register epilogue).
-constexpr int kOutputBarrier = 3;             // 128B-swizzle atoms are 8 rows x 128 bytes
+constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows x 128 bytes
 constexpr int kRegisterFile = 64 * 1024;
 
 static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
@@ -83,6 +85,8 @@ struct Sm90Shape {
 // epilogue then reuses the stages after an ordering that compute-sanitizer's racecheck also sees (the mbarrier
 // arrivals of cp.async already order them, but the tool does not model them).
 constexpr int kStagesDrainedBarrier = 2;
+// Named barriers 3 and 4: consumer warpgroup 0's and 1's output parts (the register epilogue).
+constexpr int kOutputBarrier = 3;
 [[maybe_unused]] __device__ __forceinline__ void producer_drained_arrive() {
   asm volatile("bar.arrive %0, %1;\n" ::"n"(kStagesDrainedBarrier), "n"(kThreads) : "memory");
 }
@@ -275,7 +279,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   static_assert(!Traits::kMnMajor || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
 
   extern __shared__ unsigned char smem_raw[];
-  // Stage buffers on a 1024-byte boundary (the swizzle atom), barriers after them.
+  // Stage buffers on a 1024-byte boundary (the swizzle atom), then the register epilogue's output parts, then the
+  // barriers.
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
   unsigned char* const outputs = smem + kStages * Shape::kStageBytes;
