@@ -192,6 +192,10 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
     EXPECT_EQ(config.persistent_ctas, 0) << one_per_tile.rows << "x" << one_per_tile.cols;
   }
   for (int narrow : {16, 32}) EXPECT_FALSE(Nm24SpmmPlan::create(desc, Nm24Kernel::sm90_wgmma_sp, narrow).config().register_epilogue);
+  {
+    const ScopedEnv env("NMKIT_SM90_SCHEDULE", "fastest");  // not a schedule: the plan says so
+    EXPECT_THROW(Nm24SpmmPlan::create(desc), Error);
+  }
   SpmmDesc with_c = desc;
   with_c.beta = 1.0f;
   SpmmDesc f32 = desc;
