@@ -67,8 +67,9 @@ struct Sm90Shape {
   // The register epilogue's buffers, one 64 x 64 16-bit output part per consumer warpgroup, after the stages
   // (n-tiles of whole 64-column parts only; the others always take the staged epilogue). They cost n256 its fifth
   // stage, which measured neutral against the register epilogue's gain (docs/performance.md, 2:4 item 16).
-  static constexpr bool kRegisterEpilogue = kBlockN % 64 == 0;
-  static constexpr int kOutputPartBytes = kRowsPerConsumer * 64 * 2;
+  static constexpr int kPartColumns = sm90_epilogue::kLineElements;  // one 128-byte line of 16-bit outputs
+  static constexpr bool kRegisterEpilogue = kBlockN % kPartColumns == 0;
+  static constexpr int kOutputPartBytes = kRowsPerConsumer * kPartColumns * 2;
   static constexpr int kOutputBytes = kRegisterEpilogue ? kConsumers * kOutputPartBytes : 0;
   static constexpr int kPipelineBytes = 210 * 1024 - kOutputBytes;  // what the stages may take of the 227 KiB
   static constexpr int kMaxStages = 12;
@@ -487,17 +488,18 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         const int thread_in_group = tid % kWarpgroupThreads;
         uint32_t pairs[Wgmma::kAccumulators / 2];
         sm90_epilogue::pack_outputs<Out>(p, acc, m0, warpgroup * kRowsPerConsumer, thread_in_group, pairs);
-        const sm90_epilogue::OutputTile<kRowsPerConsumer, 64> part{ptx::smem_address(outputs) + warpgroup * Shape::kOutputPartBytes};
+        constexpr int kPart = Shape::kPartColumns, kPartPairs = kPart / 4;  // a thread's pairs per part
+        const sm90_epilogue::OutputTile<kRowsPerConsumer, kPart> part{ptx::smem_address(outputs) + warpgroup * Shape::kOutputPartBytes};
         const int part_barrier = kOutputBarrier + warpgroup;
 #pragma unroll
-        for (int c = 0; c < kBlockN / 64; ++c) {
+        for (int c = 0; c < kBlockN / kPart; ++c) {
           if (thread_in_group == 0) ptx::bulk_wait_group_read<0>();
           sm90_epilogue::warpgroup_barrier(part_barrier);  // the last part was read: its buffer is free
-          const uint32_t(&part_pairs)[16] = *reinterpret_cast<const uint32_t(*)[16]>(pairs + 16 * c);
+          const uint32_t(&part_pairs)[kPartPairs] = *reinterpret_cast<const uint32_t(*)[kPartPairs]>(pairs + kPartPairs * c);
           sm90_epilogue::store_outputs(p.d_col_major, part, part_pairs, 0, thread_in_group);
           sm90_epilogue::warpgroup_barrier(part_barrier);  // staged (and fenced for the copy engine)
           if (thread_in_group == 0)
-            sm90_epilogue::issue_staged_store(&d_map, part, p.d_col_major, m0 + warpgroup * kRowsPerConsumer, n0 + 64 * c);
+            sm90_epilogue::issue_staged_store(&d_map, part, p.d_col_major, m0 + warpgroup * kRowsPerConsumer, n0 + kPart * c);
         }
       }
       continue;
@@ -545,16 +547,17 @@ void launch(const Params& p, cudaStream_t stream) {
     return true;
   }();
   (void)smem_set;
-  // D for the register epilogue's TMA stores (contiguous dimension first, 64 x 64 boxes, R and C tails clipped);
-  // unused otherwise.
+  // D for the register epilogue's TMA stores (contiguous dimension first, boxes of one warpgroup's part: 64 x 64,
+  // R and C tails clipped); unused otherwise.
   require(!p.register_epilogue || (sizeof(Out) == 2 && Sm90Shape<kBlockN, kBTiles>::kRegisterEpilogue), ErrorCode::invalid_argument,
           "sm90 sparse kernel: the register epilogue needs a 16-bit D and an n-tile of whole 64-column parts");
   CUtensorMap d_map{};
   if constexpr (sizeof(Out) == 2 && Sm90Shape<kBlockN, kBTiles>::kRegisterEpilogue) {
     if (p.register_epilogue) {
       const auto rows = static_cast<cuuint64_t>(p.rows), n = static_cast<cuuint64_t>(p.n);
-      d_map = p.d_col_major ? cuda::make_tensor_map_sw128<Out, 2>(p.d, {rows, n}, {rows * 2}, {64, 64})
-                            : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {64, 64});
+      constexpr cuuint32_t kPart = Sm90Shape<kBlockN, kBTiles>::kPartColumns, kRows = kRowsPerConsumer;
+      d_map = p.d_col_major ? cuda::make_tensor_map_sw128<Out, 2>(p.d, {rows, n}, {rows * 2}, {kRows, kPart})
+                            : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {kPart, kRows});
     }
   }
   CUtensorMap map{};  // gathered sources read B with plain loads
