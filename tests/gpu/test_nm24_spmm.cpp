@@ -111,16 +111,27 @@ TEST(Nm24Gpu, AutomaticTakesTheHopperKernelForEitherBLayout) {
 TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  const ScopedEnv env("NMKIT_SM90_MULTICAST", "1");
+  const ScopedEnv multicast("NMKIT_SM90_MULTICAST", "1");
+  // Every schedule: the persistent one gives the 2200-row shape's clusters two or more pairs of tiles (342 tiles of
+  // 128 x 128), with R, K and C tails. Row-major D with C = 37 or 515 keeps the staged epilogue (lines not a
+  // multiple of 8 elements).
+  struct Shape {
+    int64_t r, k, c;
+  };
   uint32_t seed = 900;
-  for (int block_n : {256, 192, 128})
-    for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{256, 512, 300}, {512, 192, 37}, {1000, 1024, 515}}) {
-      Case t{{r, k, c, DType::bf16, DType::bf16, Layout::col_major, Layout::row_major, 1.0f, 0.0f, false, Activation::none},
-             Nm24Kernel::sm90_wgmma_sp};
-      t.block_n = block_n;
-      EXPECT_EQ(Nm24SpmmPlan::create({r, k, c, DType::bf16, DType::bf16}, Nm24Kernel::sm90_wgmma_sp, block_n).config().cluster, 2);
-      EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << block_n;
-    }
+  for (const char* schedule : kSm90Schedules) {
+    const ScopedEnv env("NMKIT_SM90_SCHEDULE", schedule);
+    for (int block_n : {256, 192, 128})
+      for (const Shape& s : {Shape{256, 512, 304}, Shape{512, 192, 37}, Shape{1000, 1024, 515}, Shape{2200, 200, 2104}})
+        for (Layout d_layout : {Layout::col_major, Layout::row_major}) {
+          const DType dtype = (seed / 10) % 2 == 0 ? DType::bf16 : DType::f16;
+          Case t{{s.r, s.k, s.c, dtype, dtype, Layout::col_major, d_layout, 1.0f, 0.0f, false, Activation::none},
+                 Nm24Kernel::sm90_wgmma_sp};
+          t.block_n = block_n;
+          EXPECT_EQ(Nm24SpmmPlan::create(t.desc(), t.kernel, block_n).config().cluster, 2);
+          EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " block_n " << block_n << " schedule " << schedule;
+        }
+  }
 }
 
 TEST(Nm24Gpu, AutotunedPlansAreCorrectAndCached) {

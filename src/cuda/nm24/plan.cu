@@ -122,7 +122,7 @@ void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, int64_t co
   config.register_epilogue = false, config.persistent_ctas = 0;
   const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
   // The register epilogue stores 64-column parts of the tile: n-tiles of 16 and 32 (decode) keep the staged one.
-  if (config.kernel != Nm24Kernel::sm90_wgmma_sp || config.cluster != 1 || config.block_n % 64 != 0 ||
+  if (config.kernel != Nm24Kernel::sm90_wgmma_sp || config.block_n % 64 != 0 ||
       !sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride))
     return;
   const int sms = sm_count();

@@ -45,10 +45,12 @@ constexpr int kBlockK = 64;                     // one 128-byte swizzle row of h
 constexpr int kConsumers = 2;                   // warpgroups doing math
 constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
 constexpr int kRowsPerConsumer = kBlockM / kConsumers;   // 64: one m64 wgmma
 constexpr int kKBlocksPerTile = kBlockK / kFragmentK;    // 2 wgmma.sp per k-tile
 constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows x 128 bytes
 constexpr int kRegisterFile = 64 * 1024;
+constexpr int kSharedMemoryLimit = 227 * 1024;  // dynamic shared memory of one sm_90 CTA
 
 static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
 static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole number of sparse k32 steps");
@@ -64,20 +66,23 @@ template <int kBlockN, int kBTiles = 1>
 struct Sm90Shape {
   static constexpr int kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kBTiles * kBBytes + kAValueBytes + kAMetaBytes;
-  // The register epilogue's buffers, one 64 x 64 16-bit output part per consumer warpgroup, after the stages
-  // (n-tiles of whole 64-column parts only; the others always take the staged epilogue). They cost n256 its fifth
-  // stage, which measured neutral against the register epilogue's gain (docs/performance.md, 2:4 item 16).
+  // The register epilogue's buffers, two 64 x 64 16-bit output parts per consumer warpgroup, after the stages
+  // (n-tiles of whole 64-column parts only; the others always take the staged epilogue): a warpgroup stages one
+  // part while the copy engine still reads the other. They cost n256 its fifth stage, which measured neutral
+  // against the register epilogue's gain (docs/performance.md, 2:4 item 16).
   static constexpr int kPartColumns = sm90_epilogue::kLineElements;  // one 128-byte line of 16-bit outputs
   static constexpr bool kRegisterEpilogue = kBlockN % kPartColumns == 0;
   static constexpr int kOutputPartBytes = kRowsPerConsumer * kPartColumns * 2;
-  static constexpr int kOutputBytes = kRegisterEpilogue ? kConsumers * kOutputPartBytes : 0;
-  static constexpr int kPipelineBytes = 210 * 1024 - kOutputBytes;  // what the stages may take of the 227 KiB
+  static constexpr int kPartBuffers = 2;
+  static constexpr int kOutputBytes = kRegisterEpilogue ? kConsumers * kPartBuffers * kOutputPartBytes : 0;
   static constexpr int kMaxStages = 12;
+  // What the stages may take of a CTA's 227 KiB: all but the alignment slack, the output parts and the barriers.
+  static constexpr int kPipelineBytes = kSharedMemoryLimit - kSwizzleAlign - kOutputBytes - 2 * kMaxStages * 8;
   static constexpr int kStages = kPipelineBytes / kStageBytes < kMaxStages ? kPipelineBytes / kStageBytes : kMaxStages;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
   static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kOutputBytes + kBarrierBytes;
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
-  static_assert(kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
+  static_assert(kSmemBytes <= kSharedMemoryLimit, "the pipeline must fit in shared memory");
   static_assert(kStages >= 2, "the pipeline needs two stages");
   static_assert(sm90_epilogue::EpilogueTile<kBlockM, kBlockN>::kBytes <= kStages * kStageBytes, "the epilogue tile reuses the stages");
 };
@@ -264,7 +269,9 @@ struct TileOrder {
 
 // kMulticast: two CTAs of a cluster (consecutive tiles: same columns, neighbouring rows) each load half of the
 // shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
-// it is released to a producer only when the consumers of both CTAs are done with it.
+// it is released to a producer only when the consumers of both CTAs are done with it: every local consumer thread
+// arrives on its own CTA's empty barrier, and one elected lane per consumer warp on the peer's (a remote arrival
+// per thread made the release cost more than the multicast saved, docs/performance.md 2:4 item 8).
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
 __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
                                                                  const __grid_constant__ CUtensorMap d_map) {
@@ -290,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
   const TileOrder<kBlockN> order(p);
-  const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
+  const int k_tiles = static_cast<int>(p.kblocks / kKBlocksPerTile);  // < 2^31 (launch checks); 32-bit loop counters
   // The register epilogue leaves the stages to the producer; otherwise the CTA's one tile is staged in them.
   const bool register_epilogue = Shape::kRegisterEpilogue && sizeof(Out) == 2 && p.register_epilogue;
 
@@ -300,8 +307,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     if constexpr (!Traits::kGather) ptx::prefetch_tensor_map(&b_map);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&full[s], Traits::kFullArrivals);
-      // Every consumer thread of every CTA writing into this stage releases its reads.
-      ptx::mbarrier_init(&empty[s], kClusterSize * kConsumers * kWarpgroupThreads);
+      // Every local consumer thread releases its reads, and with multicast every consumer warp of the peer.
+      ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads + (kClusterSize - 1) * kConsumerWarps);
     }
     ptx::fence_barrier_init();
   }
@@ -438,12 +445,15 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   };
 
   cuda::RingPosition<kStages> ring;
+  [[maybe_unused]] const uint32_t peer_empty = kMulticast ? ptx::map_to_rank(empty, rank ^ 1) : 0;  // its empty[0]
   int in_flight_stage = -1;  // the stage the group still in flight reads, handed back once the next one is issued
   const auto release_in_flight_stage = [&] {
     if (in_flight_stage < 0) return;
-    uint64_t* released = &empty[in_flight_stage];
-    ptx::mbarrier_arrive(released);
-    if constexpr (kMulticast) ptx::mbarrier_arrive_cluster(ptx::map_to_rank(released, rank ^ 1));
+    ptx::mbarrier_arrive(&empty[in_flight_stage]);
+    if constexpr (kMulticast) {
+      __syncwarp();  // the whole warp's group is done before its lane 0 speaks for it
+      if (lane == 0) ptx::mbarrier_arrive_remote(peer_empty + in_flight_stage * sizeof(uint64_t));
+    }
   };
   // One k-tile: wait for its stage, issue its group, and hand the previous stage back once that group is done.
   const auto consume_stage = [&](Fragments& a) {
@@ -468,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     // a branch in this loop (an experiment with two k-tiles per stage, docs/performance.md) it reused the
     // registers of the group in flight and the products came out wrong.
     Fragments fragments_even, fragments_odd;
-    int64_t kt = 0;
+    int kt = 0;
     for (; kt + 2 <= k_tiles; kt += 2) {
       consume_stage(fragments_even);
       consume_stage(fragments_odd);
@@ -483,18 +493,28 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
       in_flight_stage = -1;
       if constexpr (Shape::kRegisterEpilogue && sizeof(Out) == 2) {
         // Each warpgroup stages its final 16-bit outputs 64 columns at a time (stmatrix, as 128-byte swizzled TMA
-        // boxes) and one of its threads has the copy engine store them: the consumers wait only until the engine
-        // has read the previous part, never for D's writes, and go on to the next tile.
+        // boxes) into its two part buffers in turn, and one of its threads has the copy engine store them: the
+        // consumers wait only until the engine has read the part before last, never for D's writes, and go on to
+        // the next tile.
         const int thread_in_group = tid % kWarpgroupThreads;
         uint32_t pairs[Wgmma::kAccumulators / 2];
         sm90_epilogue::pack_outputs<Out>(p, acc, m0, warpgroup * kRowsPerConsumer, thread_in_group, pairs);
         constexpr int kPart = Shape::kPartColumns, kPartPairs = kPart / 4;  // a thread's pairs per part
-        const sm90_epilogue::OutputTile<kRowsPerConsumer, kPart> part{ptx::smem_address(outputs) + warpgroup * Shape::kOutputPartBytes};
+        constexpr int kParts = kBlockN / kPart, kBuffers = Shape::kPartBuffers;
+        static_assert(kBuffers == 1 || kBuffers == 2, "the waits below count one store in flight at most");
+        const uint32_t buffers = ptx::smem_address(outputs) + warpgroup * kBuffers * Shape::kOutputPartBytes;
         const int part_barrier = kOutputBarrier + warpgroup;
 #pragma unroll
-        for (int c = 0; c < kBlockN / kPart; ++c) {
-          if (thread_in_group == 0) ptx::bulk_wait_group_read<0>();
-          sm90_epilogue::warpgroup_barrier(part_barrier);  // the last part was read: its buffer is free
+        for (int c = 0; c < kParts; ++c) {
+          // Part c's buffer was last filled kBuffers parts ago, so all but the latest kBuffers - 1 stores must have
+          // been read; except at a tile's first part when the parts per tile are not a multiple of the buffers
+          // (the previous tile's last part then used this same buffer).
+          if (thread_in_group == 0) {
+            if (kBuffers == 1 || (c == 0 && kParts % kBuffers != 0)) ptx::bulk_wait_group_read<0>();
+            else ptx::bulk_wait_group_read<1>();
+          }
+          const sm90_epilogue::OutputTile<kRowsPerConsumer, kPart> part{buffers + (c % kBuffers) * Shape::kOutputPartBytes};
+          sm90_epilogue::warpgroup_barrier(part_barrier);  // the buffer was read: it is free
           const uint32_t(&part_pairs)[kPartPairs] = *reinterpret_cast<const uint32_t(*)[kPartPairs]>(pairs + kPartPairs * c);
           sm90_epilogue::store_outputs(p.d_col_major, part, part_pairs, 0, thread_in_group);
           sm90_epilogue::warpgroup_barrier(part_barrier);  // staged (and fenced for the copy engine)
@@ -565,22 +585,35 @@ void launch(const Params& p, cudaStream_t stream) {
   if constexpr (kSource == BSource::tma_rows) map = make_b_rows_map<Element>(p);
   const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
   require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 tiles");
+  require(p.kblocks / kKBlocksPerTile < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 k-tiles");
   // A persistent launch keeps one CTA per SM (the pipeline takes the SM's shared memory); its tiles must end in
   // the register epilogue, which leaves the stages to the producer.
-  require(p.persistent_ctas == 0 || (p.register_epilogue && !kMulticast), ErrorCode::invalid_argument,
-          "sm90 sparse kernel: a persistent launch needs the register epilogue and no B multicast");
-  const int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
+  require(p.persistent_ctas == 0 || p.register_epilogue, ErrorCode::invalid_argument,
+          "sm90 sparse kernel: a persistent launch needs the register epilogue");
+  int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
   if constexpr (kMulticast) {
+    constexpr int kClusterCtas = 2;
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(grid));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = kSmem;
     config.stream = stream;
     cudaLaunchAttribute cluster{};
     cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    cluster.val.clusterDim.x = kClusterCtas, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
+    if (p.persistent_ctas > 0) {
+      // Clusters must find both SMs in one GPC: a persistent grid is as many clusters as can run at once, and
+      // whole clusters (the pair of a tile shares its columns, so tiles go to clusters two by two).
+      config.gridDim = dim3(static_cast<unsigned>(grid));
+      static const int max_clusters = [&] {
+        int clusters = 0;
+        NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+        return clusters;
+      }();
+      grid = std::max<int64_t>(kClusterCtas, std::min<int64_t>(grid, int64_t{max_clusters} * kClusterCtas) / kClusterCtas * kClusterCtas);
+    }
+    config.gridDim = dim3(static_cast<unsigned>(grid));
     NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
   } else {
     kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(p, map, d_map);

@@ -9,9 +9,12 @@ using sm90::BSource;
 template <class Element, class Out>
 void launch_sm90(const Params& p, int block_n, bool multicast, cudaStream_t stream) {
   using sm90::launch;
-  require(!multicast || (ceil_div(p.rows, sm90::kBlockM) % 2 == 0 && block_n >= 128 && p.b_col_major),
+  // A cluster's two CTAs take consecutive tiles of the raster, which share their columns only where every group of
+  // row tiles has an even number of them.
+  require(!multicast || (ceil_div(p.rows, sm90::kBlockM) % 2 == 0 && p.group_rows % 2 == 0 && block_n >= 128 && p.b_col_major),
           ErrorCode::invalid_argument,
-          "sm90 nm24: B multicast needs B col-major, an even number of row tiles and an n-tile of at least 128");
+          "sm90 nm24: B multicast needs B col-major, an even number of row tiles (and of rows per raster group) and an "
+          "n-tile of at least 128");
   if (!p.b_col_major) {  // B row-major: MN-major boxes of 64 columns
     constexpr BSource kRows = BSource::tma_rows;
     switch (block_n) {
