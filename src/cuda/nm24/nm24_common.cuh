@@ -155,10 +155,9 @@ void dispatch_types(const SpmmDesc& desc, F&& f) {
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 // The launch parameters of D = epilogue(A * B) for a packed 2:4 weight (no gather table).
 Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias);
-// The sm90 kernel's epilogue and grid for a plan of `desc` (config.register_epilogue, config.persistent_ctas; cols:
-// the packed weight's K, condensed for V:N:M), and for one run: the plan's choice where this D allows it (its
-// alignment is known only then).
-void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, int64_t cols);
+// The sm90 kernel's epilogue and grid for a plan of `desc` (config.register_epilogue, config.persistent_ctas), and
+// for one run: the plan's choice where this D allows it (its alignment is known only then).
+void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config);
 void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
 // Whether B's leading dimension and address allow 16-byte loads.
 bool b_vector_loads(const SpmmDesc& desc, const void* b);

@@ -111,14 +111,12 @@ Sm90Schedule sm90_schedule_override(Sm90Schedule fallback) {
 }
 }  // namespace
 
-// Persistent CTAs pay off where a tile's fixed costs (its first copies' latency, the epilogue, a CTA's launch)
-// weigh most: few k-tiles per tile, more tiles than SMs. Measured side by side on the 2:4 suites and the V:N:M
-// ablation (docs/performance.md, 2:4 item 16): +0-10 % at 64 k-tiles (11008x4096x4096), +25-45 % at 8-32, but
-// -1 to -7 % at 128-192 k-tiles with thousands of tiles, where the static round-robin of tiles lets CTAs drift
-// apart and the raster's L2 reuse with them. The gathering kernels follow the same rule (V:N:M item 10).
-constexpr int64_t kPersistentMaxKTiles = 64;
-
-void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, int64_t cols) {
+// Persistent CTAs pay off where there are more tiles than SMs: the next tile's first copies stream in while the
+// last tile's outputs are stored. With one output part in flight per warpgroup they lost 1-7 % at 128-192 k-tiles
+// per tile (the static round-robin lets CTAs drift apart, and the raster's L2 reuse with them), so they were taken
+// at <= 64 k-tiles only; with two parts in flight (sm90_kernel.cuh) they measured 0-3 % faster on those shapes too
+// (docs/performance.md, 2:4 item 17). The gathering kernels follow the same rule (V:N:M item 10).
+void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config) {
   config.register_epilogue = false, config.persistent_ctas = 0;
   const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
   // The register epilogue stores 64-column parts of the tile: n-tiles of 16 and 32 (decode) keep the staged one.
@@ -126,9 +124,8 @@ void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, int64_t co
       !sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride))
     return;
   const int sms = sm_count();
-  const int64_t k_tiles = ceil_div(cols, kPackKAlign);
   const int64_t tiles = ceil_div(desc.rows, config.block_m) * ceil_div(desc.n, config.block_n);
-  const bool persistent_pays = k_tiles <= kPersistentMaxKTiles && tiles > sms;
+  const bool persistent_pays = tiles > sms;
   const Sm90Schedule schedule =
       sm90_schedule_override(persistent_pays ? Sm90Schedule::persistent : Sm90Schedule::registers);
   config.register_epilogue = schedule != Sm90Schedule::staged;
@@ -267,7 +264,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && b_col_major && t.block_n >= 128 &&
       ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
     plan.config_.cluster = 2;
-  nm24::choose_sm90_schedule(desc, plan.config_, desc.cols);
+  nm24::choose_sm90_schedule(desc, plan.config_);
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
   return plan;
