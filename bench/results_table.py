@@ -7,9 +7,19 @@ import json
 import sys
 
 
+def schedule(row):
+    """The sm90 kernel's schedule as the plan printed it in nmkit_config (docs/gpu.md)."""
+    config = row.get("nmkit_config", "")
+    if "sm90" not in config:
+        return "-"
+    if "persistent" in config:
+        return "persistent"
+    return "registers" if "register epilogue" in config else "staged"
+
+
 def main(paths):
-    print("| suite | R x K x C | dtype | cuBLAS TFLOP/s | cuSPARSELt TFLOP/s (x cuBLAS) | nmkit TFLOP/s | nmkit x cuBLAS | nmkit x cuSPARSELt | rel. error |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| suite | R x K x C | dtype | cuBLAS TFLOP/s | cuSPARSELt TFLOP/s (x cuBLAS) | nmkit TFLOP/s | nmkit x cuBLAS | nmkit x cuSPARSELt | schedule | rel. error |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for path in paths:
         data = json.load(open(path))
         for r in data["rows"]:
@@ -20,7 +30,7 @@ def main(paths):
                 lt += " default cfg*"
             vs_lt = f'{r["nmkit_vs_cusparselt"]:.2f}x' if "nmkit_vs_cusparselt" in r else "n/a"
             print(f'| {r["suite"]} | {r["r"]}x{r["k"]}x{r["c"]} | {r["dtype"]} | {tf(r["cublas_ms"]):.0f} | {lt} | '
-                  f'{tf(r["nmkit_ms"]):.0f} | {r["speedup_vs_cublas"]:.2f}x | {vs_lt} | {r["nmkit_rel_error"]:.1e} |')
+                  f'{tf(r["nmkit_ms"]):.0f} | {r["speedup_vs_cublas"]:.2f}x | {vs_lt} | {schedule(r)} | {r["nmkit_rel_error"]:.1e} |')
 
 
 if __name__ == "__main__":
