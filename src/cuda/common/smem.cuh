@@ -11,6 +11,9 @@
 
 namespace nmkit::cuda {
 
+// The most dynamic shared memory one sm_90 CTA may take (of the SM's 228 KiB, 1 KiB stays reserved).
+inline constexpr int kSm90SharedMemoryPerCta = 227 * 1024;
+
 class DynamicSmemLimit {
  public:
   template <class Kernel>

@@ -25,6 +25,7 @@
 
 #include "../common/check.cuh"
 #include "../common/ring.cuh"
+#include "../common/smem.cuh"
 #include "../common/tensor_map.cuh"
 #include "../ptx/cluster.cuh"
 #include "../ptx/cp_async.cuh"
@@ -50,7 +51,7 @@ constexpr int kRowsPerConsumer = kBlockM / kConsumers;   // 64: one m64 wgmma
 constexpr int kKBlocksPerTile = kBlockK / kFragmentK;    // 2 wgmma.sp per k-tile
 constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows x 128 bytes
 constexpr int kRegisterFile = 64 * 1024;
-constexpr int kSharedMemoryLimit = 227 * 1024;  // dynamic shared memory of one sm_90 CTA
+constexpr int kSharedMemoryLimit = cuda::kSm90SharedMemoryPerCta;
 
 static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
 static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole number of sparse k32 steps");

@@ -117,7 +117,7 @@ struct Shape {
   static_assert(kBlockN % kChunkN == 0 && kChunkBytes % 16 == 0, "whole, aligned epilogue chunks");
   static_assert(kXBytes % kSwizzleAlign == 0 && kStageBytes % kSwizzleAlign == 0, "stages keep the swizzle alignment");
   static_assert(kEpilogueBytes % 16 == 0, "the barriers stay 8-byte aligned and the output tile 16-byte aligned");
-  static_assert(kStages >= 2 && kSmemBytes <= 227 * 1024, "the pipeline must fit in shared memory");
+  static_assert(kStages >= 2 && kSmemBytes <= cuda::kSm90SharedMemoryPerCta, "the pipeline must fit in shared memory");
   static_assert(epi::EpilogueTile<kBlockRows, kBlockN>::kBytes <= kPipelineEnd, "a split's tile reuses the stages");
 };
 
