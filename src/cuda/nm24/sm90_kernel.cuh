@@ -47,6 +47,7 @@ constexpr int kConsumers = 2;                   // warpgroups doing math
 constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
+constexpr int kMulticastCtas = 2;               // CTAs of a B-multicast cluster (kMulticast)
 constexpr int kRowsPerConsumer = kBlockM / kConsumers;   // 64: one m64 wgmma
 constexpr int kKBlocksPerTile = kBlockK / kFragmentK;    // 2 wgmma.sp per k-tile
 constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows x 128 bytes
@@ -302,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   // The register epilogue leaves the stages to the producer; otherwise the CTA's one tile is staged in them.
   const bool register_epilogue = Shape::kRegisterEpilogue && sizeof(Out) == 2 && p.register_epilogue;
 
-  constexpr int kClusterSize = kMulticast ? 2 : 1;
+  constexpr int kClusterSize = kMulticast ? kMulticastCtas : 1;
   const uint32_t rank = kMulticast ? ptx::cluster_ctarank() : 0;
   if (tid == 0) {
     if constexpr (!Traits::kGather) ptx::prefetch_tensor_map(&b_map);
@@ -593,28 +594,28 @@ void launch(const Params& p, cudaStream_t stream) {
           "sm90 sparse kernel: a persistent launch needs the register epilogue");
   int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
   if constexpr (kMulticast) {
-    constexpr int kClusterCtas = 2;
     cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(grid));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = kSmem;
     config.stream = stream;
     cudaLaunchAttribute cluster{};
     cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = kClusterCtas, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    cluster.val.clusterDim.x = kMulticastCtas, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
     if (p.persistent_ctas > 0) {
       // Clusters must find both SMs in one GPC: a persistent grid is as many clusters as can run at once, and
-      // whole clusters (the pair of a tile shares its columns, so tiles go to clusters two by two).
-      config.gridDim = dim3(static_cast<unsigned>(grid));
+      // whole clusters (the pair of a tile shares its columns, so tiles go to clusters two by two). Queried once
+      // per instantiation and process, with the launch's configuration.
       static const int max_clusters = [&] {
         int clusters = 0;
         NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
         return clusters;
       }();
-      grid = std::max<int64_t>(kClusterCtas, std::min<int64_t>(grid, int64_t{max_clusters} * kClusterCtas) / kClusterCtas * kClusterCtas);
+      grid = std::min<int64_t>(grid, int64_t{max_clusters} * kMulticastCtas) / kMulticastCtas * kMulticastCtas;
+      config.gridDim = dim3(static_cast<unsigned>(std::max<int64_t>(grid, kMulticastCtas)));
     }
-    config.gridDim = dim3(static_cast<unsigned>(grid));
     NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
   } else {
     kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(p, map, d_map);
