@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots the tile suite of nmkit_bench like seed 003's chart: speed-up over dense cuBLAS against density, one
 line per tile size (and kernel), with the cuSPARSE baselines (BSR dotted, Blocked-ELL dashed where the pattern
-allows it), one panel per batch size C and distribution of tiles over rows.
+allows it), one panel per batch size C and distribution of tiles over rows, one row of panels per dtype.
 
 Usage: plot_tile.py bench.json tile_speedup.png
 """
@@ -18,9 +18,12 @@ def main(json_path, png_path):
     rows = [r for r in json.load(open(json_path))["rows"] if r.get("suite") == "tile"]
     if not rows:
         return
-    panels = sorted({(r["c"], r["distribution"], r["dtype"]) for r in rows})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
-    for ax, (c, distribution, dtype) in zip(axes[0], panels):
+    # One row of panels per dtype, one column per (C, distribution).
+    dtypes = sorted({r["dtype"] for r in rows})
+    columns = sorted({(r["c"], r["distribution"]) for r in rows})
+    fig, axes = plt.subplots(len(dtypes), len(columns), figsize=(5 * len(columns), 4.2 * len(dtypes)), squeeze=False)
+    panels = [(axes[i][j], c, distribution, dtype) for i, dtype in enumerate(dtypes) for j, (c, distribution) in enumerate(columns)]
+    for ax, c, distribution, dtype in panels:
         sel = [r for r in rows if (r["c"], r["distribution"], r["dtype"]) == (c, distribution, dtype)]
         for tile in sorted({r["tile"] for r in sel}):
             line = sorted((r for r in sel if r["tile"] == tile), key=lambda r: r["density"])

@@ -89,16 +89,19 @@ struct Budget {
 [[maybe_unused]] constexpr uint32_t kEndOfUnit = 1u << 31;
 [[maybe_unused]] constexpr uint32_t kEndOfWork = kEndOfUnit | 1u << 30;
 
-// The deferred store stages a unit's 16-bit outputs in parts of at most 128 tokens (32 KiB): at n256 a whole
-// unit (64 KiB) would leave 3 pipeline stages instead of 4, and the fourth stage is worth ~18 % of a step
-// (docs/performance.md, tile item 23). The consumers stage the second part once the copy engine read the first.
-constexpr int kMaxStorePartN = 128;
+// The deferred store stages a unit's 16-bit outputs in parts of at most 64 tokens (16 KiB per part) into two
+// buffers in turn, so that the consumers stage one part while the copy engine still reads the other (tile item 38).
+// The buffers take 32 KiB: at n256 a whole unit (64 KiB) would leave 3 pipeline stages instead of 4, and the fourth
+// stage is worth ~18 % of a step (docs/performance.md, tile item 23). Units of one part (n64) keep one buffer.
+constexpr int kMaxStorePartN = 64;
 template <int kBlockN>
 constexpr int kStoreParts = kBlockN > kMaxStorePartN ? kBlockN / kMaxStorePartN : 1;
+template <int kBlockN>
+constexpr int kStoreBuffers = kStoreParts<kBlockN> >= 2 ? 2 : 1;
 
 // Shared memory: stages [x slab: kBlockN tokens x 128 B][tile slots: 128 rows x 128 B] (1024-aligned), the
-// epilogue's buffers (one 64 x kChunkN chunk buffer per consumer warpgroup, or with kDeferred one part of the
-// unit's 16-bit outputs), then barriers and step masks.
+// epilogue's buffers (one 64 x kChunkN chunk buffer per consumer warpgroup, or with kDeferred the part buffers of
+// the unit's 16-bit outputs), then barriers and step masks.
 using ChunkTile = epi::EpilogueTile<kWarpgroupRows, kChunkN>;
 template <int kBlockN>
 using OutputTile = epi::OutputTile<kBlockRows, kBlockN / kStoreParts<kBlockN>>;
@@ -107,7 +110,7 @@ struct Shape {
   static constexpr int kXBytes = kBlockN * kRowBytes;
   static constexpr int kStageBytes = kXBytes + kABytes;
   static constexpr int kChunkBytes = ChunkTile::kBytes;
-  static constexpr int kEpilogueBytes = kDeferred ? OutputTile<kBlockN>::kBytes : kConsumers * kChunkBytes;
+  static constexpr int kEpilogueBytes = kDeferred ? kStoreBuffers<kBlockN> * OutputTile<kBlockN>::kBytes : kConsumers * kChunkBytes;
   static constexpr int kStages = std::min((Budget<kBlockN>::kPipelineBytes - kEpilogueBytes) / kStageBytes, kMaxStages);
   static constexpr int kPipelineEnd = kStages * kStageBytes;
   static constexpr int kBarriers = kPipelineEnd + kEpilogueBytes;
@@ -214,7 +217,10 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   UnitOrigin* end_origin = reinterpret_cast<UnitOrigin*>(stored + 1);  // [stage] an end-of-unit step's unit
   UnitOrigin* staged_origin = end_origin + kStages;  // kDeferred: the staged unit's; block -1: none
   uint32_t* step_mask = reinterpret_cast<uint32_t*>(staged_origin + 1);
-  const OutputTile<kBlockN> output_tile{ptx::smem_address(smem + S::kPipelineEnd)};
+  // Part j of the deferred store goes to buffer j % kStoreBuffers.
+  const auto output_buffer = [&](int part) {
+    return OutputTile<kBlockN>{ptx::smem_address(smem + S::kPipelineEnd) + (part % kStoreBuffers<kBlockN>) * OutputTile<kBlockN>::kBytes};
+  };
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
   const uint32_t split = ptx::cluster_nctarank(), rank = ptx::cluster_ctarank();
@@ -321,12 +327,18 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       if (tid % kWarpgroupThreads == kStorerWarp * 32) {
         ptx::prefetch_tensor_map(&d_map);
         constexpr int kPartN = kBlockN / kStoreParts<kBlockN>;
-        for (int parts_stored = 0;; ++parts_stored) {  // a unit's parts come in order; block -1 ends the CTA
+        // A unit's parts come in order; block -1 ends the CTA. Arrival i on `stored` follows the issue of part i's
+        // store: with one buffer once that part has been read, with two once part i - 1 has (arrival 0 then only
+        // says that part 0's origin was taken). Either way the consumers, who wait for arrival j - 1 before staging
+        // part j, never run two phases ahead of this thread on `staged` (a parity wait cannot tell those apart).
+        for (int parts_stored = 0;; ++parts_stored) {
           ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(parts_stored & 1));
           const UnitOrigin origin = *staged_origin;
           if (origin.block < 0) break;
-          epi::store_staged(&d_map, output_tile, p.d_col_major, int64_t{origin.block} * kBlockRows,
-                            int64_t{origin.token_block} * kBlockN + parts_stored % kStoreParts<kBlockN> * kPartN);
+          epi::issue_staged_store(&d_map, output_buffer(parts_stored), p.d_col_major, int64_t{origin.block} * kBlockRows,
+                                  int64_t{origin.token_block} * kBlockN + parts_stored % kStoreParts<kBlockN> * kPartN);
+          if constexpr (kStoreBuffers<kBlockN> == 1) ptx::bulk_wait_group_read<0>();
+          else if (parts_stored > 0) ptx::bulk_wait_group_read<1>();
           ptx::mbarrier_arrive(stored);
         }
         ptx::bulk_wait_group<0>();  // D written before the CTA retires
@@ -393,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     ptx::fence_registers(acc);
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kMathDone + units_done, clock64());
     if (end_mark == kEndOfWork) {
-      if constexpr (kDeferred) {  // the storer's last part: none (once it has read the last real one)
+      if constexpr (kDeferred) {  // the storer's last part: none (once it has taken the last real one's origin)
         const int parts_staged = units_done * kStoreParts<kBlockN>;
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
         if (tid == 0) *staged_origin = UnitOrigin{-1, 0};
@@ -403,14 +415,17 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     }
     const int64_t m0 = int64_t{origin.block} * kBlockRows, n0 = int64_t{origin.token_block} * kBlockN;
 
-    if constexpr (kDeferred) {  // stage each part of the final outputs once the copy engine has read the last
+    if constexpr (kDeferred) {  // stage each part of the final outputs once the copy engine has read its buffer
       constexpr int kParts = kStoreParts<kBlockN>, kPartAccumulators = Wgmma::kAccumulators / kParts;
+      static_assert(kParts % kStoreBuffers<kBlockN> == 0, "every unit starts on the first buffer");
 #pragma unroll
       for (int part = 0; part < kParts; ++part) {  // part i: the i-th kBlockN / kParts tokens, as many accumulators
         const int parts_staged = units_done * kParts + part;
+        // Arrival parts_staged - 1 (see the storer): this part's buffer has been read, and the storer has taken the
+        // last part's origin.
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
         const auto& part_acc = *reinterpret_cast<const float(*)[kPartAccumulators]>(acc + part * kPartAccumulators);
-        epi::stage_outputs<Out>(p, output_tile, part_acc, m0, warpgroup * kWarpgroupRows, thread_in_group);
+        epi::stage_outputs<Out>(p, output_buffer(part), part_acc, m0, warpgroup * kWarpgroupRows, thread_in_group);
         if (tid == 0) *staged_origin = origin;
         ptx::mbarrier_arrive(staged);
         if (timeline && tid == 0 && part == 0 && units_done < TileTimeline::kUnits)

@@ -60,7 +60,7 @@ struct Sm90TileConfig {
   int block_n = 256;        // 32, 64, 128 or 256
   int split = 1;            // 1..8
   bool persistent = true;   // one CTA per SM over all units (split == 1 only)
-  bool deferred_store = false;  // stage each unit (parts of <= 128 tokens) for one producer lane to store by TMA
+  bool deferred_store = false;  // stage each unit (parts of <= 64 tokens, two buffers) for one producer lane to store by TMA
                                 // (split == 1, block_n >= 64, 16-bit D, beta == 0, no GELU, aligned D:
                                 // epi::outputs_final_in_registers)
   uint64_t* timeline = nullptr;  // TileLaunch::timeline
