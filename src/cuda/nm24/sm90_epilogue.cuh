@@ -274,15 +274,6 @@ __device__ __forceinline__ void issue_staged_store(const void* d_map, const Outp
   ptx::bulk_commit_group();
 }
 
-// issue_staged_store, returning once the copy engine has read the buffer, so that the next unit may be staged; the
-// writes themselves complete later.
-template <int kRows, int kCols>
-__device__ __forceinline__ void store_staged(const void* d_map, const OutputTile<kRows, kCols>& tile, bool col_major,
-                                             int64_t m0, int64_t n0) {
-  issue_staged_store(d_map, tile, col_major, m0, n0);
-  ptx::bulk_wait_group_read<0>();
-}
-
 // Named barrier `id` among the 128 threads of one warpgroup.
 __device__ __forceinline__ void warpgroup_barrier(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(128) : "memory");
