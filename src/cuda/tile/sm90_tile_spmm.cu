@@ -90,9 +90,10 @@ struct Budget {
 [[maybe_unused]] constexpr uint32_t kEndOfWork = kEndOfUnit | 1u << 30;
 
 // The deferred store stages a unit's 16-bit outputs in parts of at most 64 tokens (16 KiB per part) into two
-// buffers in turn, so that the consumers stage one part while the copy engine still reads the other (docs/performance.md, tile item 37).
-// The buffers take 32 KiB: at n256 a whole unit (64 KiB) would leave 3 pipeline stages instead of 4, and the fourth
-// stage is worth ~18 % of a step (docs/performance.md, tile item 23). Units of one part (n64) keep one buffer.
+// buffers in turn, so that the consumers stage one part while the copy engine still reads the other
+// (docs/performance.md, tile item 37). The buffers take 32 KiB: at n256 a whole unit (64 KiB) would leave 3
+// pipeline stages instead of 4, and the fourth stage is worth ~18 % of a step (tile item 23). Units of one part
+// (n64) keep one buffer.
 constexpr int kMaxStorePartN = 64;
 template <int kBlockN>
 constexpr int kStoreParts = kBlockN > kMaxStorePartN ? kBlockN / kMaxStorePartN : 1;
