@@ -131,8 +131,9 @@ const char* kernel_name(TileKernel k) noexcept;
 // docs/performance.md compares the two.
 // `deferred_store`: where D is f16/bf16 and final in registers (beta == 0, activation none or relu), split == 1,
 // block_n >= 64 and D's stride a multiple of 8 elements (and, at run time, D 16-byte aligned), the consumers stage
-// each unit's outputs (64 tokens at a time, two buffers in turn) and one producer lane has them stored by TMA while the next unit runs;
-// false keeps the chunked epilogue on the consumers' critical path (an ablation; docs/performance.md).
+// each unit's outputs (64 tokens at a time, two buffers in turn) and one producer lane has them stored by TMA
+// while the next unit runs; false keeps the chunked epilogue on the consumers' critical path (an ablation;
+// docs/performance.md).
 // `timeline` (diagnosis, sm90 kernel only; null in normal use): a device buffer of grid x TileTimeline::kWords
 // words where each CTA records SM clock cycles at the points below (nmkit_bench --tile-timeline reads it).
 struct TileLaunch {
