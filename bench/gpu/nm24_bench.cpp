@@ -24,6 +24,7 @@
 #include "../../src/cuda/common/check.cuh"
 #include "bench_common.hpp"
 #include "bench_kernels.hpp"
+#include "power_probe.hpp"
 #include "tile_suite.hpp"
 #include "vnm_suite.hpp"
 #include "nmkit/error.hpp"
@@ -152,7 +153,20 @@ struct Options {
   int warmup = 5, iters = 30;
   bool cusparselt = true;
   bool autotune = false;
+  double power_ms = 0;  // > 0: sustained runs with the SM clock and power sampled (2:4 suites)
 };
+
+// A sustained run of each library on one row, as JSON and as one line of text.
+nlohmann::json sustained_json(const SustainedRun& r) {
+  return {{"ms_per_launch", r.ms_per_launch}, {"sm_mhz", r.sm_mhz}, {"watts", r.watts}, {"launches", r.launches},
+          {"samples", r.samples}};
+}
+std::string sustained_text(const char* who, const SustainedRun& r, double flop) {
+  char text[160];
+  std::snprintf(text, sizeof text, "%s %.1f TFLOP/s at %.0f MHz, %.0f W (%.2f TFLOP/J)", who,
+                flop / (r.ms_per_launch * 1e-3) / 1e12, r.sm_mhz, r.watts, flop / (r.ms_per_launch * 1e-3) / 1e12 / r.watts);
+  return text;
+}
 
 int run(const Options& o) {
   std::vector<Shape> shapes = suite_shapes(o.shapes.empty() ? o.suite : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" ? "none" : o.suite));
@@ -205,6 +219,15 @@ int run(const Options& o) {
     if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
     return 0;
   }
+  // Sustained runs (--power-ms): the clock each library holds under load, and the power it draws.
+  std::optional<PowerProbe> power;
+  if (o.power_ms > 0) {
+    power.emplace(0);
+    if (!power->available()) {
+      std::fprintf(stderr, "--power-ms: no sustained runs: %s\n", power->why_unavailable());
+      power.reset();
+    }
+  }
 #if defined(NMKIT_HAVE_CUSPARSELT)
   cusparseLtHandle_t lt_sparse;
   const bool have_lt = o.cusparselt && cusparseLtInit(&lt_sparse) == CUSPARSE_STATUS_SUCCESS;
@@ -249,6 +272,9 @@ int run(const Options& o) {
       DenseGemm dense(lt, s, dtype, workspace.ptr, kWorkspace);
       const double dense_ms = dense.time_fastest(
           [&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets, o.warmup, o.iters, stream);
+      std::optional<SustainedRun> dense_power, nmkit_power, lt_power;
+      if (power)
+        dense_power = power->run([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets, o.power_ms, stream);
 
       gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
       const gpu::Nm24SpmmPlan plan = o.autotune ? gpu::Nm24SpmmPlan::autotune(desc) : gpu::Nm24SpmmPlan::create(desc);
@@ -256,6 +282,9 @@ int run(const Options& o) {
       const auto [nmkit_ms, err] = time_and_check(
           [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,
           d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+      if (power)
+        nmkit_power = power->run([&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets,
+                                 o.power_ms, stream);
 
       std::optional<double> lt_ms, lt_err;
       std::optional<int> lt_config;
@@ -272,7 +301,10 @@ int run(const Options& o) {
             const Measured lt = time_and_check([&](int i) { sparse.run(i, b[i].ptr, d_lt[i].ptr); }, sets, o.warmup,
                                                o.iters, d_lt[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
             lt_ms = lt.ms, lt_err = lt.rel_error, lt_searched = searched, lt_config = sparse.config_id();
-            if (lt.rel_error < kBaselineTolerance) break;
+            if (lt.rel_error < kBaselineTolerance) {
+              if (power) lt_power = power->run([&](int i) { sparse.run(i, b[i].ptr, d_lt[i].ptr); }, sets, o.power_ms, stream);
+              break;
+            }
             // A baseline whose output fails the check is not timing this product: compare nothing with it.
             std::fprintf(stderr, "cuSPARSELt (%s configuration %d) output wrong for %ldx%ldx%ld %s (rel. error %.2g)\n",
                          searched ? "searched" : "default", *lt_config, s.r, s.k, s.c, dtype_name(dtype), lt.rel_error);
@@ -298,6 +330,11 @@ int run(const Options& o) {
                   dense_ms / nmkit_ms, lt_ms ? (std::to_string(*lt_ms / nmkit_ms).substr(0, 4) + "x").c_str() : "-", err,
                   kernel_name(plan.config().kernel), plan.config().block_n,
                   lt_ms && !lt_searched ? "  (cuSPARSELt: its default configuration, the searched one failed)" : "");
+      if (power) {
+        std::string line = "        sustained " + sustained_text("cuBLAS", *dense_power, flop);
+        if (lt_power) line += "; " + sustained_text("cuSPARSELt", *lt_power, flop);
+        std::printf("%s; %s\n", line.c_str(), sustained_text("nmkit", *nmkit_power, flop).c_str());
+      }
       std::fflush(stdout);
       json row = {{"suite", s.suite}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
                   {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms}, {"nmkit_rel_error", err},
@@ -305,6 +342,11 @@ int run(const Options& o) {
       if (lt_ms) row["cusparselt_ms"] = *lt_ms, row["cusparselt_rel_error"] = *lt_err, row["nmkit_vs_cusparselt"] = *lt_ms / nmkit_ms;
       else if (lt_err) row["cusparselt_rel_error"] = *lt_err, row["cusparselt_wrong"] = true;
       if (lt_config) row["cusparselt_config"] = *lt_config, row["cusparselt_searched"] = lt_searched;
+      if (power) {
+        row["sustained_ms"] = o.power_ms;
+        row["cublas_sustained"] = sustained_json(*dense_power), row["nmkit_sustained"] = sustained_json(*nmkit_power);
+        if (lt_power) row["cusparselt_sustained"] = sustained_json(*lt_power);
+      }
       out["rows"].push_back(row);
     }
   // Host cost of one run() (validation, tensor map, launch), enqueueing tiny products back to back.
@@ -355,6 +397,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "Warm-up launches")->capture_default_str();
   app.add_option("--iters", o.iters, "Timed launches (median)")->capture_default_str();
   app.add_flag("!--no-cusparselt", o.cusparselt, "Skip cuSPARSELt");
+  app.add_option("--power-ms", o.power_ms,
+                 "2:4 suites: also run cuBLAS, cuSPARSELt and nmkit back to back for this many ms per row each, with the "
+                 "SM clock and board power sampled through NVML (0: off)")
+      ->check(CLI::Range(0.0, 60000.0));
   app.add_flag("--autotune", o.autotune, "Choose nmkit's tile by timing (Nm24SpmmPlan::autotune) instead of the heuristic");
   CLI11_PARSE(app, argc, argv);
   try {
