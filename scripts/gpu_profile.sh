@@ -4,8 +4,9 @@
 #   bash scripts/gpu_profile.sh tile [R,K,C] [density] [tile side]  the tile kernel (default 4096^3, 0.05, 64)
 # Prints speed of light, memory and warp-state sections, and for the tile kernel the stall reasons per issued
 # instruction. Leaves the clocks alone (--clock-control none), as the GPU machine's method asks.
-# NMKIT_PROFILE_REPORT=1 (tile) also saves the full report with source-level sampling (the build has -lineinfo)
-# to $OUT/tile.ncu-rep, and its per-instruction source page as $OUT/tile_source.csv.
+# NMKIT_PROFILE_REPORT=1 also saves the full report with source-level sampling (the build has -lineinfo) to
+# $OUT/nm24.ncu-rep or $OUT/tile.ncu-rep, and its per-instruction source page as $OUT/nm24_source.csv or
+# $OUT/tile_source.csv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 family=nm24
@@ -15,12 +16,24 @@ cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITE
 cmake --build build/gpu -j "$(nproc)" --target nmkit_bench >/dev/null
 sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats)
 
+# NMKIT_PROFILE_REPORT=1: also the full report with source-level sampling and its per-instruction source page.
+save_report() {  # $1: report name, $2: kernel regex, $3: launches to skip, then the bench arguments
+  local name=$1 kernel=$2 skip=$3 out=${OUT:-$PWD/gpu_out}
+  shift 3
+  mkdir -p "$out"
+  ncu --clock-control none --launch-skip "$skip" --launch-count 1 -k "regex:$kernel" --set full --import-source yes \
+    -o "$out/$name" -f build/gpu/bench/nmkit_bench "$@" >/dev/null
+  ncu --import "$out/$name.ncu-rep" --page source --print-source sass --csv >"$out/${name}_source.csv" ||
+    echo "this ncu cannot print the source page; open $out/$name.ncu-rep in Nsight Compute"
+}
+
 if [ "$family" = "nm24" ]; then
   shape=${1:-8192,8192,8192}
   dtype=${2:-f16}
+  bench_args=(--suite none --shape "$shape" --dtype "$dtype" --iters 3 --warmup 1 --no-cusparselt)
   ncu --clock-control none --launch-skip 3 --launch-count 1 -k regex:sm90_sparse_kernel "${sections[@]}" \
-    --section ComputeWorkloadAnalysis \
-    build/gpu/bench/nmkit_bench --suite none --shape "$shape" --dtype "$dtype" --iters 3 --warmup 1 --no-cusparselt
+    --section ComputeWorkloadAnalysis build/gpu/bench/nmkit_bench "${bench_args[@]}"
+  if [ -n "${NMKIT_PROFILE_REPORT:-}" ]; then save_report nm24 sm90_sparse_kernel 3 "${bench_args[@]}"; fi
   exit 0
 fi
 
@@ -37,11 +50,6 @@ ncu --clock-control none --launch-skip 4 --launch-count 1 -k regex:sm90_tile "${
   build/gpu/bench/nmkit_bench --suite tile --dtype f16 --shape "$shape" --tile-sides "$side" \
   --tile-densities "$density" --iters 2 --warmup 1
 if [ -n "${NMKIT_PROFILE_REPORT:-}" ]; then
-  out=${OUT:-$PWD/gpu_out}
-  mkdir -p "$out"
-  ncu --clock-control none --launch-skip 4 --launch-count 1 -k regex:sm90_tile --set full --import-source yes \
-    -o "$out/tile" -f build/gpu/bench/nmkit_bench --suite tile --dtype f16 --shape "$shape" --tile-sides "$side" \
-    --tile-densities "$density" --iters 2 --warmup 1 >/dev/null
-  ncu --import "$out/tile.ncu-rep" --page source --print-source sass --csv >"$out/tile_source.csv" ||
-    echo "this ncu cannot print the source page; open $out/tile.ncu-rep in Nsight Compute"
+  save_report tile sm90_tile 4 --suite tile --dtype f16 --shape "$shape" --tile-sides "$side" \
+    --tile-densities "$density" --iters 2 --warmup 1
 fi
