@@ -54,6 +54,46 @@ inline double time_median_ms(const std::function<void(int)>& launch, int sets, i
   return ms[iters / 2];
 }
 
+// Side-by-side timing of several libraries on one product. Each round times `iters_per_round` launches of every
+// library, in an order that rotates from round to round, so all of them run under the same clocks and the same
+// heat. (A library timed alone in its own burst is at the mercy of what ran before it: on the H200 the bursts of
+// one process gave cuSPARSELt 4-10 % more over nmkit than sustained runs of both did; docs/performance.md,
+// "How the 2:4 rows are timed".) Returns each library's median launch time in ms.
+inline std::vector<double> time_interleaved_ms(const std::vector<std::function<void(int)>>& launches, int sets,
+                                               int warmup, int rounds, int iters_per_round, cudaStream_t s) {
+  const int libraries = static_cast<int>(launches.size());
+  for (const auto& launch : launches)
+    for (int i = 0; i < warmup; ++i) launch(i % sets);
+  const int per_library = rounds * iters_per_round;
+  std::vector<cudaEvent_t> events(2 * libraries * per_library);
+  for (auto& e : events) NMKIT_CUDA_CHECK(cudaEventCreate(&e));
+  auto event = [&](int library, int i, int end) -> cudaEvent_t& { return events[2 * (library * per_library + i) + end]; };
+  for (int round = 0; round < rounds; ++round)
+    for (int turn = 0; turn < libraries; ++turn) {
+      const int library = (round + turn) % libraries;
+      for (int j = 0; j < iters_per_round; ++j) {
+        const int i = round * iters_per_round + j;
+        NMKIT_CUDA_CHECK(cudaEventRecord(event(library, i, 0), s));
+        launches[library](i % sets);
+        NMKIT_CUDA_CHECK(cudaEventRecord(event(library, i, 1), s));
+      }
+    }
+  NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<double> medians(libraries);
+  std::vector<float> ms(per_library);
+  for (int library = 0; library < libraries; ++library) {
+    for (int i = 0; i < per_library; ++i)
+      NMKIT_CUDA_CHECK(cudaEventElapsedTime(&ms[i], event(library, i, 0), event(library, i, 1)));
+    std::nth_element(ms.begin(), ms.begin() + per_library / 2, ms.end());
+    medians[library] = ms[per_library / 2];
+  }
+  for (auto& e : events) cudaEventDestroy(e);
+  return medians;
+}
+// The rounds that --iters launches per library make: rounds of kLaunchesPerRound, at least kMinRounds.
+inline constexpr int kLaunchesPerRound = 4, kMinRounds = 3;
+inline int interleaved_rounds(int iters) { return std::max(kMinRounds, (iters + kLaunchesPerRound - 1) / kLaunchesPerRound); }
+
 inline cudaDataType cuda_type(DType d) { return d == DType::f16 ? CUDA_R_16F : CUDA_R_16BF; }
 
 // Dense D = W * B with cuBLASLt: W row-major R x K (op T on a K x R column-major view), B and D col-major.
@@ -89,6 +129,11 @@ class DenseGemm {
   // returns the median time of `iters` launches after `warmup`. Each candidate gets kProbeIters launches: with 5, at
   // ~15 us per product the pick (and the reported time) moved by 10-60 % between processes.
   double time_fastest(const std::function<void(int)>& launch, int sets, int warmup, int iters, cudaStream_t s) {
+    choose_fastest(launch, sets, s);
+    return time_median_ms(launch, sets, warmup, iters, s);
+  }
+  // Picks the fastest heuristic algorithm as time_fastest() does, without timing it further.
+  void choose_fastest(const std::function<void(int)>& launch, int sets, cudaStream_t s) {
     double best_ms = 1e30;
     int best = 0;
     for (int a = 0; a < algorithms(); ++a) {
@@ -97,7 +142,6 @@ class DenseGemm {
       if (ms < best_ms) best_ms = ms, best = a;
     }
     select(best);
-    return time_median_ms(launch, sets, warmup, iters, s);
   }
   static constexpr int kProbeWarmup = 3, kProbeIters = 15;
   void run(const void* w, const void* b, void* d, cudaStream_t s) const {
@@ -134,6 +178,16 @@ inline constexpr double kBaselineTolerance = 1e-2;
 struct Measured {
   double ms, rel_error;
 };
+// The output check alone: `out0` poisoned (all bytes 0xff, a NaN in both dtypes), one launch of set 0, the
+// relative error against `reference0` (NaN where an element was left unwritten).
+inline double check_output(const std::function<void(int)>& launch, void* out0, const void* reference0, int64_t count,
+                           DType dtype, cudaStream_t s) {
+  NMKIT_CUDA_CHECK(cudaMemsetAsync(out0, 0xff, static_cast<std::size_t>(count) * 2, s));
+  launch(0);
+  NMKIT_CUDA_CHECK(cudaGetLastError());
+  return relative_error(out0, reference0, count, dtype, s);
+}
+
 inline Measured time_and_check(const std::function<void(int)>& launch, int sets, int warmup, int iters, const void* out0,
                                const void* reference0, int64_t count, DType dtype, cudaStream_t s) {
   const double ms = time_median_ms(launch, sets, warmup, iters, s);

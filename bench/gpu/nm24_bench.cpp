@@ -1,7 +1,7 @@
 // nmkit_bench: 2:4 SpMM (and, with --suite vnm, V:N:M SpMM: vnm_suite.cpp) side by side with dense cuBLASLt (best of its heuristic algorithms) and cuSPARSELt
 // (algorithm search, plan made once), in one process on one GPU. Kernel times are medians of CUDA-event
-// timings after warm-up; operand sets rotate so that no library runs out of L2. Every row is checked
-// against cuBLAS in the same run.
+// timings after warm-up, the libraries interleaved in rotating rounds (time_interleaved_ms); operand sets rotate
+// so that no library runs out of L2. Every row is checked against cuBLAS in the same run, on a poisoned output.
 //
 //   nmkit_bench --suite llm|bert|decode|all [--shape R,K,C]... [--dtype f16|bf16|both] [--json FILE]
 //   nmkit_bench --suite vnm [--v 64,128] [--m 8,16,32] [--b-layout col|row|both] [--shape R,K,C]...
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -154,6 +155,7 @@ struct Options {
   bool cusparselt = true;
   bool autotune = false;
   double power_ms = 0;  // > 0: sustained runs with the SM clock and power sampled (2:4 suites)
+  std::string variant_env;  // NAME=VALUE: a second nmkit plan made with this variable set, timed beside the first
 };
 
 // A sustained run of each library on one row, as JSON and as one line of text.
@@ -166,6 +168,29 @@ std::string sustained_text(const char* who, const SustainedRun& r, double flop) 
   std::snprintf(text, sizeof text, "%s %.1f TFLOP/s at %.0f MHz, %.0f W (%.2f TFLOP/J)", who,
                 flop / (r.ms_per_launch * 1e-3) / 1e12, r.sm_mhz, r.watts, flop / (r.ms_per_launch * 1e-3) / 1e12 / r.watts);
   return text;
+}
+
+// Makes a plan with the environment variables of `assignments` (NAME=VALUE[,NAME=VALUE...]) set, restoring their
+// previous state after.
+template <class Make>
+auto plan_with_env(const std::string& assignments, const Make& make) {
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  std::istringstream list(assignments);
+  for (std::string assignment; std::getline(list, assignment, ',');) {
+    const std::size_t eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error(ErrorCode::invalid_argument, "--variant-env takes NAME=VALUE[,NAME=VALUE...], got " + assignments);
+    const std::string name = assignment.substr(0, eq);
+    const char* old = std::getenv(name.c_str());
+    saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    setenv(name.c_str(), assignment.c_str() + eq + 1, 1);
+  }
+  auto plan = make();
+  for (const auto& [name, previous] : saved) {
+    if (previous) setenv(name.c_str(), previous->c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+  return plan;
 }
 
 int run(const Options& o) {
@@ -199,6 +224,7 @@ int run(const Options& o) {
   DeviceArray workspace(kWorkspace);
   json out = {{"gpu", prop.name}, {"sm_count", prop.multiProcessorCount}, {"l2_bytes", prop.l2CacheSize},
               {"driver", driver}, {"cuda_runtime", runtime}, {"cublaslt", cublasLtGetVersion()}, {"rows", json::array()}};
+  out["timing"] = "medians of CUDA-event times, libraries interleaved in rotating rounds of " + std::to_string(kLaunchesPerRound) + " launches";
   if (o.suite == "tile") {
     TileSuiteOptions t{shapes, dtypes};
     t.warmup = o.warmup, t.iters = o.iters, t.tile_sides = o.tile_sides;
@@ -243,6 +269,7 @@ int run(const Options& o) {
 
   std::printf("%-7s %-20s %-5s %10s %10s %8s %10s %8s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "cuBLAS", "cuSPLt",
               "vs cuBL", "nmkit", "vs cuBL", "vs cuSPLt", "rel.err", "nmkit kernel");
+  int wrong_rows = 0;
   for (DType dtype : dtypes)
     for (const Shape& s : shapes) {
       const std::size_t elem = 2;
@@ -268,56 +295,77 @@ int run(const Options& o) {
       NMKIT_CUDA_CHECK(cudaGetLastError());
       NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
 
-      // Dense: the fastest of cuBLASLt's heuristic algorithms.
+      // Each library set up and checked first (cuBLASLt's fastest heuristic algorithm, nmkit's plan, cuSPARSELt's
+      // searched configuration), then all of them timed side by side in rotating rounds.
       DenseGemm dense(lt, s, dtype, workspace.ptr, kWorkspace);
-      const double dense_ms = dense.time_fastest(
-          [&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets, o.warmup, o.iters, stream);
-      std::optional<SustainedRun> dense_power, nmkit_power, lt_power;
-      if (power)
-        dense_power = power->run([&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); }, sets, o.power_ms, stream);
+      const auto dense_launch = [&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); };
+      dense.choose_fastest(dense_launch, sets, stream);
+      dense_launch(0);  // the reference of set 0
 
       gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
       const gpu::Nm24SpmmPlan plan = o.autotune ? gpu::Nm24SpmmPlan::autotune(desc) : gpu::Nm24SpmmPlan::create(desc);
-      dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0
-      const auto [nmkit_ms, err] = time_and_check(
-          [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,
-          d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
-      if (power)
-        nmkit_power = power->run([&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets,
-                                 o.power_ms, stream);
+      const auto nmkit_launch = [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); };
+      const double err = check_output(nmkit_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+      std::vector<std::function<void(int)>> launches{dense_launch, nmkit_launch};
 
       std::optional<double> lt_ms, lt_err;
       std::optional<int> lt_config;
+      std::optional<std::size_t> lt_index, variant_index;
       bool lt_searched = false;
 #if defined(NMKIT_HAVE_CUSPARSELT)
+      std::optional<SparseLt> sparse;
       if (have_lt) {
         // The searched configuration; if its output fails the check, the default one (reported as such).
+        std::vector<const void*> ws;
+        for (auto& w : dense_w) ws.push_back(w.ptr);
         for (const bool searched : {true, false}) {
           try {
-            std::vector<const void*> ws;
-            for (auto& w : dense_w) ws.push_back(w.ptr);
-            SparseLt sparse(&lt_sparse, s, dtype, ws, stream);
-            if (searched) sparse.search(b[0].ptr, d_lt[0].ptr);
-            const Measured lt = time_and_check([&](int i) { sparse.run(i, b[i].ptr, d_lt[i].ptr); }, sets, o.warmup,
-                                               o.iters, d_lt[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
-            lt_ms = lt.ms, lt_err = lt.rel_error, lt_searched = searched, lt_config = sparse.config_id();
-            if (lt.rel_error < kBaselineTolerance) {
-              if (power) lt_power = power->run([&](int i) { sparse.run(i, b[i].ptr, d_lt[i].ptr); }, sets, o.power_ms, stream);
-              break;
-            }
+            sparse.emplace(&lt_sparse, s, dtype, ws, stream);
+            if (searched) sparse->search(b[0].ptr, d_lt[0].ptr);
+            lt_err = check_output([&](int i) { sparse->run(i, b[i].ptr, d_lt[i].ptr); }, d_lt[0].ptr, d_dense[0].ptr,
+                                  s.r * s.c, dtype, stream);
+            lt_searched = searched, lt_config = sparse->config_id();
+            if (*lt_err < kBaselineTolerance) break;
             // A baseline whose output fails the check is not timing this product: compare nothing with it.
             std::fprintf(stderr, "cuSPARSELt (%s configuration %d) output wrong for %ldx%ldx%ld %s (rel. error %.2g)\n",
-                         searched ? "searched" : "default", *lt_config, s.r, s.k, s.c, dtype_name(dtype), lt.rel_error);
-            lt_ms.reset();
+                         searched ? "searched" : "default", *lt_config, s.r, s.k, s.c, dtype_name(dtype), *lt_err);
           } catch (const Error& e) {
             std::fprintf(stderr, "cuSPARSELt (%s) skipped for %ldx%ldx%ld: %s\n", searched ? "searched" : "default", s.r,
                          s.k, s.c, e.what());
             cudaGetLastError();
-            lt_ms.reset();
           }
+          sparse.reset();
+        }
+        if (sparse) {
+          lt_index = launches.size();
+          launches.push_back([&](int i) { sparse->run(i, b[i].ptr, d_lt[i].ptr); });
         }
       }
 #endif
+      // --variant-env: the same product planned with an environment variable set (a kernel experiment), timed in
+      // the same rounds. Its output goes to cuSPARSELt's buffers, checked like nmkit's.
+      std::optional<gpu::Nm24SpmmPlan> variant;
+      std::optional<double> variant_err;
+      if (!o.variant_env.empty()) {
+        variant = plan_with_env(o.variant_env, [&] { return gpu::Nm24SpmmPlan::create(desc); });
+        const auto variant_launch = [&](int i) { variant->run(stream, weights[i], b[i].ptr, nullptr, d_lt[i].ptr); };
+        variant_err = check_output(variant_launch, d_lt[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+        variant_index = launches.size();
+        launches.push_back(variant_launch);
+      }
+      const std::vector<double> medians =
+          time_interleaved_ms(launches, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
+      const double dense_ms = medians[0], nmkit_ms = medians[1];
+      if (lt_index) lt_ms = medians[*lt_index];
+
+      // Sustained runs (--power-ms), one library after the other.
+      std::optional<SustainedRun> dense_power, nmkit_power, lt_power, variant_power;
+      if (power) {
+        dense_power = power->run(launches[0], sets, o.power_ms, stream);
+        nmkit_power = power->run(launches[1], sets, o.power_ms, stream);
+        if (lt_index) lt_power = power->run(launches[*lt_index], sets, o.power_ms, stream);
+        if (variant_index) variant_power = power->run(launches[*variant_index], sets, o.power_ms, stream);
+      }
       const double flop = 2.0 * s.r * s.k * s.c;
       auto tflops = [&](double ms) { return flop / (ms * 1e-3) / 1e12; };
       std::ostringstream kernel;
@@ -333,7 +381,14 @@ int run(const Options& o) {
       if (power) {
         std::string line = "        sustained " + sustained_text("cuBLAS", *dense_power, flop);
         if (lt_power) line += "; " + sustained_text("cuSPARSELt", *lt_power, flop);
-        std::printf("%s; %s\n", line.c_str(), sustained_text("nmkit", *nmkit_power, flop).c_str());
+        line += "; " + sustained_text("nmkit", *nmkit_power, flop);
+        if (variant_power) line += "; " + sustained_text("variant", *variant_power, flop);
+        std::printf("%s\n", line.c_str());
+      }
+      if (variant_index) {
+        const double variant_ms = medians[*variant_index];
+        std::printf("        variant (%s): %.1f TFLOP/s, %.3fx nmkit's time, rel. error %.1e, %s\n", o.variant_env.c_str(),
+                    tflops(variant_ms), variant_ms / nmkit_ms, *variant_err, (std::ostringstream() << variant->config()).str().c_str());
       }
       std::fflush(stdout);
       json row = {{"suite", s.suite}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
@@ -342,12 +397,19 @@ int run(const Options& o) {
       if (lt_ms) row["cusparselt_ms"] = *lt_ms, row["cusparselt_rel_error"] = *lt_err, row["nmkit_vs_cusparselt"] = *lt_ms / nmkit_ms;
       else if (lt_err) row["cusparselt_rel_error"] = *lt_err, row["cusparselt_wrong"] = true;
       if (lt_config) row["cusparselt_config"] = *lt_config, row["cusparselt_searched"] = lt_searched;
+      if (variant_index)
+        row["variant_env"] = o.variant_env, row["variant_ms"] = medians[*variant_index], row["variant_rel_error"] = *variant_err;
       if (power) {
         row["sustained_ms"] = o.power_ms;
         row["cublas_sustained"] = sustained_json(*dense_power), row["nmkit_sustained"] = sustained_json(*nmkit_power);
         if (lt_power) row["cusparselt_sustained"] = sustained_json(*lt_power);
+        if (variant_power) row["variant_sustained"] = sustained_json(*variant_power);
       }
       out["rows"].push_back(row);
+      if (!(err < kBaselineTolerance) || (variant_err && !(*variant_err < kBaselineTolerance))) {
+        std::fprintf(stderr, "nmkit output WRONG for %s %s (rel. error %.2g)\n", shape_text, dtype_name(dtype), err);
+        wrong_rows++;
+      }
     }
   // Host cost of one run() (validation, tensor map, launch), enqueueing tiny products back to back.
   {
@@ -362,7 +424,8 @@ int run(const Options& o) {
     out["run_host_overhead_us"] = us;
   }
   if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
-  return 0;
+  if (wrong_rows > 0) std::fprintf(stderr, "%d row(s) with a wrong nmkit output\n", wrong_rows);
+  return wrong_rows > 0 ? 1 : 0;
 }
 
 }  // namespace
@@ -401,6 +464,9 @@ int main(int argc, char** argv) {
                  "2:4 suites: also run cuBLAS, cuSPARSELt and nmkit back to back for this many ms per row each, with the "
                  "SM clock and board power sampled through NVML (0: off)")
       ->check(CLI::Range(0.0, 60000.0));
+  app.add_option("--variant-env", o.variant_env,
+                 "2:4 suites: NAME=VALUE; also time a second nmkit plan made with this environment variable set, in the "
+                 "same rounds (kernel experiments such as NMKIT_SM90_MULTICAST=1)");
   app.add_flag("--autotune", o.autotune, "Choose nmkit's tile by timing (Nm24SpmmPlan::autotune) instead of the heuristic");
   CLI11_PARSE(app, argc, argv);
   try {

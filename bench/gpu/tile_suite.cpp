@@ -221,18 +221,19 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               expand_tiles(weights[i].row_ptr(), weights[i].col_index(), weights[i].data(), dense_w[i].ptr, s.r, s.k,
                            side, side, static_cast<int64_t>(packed.col_index.size()), packed.grid_rows(), stream);
             }
-            // cuBLAS's algorithm is chosen once per shape, and timed again at every row right after nmkit (below),
-            // so that each ratio compares two timings of one moment.
+            // cuBLAS's algorithm is chosen once per shape, and timed again at every row beside nmkit (below), so
+            // that each ratio compares two timings of one moment.
             const auto dense_launch = [&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); };
-            if (!dense_chosen) dense.time_fastest(dense_launch, sets, o.warmup, o.iters, stream), dense_chosen = true;
+            if (!dense_chosen) dense.choose_fastest(dense_launch, sets, stream), dense_chosen = true;
             const gpu::TileLaunch launch{o.block_n, o.split, o.persistent, o.deferred_store};  // ignored by the portable kernel
             const gpu::TileSpmmPlan plan =
                 gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side, gpu::TileKernel::automatic, launch);
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern
-            const auto [nmkit_ms, err] = time_and_check(
-                [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); }, sets, o.warmup, o.iters,
-                d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
-            const double dense_ms = time_median_ms(dense_launch, sets, o.warmup, o.iters, stream);
+            const auto nmkit_launch = [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); };
+            const double err = check_output(nmkit_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+            const std::vector<double> medians = time_interleaved_ms({nmkit_launch, dense_launch}, sets, o.warmup,
+                                                                    interleaved_rounds(o.iters), kLaunchesPerRound, stream);
+            const double nmkit_ms = medians[0], dense_ms = medians[1];
             if (o.timeline && plan.kernel() == gpu::TileKernel::sm90_wgmma) {
               plan.run(stream, weights[1 % sets], b[1 % sets].ptr, nullptr, d_nmkit[1 % sets].ptr);
               print_timeline(plan, weights[0], b[0].ptr, d_nmkit[0].ptr, stream);
