@@ -68,13 +68,16 @@ inline std::vector<double> time_interleaved_ms(const std::vector<std::function<v
   std::vector<cudaEvent_t> events(2 * libraries * per_library);
   for (auto& e : events) NMKIT_CUDA_CHECK(cudaEventCreate(&e));
   auto event = [&](int library, int i, int end) -> cudaEvent_t& { return events[2 * (library * per_library + i) + end]; };
+  // The operand set advances with every launch, whichever library makes it, so that a library never finds the
+  // inputs (B is shared) of the launches just before it in L2.
+  int launch_count = 0;
   for (int round = 0; round < rounds; ++round)
     for (int turn = 0; turn < libraries; ++turn) {
       const int library = (round + turn) % libraries;
       for (int j = 0; j < iters_per_round; ++j) {
         const int i = round * iters_per_round + j;
         NMKIT_CUDA_CHECK(cudaEventRecord(event(library, i, 0), s));
-        launches[library](i % sets);
+        launches[library](launch_count++ % sets);
         NMKIT_CUDA_CHECK(cudaEventRecord(event(library, i, 1), s));
       }
     }
