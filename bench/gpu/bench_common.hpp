@@ -58,7 +58,7 @@ inline double time_median_ms(const std::function<void(int)>& launch, int sets, i
 // library, in an order that rotates from round to round, so all of them run under the same clocks and the same
 // heat. (A library timed alone in its own burst is at the mercy of what ran before it: on the H200 the bursts of
 // one process gave cuSPARSELt 4-10 % more over nmkit than sustained runs of both did; docs/performance.md,
-// "How the 2:4 rows are timed".) Returns each library's median launch time in ms.
+// "How a row is timed".) Returns each library's median launch time in ms.
 inline std::vector<double> time_interleaved_ms(const std::vector<std::function<void(int)>>& launches, int sets,
                                                int warmup, int rounds, int iters_per_round, cudaStream_t s) {
   const int libraries = static_cast<int>(launches.size());
@@ -128,14 +128,8 @@ class DenseGemm {
   }
   int algorithms() const { return static_cast<int>(heuristics_.size()); }
   void select(int i) { chosen_ = i; }
-  // Picks the fastest heuristic algorithm on a short timing of `launch(set)` (which calls run()), keeps it, and
-  // returns the median time of `iters` launches after `warmup`. Each candidate gets kProbeIters launches: with 5, at
-  // ~15 us per product the pick (and the reported time) moved by 10-60 % between processes.
-  double time_fastest(const std::function<void(int)>& launch, int sets, int warmup, int iters, cudaStream_t s) {
-    choose_fastest(launch, sets, s);
-    return time_median_ms(launch, sets, warmup, iters, s);
-  }
-  // Picks the fastest heuristic algorithm as time_fastest() does, without timing it further.
+  // Picks the fastest heuristic algorithm on a short timing of `launch(set)` (which calls run()) and keeps it. Each
+  // candidate gets kProbeIters launches: with 5, at ~15 us per product the pick moved between processes.
   void choose_fastest(const std::function<void(int)>& launch, int sets, cudaStream_t s) {
     double best_ms = 1e30;
     int best = 0;

@@ -155,7 +155,7 @@ struct Options {
   bool cusparselt = true;
   bool autotune = false;
   double power_ms = 0;  // > 0: sustained runs with the SM clock and power sampled (2:4 suites)
-  std::string variant_env;  // NAME=VALUE: a second nmkit plan made with this variable set, timed beside the first
+  std::string variant_env;  // NAME=VALUE[,...]: a second nmkit plan made with these variables set, timed beside the first
 };
 
 // A sustained run of each library on one row, as JSON and as one line of text.
@@ -424,9 +424,10 @@ int run(const Options& o) {
         if (variant_power) row["variant_sustained"] = sustained_json(*variant_power);
       }
       out["rows"].push_back(row);
-      if (!(err < kBaselineTolerance) || (variant_err && !(*variant_err < kBaselineTolerance)))
-        std::fprintf(stderr, "nmkit output WRONG for %s %s (rel. error %.2g, variant %.2g)\n", shape_text,
-                     dtype_name(dtype), err, variant_err.value_or(0.0));
+      if (!(err < kBaselineTolerance))
+        std::fprintf(stderr, "nmkit output WRONG for %s %s (rel. error %.2g)\n", shape_text, dtype_name(dtype), err);
+      if (variant_err && !(*variant_err < kBaselineTolerance))
+        std::fprintf(stderr, "variant output WRONG for %s %s (rel. error %.2g)\n", shape_text, dtype_name(dtype), *variant_err);
     }
   // Host cost of one run() (validation, tensor map, launch), enqueueing tiny products back to back.
   {
@@ -480,8 +481,8 @@ int main(int argc, char** argv) {
                  "SM clock and board power sampled through NVML (0: off)")
       ->check(CLI::Range(0.0, 60000.0));
   app.add_option("--variant-env", o.variant_env,
-                 "2:4 suites: NAME=VALUE; also time a second nmkit plan made with this environment variable set, in the "
-                 "same rounds (kernel experiments such as NMKIT_SM90_MULTICAST=1)");
+                 "2:4 suites: NAME=VALUE[,NAME=VALUE...]; also time a second nmkit plan made with these environment "
+                 "variables set, in the same rounds (kernel experiments such as NMKIT_SM90_MULTICAST=1)");
   app.add_flag("--autotune", o.autotune, "Choose nmkit's tile by timing (Nm24SpmmPlan::autotune) instead of the heuristic");
   CLI11_PARSE(app, argc, argv);
   try {
