@@ -304,6 +304,13 @@ int main(int argc, char** argv) {
     measure<Path::bulk>(dev, {Path::bulk, kib * 1024, 1, 8, false}, 1);
     measure<Path::lsu>(dev, {Path::lsu, kib * 1024, 1, 8, false}, 1);
   }
+  // The V:N:M row gather stages 32 KiB of B per k-tile with 16-byte cp.async from 128 threads, where the 2:4
+  // kernel's TMA boxes move the same bytes: the two paths at that round size on every SM, from L2.
+  std::printf("== paths, every SM, L2-resident, 32 KiB rounds (the gathering kernel's B per k-tile)\n");
+  for (int depth : {2, 4}) {
+    measure<Path::tma>(dev, {Path::tma, 32 * 1024, 1, depth, true}, all);
+    measure<Path::lsu>(dev, {Path::lsu, 32 * 1024, 1, depth, true}, all);
+  }
   std::printf("== where a round's time goes: 4 KiB rounds, depth 8, 1 CTA, L2-resident\n");
   measure<Path::tma>(dev, {Path::tma, 4 * 1024, 1, 8, true}, 1, true);
   PROBE_CHECK(cudaFree(dev.buffer));

@@ -144,9 +144,12 @@ struct Options {
   bool tile_chunked_epilogue = false;
   bool tile_timeline = false;
   bool tile_blocked_ell = true;
+  int tile_stream_ctas = 0;
+  std::string tile_compare, tile_kernel = "automatic";
   std::vector<int> vnm_m{4, 5, 7, 8, 10, 16, 20, 32, 40, 100};
   std::string vnm_b_layout = "both";
   int vnm_block_n = 0;
+  bool vnm_shared_columns = false;
   std::string vnm_shapes = "acceptance";
   std::vector<std::string> shapes;
   std::string dtype = "both";
@@ -254,11 +257,12 @@ int run(const Options& o) {
     t.deferred_store = !o.tile_chunked_epilogue;
     t.timeline = o.tile_timeline;
     t.blocked_ell = o.tile_blocked_ell;
+    t.stream_ctas = o.tile_stream_ctas, t.compare_kernel = o.tile_compare, t.kernel = o.tile_kernel;
     out["tile_run_host_overhead_us"] = run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
     return finish();
   }
   if (o.suite == "vnm") {
-    VnmSuiteOptions v{shapes, dtypes, o.vnm_v, o.vnm_m, {}, o.warmup, o.iters, o.vnm_block_n};
+    VnmSuiteOptions v{shapes, dtypes, o.vnm_v, o.vnm_m, {}, o.warmup, o.iters, o.vnm_block_n, o.vnm_shared_columns};
     if (o.vnm_b_layout != "row") v.b_layouts.push_back(Layout::col_major);
     if (o.vnm_b_layout != "col") v.b_layouts.push_back(Layout::row_major);
     out["vnm_run_host_overhead_us"] = run_vnm_suite(v, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
@@ -459,6 +463,12 @@ int main(int argc, char** argv) {
                "tile suite: one sm90 CTA per work unit instead of one persistent CTA per SM");
   app.add_flag("--tile-chunked-epilogue", o.tile_chunked_epilogue,
                "tile suite: the sm90 consumers write D themselves, 32 tokens at a time (no deferred store; ablation)");
+  app.add_option("--tile-stream-ctas", o.tile_stream_ctas,
+                 "tile suite: the stream kernel's CTAs per 32-token block (0: as many as the device holds at once)");
+  app.add_option("--tile-kernel", o.tile_kernel, "tile suite: the measured plan's kernel (automatic | sm80_mma | sm90_wgmma | stream_mma)")
+      ->capture_default_str();
+  app.add_option("--tile-compare", o.tile_compare,
+                 "tile suite: also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma) in the same rounds");
   app.add_flag("!--no-tile-blocked-ell", o.tile_blocked_ell,
                "tile suite: skip cuSPARSE Blocked-ELL (timed where every tile row has nearly as many tiles: padding <= 25 %)");
   app.add_flag("--tile-timeline", o.tile_timeline,
@@ -470,6 +480,8 @@ int main(int argc, char** argv) {
   app.add_option("--b-layout", o.vnm_b_layout, "vnm suite: col (x[T,K] row-major) | row (K x C) | both")
       ->check(CLI::IsMember({"col", "row", "both"}))->capture_default_str();
   app.add_option("--vnm-block-n", o.vnm_block_n, "vnm suite: the sm90 condensed kernel's n-tile (256/128/64; 0: heuristic)");
+  app.add_flag("--vnm-shared-columns", o.vnm_shared_columns,
+               "vnm suite: every V-block selects the same columns (diagnosis: the gather without its L2 footprint)");
   app.add_option("--shape", o.shapes, "Extra shape R,K,C (repeatable)");
   app.add_option("--dtype", o.dtype, "f16 | bf16 | both")->capture_default_str();
   app.add_option("--json", o.json_path, "Write the results as JSON");

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -196,6 +197,16 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
   cusparseHandle_t sparse;
   CHECK_CUSPARSE(cusparseCreate(&sparse));
   CHECK_CUSPARSE(cusparseSetStream(sparse, stream));
+  const auto kernel_named = [](const std::string& name, const char* option) {
+    for (gpu::TileKernel k : {gpu::TileKernel::automatic, gpu::TileKernel::sm80_mma, gpu::TileKernel::sm90_wgmma,
+                              gpu::TileKernel::stream_mma})
+      if (name == gpu::kernel_name(k)) return k;
+    throw Error(ErrorCode::invalid_argument,
+                std::string("tile suite: ") + option + " takes automatic, sm80_mma, sm90_wgmma or stream_mma, got " + name);
+  };
+  const gpu::TileKernel kernel = kernel_named(o.kernel, "--tile-kernel");
+  std::optional<gpu::TileKernel> compare;
+  if (!o.compare_kernel.empty()) compare = kernel_named(o.compare_kernel, "--tile-compare");
   std::printf("\n%-5s %-18s %-5s %-7s %-7s %-7s %9s %9s %8s %10s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "tile",
               "density", "rows", "cuBLAS", "nmkit ms", "vs cuBL", "cuSPARSE", "vs cuSP", "rel.err", "kernel");
   for (DType dtype : o.dtypes)
@@ -225,14 +236,25 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             // that each ratio compares two timings of one moment.
             const auto dense_launch = [&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); };
             if (!dense_chosen) dense.choose_fastest(dense_launch, sets, stream), dense_chosen = true;
-            const gpu::TileLaunch launch{o.block_n, o.split, o.persistent, o.deferred_store};  // ignored by the portable kernel
-            const gpu::TileSpmmPlan plan =
-                gpu::TileSpmmPlan::create({s.r, s.k, s.c, dtype, dtype}, side, side, gpu::TileKernel::automatic, launch);
+            gpu::TileLaunch launch{o.block_n, o.split, o.persistent, o.deferred_store};  // each kernel takes its fields
+            launch.stream_ctas = o.stream_ctas;
+            const gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
+            const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create(desc, side, side, kernel, launch);
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern
             const auto nmkit_launch = [&](int i) { plan.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); };
             const double err = check_output(nmkit_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
-            const std::vector<double> medians = time_interleaved_ms({nmkit_launch, dense_launch}, sets, o.warmup,
-                                                                    interleaved_rounds(o.iters), kLaunchesPerRound, stream);
+            std::vector<std::function<void(int)>> launches{nmkit_launch, dense_launch};
+            // The compared kernel, where it differs from the plan's own: checked, then timed in the same rounds.
+            std::optional<gpu::TileSpmmPlan> variant;
+            double variant_err = 0;
+            if (compare && *compare != plan.kernel()) {
+              variant = gpu::TileSpmmPlan::create(desc, side, side, *compare, launch);
+              const auto variant_launch = [&](int i) { variant->run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); };
+              variant_err = check_output(variant_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+              launches.push_back(variant_launch);
+            }
+            const std::vector<double> medians =
+                time_interleaved_ms(launches, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
             const double nmkit_ms = medians[0], dense_ms = medians[1];
             if (o.timeline && plan.kernel() == gpu::TileKernel::sm90_wgmma) {
               plan.run(stream, weights[1 % sets], b[1 % sets].ptr, nullptr, d_nmkit[1 % sets].ptr);
@@ -274,12 +296,18 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               std::snprintf(kernel_text, sizeof kernel_text, "%s n%d split %d%s%s", gpu::kernel_name(plan.kernel()),
                             plan.block_n(), plan.split(), plan.persistent() ? " persistent" : "",
                             plan.deferred_store() ? " deferred" : "");
+            else if (plan.kernel() == gpu::TileKernel::stream_mma)
+              std::snprintf(kernel_text, sizeof kernel_text, "%s %ld CTAs", gpu::kernel_name(plan.kernel()),
+                            static_cast<long>(plan.stream_ctas(packed.nnz_tiles())));
             else
               std::snprintf(kernel_text, sizeof kernel_text, "%s", gpu::kernel_name(plan.kernel()));
             std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s", "tile",
                         shape_text, dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
                         dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, kernel_text);
             if (ell) std::printf("  | Blocked-ELL %.3f ms (%.2fx, err %.1e)", ell->ms, ell->ms / nmkit_ms, ell->rel_error);
+            if (variant)
+              std::printf("  | %s %.3f ms (%.3fx nmkit's time, err %.1e)", gpu::kernel_name(variant->kernel()), medians[2],
+                          medians[2] / nmkit_ms, variant_err);
             std::printf("\n");
             std::fflush(stdout);
             rows.push_back({{"suite", "tile"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
@@ -288,6 +316,10 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
                             {"kernel", gpu::kernel_name(plan.kernel())}, {"block_n", plan.block_n()}, {"split", plan.split()},
                             {"persistent", plan.persistent()}, {"deferred_store", plan.deferred_store()}});
+            if (plan.kernel() == gpu::TileKernel::stream_mma) rows.back()["stream_ctas"] = plan.stream_ctas(packed.nnz_tiles());
+            if (variant)
+              rows.back()["variant_kernel"] = gpu::kernel_name(variant->kernel()), rows.back()["variant_ms"] = medians[2],
+              rows.back()["variant_rel_error"] = variant_err, rows.back()["variant_speedup_vs_cublas"] = dense_ms / medians[2];
             if (bsr)
               rows.back()["cusparse_bsr_ms"] = bsr->ms, rows.back()["cusparse_bsr_rel_error"] = bsr->rel_error,
               rows.back()["nmkit_vs_cusparse_bsr"] = bsr->ms / nmkit_ms;

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -21,6 +22,11 @@ struct TileSuiteOptions {
   bool deferred_store = true;  // TileLaunch::deferred_store
   bool timeline = false;       // after each sm90 row, one traced launch summarised (TileLaunch::timeline)
   bool blocked_ell = true;     // also cuSPARSE Blocked-ELL where the pattern allows (BlockedEll::applies)
+  int stream_ctas = 0;         // the stream kernel's CTAs per token block (TileLaunch::stream_ctas; 0: the plan's)
+  // Also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma), in the same rounds as the
+  // default plan ("variant" in the JSON rows); empty: none.
+  std::string compare_kernel;
+  std::string kernel = "automatic";  // the measured plan's kernel (automatic: the plan's choice)
 };
 
 // One row per (dtype, shape, tile side, density, distribution of tiles over rows: uniform or skewed); returns

@@ -23,7 +23,8 @@ constexpr int kSelected = 4;
 
 // A random gather table: per V-row block and group, 4 ascending columns of M (kNoBRow past K). Tables are
 // kept per min(V, 128) rows, so a V >= 128 block repeats its entries in each of its 128-row tiles.
-std::vector<int32_t> random_gather(const gpu::DeviceNm24& condensed, int64_t cols, int v, int m, uint32_t seed) {
+std::vector<int32_t> random_gather(const gpu::DeviceNm24& condensed, int64_t cols, int v, int m, uint32_t seed,
+                                   bool shared_columns) {
   const int table_rows = std::min(v, gpu::kPackRowAlign);
   const int64_t blocks = condensed.rows_padded() / table_rows, stride = condensed.cols_padded();
   const int64_t groups = condensed.cols() / kSelected;
@@ -32,7 +33,7 @@ std::vector<int32_t> random_gather(const gpu::DeviceNm24& condensed, int64_t col
   std::vector<int> columns(static_cast<std::size_t>(m));
   std::vector<int32_t> block_entries(static_cast<std::size_t>(groups * kSelected));
   for (int64_t tb = 0; tb < blocks; ++tb) {
-    if ((tb * table_rows) % v == 0) {  // a new V-block: draw its columns
+    if (shared_columns ? tb == 0 : (tb * table_rows) % v == 0) {  // a new V-block: draw its columns
       for (int64_t g = 0; g < groups; ++g) {
         std::iota(columns.begin(), columns.end(), 0);
         std::shuffle(columns.begin(), columns.end(), rng);
@@ -52,6 +53,7 @@ std::vector<int32_t> random_gather(const gpu::DeviceNm24& condensed, int64_t col
 
 double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
                    std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
+  if (o.shared_columns) std::printf("\nevery V-block selects the same columns (--vnm-shared-columns)\n");
   std::printf("\n%-7s %-20s %-5s %-9s %-4s %9s %9s %8s %9s %8s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "V:N:M",
               "B", "cuBLAS", "nmkit", "vs cuBL", "ideal", "vs cuBL", "full 2:4", "rel.err",
               "condensed kernel (gather cost vs ideal)");
@@ -100,7 +102,7 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             gpu::DeviceNm24 condensed = gpu::DeviceNm24::allocate(s.r, condensed_cols, dtype);
             fill_packed(condensed.values(), condensed.metadata(), s.r, condensed_cols, condensed.rows_padded(),
                         condensed.cols_padded(), dtype, 1234 + i + 17 * m, stream);
-            if (i == 0) table = random_gather(condensed, s.k, v, m, static_cast<uint32_t>(7 * v + m));
+            if (i == 0) table = random_gather(condensed, s.k, v, m, static_cast<uint32_t>(7 * v + m), o.shared_columns);
             // The dense weight of the same product for cuBLAS, and a copy of the condensed one for the ablation.
             DeviceArray condensed_dense(static_cast<std::size_t>(s.r * condensed_cols) * 2);
             NMKIT_CUDA_CHECK(cudaMemsetAsync(condensed_dense.ptr, 0, static_cast<std::size_t>(s.r * condensed_cols) * 2, stream));
@@ -169,6 +171,7 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             std::fflush(stdout);
             rows.push_back({{"suite", "vnm"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
                             {"v", v}, {"n", 2}, {"m", m}, {"b_layout", layout_name(b_layout)}, {"operand_sets", sets},
+                            {"shared_columns", o.shared_columns},
                             {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms}, {"ideal_ms", ideal_ms},
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"ideal_speedup_vs_cublas", dense_ms / ideal_ms},
                             {"gather_cost", nmkit_ms / ideal_ms - 1.0}, {"nmkit_rel_error", err},
@@ -181,7 +184,7 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
   gpu::DeviceNm24 condensed = gpu::DeviceNm24::allocate(128, 32, DType::f16);  // 128 x 64 at 128:2:8
   fill_packed(condensed.values(), condensed.metadata(), 128, 32, condensed.rows_padded(), condensed.cols_padded(),
               DType::f16, 5, stream);
-  const std::vector<int32_t> table = random_gather(condensed, 64, 128, 8, 1);
+  const std::vector<int32_t> table = random_gather(condensed, 64, 128, 8, 1, false);
   const gpu::DeviceVnm w = gpu::DeviceVnm::from_parts(std::move(condensed), table, 64, 128, 8);
   gpu::SpmmDesc tiny{128, 64, 16};
   tiny.b_layout = Layout::row_major;

@@ -19,6 +19,9 @@ struct VnmSuiteOptions {
   std::vector<Layout> b_layouts;  // col_major: x[T, K] row-major (the linear layer); row_major: K x C
   int warmup = 5, iters = 30;
   int block_n = 0;  // the condensed kernel's n-tile (sm90; 0: the plan's heuristic)
+  // Every V-block selects the same columns (a diagnostic: the gather's instructions with the ablation's L2
+  // footprint, since all row blocks then read the same rows of B).
+  bool shared_columns = false;
 };
 
 // Prints one table row per (dtype, shape, V, M, B layout) and appends JSON rows to `rows`; returns the host

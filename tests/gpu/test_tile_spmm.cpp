@@ -151,8 +151,7 @@ TEST(TileGpu, HopperKernelRunsSmallTilesWidened) {
         const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, dtype, seed), dtype);
         const TileMatrix a = compress_tiles(w, prune_tiles_by_norm(w, tile_rows, tile_cols, density), tile_rows, tile_cols);
         ASSERT_NE(DeviceTiles::upload(pack_tiles(a)).widened(), nullptr) << describe(t);
-        EXPECT_EQ(TileSpmmPlan::create(t.desc(), tile_rows, tile_cols).kernel(), TileKernel::sm90_wgmma) << describe(t);
-        EXPECT_LE(run_with(a, t, seed += 10), tolerance(dtype)) << describe(t);
+        EXPECT_LE(run_with(a, t, seed += 10, TileKernel::sm90_wgmma), tolerance(dtype)) << describe(t);
       }
 }
 
@@ -357,6 +356,85 @@ TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
   }
 }
 
+TEST(TileGpu, StreamKernelAgainstTheOracle) {
+  SKIP_WITHOUT_GPU();
+  // Every tile shape, R / K / C tails (C past one 32-token block: 33, 70), both B layouts, and grids that cut the
+  // stored tiles at odd places (1, 3, 7, 50 CTAs, and the device's own count): rows whole in one range, shared by
+  // two or many, and ranges that span several rows.
+  const int64_t shapes[][3] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}};
+  const std::pair<int, int> tiles[] = {{16, 16}, {32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}, {16, 128}};
+  uint32_t seed = 20000;
+  for (Layout b_layout : {Layout::col_major, Layout::row_major})
+    for (std::size_t i = 0; i < std::size(shapes); ++i)
+      for (std::size_t j = 0; j < std::size(tiles); ++j)
+        for (int ctas : {0, 1, 3, 7, 50}) {
+          const auto& s = shapes[i];
+          const DType dtype = (i + j + ctas) % 2 ? DType::bf16 : DType::f16;
+          Case t{plain(s[0], s[1], s[2], dtype, b_layout), tiles[j].first, tiles[j].second, ctas == 7 ? 1.0 : 0.3,
+                 TileKernel::stream_mma};
+          t.launch.stream_ctas = ctas;
+          EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " stream_ctas " << ctas;
+        }
+}
+
+TEST(TileGpu, StreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
+  SKIP_WITHOUT_GPU();
+  // The skewed pattern of SkewedRowsAndEmptyTileRows (a full tile row, an empty one, one tile in each other) with
+  // beta, bias and both D layouts; an all-empty weight; every epilogue; and one plan run again and again (its
+  // row counters must be back at zero after each launch).
+  for (int side : {32, 64, 128}) {
+    const int64_t r = 5 * side - 7, k = 9 * side;
+    const DenseMatrix w = test::random_matrix(r, k, DType::f16, 9);
+    TileMask mask{ceil_div(r, int64_t{side}), ceil_div(k, int64_t{side}), {}};
+    mask.keep.assign(static_cast<std::size_t>(mask.grid_rows * mask.grid_cols), 0);
+    const TileMatrix empty = compress_tiles(w, mask, side, side);
+    for (int64_t j = 0; j < mask.grid_cols; ++j) mask.keep[static_cast<std::size_t>(j)] = 1;
+    for (int64_t i = 2; i < mask.grid_rows; ++i)
+      mask.keep[static_cast<std::size_t>(i * mask.grid_cols + (i * 3) % mask.grid_cols)] = 1;
+    const TileMatrix a = compress_tiles(w, mask, side, side);
+    for (Layout d_layout : {Layout::col_major, Layout::row_major})
+      for (int ctas : {0, 2, 5}) {
+        const Problem t{r, k, 20, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
+        EXPECT_LE(run_with(a, t, 21, TileKernel::stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
+            << describe(t) << " side " << side << " stream_ctas " << ctas;
+        EXPECT_LE(run_with(empty, t, 22, TileKernel::stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
+            << describe(t) << " side " << side << " empty weight";
+      }
+  }
+  uint32_t seed = 21000;
+  for (const Problem& problem : layout_and_epilogue_problems(136, 200, 40)) {
+    const Case t{problem, 32, 64, 0.5, TileKernel::stream_mma};
+    EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+  }
+  const Problem t = plain(700, 900, 24, DType::bf16, Layout::col_major);
+  const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, 5), t.dtype);
+  const TileMatrix a = compress_tiles(w, prune_tiles_by_norm(w, 64, 64, 0.4), 64, 64);
+  const DeviceTiles da = DeviceTiles::upload(pack_tiles(a));
+  const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::stream_mma, {.stream_ctas = 9});
+  EXPECT_GT(plan.workspace_bytes(), 0u);
+  for (uint32_t run = 0; run < 4; ++run)
+    EXPECT_LE(error_against_oracle(SparseMatrix{a}, t, 300 + run,
+                                   [&](const void* b, const void* c, void* d, const float* bias) {
+                                     plan.run(nullptr, da, b, c, d, bias);
+                                   }),
+              tolerance(t.dtype))
+        << "run " << run;
+}
+
+TEST(TileGpu, FewTokensTakeTheStreamKernelWhereTheHopperOneDoesNotApply) {
+  SKIP_WITHOUT_GPU();
+  // B row-major never runs the Hopper kernel; B col-major does on an sm_90 device.
+  for (int64_t c : {int64_t{1}, int64_t{16}, kStreamMaxTokens}) {
+    const SpmmDesc row_major_b{512, 512, c, DType::f16, DType::f16, Layout::row_major};
+    EXPECT_EQ(TileSpmmPlan::create(row_major_b, 64, 64).kernel(), TileKernel::stream_mma) << "C = " << c;
+    EXPECT_EQ(TileSpmmPlan::create({512, 512, c}, 64, 64).kernel(),
+              sm90_here() ? TileKernel::sm90_wgmma : TileKernel::stream_mma) << "C = " << c;
+  }
+  const SpmmDesc wide{512, 512, kStreamMaxTokens + 1, DType::f16, DType::f16, Layout::row_major};
+  EXPECT_EQ(TileSpmmPlan::create(wide, 64, 64).kernel(), TileKernel::sm80_mma);
+  EXPECT_EQ(TileSpmmPlan::create(wide, 64, 64).workspace_bytes(), 0u);
+}
+
 TEST(TileGpu, BadInputsAreRejected) {
   SKIP_WITHOUT_GPU();
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 48, 64), ErrorCode::unsupported, "16, 32, 64 or 128");
@@ -365,6 +443,8 @@ TEST(TileGpu, BadInputsAreRejected) {
                      "block_n must be");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 64, 64, TileKernel::automatic, {0, 9}), ErrorCode::invalid_argument,
                      "split must be");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 16}, 64, 64, TileKernel::stream_mma, {.stream_ctas = -1}),
+                     ErrorCode::invalid_argument, "stream_ctas must be");
   const SpmmDesc row_major_b{64, 64, 64, DType::f16, DType::f16, Layout::row_major};
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create(row_major_b, 32, 32, TileKernel::sm90_wgmma), ErrorCode::unsupported,
                      "B col-major");

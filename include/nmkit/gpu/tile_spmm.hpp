@@ -97,6 +97,8 @@ class DeviceTiles {
   const int32_t* row_ptr() const noexcept { return static_cast<const int32_t*>(row_ptr_.data()); }
   const int32_t* col_index() const noexcept { return static_cast<const int32_t*>(col_index_.data()); }
   const int32_t* row_order() const noexcept { return static_cast<const int32_t*>(row_order_.data()); }
+  // (nnz_tiles): the tile row of each stored tile, so that the stream kernel finds its tiles' rows without a search.
+  const int32_t* tile_row() const noexcept { return static_cast<const int32_t*>(tile_row_.data()); }
   // tile_block_schedule's arrays (empty buffers unless both tile sides are 64 or 128).
   const int32_t* schedule_block() const noexcept { return static_cast<const int32_t*>(schedule_block_.data()); }
   const int32_t* schedule_step_ptr() const noexcept { return static_cast<const int32_t*>(schedule_step_ptr_.data()); }
@@ -109,7 +111,7 @@ class DeviceTiles {
 
  private:
   DeviceTiles() = default;
-  DeviceBuffer row_ptr_, col_index_, data_, row_order_;
+  DeviceBuffer row_ptr_, col_index_, data_, row_order_, tile_row_;
   DeviceBuffer schedule_block_, schedule_step_ptr_, schedule_steps_;
   bool schedule_balanced_ = false;
   std::shared_ptr<const DeviceTiles> widened_;
@@ -120,8 +122,13 @@ class DeviceTiles {
 
 // sm90_wgmma: TMA-staged wgmma on each stored tile (B col-major, K % 8 == 0, an sm_90 device; tile sides of 64
 // or 128 natively, 16 and 32 through the weight's widened copy), with split-K across a cluster for small grids;
-// sm80_mma: mma.sync, every tile shape and layout. `automatic` takes sm90_wgmma where it applies.
-enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma };
+// sm80_mma: mma.sync, every tile shape and layout, a CTA per tile row and 128 tokens;
+// stream_mma: mma.sync, every tile shape and layout, for few tokens: the stored tiles split evenly over a grid that
+// fills the GPU, 32 tokens per CTA, rows that CTAs share summed through the plan's workspace.
+// `automatic` takes sm90_wgmma where it applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma.
+enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma, stream_mma };
+inline constexpr int64_t kStreamMaxTokens = 32;
+inline constexpr int kMaxStreamCtas = 1 << 20;
 const char* kernel_name(TileKernel k) noexcept;
 
 // The sm90 kernel's launch: a CTA computes 128 rows of D for block_n tokens (32, 64, 128 or 256; 0 = by C); `split`
@@ -136,12 +143,15 @@ const char* kernel_name(TileKernel k) noexcept;
 // docs/performance.md).
 // `timeline` (diagnosis, sm90 kernel only; null in normal use): a device buffer of grid x TileTimeline::kWords
 // words where each CTA records SM clock cycles at the points below (nmkit_bench --tile-timeline reads it).
+// `stream_ctas` (stream kernel): CTAs per 32-token block, each taking an equal range of the stored tiles (0: as
+// many as the device holds at once, at most one per stored tile).
 struct TileLaunch {
   int block_n = 0;
   int split = 0;
   bool persistent = true;
   bool deferred_store = true;
   uint64_t* timeline = nullptr;
+  int stream_ctas = 0;
 };
 
 // One CTA's words of a TileLaunch::timeline: clock64() values (globaltimer ns for kStartNs); slots past what a
@@ -192,6 +202,8 @@ class TileSpmmPlan {
   static TileSpmmPlan create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel = TileKernel::automatic,
                              const TileLaunch& launch = {});
   // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype and tile shape.
+  // A plan of the stream kernel owns a workspace (partial sums and counters; workspace_bytes()), which its copies
+  // share: its runs must not overlap in time, so run it on one stream, or make one plan per concurrent stream.
   void run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
 
   const SpmmDesc& desc() const noexcept { return desc_; }
@@ -205,6 +217,9 @@ class TileSpmmPlan {
   // Whether the sm90 kernel stores D by the deferred path (TileLaunch::deferred_store, where it applies).
   bool deferred_store() const noexcept { return deferred_store_; }
   uint64_t* timeline() const noexcept { return timeline_; }
+  // The stream kernel's CTAs per 32-token block for a weight of `nnz_tiles` stored tiles (what run() launches).
+  int64_t stream_ctas(int64_t nnz_tiles) const;
+  std::size_t workspace_bytes() const noexcept { return workspace_ ? workspace_->size() : 0; }
 
  private:
   SpmmDesc desc_;
@@ -214,6 +229,10 @@ class TileSpmmPlan {
   bool persistent_ = false;
   bool deferred_store_ = false;
   uint64_t* timeline_ = nullptr;
+  int stream_max_ctas_ = 0;  // the stream kernel: CTAs resident at once, or TileLaunch::stream_ctas
+  bool stream_forced_ = false;
+  std::size_t stream_partial_bytes_ = 0;  // where the workspace's counters begin
+  std::shared_ptr<const DeviceBuffer> workspace_;  // the stream kernel: partial tile rows, then the row counters
 };
 
 }  // namespace nmkit::gpu

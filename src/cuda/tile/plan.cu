@@ -11,12 +11,34 @@
 #include "tile_common.cuh"
 
 namespace nmkit::gpu {
+namespace {
+
+// The kernels' parameters for weight w (the plan's own weight or its widened copy) and the run's operands.
+tile::TileParams tile_params(const SpmmDesc& desc, const DeviceTiles& w, const void* b, const void* c, void* d,
+                             const float* bias) {
+  tile::TileParams p{};
+  p.row_ptr = w.row_ptr(), p.col_index = w.col_index(), p.tile_row = w.tile_row(), p.row_order = w.row_order();
+  p.schedule_block = w.schedule_block(), p.schedule_step_ptr = w.schedule_step_ptr();
+  p.schedule_steps = reinterpret_cast<const int4*>(w.schedule_steps());
+  p.units_by_token_block = w.schedule_balanced();
+  p.tiles = static_cast<const uint16_t*>(w.data());
+  p.b = b, p.c = c, p.d = d, p.bias = desc.bias ? bias : nullptr;
+  p.rows = desc.rows, p.cols = desc.cols, p.n = desc.n, p.nnz_tiles = w.nnz_tiles();
+  p.tile_rows = w.tile_rows(), p.tile_cols = w.tile_cols();
+  p.alpha = desc.alpha, p.beta = desc.beta, p.activation = desc.activation;
+  p.d_col_major = desc.d_layout == Layout::col_major, p.b_col_major = desc.b_layout == Layout::col_major;
+  p.b_vector = nm24::b_vector_loads(desc, b);
+  return p;
+}
+
+}  // namespace
 
 const char* kernel_name(TileKernel k) noexcept {
   switch (k) {
     case TileKernel::automatic: return "automatic";
     case TileKernel::sm80_mma: return "sm80_mma";
     case TileKernel::sm90_wgmma: return "sm90_wgmma";
+    case TileKernel::stream_mma: return "stream_mma";
   }
   return "?";
 }
@@ -34,6 +56,11 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   upload_vector(w.row_ptr_, packed.row_ptr);
   upload_vector(w.col_index_, packed.col_index);
   upload_vector(w.row_order_, tile_rows_longest_first(packed.row_ptr));
+  std::vector<int32_t> tile_row(static_cast<std::size_t>(packed.nnz_tiles()));
+  for (int64_t r = 0; r < packed.grid_rows(); ++r)
+    std::fill(tile_row.begin() + packed.row_ptr[static_cast<std::size_t>(r)],
+              tile_row.begin() + packed.row_ptr[static_cast<std::size_t>(r) + 1], static_cast<int32_t>(r));
+  upload_vector(w.tile_row_, tile_row);
   upload_vector(w.data_, packed.data);
   if (packed.tile_rows >= kSm90MinTileSide && packed.tile_cols >= kSm90MinTileSide) {  // the Hopper kernel's work list
     const TileBlockSchedule schedule = tile_block_schedule(packed);
@@ -58,6 +85,9 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
           "tile plan: block_n must be 0 (by shape), 32, 64, 128 or 256, got " + std::to_string(block_n));
   require(split >= 0 && split <= 8, ErrorCode::invalid_argument,
           "tile plan: split must be 0 (by shape) or 1..8, got " + std::to_string(split));
+  require(launch.stream_ctas >= 0 && launch.stream_ctas <= kMaxStreamCtas, ErrorCode::invalid_argument,
+          "tile plan: stream_ctas must be 0 (by device) or 1.." + std::to_string(kMaxStreamCtas) + ", got " +
+              std::to_string(launch.stream_ctas));
   TileSpmmPlan plan;
   plan.desc_ = desc, plan.tile_rows_ = tile_rows, plan.tile_cols_ = tile_cols;
   // Tile sides below 64 run the sm90 kernel on the weight's widened copy (widen_tiles).
@@ -65,7 +95,25 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
                              desc.cols % 8 == 0;
   require(kernel != TileKernel::sm90_wgmma || sm90_possible, ErrorCode::unsupported,
           "tile plan: the sm90 wgmma kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
-  plan.kernel_ = kernel == TileKernel::automatic ? (sm90_possible ? TileKernel::sm90_wgmma : TileKernel::sm80_mma) : kernel;
+  // The stream kernel beats the portable one wherever C is small (a grid that fills the GPU, not one CTA per tile
+  // row), but not the Hopper kernel (docs/performance.md, tile item 38).
+  if (kernel == TileKernel::automatic)
+    kernel = sm90_possible ? TileKernel::sm90_wgmma : desc.n <= kStreamMaxTokens ? TileKernel::stream_mma : TileKernel::sm80_mma;
+  plan.kernel_ = kernel;
+  if (plan.kernel_ == TileKernel::stream_mma) {
+    // The workspace: a partial tile row per CTA end and token block, then a counter per tile row and token block
+    // (zero; each launch leaves them zero).
+    plan.stream_max_ctas_ = launch.stream_ctas ? launch.stream_ctas : tile::stream_max_ctas(tile_rows, tile_cols);
+    plan.stream_forced_ = launch.stream_ctas != 0;
+    const std::size_t partial_bytes = tile::stream_partial_floats(tile_rows, plan.stream_max_ctas_, desc.n) * sizeof(float);
+    const std::size_t counter_bytes =
+        static_cast<std::size_t>(ceil_div(desc.n, int64_t{tile::kStreamBlockN}) * ceil_div(desc.rows, int64_t{tile_rows})) * sizeof(int32_t);
+    auto workspace = std::make_shared<DeviceBuffer>(std::max<std::size_t>(partial_bytes + counter_bytes, 1));
+    NMKIT_CUDA_CHECK(cudaMemset(workspace->data(), 0, workspace->size()));
+    NMKIT_CUDA_CHECK(cudaDeviceSynchronize());  // zero before any stream, blocking or not, runs the plan
+    plan.stream_partial_bytes_ = partial_bytes;
+    plan.workspace_ = std::move(workspace);
+  }
   if (plan.kernel_ == TileKernel::sm90_wgmma) {
     const tile::Sm90TileConfig config =
         tile::sm90_tile_config(desc.rows, desc.cols, desc.n, std::max(tile_cols, kSm90MinTileSide), nm24::sm_count());
@@ -80,6 +128,11 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   return plan;
 }
 
+int64_t TileSpmmPlan::stream_ctas(int64_t nnz_tiles) const {
+  if (stream_forced_) return std::clamp<int64_t>(stream_max_ctas_, 1, std::max<int64_t>(nnz_tiles, 1));
+  return tile::stream_ctas(nnz_tiles, stream_max_ctas_);
+}
+
 void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias) const {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype && a.tile_rows() == tile_rows_ &&
               a.tile_cols() == tile_cols_,
@@ -90,23 +143,19 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
               std::to_string(tile_rows_) + "x" + std::to_string(tile_cols_) + " tiles");
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
+  if (kernel_ == TileKernel::stream_mma) {
+    const tile::TileParams p = tile_params(desc_, a, b, c, d, bias);
+    auto* base = static_cast<unsigned char*>(workspace_->data());
+    const tile::StreamWork work{reinterpret_cast<float*>(base), reinterpret_cast<int32_t*>(base + stream_partial_bytes_),
+                                static_cast<int>(stream_ctas(a.nnz_tiles()))};
+    nm24::dispatch_types(desc_, [&]<class Element, class Out>() { tile::launch_stream<Element, Out>(p, work, stream); });
+    return;
+  }
   // The Hopper kernel's tensor map needs a 16-byte aligned B, and tile sides below 64 the weight's widened copy
   // (made at upload on an sm90 device); otherwise this call takes the portable kernel.
   const bool small_tiles = tile_rows_ < kSm90MinTileSide || tile_cols_ < kSm90MinTileSide;
   const bool sm90 = kernel_ == TileKernel::sm90_wgmma && nm24::aligned16(b) && (!small_tiles || a.widened());
-  const DeviceTiles& w = sm90 && small_tiles ? *a.widened() : a;
-  tile::TileParams p{};
-  p.row_ptr = w.row_ptr(), p.col_index = w.col_index(), p.row_order = w.row_order();
-  p.schedule_block = w.schedule_block(), p.schedule_step_ptr = w.schedule_step_ptr();
-  p.schedule_steps = reinterpret_cast<const int4*>(w.schedule_steps());
-  p.units_by_token_block = w.schedule_balanced();
-  p.tiles = static_cast<const uint16_t*>(w.data());
-  p.b = b, p.c = c, p.d = d, p.bias = desc_.bias ? bias : nullptr;
-  p.rows = desc_.rows, p.cols = desc_.cols, p.n = desc_.n, p.nnz_tiles = w.nnz_tiles();
-  p.tile_rows = w.tile_rows(), p.tile_cols = w.tile_cols();
-  p.alpha = desc_.alpha, p.beta = desc_.beta, p.activation = desc_.activation;
-  p.d_col_major = desc_.d_layout == Layout::col_major, p.b_col_major = desc_.b_layout == Layout::col_major;
-  p.b_vector = nm24::b_vector_loads(desc_, b);
+  const tile::TileParams p = tile_params(desc_, sm90 && small_tiles ? *a.widened() : a, b, c, d, bias);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
     // The deferred store's tensor map needs a 16-byte aligned D; otherwise this call keeps the chunked epilogue.
     const bool deferred = deferred_store_ && nm24::aligned16(d);

@@ -10,8 +10,8 @@
 #include "../common/smem.cuh"
 #include "../nm24/nm24_common.cuh"
 #include "../ptx/cp_async.cuh"
-#include "../ptx/ldmatrix.cuh"
 #include "../ptx/mma.cuh"
+#include "mma_stage.cuh"
 #include "tile_common.cuh"
 
 namespace nmkit::gpu::tile {
@@ -22,80 +22,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kWarpN = kBlockN / kWarps;   // 32 columns: 4 n8 tiles
 constexpr int kTilesN = kWarpN / 8;
-constexpr int kMmaK = 16;
-constexpr int kChunk = 8;                  // halves per 16-byte chunk
 constexpr int kStages = 2;
-
-// Rows of `row_halves` halves in 16-byte chunks, chunk c of row r at c ^ (r % min(8, chunks)): ldmatrix's
-// eight row addresses then fall in different bank groups. Chunks per row are powers of two (>= 2).
-struct SwizzledRows {
-  int row_halves;
-  __device__ int offset(int row, int chunk) const {
-    const int chunks = row_halves / kChunk;
-    const int span = chunks < 8 ? chunks : 8;
-    return row * row_halves + ((chunk ^ (row % span)) * kChunk);
-  }
-};
-
-// Stage layout (halves): [A: kTileRows x tile_cols][B: K-major kBlockN x tile_cols, or N-major tile_cols x kBlockN].
-template <int kTileRows>
-__device__ int stage_halves(int tile_cols) { return (kTileRows + kBlockN) * tile_cols; }
-
-template <int kTileRows>
-__device__ void load_stage(const TileParams& p, uint16_t* stage, int64_t tile, int64_t n0, int tid) {
-  const int tile_cols = p.tile_cols;
-  const SwizzledRows a_rows{tile_cols};
-  const uint16_t* a_src = p.tiles + tile * kTileRows * tile_cols;
-  const int k_chunks = tile_cols / kChunk;  // 16-byte chunks along a tile row (and a K-major B row)
-  for (int i = tid; i < kTileRows * k_chunks; i += kThreads) {
-    const int row = i / k_chunks, chunk = i % k_chunks;
-    ptx::cp_async_16(ptx::smem_address(stage + a_rows.offset(row, chunk)), a_src + row * tile_cols + chunk * kChunk, 16);
-  }
-  uint16_t* b_stage = stage + kTileRows * tile_cols;
-  const auto* b = static_cast<const uint16_t*>(p.b);
-  const int64_t k0 = int64_t{p.col_index[tile]} * tile_cols;
-  if (p.b_col_major) {  // [n][k]: row n is x[n0 + n, k0 .. k0 + tile_cols)
-    const SwizzledRows rows{tile_cols};
-    for (int i = tid; i < kBlockN * k_chunks; i += kThreads) {
-      const int row = i / k_chunks, chunk = i % k_chunks;
-      const int64_t n = n0 + row, k = k0 + chunk * kChunk;
-      uint16_t* dst = b_stage + rows.offset(row, chunk);
-      if (p.b_vector) {
-        const bool inside = n < p.n && k < p.cols;
-        ptx::cp_async_16(ptx::smem_address(dst), inside ? b + n * p.cols + k : b, inside ? 16 : 0);
-      } else {
-        for (int e = 0; e < kChunk; ++e) dst[e] = (n < p.n && k + e < p.cols) ? b[n * p.cols + k + e] : uint16_t{0};
-      }
-    }
-  } else {  // [k][n]: row k is B[k0 + k, n0 .. n0 + kBlockN)
-    const SwizzledRows rows{kBlockN};
-    constexpr int kChunksPerRow = kBlockN / kChunk;
-    for (int i = tid; i < tile_cols * kChunksPerRow; i += kThreads) {
-      const int row = i / kChunksPerRow, chunk = i % kChunksPerRow;
-      const int64_t k = k0 + row, n = n0 + chunk * kChunk;
-      uint16_t* dst = b_stage + rows.offset(row, chunk);
-      if (p.b_vector) {
-        const bool inside = k < p.cols && n < p.n;
-        ptx::cp_async_16(ptx::smem_address(dst), inside ? b + k * p.n + n : b, inside ? 16 : 0);
-      } else {
-        for (int e = 0; e < kChunk; ++e) dst[e] = (k < p.cols && n + e < p.n) ? b[k * p.n + n + e] : uint16_t{0};
-      }
-    }
-  }
-}
-
-// B fragments of n8 tiles n_base and n_base + 8 at k-step ks: {r0, r1} and {r2, r3}.
-__device__ void load_b_pair(const TileParams& p, const uint16_t* b_stage, int ks, int n_base, int lane, uint32_t (&r)[4]) {
-  if (p.b_col_major) {
-    const SwizzledRows rows{p.tile_cols};
-    const int row = n_base + lane % 8 + 8 * (lane / 16), chunk = 2 * ks + (lane / 8) % 2;
-    ptx::ldmatrix_x4(r, ptx::smem_address(b_stage + rows.offset(row, chunk)));
-  } else {
-    const SwizzledRows rows{kBlockN};
-    const int row = kMmaK * ks + lane % 8 + 8 * ((lane / 8) % 2), chunk = n_base / kChunk + lane / 16;
-    ptx::ldmatrix_x4_trans(r, ptx::smem_address(b_stage + rows.offset(row, chunk)));
-  }
-}
+using mma_stage::kMmaK;
 
 template <class Element, class Out, int kTileRows>
 __global__ void __launch_bounds__(kThreads) sm80_tile_spmm_kernel(const TileParams p) {
@@ -109,14 +37,14 @@ __global__ void __launch_bounds__(kThreads) sm80_tile_spmm_kernel(const TilePara
   const auto [tile_row, n0] = tile_work(p, blockIdx.x, kBlockN);
   const int64_t m0 = tile_row * kTileRows;
   const int32_t begin = p.row_ptr[tile_row], end = p.row_ptr[tile_row + 1];
-  const int halves = stage_halves<kTileRows>(p.tile_cols);
-  const SwizzledRows a_rows{p.tile_cols};
+  const int halves = mma_stage::stage_halves(kTileRows, kBlockN, p.tile_cols);
 
   float acc[kTilesM][kTilesN][4] = {};
-  if (begin < end) load_stage<kTileRows>(p, smem, begin, n0, tid);
+  if (begin < end) mma_stage::load_stage<kTileRows, kBlockN, kThreads>(p, smem, begin, p.col_index[begin], n0, tid);
   ptx::cp_async_commit();
   for (int32_t t = begin; t < end; ++t) {
-    if (t + 1 < end) load_stage<kTileRows>(p, smem + ((t + 1 - begin) % kStages) * halves, t + 1, n0, tid);
+    if (t + 1 < end) mma_stage::load_stage<kTileRows, kBlockN, kThreads>(p, smem + ((t + 1 - begin) % kStages) * halves, t + 1,
+                                                          p.col_index[t + 1], n0, tid);
     ptx::cp_async_commit();
     ptx::cp_async_wait<1>();
     __syncthreads();  // tile t is visible to every warp
@@ -127,14 +55,13 @@ __global__ void __launch_bounds__(kThreads) sm80_tile_spmm_kernel(const TilePara
 #pragma unroll
       for (int j = 0; j < kTilesN; j += 2) {
         uint32_t r[4];
-        load_b_pair(p, b_stage, ks, warp * kWarpN + 8 * j, lane, r);
+        mma_stage::load_b_pair<kBlockN>(p, b_stage, ks, warp * kWarpN + 8 * j, lane, r);
         b_frag[j][0] = r[0], b_frag[j][1] = r[1], b_frag[j + 1][0] = r[2], b_frag[j + 1][1] = r[3];
       }
 #pragma unroll
       for (int mi = 0; mi < kTilesM; ++mi) {
         uint32_t a_frag[4];
-        const int row = 16 * mi + lane % 8 + 8 * ((lane / 8) % 2), chunk = 2 * ks + lane / 16;
-        ptx::ldmatrix_x4(a_frag, ptx::smem_address(a_stage + a_rows.offset(row, chunk)));
+        mma_stage::load_a(p, a_stage, ks, 16 * mi, lane, a_frag);
 #pragma unroll
         for (int j = 0; j < kTilesN; ++j) ptx::mma_m16n8k16<Mma>(acc[mi][j], a_frag, b_frag[j]);
       }
@@ -154,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) sm80_tile_spmm_kernel(const TilePara
 template <class Element, class Out, int kTileRows>
 void launch(const TileParams& p, cudaStream_t stream) {
   auto kernel = sm80_tile_spmm_kernel<Element, Out, kTileRows>;
-  const int smem_bytes = kStages * (kTileRows + kBlockN) * p.tile_cols * 2;
+  const int smem_bytes = kStages * mma_stage::stage_halves(kTileRows, kBlockN, p.tile_cols) * 2;
   static cuda::DynamicSmemLimit smem_limit;  // per instantiation
   smem_limit.raise(kernel, smem_bytes);
   const int64_t blocks = tile_grid_size(p, kTileRows, kBlockN);

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "nmkit/matrix.hpp"
@@ -13,6 +14,7 @@ namespace nmkit::gpu::tile {
 struct TileParams {
   const int32_t* row_ptr;    // (grid_rows + 1)
   const int32_t* col_index;  // (nnz_tiles)
+  const int32_t* tile_row;   // (nnz_tiles): the tile row of each stored tile (the stream kernel)
   const int32_t* row_order;  // (grid_rows): tile rows, longest first; CTA i computes row row_order[i / column tiles]
   // The sm90 kernel's work list (tile_block_schedule): blocks longest first, their step ranges, the steps
   // (TileStep as {column, tile[0], tile[1], mask}).
@@ -50,6 +52,23 @@ __device__ __forceinline__ TileWork tile_work(const TileParams& p, int64_t block
 inline int64_t tile_grid_size(const TileParams& p, int tile_rows, int block_n) {
   return ceil_div(p.rows, int64_t{tile_rows}) * ceil_div(p.n, int64_t{block_n});
 }
+
+// The stream kernel (stream_tile_spmm.cu) for few tokens: the stored tiles split evenly over `ctas` CTAs per
+// block of kStreamBlockN tokens; rows shared between CTAs are summed through the workspace.
+inline constexpr int kStreamBlockN = 32;
+// At least this many tiles per CTA: at low density more CTAs, each with one tile, beat fewer with two (4096^2 at
+// density 0.05, 128x128 tiles: 51 CTAs 11 us, 26 CTAs 17 us).
+inline constexpr int kStreamMinTilesPerCta = 1;
+struct StreamWork {
+  float* partials;    // stream_partial_floats: (token blocks, ctas, 2) partial tile rows of tile_rows x kStreamBlockN
+  int32_t* arrivals;  // (token blocks, grid rows): parts counted per shared tile row; zero between launches
+  int ctas;           // CTAs per token block: stream_ctas
+};
+int stream_max_ctas(int tile_rows, int tile_cols);         // CTAs resident on the current device at once
+int64_t stream_ctas(int64_t nnz_tiles, int max_ctas);      // <= nnz_tiles, so that no range is empty
+std::size_t stream_partial_floats(int tile_rows, int64_t max_ctas, int64_t n);
+template <class Element, class Out>
+void launch_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream);
 
 // The portable kernel (sm80_tile_spmm.cu): tile_rows 16, 32, 64 or 128.
 template <class Element, class Out>
