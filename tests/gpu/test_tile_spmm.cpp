@@ -64,19 +64,28 @@ TEST(TileGpu, TileShapesDensitiesAndTails) {
         }
 }
 
+// side x side tiles over a (5 side - 7) x 9 side weight: tile row 0 full, tile row 1 empty, the others one tile
+// each (skewed rows next to an empty one); `stored` false: the same shape with no tile at all.
+TileMatrix skewed_tiles(int side, bool stored = true) {
+  const int64_t r = 5 * side - 7, k = 9 * side;
+  const DenseMatrix w = test::random_matrix(r, k, DType::f16, 9);
+  TileMask mask{ceil_div(r, int64_t{side}), ceil_div(k, int64_t{side}), {}};
+  mask.keep.assign(static_cast<std::size_t>(mask.grid_rows * mask.grid_cols), 0);
+  if (stored) {
+    for (int64_t j = 0; j < mask.grid_cols; ++j) mask.keep[static_cast<std::size_t>(j)] = 1;
+    for (int64_t i = 2; i < mask.grid_rows; ++i)
+      mask.keep[static_cast<std::size_t>(i * mask.grid_cols + (i * 3) % mask.grid_cols)] = 1;
+  }
+  return compress_tiles(w, mask, side, side);
+}
+
 TEST(TileGpu, SkewedRowsAndEmptyTileRows) {
   SKIP_WITHOUT_GPU();
   // Tile row 0 full, tile row 1 empty, the others one tile each: D's empty rows are alpha * 0 + beta * C + bias.
   // 64 and 128 run the Hopper kernel on an sm_90 device (an empty row next to a full one in a 128-row block).
   for (int side : {32, 64, 128}) {
-    const int64_t r = 5 * side - 7, k = 9 * side;
-    const DenseMatrix w = test::random_matrix(r, k, DType::f16, 9);
-    TileMask mask{ceil_div(r, int64_t{side}), ceil_div(k, int64_t{side}), {}};
-    mask.keep.assign(static_cast<std::size_t>(mask.grid_rows * mask.grid_cols), 0);
-    for (int64_t j = 0; j < mask.grid_cols; ++j) mask.keep[static_cast<std::size_t>(j)] = 1;
-    for (int64_t i = 2; i < mask.grid_rows; ++i)
-      mask.keep[static_cast<std::size_t>(i * mask.grid_cols + (i * 3) % mask.grid_cols)] = 1;
-    const TileMatrix a = compress_tiles(w, mask, side, side);
+    const TileMatrix a = skewed_tiles(side);
+    const int64_t r = a.rows, k = a.cols;
     for (Layout d_layout : {Layout::col_major, Layout::row_major})
       for (int64_t n : {70, 300}) {
         const Problem t{r, k, n, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
@@ -383,15 +392,8 @@ TEST(TileGpu, StreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
   // beta, bias and both D layouts; an all-empty weight; every epilogue; and one plan run again and again (its
   // row counters must be back at zero after each launch).
   for (int side : {32, 64, 128}) {
-    const int64_t r = 5 * side - 7, k = 9 * side;
-    const DenseMatrix w = test::random_matrix(r, k, DType::f16, 9);
-    TileMask mask{ceil_div(r, int64_t{side}), ceil_div(k, int64_t{side}), {}};
-    mask.keep.assign(static_cast<std::size_t>(mask.grid_rows * mask.grid_cols), 0);
-    const TileMatrix empty = compress_tiles(w, mask, side, side);
-    for (int64_t j = 0; j < mask.grid_cols; ++j) mask.keep[static_cast<std::size_t>(j)] = 1;
-    for (int64_t i = 2; i < mask.grid_rows; ++i)
-      mask.keep[static_cast<std::size_t>(i * mask.grid_cols + (i * 3) % mask.grid_cols)] = 1;
-    const TileMatrix a = compress_tiles(w, mask, side, side);
+    const TileMatrix a = skewed_tiles(side), empty = skewed_tiles(side, false);
+    const int64_t r = a.rows, k = a.cols;
     for (Layout d_layout : {Layout::col_major, Layout::row_major})
       for (int ctas : {0, 2, 5}) {
         const Problem t{r, k, 20, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
