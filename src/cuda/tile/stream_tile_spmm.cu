@@ -225,34 +225,46 @@ __global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, 1) stream_til
 template <int kTileRows>
 int smem_bytes(int tile_cols) { return kStages<kTileRows> * mma_stage::stage_halves(kTileRows, kBlockN, tile_cols) * 2; }
 
+// The kernel, its dynamic shared-memory limit raised to `bytes` (once per instantiation and size: the kernels'
+// function pointers share one type, so each needs its own DynamicSmemLimit).
+template <class Element, class Out, int kTileRows>
+auto ready_kernel(int bytes) {
+  const auto kernel = stream_tile_spmm_kernel<Element, Out, kTileRows>;
+  static cuda::DynamicSmemLimit smem_limit;
+  smem_limit.raise(kernel, bytes);
+  return kernel;
+}
+
 template <class Element, class Out, int kTileRows>
 void launch(const TileParams& p, const StreamWork& w, cudaStream_t stream) {
-  auto kernel = stream_tile_spmm_kernel<Element, Out, kTileRows>;
   const int bytes = smem_bytes<kTileRows>(p.tile_cols);
-  static cuda::DynamicSmemLimit smem_limit;  // per instantiation
-  smem_limit.raise(kernel, bytes);
+  const auto kernel = ready_kernel<Element, Out, kTileRows>(bytes);
   const int64_t token_blocks = ceil_div(p.n, int64_t{kBlockN});
   require(token_blocks <= 65535, ErrorCode::unsupported, "stream tile: more than 65535 token blocks");
-  kernel<<<dim3(static_cast<unsigned>(w.ctas), static_cast<unsigned>(token_blocks)), WarpTiling<kTileRows>::kThreads, bytes,
-           stream>>>(p, w);
+  const dim3 grid(static_cast<unsigned>(w.ctas), static_cast<unsigned>(token_blocks));
+  kernel<<<grid, WarpTiling<kTileRows>::kThreads, bytes, stream>>>(p, w);
   NMKIT_CUDA_CHECK(cudaGetLastError());
+}
+
+// CTAs of tile rows kTileRows resident on the current device at once (the f16 kernel stands for all: the types
+// change neither shared memory nor threads).
+template <int kTileRows>
+int resident_ctas(int tile_cols) {
+  const int bytes = smem_bytes<kTileRows>(tile_cols);
+  int per_sm = 0;
+  NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ready_kernel<__half, __half, kTileRows>(bytes),
+                                                                 WarpTiling<kTileRows>::kThreads, bytes));
+  return std::max(per_sm, 1) * nm24::sm_count();
 }
 
 }  // namespace
 
 int stream_max_ctas(int tile_rows, int tile_cols) {
-  const auto resident = [&](auto kernel, int threads, int bytes) {
-    static cuda::DynamicSmemLimit smem_limit;
-    smem_limit.raise(kernel, bytes);
-    int per_sm = 0;
-    NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
-    return std::max(per_sm, 1) * nm24::sm_count();
-  };
-  switch (tile_rows) {  // the f16 kernels stand for all: the types change neither shared memory nor threads
-    case 16: return resident(stream_tile_spmm_kernel<__half, __half, 16>, WarpTiling<16>::kThreads, smem_bytes<16>(tile_cols));
-    case 32: return resident(stream_tile_spmm_kernel<__half, __half, 32>, WarpTiling<32>::kThreads, smem_bytes<32>(tile_cols));
-    case 64: return resident(stream_tile_spmm_kernel<__half, __half, 64>, WarpTiling<64>::kThreads, smem_bytes<64>(tile_cols));
-    case 128: return resident(stream_tile_spmm_kernel<__half, __half, 128>, WarpTiling<128>::kThreads, smem_bytes<128>(tile_cols));
+  switch (tile_rows) {
+    case 16: return resident_ctas<16>(tile_cols);
+    case 32: return resident_ctas<32>(tile_cols);
+    case 64: return resident_ctas<64>(tile_cols);
+    case 128: return resident_ctas<128>(tile_cols);
   }
   throw Error(ErrorCode::invalid_argument, "stream tile: no kernel for tile rows " + std::to_string(tile_rows));
 }
