@@ -45,6 +45,13 @@ TEST(TilePack, LongestTileRowsFirst) {
   EXPECT_TRUE(tile_rows_longest_first({0}).empty());
 }
 
+TEST(TilePack, TileRowOfEachStoredTile) {
+  // Row lengths 1, 3, 0, 3, 2 (row 2 empty).
+  EXPECT_EQ(tile_row_of_tiles({0, 1, 4, 4, 7, 9}), (std::vector<int32_t>{0, 1, 1, 1, 3, 3, 3, 4, 4}));
+  EXPECT_TRUE(tile_row_of_tiles({0, 0, 0}).empty());
+  EXPECT_TRUE(tile_row_of_tiles({0}).empty());
+}
+
 PackedTiles packed_pattern(int64_t rows, int64_t cols, int tile_side, std::vector<int32_t> row_ptr,
                            std::vector<int32_t> col_index) {
   PackedTiles p;

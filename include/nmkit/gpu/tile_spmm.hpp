@@ -47,6 +47,8 @@ void check_packed_tiles(const PackedTiles& p);
 // kernels start the longest rows first, so that a skewed pattern's long rows do not run alone at the end of the
 // grid.
 std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr);
+// The tile row of each stored tile of a CSR-style `ptr` (DeviceTiles::tile_row, for the stream kernel).
+std::vector<int32_t> tile_row_of_tiles(const std::vector<int32_t>& row_ptr);
 
 // The Hopper kernel's work list, built once at upload so that its producer walks no lists per step. A 128-row
 // block (kTileBlockRows: one 128-row tile row or two 64-row ones) computes one step per tile column that any of

@@ -109,6 +109,13 @@ std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr
   return order;
 }
 
+std::vector<int32_t> tile_row_of_tiles(const std::vector<int32_t>& row_ptr) {
+  std::vector<int32_t> row_of(row_ptr.empty() ? 0 : static_cast<std::size_t>(row_ptr.back()));
+  for (std::size_t r = 0; r + 1 < row_ptr.size(); ++r)
+    std::fill(row_of.begin() + row_ptr[r], row_of.begin() + row_ptr[r + 1], static_cast<int32_t>(r));
+  return row_of;
+}
+
 TileBlockSchedule tile_block_schedule(const PackedTiles& p) {
   require(p.tile_rows == 64 || p.tile_rows == 128, ErrorCode::unsupported,
           "tile_block_schedule: 128-row blocks need tile rows of 64 or 128, got " + std::to_string(p.tile_rows));

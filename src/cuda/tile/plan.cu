@@ -56,11 +56,7 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   upload_vector(w.row_ptr_, packed.row_ptr);
   upload_vector(w.col_index_, packed.col_index);
   upload_vector(w.row_order_, tile_rows_longest_first(packed.row_ptr));
-  std::vector<int32_t> tile_row(static_cast<std::size_t>(packed.nnz_tiles()));
-  for (int64_t r = 0; r < packed.grid_rows(); ++r)
-    std::fill(tile_row.begin() + packed.row_ptr[static_cast<std::size_t>(r)],
-              tile_row.begin() + packed.row_ptr[static_cast<std::size_t>(r) + 1], static_cast<int32_t>(r));
-  upload_vector(w.tile_row_, tile_row);
+  upload_vector(w.tile_row_, tile_row_of_tiles(packed.row_ptr));
   upload_vector(w.data_, packed.data);
   if (packed.tile_rows >= kSm90MinTileSide && packed.tile_cols >= kSm90MinTileSide) {  // the Hopper kernel's work list
     const TileBlockSchedule schedule = tile_block_schedule(packed);
