@@ -233,7 +233,6 @@ class TileSpmmPlan {
   uint64_t* timeline_ = nullptr;
   int stream_max_ctas_ = 0;  // the stream kernel: CTAs resident at once, or TileLaunch::stream_ctas
   bool stream_forced_ = false;
-  std::size_t stream_partial_bytes_ = 0;  // where the workspace's counters begin
   std::shared_ptr<const DeviceBuffer> workspace_;  // the stream kernel: partial tile rows, then the row counters
 };
 

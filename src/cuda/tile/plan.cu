@@ -107,7 +107,6 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
     auto workspace = std::make_shared<DeviceBuffer>(std::max<std::size_t>(partial_bytes + counter_bytes, 1));
     NMKIT_CUDA_CHECK(cudaMemset(workspace->data(), 0, workspace->size()));
     NMKIT_CUDA_CHECK(cudaDeviceSynchronize());  // zero before any stream, blocking or not, runs the plan
-    plan.stream_partial_bytes_ = partial_bytes;
     plan.workspace_ = std::move(workspace);
   }
   if (plan.kernel_ == TileKernel::sm90_wgmma) {
@@ -141,8 +140,9 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
   if (kernel_ == TileKernel::stream_mma) {
     const tile::TileParams p = tile_params(desc_, a, b, c, d, bias);
-    auto* base = static_cast<unsigned char*>(workspace_->data());
-    const tile::StreamWork work{reinterpret_cast<float*>(base), reinterpret_cast<int32_t*>(base + stream_partial_bytes_),
+    auto* partials = static_cast<float*>(workspace_->data());  // then the counters (create() sizes both)
+    const std::size_t partial_floats = tile::stream_partial_floats(tile_rows_, stream_max_ctas_, desc_.n);
+    const tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats),
                                 static_cast<int>(stream_ctas(a.nnz_tiles()))};
     nm24::dispatch_types(desc_, [&]<class Element, class Out>() { tile::launch_stream<Element, Out>(p, work, stream); });
     return;
