@@ -37,31 +37,32 @@ __global__ void __launch_bounds__(kThreads) sm80_tile_spmm_kernel(const TilePara
   const auto [tile_row, n0] = tile_work(p, blockIdx.x, kBlockN);
   const int64_t m0 = tile_row * kTileRows;
   const int32_t begin = p.row_ptr[tile_row], end = p.row_ptr[tile_row + 1];
-  const int halves = mma_stage::stage_halves(kTileRows, kBlockN, p.tile_cols);
+  const int halves = mma_stage::stage_halves(kTileRows, kBlockN, p.tile_cols), k_steps = p.tile_cols / kMmaK;
+  const mma_stage::StageCopier<kTileRows, kBlockN, kThreads> copier(p, n0, tid);
+  const auto fragments = mma_stage::FragmentOffsets::make<kBlockN>(p, 0, warp * kWarpN, lane);
 
   float acc[kTilesM][kTilesN][4] = {};
-  if (begin < end) mma_stage::load_stage<kTileRows, kBlockN, kThreads>(p, smem, begin, p.col_index[begin], n0, tid);
+  if (begin < end) copier.post(p, smem, begin, p.col_index[begin], n0, tid);
   ptx::cp_async_commit();
   for (int32_t t = begin; t < end; ++t) {
-    if (t + 1 < end) mma_stage::load_stage<kTileRows, kBlockN, kThreads>(p, smem + ((t + 1 - begin) % kStages) * halves, t + 1,
-                                                          p.col_index[t + 1], n0, tid);
+    if (t + 1 < end) copier.post(p, smem + ((t + 1 - begin) % kStages) * halves, t + 1, p.col_index[t + 1], n0, tid);
     ptx::cp_async_commit();
     ptx::cp_async_wait<1>();
     __syncthreads();  // tile t is visible to every warp
     const uint16_t* a_stage = smem + ((t - begin) % kStages) * halves;
     const uint16_t* b_stage = a_stage + kTileRows * p.tile_cols;
-    for (int ks = 0; ks < p.tile_cols / kMmaK; ++ks) {
+    for (int ks = 0; ks < k_steps; ++ks) {
       uint32_t b_frag[kTilesN][2];
 #pragma unroll
       for (int j = 0; j < kTilesN; j += 2) {
         uint32_t r[4];
-        mma_stage::load_b_pair<kBlockN>(p, b_stage, ks, warp * kWarpN + 8 * j, lane, r);
+        fragments.load_b_pair(b_stage, j / 2, ks, r);
         b_frag[j][0] = r[0], b_frag[j][1] = r[1], b_frag[j + 1][0] = r[2], b_frag[j + 1][1] = r[3];
       }
 #pragma unroll
       for (int mi = 0; mi < kTilesM; ++mi) {
         uint32_t a_frag[4];
-        mma_stage::load_a(p, a_stage, ks, 16 * mi, lane, a_frag);
+        fragments.load_a(a_stage, mi, ks, a_frag);
 #pragma unroll
         for (int j = 0; j < kTilesN; ++j) ptx::mma_m16n8k16<Mma>(acc[mi][j], a_frag, b_frag[j]);
       }

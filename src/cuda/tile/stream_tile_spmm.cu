@@ -4,12 +4,12 @@
 // With a few dozen tokens the product is bound by reading the weight's tiles once, and a CTA per tile row leaves
 // most SMs idle (64 tile rows for a 4096-row weight of 64-row tiles). So the tiles, in tile-row order (pack_tiles),
 // are cut into `ctas` equal ranges, one per CTA and token block (stream-K over tiles): every SM streams its share
-// of the weight through a kStages-deep cp.async ring from the start. A range covers whole tile rows, whose outputs
-// the CTA writes itself, and at its two ends parts of rows that other CTAs share. Those parts go to a workspace
-// slot as fp32 partial sums; the CTA that brings a row's last part (an arrival counter per tile row) adds the
-// row's parts in CTA order, so the result does not depend on which CTA finishes last, applies the epilogue, stores
-// D and zeroes the counter for the next launch. Tile rows without tiles are written (beta C + bias) by the CTAs in
-// turn.
+// of the weight through a kStages-deep cp.async ring from the start, one CTA barrier per tile. A range covers whole
+// tile rows, whose outputs the CTA writes itself, and at its two ends parts of rows that other CTAs share. Those
+// parts go to a workspace slot as fp32 partial sums; the CTA that brings a row's last part (an arrival counter per
+// tile row) adds the row's parts in CTA order, so the result does not depend on which CTA finishes last, applies the
+// epilogue, stores D and zeroes the counter for the next launch. Tile rows without tiles are written (beta C + bias)
+// by the CTAs in turn.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,6 +43,8 @@ struct WarpTiling {
   static constexpr int kMBlocks = kTileRows / 16;
   static constexpr int kWarps = kTileRows >= 64 ? 8 : 4;
   static constexpr int kThreads = kWarps * 32;
+  // CTAs an SM must hold (registers permitting): as many as the pre-rewrite kernel held (item 39).
+  static constexpr int kMinCtasPerSm = kWarps == 8 ? 2 : 5;
   static constexpr int kWarpsM = kMBlocks < kWarps ? kMBlocks : kWarps;
   static constexpr int kWarpsN = kWarps / kWarpsM;
   static constexpr int kMPerWarp = kMBlocks / kWarpsM;        // m16 blocks per warp
@@ -63,26 +65,26 @@ template <int kTileRows>
 using Accumulators = float[WarpTiling<kTileRows>::kMPerWarp][WarpTiling<kTileRows>::kN8PerWarp][4];
 
 template <class Element, int kTileRows>
-__device__ void multiply_stage(const TileParams& p, const uint16_t* a_stage, const uint16_t* b_stage, int m_base,
-                               int n_base, int lane, Accumulators<kTileRows>& acc) {
+__device__ void multiply_stage(const uint16_t* a_stage, const uint16_t* b_stage, int k_steps,
+                               const mma_stage::FragmentOffsets& f, Accumulators<kTileRows>& acc) {
   using Mma = typename nm24::ElementTraits<Element>::Mma;
   using T = WarpTiling<kTileRows>;
-  for (int ks = 0; ks < p.tile_cols / kMmaK; ++ks) {
+  for (int ks = 0; ks < k_steps; ++ks) {
     uint32_t b_frag[T::kN8PerWarp][2];
     if constexpr (T::kN8PerWarp == 1) {
-      mma_stage::load_b_single<kBlockN>(p, b_stage, ks, n_base, lane, b_frag[0]);
+      f.load_b_single(b_stage, ks, b_frag[0]);
     } else {
 #pragma unroll
       for (int j = 0; j < T::kN8PerWarp; j += 2) {
         uint32_t r[4];
-        mma_stage::load_b_pair<kBlockN>(p, b_stage, ks, n_base + 8 * j, lane, r);
+        f.load_b_pair(b_stage, j / 2, ks, r);
         b_frag[j][0] = r[0], b_frag[j][1] = r[1], b_frag[j + 1][0] = r[2], b_frag[j + 1][1] = r[3];
       }
     }
 #pragma unroll
     for (int mi = 0; mi < T::kMPerWarp; ++mi) {
       uint32_t a_frag[4];
-      mma_stage::load_a(p, a_stage, ks, m_base + 16 * mi, lane, a_frag);
+      f.load_a(a_stage, mi, ks, a_frag);
 #pragma unroll
       for (int j = 0; j < T::kN8PerWarp; ++j) ptx::mma_m16n8k16<Mma>(acc[mi][j], a_frag, b_frag[j]);
     }
@@ -99,7 +101,8 @@ __device__ void store_tile_row(const TileParams& p, int64_t m0, int64_t n0, int 
 }
 
 template <class Element, class Out, int kTileRows>
-__global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, 1) stream_tile_spmm_kernel(const TileParams p, const StreamWork w) {
+__global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, WarpTiling<kTileRows>::kMinCtasPerSm)
+    stream_tile_spmm_kernel(const TileParams p, const StreamWork w) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using T = WarpTiling<kTileRows>;
   constexpr int kRing = kStages<kTileRows>, kThreads = T::kThreads;
@@ -133,32 +136,31 @@ __global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, 1) stream_til
     last_row_begin = __ldg(p.row_ptr + last_row), last_row_end = __ldg(p.row_ptr + last_row + 1);
   }
   load_window();
-  const int halves = mma_stage::stage_halves(kTileRows, kBlockN, p.tile_cols);
+  const int halves = mma_stage::stage_halves(kTileRows, kBlockN, p.tile_cols), k_steps = p.tile_cols / kMmaK;
+  const mma_stage::StageCopier<kTileRows, kBlockN, kThreads> copier(p, n0, tid);
+  const auto fragments = mma_stage::FragmentOffsets::make<kBlockN>(p, m_base, n_base, lane);
   for (int s = 0; s < kRing - 1; ++s) {
-    if (begin + s < end)
-      mma_stage::load_stage<kTileRows, kBlockN, kThreads>(p, smem + s * halves, begin + s, meta[s].x, n0, tid);
+    if (begin + s < end) copier.post(p, smem + s * halves, begin + s, meta[s].x, n0, tid);
     ptx::cp_async_commit();
   }
 
   Accumulators<kTileRows> acc = {};
   int64_t part_begin = begin;
-  int stage = 0, refill = kRing - 1;  // the stage of tile t, and of tile t + kRing - 1
+  int stage = 0;  // the stage of tile t; tile t + kRing - 1 goes to the one before it, which tile t - 1 used
   for (int64_t t = begin; t < end; ++t) {
     if (t + kRing >= window + kMetaWindow) {  // tiles t .. t + kRing into the window
       __syncthreads();
       window = t;
       load_window();
     }
-    if (t + kRing - 1 < end)
-      mma_stage::load_stage<kTileRows, kBlockN, kThreads>(p, smem + refill * halves, t + kRing - 1,
-                                                          meta[t + kRing - 1 - window].x, n0, tid);
+    ptx::cp_async_wait<kRing - 2>();
+    __syncthreads();  // tile t is visible to every warp, and every warp is done with tile t - 1's stage
+    const int refill = stage == 0 ? kRing - 1 : stage - 1;
+    if (t + kRing - 1 < end) copier.post(p, smem + refill * halves, t + kRing - 1, meta[t + kRing - 1 - window].x, n0, tid);
     ptx::cp_async_commit();
-    ptx::cp_async_wait<kRing - 1>();
-    __syncthreads();  // tile t is visible to every warp
     const uint16_t* a_stage = smem + stage * halves;
-    multiply_stage<Element, kTileRows>(p, a_stage, a_stage + kTileRows * p.tile_cols, m_base, n_base, lane, acc);
-    __syncthreads();  // every warp is done with this stage before it is refilled
-    stage = stage + 1 == kRing ? 0 : stage + 1, refill = refill + 1 == kRing ? 0 : refill + 1;
+    multiply_stage<Element, kTileRows>(a_stage, a_stage + kTileRows * p.tile_cols, k_steps, fragments, acc);
+    stage = stage + 1 == kRing ? 0 : stage + 1;
 
     const int32_t row = meta[t - window].y;
     if (t + 1 < end && meta[t + 1 - window].y == row) continue;
