@@ -50,7 +50,7 @@ Problem plain(int64_t r, int64_t k, int64_t c, DType dtype, Layout b_layout) {
 
 TEST(TileGpu, TileShapesDensitiesAndTails) {
   SKIP_WITHOUT_GPU();
-  const int64_t shapes[][3] = {{256, 256, 128}, {200, 333, 77}, {64, 40, 17}, {1, 16, 1}, {520, 1000, 300}};
+  const int64_t shapes[][3] = {{256, 256, 128}, {200, 333, 77}, {64, 40, 17}, {1, 16, 1}, {520, 1000, 300}, {200, 344, 136}};
   const std::pair<int, int> tiles[] = {{16, 16}, {32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}, {16, 128}};
   uint32_t seed = 1;
   for (Layout b_layout : {Layout::col_major, Layout::row_major})
@@ -367,10 +367,11 @@ TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
 
 TEST(TileGpu, StreamKernelAgainstTheOracle) {
   SKIP_WITHOUT_GPU();
-  // Every tile shape, R / K / C tails (C past one 32-token block: 33, 70), both B layouts, and grids that cut the
-  // stored tiles at odd places (1, 3, 7, 50 CTAs, and the device's own count): rows whole in one range, shared by
-  // two or many, and ranges that span several rows.
-  const int64_t shapes[][3] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}};
+  // Every tile shape, R / K / C tails (C past one 32-token block: 33, 40, 70), both B layouts, and grids that cut
+  // the stored tiles at odd places (1, 3, 7, 50 CTAs, and the device's own count): rows whole in one range, shared
+  // by two or many, and ranges that span several rows. 300 x 344 x 40 copies B by 16 bytes in both layouts (K and
+  // C multiples of 8) with a K tail inside the last tile column.
+  const int64_t shapes[][3] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}, {300, 344, 40}};
   const std::pair<int, int> tiles[] = {{16, 16}, {32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}, {16, 128}};
   uint32_t seed = 20000;
   for (Layout b_layout : {Layout::col_major, Layout::row_major})
