@@ -5,8 +5,8 @@
 // (B col-major), or N-major tile_cols x kBlockN (B row-major)], every row swizzled by 16-byte chunks.
 //
 // Both sides are worked out once per thread (StageCopier, FragmentOffsets), so that a tile costs its copies and
-// fragment loads plus an add or two each: with few tokens a warp's chain of address arithmetic per tile was the
-// kernel's time (docs/performance.md, tile item 39).
+// fragment loads plus an add or two each: worked out per copy and per load they took ~300 warp instructions per
+// tile, on the chain of every warp (docs/performance.md, tile item 39).
 #include <cstdint>
 
 #include "../ptx/cp_async.cuh"
