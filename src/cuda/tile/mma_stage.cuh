@@ -4,9 +4,9 @@
 // addressing that reads them back. Stage layout (halves): [A: tile_rows x tile_cols][B: K-major kBlockN x tile_cols
 // (B col-major), or N-major tile_cols x kBlockN (B row-major)], every row swizzled by 16-byte chunks.
 //
-// Both sides are worked out once per thread (StageCopier, FragmentOffsets), so that a tile costs its copies and
-// fragment loads plus an add or two each: worked out per copy and per load they took ~300 warp instructions per
-// tile, on the chain of every warp (docs/performance.md, tile item 39).
+// Both sides are worked out once per thread (StageCopier, FragmentOffsets), so that a tile's copies and fragment
+// loads need no index arithmetic of their own: worked out per copy and per load they took ~300 warp instructions
+// per tile, on the chain of every warp (docs/performance.md, tile item 39).
 #include <cstdint>
 
 #include "../ptx/cp_async.cuh"
