@@ -11,13 +11,14 @@
 
 #include "../ptx/cp_async.cuh"
 #include "../ptx/ldmatrix.cuh"
+#include "nmkit/gpu/tile_spmm.hpp"
 #include "tile_common.cuh"
 
 namespace nmkit::gpu::tile::mma_stage {
 
 constexpr int kChunk = 8;  // halves per 16-byte chunk
 constexpr int kMmaK = 16;  // k of one mma.sync m16n8k16
-constexpr int kMaxTileCols = 128;  // kMaxKernelTileSide
+constexpr int kMaxTileCols = kMaxKernelTileSide;
 
 // Rows of `row_halves` halves in 16-byte chunks, chunk c of row r at c ^ (r % min(8, chunks)): ldmatrix's
 // eight row addresses then fall in different bank groups. Chunks per row are powers of two (>= 2), so the
@@ -137,30 +138,26 @@ class StageCopier {
 // A lane's ldmatrix addresses in a stage, for a warp whose m16 blocks start at row m_base of the tile and whose n8
 // blocks start at token n_base. The swizzle term of a row is a lane constant (blocks start at multiples of 8 rows),
 // and k-step ks moves the chunk by 2 ks (B row-major: 16 rows), so a fragment's address is a base plus an XOR.
+template <int kBlockN>
 class FragmentOffsets {
  public:
-  template <int kBlockN>
-  __device__ static FragmentOffsets make(const TileParams& p, int m_base, int n_base, int lane) {
-    FragmentOffsets f;
-    const int tile_cols = p.tile_cols, span_mask = SwizzledRows{tile_cols}.span_mask();
+  __device__ FragmentOffsets(const TileParams& p, int m_base, int n_base, int lane) : tile_cols_(p.tile_cols) {
+    const int span_mask = SwizzledRows{tile_cols_}.span_mask();
     const int a_row = m_base + lane % 8 + 8 * ((lane / 8) % 2);
-    f.tile_cols_ = tile_cols;
-    f.a_row_ = a_row * tile_cols;
-    f.a_xor_ = (lane / 16) ^ (a_row & span_mask);
-    f.b_col_major_ = p.b_col_major;
+    a_row_ = a_row * tile_cols_;
+    a_xor_ = (lane / 16) ^ (a_row & span_mask);
+    b_col_major_ = p.b_col_major;
     if (p.b_col_major) {  // pairs: rows n_base + lane % 8 (+ 8 for lanes 16..31), chunk 2 ks + (lane / 8) % 2
       const int b_row = n_base + lane % 8 + 8 * (lane / 16);
-      f.b_pair_ = b_row * tile_cols;
-      f.b_single_ = (n_base + lane % 8) * tile_cols;
-      f.b_xor_ = ((lane / 8) % 2) ^ (lane % 8 & span_mask);
+      b_pair_ = b_row * tile_cols_;
+      b_single_ = (n_base + lane % 8) * tile_cols_;
+      b_xor_ = ((lane / 8) % 2) ^ (lane % 8 & span_mask);
     } else {  // rows 16 ks + lane % 8 (+ 8 for lanes 8..15, 24..31), chunk n_base / 8 (+ 1 for lanes 16..31)
       const SwizzledRows rows{kBlockN};
       const int b_row = lane % 8 + 8 * ((lane / 8) % 2);
-      f.b_pair_ = rows.offset(b_row, n_base / kChunk + lane / 16);
-      f.b_single_ = rows.offset(b_row, n_base / kChunk);
+      b_pair_ = rows.offset(b_row, n_base / kChunk + lane / 16);
+      b_single_ = rows.offset(b_row, n_base / kChunk);
     }
-    f.b_row_major_step_ = kMmaK * kBlockN;
-    return f;
   }
 
   // A fragment of m16 block mi at k-step ks.
@@ -169,21 +166,25 @@ class FragmentOffsets {
   }
   // B fragments of the n8 blocks 2 jp and 2 jp + 1 at k-step ks: {r0, r1} and {r2, r3}.
   __device__ void load_b_pair(const uint16_t* b_stage, int jp, int ks, uint32_t (&r)[4]) const {
-    if (b_col_major_)
+    if (b_col_major_) {
       ptx::ldmatrix_x4(r, ptx::smem_address(b_stage + b_pair_ + jp * 16 * tile_cols_ + ((2 * ks ^ b_xor_) * kChunk)));
-    else  // the pair's chunks are 2 jp over: the swizzle (row % 4) keeps chunk pairs together only per jp, so XOR it
-      ptx::ldmatrix_x4_trans(r, ptx::smem_address(b_stage + (b_pair_ ^ (jp * 2 * kChunk)) + ks * b_row_major_step_));
+    } else {
+      // Pair jp's chunk is 2 jp past pair 0's. A warp with two pairs starts at a multiple of 4 chunks, so pair 0's
+      // chunk has bit 1 clear and adding 2 is setting that bit: the same as XOR-ing it after the row swizzle.
+      ptx::ldmatrix_x4_trans(r, ptx::smem_address(b_stage + (b_pair_ ^ (jp * 2 * kChunk)) + ks * kRowMajorKStep));
+    }
   }
   // B fragment of the single n8 block at k-step ks.
   __device__ void load_b_single(const uint16_t* b_stage, int ks, uint32_t (&r)[2]) const {
     if (b_col_major_)
       ptx::ldmatrix_x2(r, ptx::smem_address(b_stage + b_single_ + ((2 * ks ^ b_xor_) * kChunk)));
     else
-      ptx::ldmatrix_x2_trans(r, ptx::smem_address(b_stage + b_single_ + ks * b_row_major_step_));
+      ptx::ldmatrix_x2_trans(r, ptx::smem_address(b_stage + b_single_ + ks * kRowMajorKStep));
   }
 
  private:
-  int tile_cols_, a_row_, a_xor_, b_pair_, b_single_, b_xor_ = 0, b_row_major_step_;
+  static constexpr int kRowMajorKStep = kMmaK * kBlockN;  // halves per k-step of a B row-major stage
+  int tile_cols_, a_row_, a_xor_, b_pair_, b_single_, b_xor_ = 0;
   bool b_col_major_;
 };
 

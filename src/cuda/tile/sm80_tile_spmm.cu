@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kThreads) sm80_tile_spmm_kernel(const TilePara
   const int32_t begin = p.row_ptr[tile_row], end = p.row_ptr[tile_row + 1];
   const int halves = mma_stage::stage_halves(kTileRows, kBlockN, p.tile_cols), k_steps = p.tile_cols / kMmaK;
   const mma_stage::StageCopier<kTileRows, kBlockN, kThreads> copier(p, n0, tid);
-  const auto fragments = mma_stage::FragmentOffsets::make<kBlockN>(p, 0, warp * kWarpN, lane);
+  const mma_stage::FragmentOffsets<kBlockN> fragments(p, 0, warp * kWarpN, lane);
 
   float acc[kTilesM][kTilesN][4] = {};
   if (begin < end) copier.post(p, smem, begin, p.col_index[begin], n0, tid);

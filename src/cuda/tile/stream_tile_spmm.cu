@@ -66,7 +66,7 @@ using Accumulators = float[WarpTiling<kTileRows>::kMPerWarp][WarpTiling<kTileRow
 
 template <class Element, int kTileRows>
 __device__ void multiply_stage(const uint16_t* a_stage, const uint16_t* b_stage, int k_steps,
-                               const mma_stage::FragmentOffsets& f, Accumulators<kTileRows>& acc) {
+                               const mma_stage::FragmentOffsets<kBlockN>& f, Accumulators<kTileRows>& acc) {
   using Mma = typename nm24::ElementTraits<Element>::Mma;
   using T = WarpTiling<kTileRows>;
   for (int ks = 0; ks < k_steps; ++ks) {
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, WarpTiling<kT
   load_window();
   const int halves = mma_stage::stage_halves(kTileRows, kBlockN, p.tile_cols), k_steps = p.tile_cols / kMmaK;
   const mma_stage::StageCopier<kTileRows, kBlockN, kThreads> copier(p, n0, tid);
-  const auto fragments = mma_stage::FragmentOffsets::make<kBlockN>(p, m_base, n_base, lane);
+  const mma_stage::FragmentOffsets<kBlockN> fragments(p, m_base, n_base, lane);
   for (int s = 0; s < kRing - 1; ++s) {
     if (begin + s < end) copier.post(p, smem + s * halves, begin + s, meta[s].x, n0, tid);
     ptx::cp_async_commit();
