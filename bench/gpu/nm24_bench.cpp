@@ -465,10 +465,10 @@ int main(int argc, char** argv) {
                "tile suite: the sm90 consumers write D themselves, 32 tokens at a time (no deferred store; ablation)");
   app.add_option("--tile-stream-ctas", o.tile_stream_ctas,
                  "tile suite: the stream kernel's CTAs per 32-token block (0: as many as the device holds at once)");
-  app.add_option("--tile-kernel", o.tile_kernel, "tile suite: the measured plan's kernel (automatic | sm80_mma | sm90_wgmma | stream_mma)")
+  app.add_option("--tile-kernel", o.tile_kernel, "tile suite: the measured plan's kernel (automatic | sm80_mma | sm90_wgmma | stream_mma | warp_stream_mma)")
       ->capture_default_str();
   app.add_option("--tile-compare", o.tile_compare,
-                 "tile suite: also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma) in the same rounds");
+                 "tile suite: also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma | warp_stream_mma) in the same rounds");
   app.add_flag("!--no-tile-blocked-ell", o.tile_blocked_ell,
                "tile suite: skip cuSPARSE Blocked-ELL (timed where every tile row has nearly as many tiles: padding <= 25 %)");
   app.add_flag("--tile-timeline", o.tile_timeline,

@@ -199,10 +199,10 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
   CHECK_CUSPARSE(cusparseSetStream(sparse, stream));
   const auto kernel_named = [](const std::string& name, const char* option) {
     for (gpu::TileKernel k : {gpu::TileKernel::automatic, gpu::TileKernel::sm80_mma, gpu::TileKernel::sm90_wgmma,
-                              gpu::TileKernel::stream_mma})
+                              gpu::TileKernel::stream_mma, gpu::TileKernel::warp_stream_mma})
       if (name == gpu::kernel_name(k)) return k;
-    throw Error(ErrorCode::invalid_argument,
-                std::string("tile suite: ") + option + " takes automatic, sm80_mma, sm90_wgmma or stream_mma, got " + name);
+    throw Error(ErrorCode::invalid_argument, std::string("tile suite: ") + option +
+                                                 " takes automatic, sm80_mma, sm90_wgmma, stream_mma or warp_stream_mma, got " + name);
   };
   const gpu::TileKernel kernel = kernel_named(o.kernel, "--tile-kernel");
   std::optional<gpu::TileKernel> compare;
@@ -296,7 +296,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               std::snprintf(kernel_text, sizeof kernel_text, "%s n%d split %d%s%s", gpu::kernel_name(plan.kernel()),
                             plan.block_n(), plan.split(), plan.persistent() ? " persistent" : "",
                             plan.deferred_store() ? " deferred" : "");
-            else if (plan.kernel() == gpu::TileKernel::stream_mma)
+            else if (plan.kernel() == gpu::TileKernel::stream_mma || plan.kernel() == gpu::TileKernel::warp_stream_mma)
               std::snprintf(kernel_text, sizeof kernel_text, "%s %ld CTAs", gpu::kernel_name(plan.kernel()),
                             static_cast<long>(plan.stream_ctas(packed.nnz_tiles())));
             else
@@ -316,7 +316,8 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
                             {"kernel", gpu::kernel_name(plan.kernel())}, {"block_n", plan.block_n()}, {"split", plan.split()},
                             {"persistent", plan.persistent()}, {"deferred_store", plan.deferred_store()}});
-            if (plan.kernel() == gpu::TileKernel::stream_mma) rows.back()["stream_ctas"] = plan.stream_ctas(packed.nnz_tiles());
+            if (plan.kernel() == gpu::TileKernel::stream_mma || plan.kernel() == gpu::TileKernel::warp_stream_mma)
+              rows.back()["stream_ctas"] = plan.stream_ctas(packed.nnz_tiles());
             if (variant)
               rows.back()["variant_kernel"] = gpu::kernel_name(variant->kernel()), rows.back()["variant_ms"] = medians[2],
               rows.back()["variant_rel_error"] = variant_err, rows.back()["variant_speedup_vs_cublas"] = dense_ms / medians[2];

@@ -424,6 +424,62 @@ TEST(TileGpu, StreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
         << "run " << run;
 }
 
+TEST(TileGpu, WarpStreamKernelAgainstTheOracle) {
+  SKIP_WITHOUT_GPU();
+  // Tiles 32 rows high by 32, 64 and 128 columns (1, 2 and 4 chunks per tile); R / K / C tails (C past one 32-token
+  // block: 33, 70); B col-major with 16-byte rows (K % 8 == 0, the vector path, K tails inside the last tile
+  // column) and without (K = 333), and B row-major (element loads); grids that cut the chunks at odd places (1, 3,
+  // 7, 50 CTAs of 8 warps, and the device's own count): rows whole in one warp's range, shared by two or many
+  // warps, ranges that span several rows, empty ranges.
+  const int64_t shapes[][3] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}, {300, 344, 40}, {96, 96, 32}};
+  const std::pair<int, int> tiles[] = {{32, 32}, {32, 64}, {32, 128}};
+  uint32_t seed = 23000;
+  for (Layout b_layout : {Layout::col_major, Layout::row_major})
+    for (std::size_t i = 0; i < std::size(shapes); ++i)
+      for (std::size_t j = 0; j < std::size(tiles); ++j)
+        for (int ctas : {0, 1, 3, 7, 50}) {
+          const auto& s = shapes[i];
+          const DType dtype = (i + j + ctas) % 2 ? DType::bf16 : DType::f16;
+          Case t{plain(s[0], s[1], s[2], dtype, b_layout), tiles[j].first, tiles[j].second, ctas == 7 ? 1.0 : 0.3,
+                 TileKernel::warp_stream_mma};
+          t.launch.stream_ctas = ctas;
+          EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " stream_ctas " << ctas;
+        }
+}
+
+TEST(TileGpu, WarpStreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
+  SKIP_WITHOUT_GPU();
+  // As StreamKernelEmptyRowsEpiloguesAndRepeatedRuns: a full tile row, an empty one, one tile in each other; an
+  // all-empty weight; beta, bias, both D layouts, every epilogue; one plan run again and again.
+  const TileMatrix a = skewed_tiles(32), empty = skewed_tiles(32, false);
+  for (Layout d_layout : {Layout::col_major, Layout::row_major})
+    for (int ctas : {0, 1, 2, 5}) {
+      const Problem t{a.rows, a.cols, 20, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
+      EXPECT_LE(run_with(a, t, 31, TileKernel::warp_stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
+          << describe(t) << " stream_ctas " << ctas;
+      EXPECT_LE(run_with(empty, t, 32, TileKernel::warp_stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
+          << describe(t) << " empty weight";
+    }
+  uint32_t seed = 24000;
+  for (const Problem& problem : layout_and_epilogue_problems(136, 200, 40)) {
+    const Case t{problem, 32, 64, 0.5, TileKernel::warp_stream_mma};
+    EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+  }
+  const Problem t = plain(700, 1024, 32, DType::bf16, Layout::col_major);
+  const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, 6), t.dtype);
+  const TileMatrix sparse = compress_tiles(w, prune_tiles_by_norm(w, 32, 32, 0.4), 32, 32);
+  const DeviceTiles da = DeviceTiles::upload(pack_tiles(sparse));
+  const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 32, 32, TileKernel::warp_stream_mma, {.stream_ctas = 3});
+  EXPECT_GT(plan.workspace_bytes(), 0u);
+  for (uint32_t run = 0; run < 4; ++run)
+    EXPECT_LE(error_against_oracle(SparseMatrix{sparse}, t, 400 + run,
+                                   [&](const void* b, const void* c, void* d, const float* bias) {
+                                     plan.run(nullptr, da, b, c, d, bias);
+                                   }),
+              tolerance(t.dtype))
+        << "run " << run;
+}
+
 TEST(TileGpu, FewTokensTakeTheStreamKernelWhereTheHopperOneDoesNotApply) {
   SKIP_WITHOUT_GPU();
   // B row-major never runs the Hopper kernel; B col-major does on an sm_90 device.
@@ -448,6 +504,10 @@ TEST(TileGpu, BadInputsAreRejected) {
                      "split must be");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 16}, 64, 64, TileKernel::stream_mma, {.stream_ctas = -1}),
                      ErrorCode::invalid_argument, "stream_ctas must be");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 16}, 64, 64, TileKernel::warp_stream_mma), ErrorCode::unsupported,
+                     "32 rows high");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 16}, 32, 16, TileKernel::warp_stream_mma), ErrorCode::unsupported,
+                     "32, 64 or 128 columns");
   const SpmmDesc row_major_b{64, 64, 64, DType::f16, DType::f16, Layout::row_major};
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create(row_major_b, 32, 32, TileKernel::sm90_wgmma), ErrorCode::unsupported,
                      "B col-major");

@@ -126,9 +126,12 @@ class DeviceTiles {
 // or 128 natively, 16 and 32 through the weight's widened copy), with split-K across a cluster for small grids;
 // sm80_mma: mma.sync, every tile shape and layout, a CTA per tile row and 128 tokens;
 // stream_mma: mma.sync, every tile shape and layout, for few tokens: the stored tiles split evenly over a grid that
-// fills the GPU, 32 tokens per CTA, rows that CTAs share summed through the plan's workspace.
+// fills the GPU, 32 tokens per CTA, rows that CTAs share summed through the plan's workspace;
+// warp_stream_mma: mma.sync for few tokens on tiles 32 rows high (32, 64 or 128 columns), every layout: the stored
+// tiles split evenly over the warps of a grid that fills the GPU, each loading its tiles straight into registers
+// (no shared memory), 32 tokens per warp, rows that warps share summed through the plan's workspace.
 // `automatic` takes sm90_wgmma where it applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma.
-enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma, stream_mma };
+enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma, stream_mma, warp_stream_mma };
 inline constexpr int64_t kStreamMaxTokens = 32;
 inline constexpr int kMaxStreamCtas = 1 << 20;
 const char* kernel_name(TileKernel k) noexcept;
@@ -145,8 +148,9 @@ const char* kernel_name(TileKernel k) noexcept;
 // docs/performance.md).
 // `timeline` (diagnosis, sm90 kernel only; null in normal use): a device buffer of grid x TileTimeline::kWords
 // words where each CTA records SM clock cycles at the points below (nmkit_bench --tile-timeline reads it).
-// `stream_ctas` (stream kernel): CTAs per 32-token block, each taking an equal range of the stored tiles (0: as
-// many as the device holds at once, at most one per stored tile).
+// `stream_ctas` (stream and warp-stream kernels): CTAs per 32-token block, each (each warp) taking an equal range
+// of the stored tiles (0: as many as the device holds at once, at most one per stored tile, or two 32-column chunks
+// per warp).
 struct TileLaunch {
   int block_n = 0;
   int split = 0;
@@ -219,7 +223,7 @@ class TileSpmmPlan {
   // Whether the sm90 kernel stores D by the deferred path (TileLaunch::deferred_store, where it applies).
   bool deferred_store() const noexcept { return deferred_store_; }
   uint64_t* timeline() const noexcept { return timeline_; }
-  // The stream kernel's CTAs per 32-token block for a weight of `nnz_tiles` stored tiles (what run() launches).
+  // The stream kernels' CTAs per 32-token block for a weight of `nnz_tiles` stored tiles (what run() launches).
   int64_t stream_ctas(int64_t nnz_tiles) const;
   std::size_t workspace_bytes() const noexcept { return workspace_ ? workspace_->size() : 0; }
 
@@ -231,9 +235,10 @@ class TileSpmmPlan {
   bool persistent_ = false;
   bool deferred_store_ = false;
   uint64_t* timeline_ = nullptr;
-  int stream_max_ctas_ = 0;  // the stream kernel: CTAs resident at once, or TileLaunch::stream_ctas
+  int stream_max_ctas_ = 0;  // the stream kernels: CTAs resident at once, or TileLaunch::stream_ctas
   bool stream_forced_ = false;
-  std::shared_ptr<const DeviceBuffer> workspace_;  // the stream kernel: partial tile rows, then the row counters
+  std::shared_ptr<const DeviceBuffer> workspace_;  // the stream kernels: partial tile rows, then the row counters
+  std::size_t partial_floats() const;             // the workspace's partial tile rows
 };
 
 }  // namespace nmkit::gpu

@@ -101,7 +101,31 @@ __device__ __forceinline__ void epilogue_store(const P& p, int64_t row, int64_t 
   store_out<Out>(p.d, index, activate(p.activation, v));
 }
 
-// Stores one m16n8 accumulator tile (c0,c1: row g, cols 2t, 2t+1; c2,c3: row g+8) at (row0, col0).
+// Whether the epilogue is D = alpha * acc alone (no bias, beta 0, no activation): the common case, whose stores
+// (plain_store_m16n8) are a few instructions each where epilogue_store's are ~90 once unrolled over a warp's
+// fragments; in kernels whose warps store rarely those cold instructions cost more than the stores.
+template <class P>
+__device__ __forceinline__ bool epilogue_is_plain(const P& p) {
+  return p.bias == nullptr && p.beta == 0.0f && p.activation == Activation::none;
+}
+
+template <class Out, class P>
+__device__ __forceinline__ void plain_store(const P& p, int64_t row, int64_t col, float acc) {
+  if (row >= p.rows || col >= p.n) return;
+  store_out<Out>(p.d, p.d_col_major ? col * p.rows + row : row * p.n + col, p.alpha * acc);
+}
+
+// Stores one m16n8 accumulator tile (c0,c1: row g, cols 2t, 2t+1; c2,c3: row g+8) at (row0, col0); the plain
+// epilogue's version first.
+template <class Out, class P>
+__device__ __forceinline__ void plain_store_m16n8(const P& p, int64_t row0, int64_t col0, int lane, const float* acc) {
+  const int g = lane / 4, t = lane % 4;
+  plain_store<Out>(p, row0 + g, col0 + 2 * t, acc[0]);
+  plain_store<Out>(p, row0 + g, col0 + 2 * t + 1, acc[1]);
+  plain_store<Out>(p, row0 + g + 8, col0 + 2 * t, acc[2]);
+  plain_store<Out>(p, row0 + g + 8, col0 + 2 * t + 1, acc[3]);
+}
+
 template <class Out, class P>
 __device__ __forceinline__ void epilogue_store_m16n8(const P& p, int64_t row0, int64_t col0, int lane,
                                                      const float* acc) {

@@ -39,6 +39,7 @@ const char* kernel_name(TileKernel k) noexcept {
     case TileKernel::sm80_mma: return "sm80_mma";
     case TileKernel::sm90_wgmma: return "sm90_wgmma";
     case TileKernel::stream_mma: return "stream_mma";
+    case TileKernel::warp_stream_mma: return "warp_stream_mma";
   }
   return "?";
 }
@@ -95,13 +96,18 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   // row), but not the Hopper kernel (docs/performance.md, tile item 38).
   if (kernel == TileKernel::automatic)
     kernel = sm90_possible ? TileKernel::sm90_wgmma : desc.n <= kStreamMaxTokens ? TileKernel::stream_mma : TileKernel::sm80_mma;
+  require(kernel != TileKernel::warp_stream_mma || (tile_rows == tile::kWarpStreamTileRows && tile_cols >= 32), ErrorCode::unsupported,
+          "tile plan: the warp-stream kernel takes tiles " + std::to_string(tile::kWarpStreamTileRows) +
+              " rows high and 32, 64 or 128 columns, got " + std::to_string(tile_rows) + "x" + std::to_string(tile_cols));
   plan.kernel_ = kernel;
-  if (plan.kernel_ == TileKernel::stream_mma) {
-    // The workspace: a partial tile row per CTA end and token block, then a counter per tile row and token block
-    // (zero; each launch leaves them zero).
-    plan.stream_max_ctas_ = launch.stream_ctas ? launch.stream_ctas : tile::stream_max_ctas(tile_rows, tile_cols);
+  if (plan.kernel_ == TileKernel::stream_mma || plan.kernel_ == TileKernel::warp_stream_mma) {
+    // The workspace: a partial tile row per CTA (warp) end and token block, then a counter per tile row and token
+    // block (zero; each launch leaves them zero).
+    plan.stream_max_ctas_ = launch.stream_ctas                               ? launch.stream_ctas
+                            : plan.kernel_ == TileKernel::warp_stream_mma ? tile::warp_stream_max_ctas()
+                                                                           : tile::stream_max_ctas(tile_rows, tile_cols);
     plan.stream_forced_ = launch.stream_ctas != 0;
-    const std::size_t partial_bytes = tile::stream_partial_floats(tile_rows, plan.stream_max_ctas_, desc.n) * sizeof(float);
+    const std::size_t partial_bytes = plan.partial_floats() * sizeof(float);
     const std::size_t counter_bytes =
         static_cast<std::size_t>(ceil_div(desc.n, int64_t{tile::kStreamBlockN}) * ceil_div(desc.rows, int64_t{tile_rows})) * sizeof(int32_t);
     auto workspace = std::make_shared<DeviceBuffer>(std::max<std::size_t>(partial_bytes + counter_bytes, 1));
@@ -125,7 +131,13 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
 
 int64_t TileSpmmPlan::stream_ctas(int64_t nnz_tiles) const {
   if (stream_forced_) return std::clamp<int64_t>(stream_max_ctas_, 1, std::max<int64_t>(nnz_tiles, 1));
+  if (kernel_ == TileKernel::warp_stream_mma) return tile::warp_stream_ctas(nnz_tiles, tile_cols_, stream_max_ctas_);
   return tile::stream_ctas(nnz_tiles, stream_max_ctas_);
+}
+
+std::size_t TileSpmmPlan::partial_floats() const {
+  return kernel_ == TileKernel::warp_stream_mma ? tile::warp_stream_partial_floats(stream_max_ctas_, desc_.n)
+                                                : tile::stream_partial_floats(tile_rows_, stream_max_ctas_, desc_.n);
 }
 
 void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias) const {
@@ -138,13 +150,15 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
               std::to_string(tile_rows_) + "x" + std::to_string(tile_cols_) + " tiles");
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
-  if (kernel_ == TileKernel::stream_mma) {
+  if (kernel_ == TileKernel::stream_mma || kernel_ == TileKernel::warp_stream_mma) {
     const tile::TileParams p = tile_params(desc_, a, b, c, d, bias);
     auto* partials = static_cast<float*>(workspace_->data());  // then the counters (create() sizes both)
-    const std::size_t partial_floats = tile::stream_partial_floats(tile_rows_, stream_max_ctas_, desc_.n);
-    const tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats),
+    const tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats()),
                                 static_cast<int>(stream_ctas(a.nnz_tiles()))};
-    nm24::dispatch_types(desc_, [&]<class Element, class Out>() { tile::launch_stream<Element, Out>(p, work, stream); });
+    nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
+      if (kernel_ == TileKernel::warp_stream_mma) tile::launch_warp_stream<Element, Out>(p, work, stream);
+      else tile::launch_stream<Element, Out>(p, work, stream);
+    });
     return;
   }
   // The Hopper kernel's tensor map needs a 16-byte aligned B, and tile sides below 64 the weight's widened copy

@@ -54,13 +54,6 @@ struct WarpTiling {
   static_assert(kWarpsM * kWarpsN == kWarps && kFragments * 4 * kThreads == kSlotFloats, "the warps cover the tile row");
 };
 
-// The CTA ranges: CTA i of `ctas` takes stored tiles [begin(i), begin(i + 1)); with ctas <= tiles none is empty.
-struct TileRanges {
-  int64_t tiles, ctas;
-  __device__ int64_t begin(int64_t cta) const { return cta * tiles / ctas; }
-  __device__ int64_t cta_of(int64_t tile) const { return ((tile + 1) * ctas - 1) / tiles; }  // max i: begin(i) <= tile
-};
-
 template <int kTileRows>
 using Accumulators = float[WarpTiling<kTileRows>::kMPerWarp][WarpTiling<kTileRows>::kN8PerWarp][4];
 
@@ -94,6 +87,13 @@ __device__ void multiply_stage(const uint16_t* a_stage, const uint16_t* b_stage,
 template <class Out, int kTileRows>
 __device__ void store_tile_row(const TileParams& p, int64_t m0, int64_t n0, int lane, const Accumulators<kTileRows>& acc) {
   using T = WarpTiling<kTileRows>;
+  if (nm24::epilogue_is_plain(p)) {
+#pragma unroll
+    for (int mi = 0; mi < T::kMPerWarp; ++mi)
+#pragma unroll
+      for (int j = 0; j < T::kN8PerWarp; ++j) nm24::plain_store_m16n8<Out>(p, m0 + 16 * mi, n0 + 8 * j, lane, acc[mi][j]);
+    return;
+  }
 #pragma unroll
   for (int mi = 0; mi < T::kMPerWarp; ++mi)
 #pragma unroll
@@ -115,8 +115,8 @@ __global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, WarpTiling<kT
   const int m_base = (warp % T::kWarpsM) * T::kMPerWarp * 16, n_base = (warp / T::kWarpsM) * T::kN8PerWarp * 8;
   const int64_t n0 = int64_t{blockIdx.y} * kBlockN, cta = blockIdx.x;
   const int64_t grid_rows = (p.rows + kTileRows - 1) / kTileRows;
-  const TileRanges ranges{p.nnz_tiles, gridDim.x};
-  const int64_t begin = ranges.tiles ? ranges.begin(cta) : 0, end = ranges.tiles ? ranges.begin(cta + 1) : 0;
+  const EvenSplit ranges{p.nnz_tiles, gridDim.x};
+  const int64_t begin = ranges.items ? ranges.begin(cta) : 0, end = ranges.items ? ranges.begin(cta + 1) : 0;
 
   int64_t window = begin;
   const auto load_window = [&] {
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, WarpTiling<kT
   if (begin < end) {
     first_row = __ldg(p.tile_row + begin), last_row = __ldg(p.tile_row + end - 1);
     if (begin > 0) before_row = __ldg(p.tile_row + begin - 1);
-    if (end < ranges.tiles) after_row = __ldg(p.tile_row + end);
+    if (end < ranges.items) after_row = __ldg(p.tile_row + end);
     first_row_begin = __ldg(p.row_ptr + first_row), first_row_end = __ldg(p.row_ptr + first_row + 1);
     last_row_begin = __ldg(p.row_ptr + last_row), last_row_end = __ldg(p.row_ptr + last_row + 1);
   }
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, WarpTiling<kT
       __threadfence();  // the part is visible GPU-wide before its arrival is counted
       __syncthreads();
       const int64_t row_begin = first_part ? first_row_begin : last_row_begin;
-      const int64_t first = ranges.cta_of(row_begin), last = ranges.cta_of((first_part ? first_row_end : last_row_end) - 1);
+      const int64_t first = ranges.part_of(row_begin), last = ranges.part_of((first_part ? first_row_end : last_row_end) - 1);
       if (tid == 0) {
         int32_t* arrivals = w.arrivals + int64_t{blockIdx.y} * grid_rows + row;
         brings_last_part = atomicAdd(arrivals, 1) == static_cast<int>(last - first);

@@ -53,6 +53,14 @@ inline int64_t tile_grid_size(const TileParams& p, int tile_rows, int block_n) {
   return ceil_div(p.rows, int64_t{tile_rows}) * ceil_div(p.n, int64_t{block_n});
 }
 
+// `items` cut into `parts` ranges of equal length (+-1): part i takes [begin(i), begin(i + 1)); with parts <= items
+// none is empty. The stream kernels' CTAs or warps over the stored tiles.
+struct EvenSplit {
+  int64_t items, parts;
+  __device__ int64_t begin(int64_t part) const { return part * items / parts; }
+  __device__ int64_t part_of(int64_t item) const { return ((item + 1) * parts - 1) / items; }  // max i: begin(i) <= item
+};
+
 // The stream kernel (stream_tile_spmm.cu) for few tokens: the stored tiles split evenly over `ctas` CTAs per
 // block of kStreamBlockN tokens; rows shared between CTAs are summed through the workspace.
 inline constexpr int kStreamBlockN = 32;
@@ -69,6 +77,18 @@ int64_t stream_ctas(int64_t nnz_tiles, int max_ctas);      // <= nnz_tiles, so t
 std::size_t stream_partial_floats(int tile_rows, int64_t max_ctas, int64_t n);
 template <class Element, class Out>
 void launch_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream);
+
+// The warp-stream kernel (warp_stream_tile_spmm.cu) for few tokens and tiles 32 rows high (32, 64 or 128
+// columns): the stored tiles' 32-column chunks split evenly over the warps of `ctas` CTAs per token block, each
+// warp loading its chunks straight into registers; its workspace is the stream kernel's, with a slot pair per warp.
+inline constexpr int kWarpStreamTileRows = 32;
+// At least this many chunks per warp: fewer, longer ranges share fewer rows.
+inline constexpr int kWarpStreamMinChunksPerWarp = 2;
+int warp_stream_max_ctas();                                             // CTAs resident on the current device at once
+int64_t warp_stream_ctas(int64_t nnz_tiles, int tile_cols, int max_ctas);  // CTAs for a weight of nnz_tiles tiles
+std::size_t warp_stream_partial_floats(int64_t max_ctas, int64_t n);
+template <class Element, class Out>
+void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream);
 
 // The portable kernel (sm80_tile_spmm.cu): tile_rows 16, 32, 64 or 128.
 template <class Element, class Out>

@@ -1,0 +1,332 @@
+// The warp-stream tile-sparse SpMM, for few tokens (sm_80 .. sm_90) and tiles 32 rows high: every warp streams its
+// own share of the stored tiles from global memory straight into registers and runs mma.sync on them.
+//
+// Why not the stream kernel's shared-memory ring (stream_tile_spmm.cu): a 32x32 tile is 2 KiB, and per tile that
+// ring pays a wait, a CTA barrier and its threads' copy addresses; with these tiles it streamed ~1.7 TB/s at C = 32
+// (docs/performance.md, tile item 39). Here a CTA's warps share nothing but their SM.
+//
+// The k order. A sum over k may take k in any order as long as A and B take the same one. In mma.m16n8k16, lane
+// (g, t) (g = lane / 4, t = lane % 4) holds in register pair r, half h of a k16 step the step's k index 8r + 2t + h;
+// here that slot of k16 step s reads column 8t + 4s + 2r + h of a 32-column chunk. So a lane's A fragments for
+// both k16 steps are columns 8t .. 8t + 7 of two rows (g and g + 8 of a 16-row block): one 16-byte load each from
+// the row-major packed tile. Its B fragments for 8 tokens are the same columns of token g's row of x[T][K] (B
+// col-major): one 16-byte load. No shared memory, ldmatrix or barrier.
+//
+// The work: the stored tiles' 32-column chunks in tile-row order (pack_tiles), cut into equal ranges, one per CTA
+// and token block (stream-K over chunks), each cut again over the CTA's warps; a warp keeps kDepth chunks' loads in
+// flight. A tile row whose chunks several warps hold is summed in two levels, both in a fixed order so that the
+// result does not depend on which warp or CTA ends last: the warps' parts through shared memory by the CTA's last
+// warp holding one, then, for a row that goes on in other CTAs' ranges, the CTAs' parts through the workspace (fp32)
+// by the CTA that brings the last of them (an arrival counter per tile row, zeroed again for the next launch).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "../common/check.cuh"
+#include "../common/smem.cuh"
+#include "../nm24/nm24_common.cuh"
+#include "../ptx/global_load.cuh"
+#include "../ptx/mma.cuh"
+#include "tile_common.cuh"
+
+namespace nmkit::gpu::tile {
+namespace {
+
+constexpr int kRows = kWarpStreamTileRows;  // a warp's output rows: two m16 blocks
+constexpr int kChunkCols = 32;              // a chunk's columns: two k16 steps
+constexpr int kBlockN = kStreamBlockN;      // a warp's tokens: four n8 groups
+constexpr int kMBlocks = kRows / 16, kN8 = kBlockN / 8;
+constexpr int kFragments = kMBlocks * kN8;  // m16n8 accumulator tiles per warp
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kSlotFloat4s = kRows * kBlockN / 4;  // one partial tile row: kFragments float4 per lane
+// Chunks in flight per warp: 3 x 4 KiB (A and B), ~96 KiB per SM at one CTA per SM (248 registers), past what HBM
+// needs to stream; a ring of 4 spills at the 255-register cap.
+constexpr int kDepth = 3;
+constexpr int kMinCtasPerSm = 1;
+
+using Accumulators = float[kMBlocks][kN8][4];
+
+// One lane's operands of a 32-row, 32-column chunk and kBlockN tokens (the k order above).
+struct ChunkOperands {
+  uint4 a[kMBlocks][2];  // rows 16 mi + g and 16 mi + g + 8
+  uint4 b[kN8];          // token 8 j + g
+};
+
+// Columns k .. k + 7 of token `token`'s row of B, element by element (zero past K): B row-major, or col-major
+// without 16-byte rows. Out of line, so that the fast path's registers do not pay for it; its arguments are values,
+// since a reference to the kernel's parameters would make the compiler copy them to local memory.
+__device__ __noinline__ uint4 load_b_elements(const uint16_t* b, int64_t token, int64_t k, int64_t cols, int64_t n,
+                                              bool col_major) {
+  const auto element = [&](int64_t kk) -> uint32_t {
+    if (kk >= cols) return 0;
+    return __ldg(b + (col_major ? token * cols + kk : kk * n + token));
+  };
+  return make_uint4(element(k) | element(k + 1) << 16, element(k + 2) | element(k + 3) << 16,
+                    element(k + 4) | element(k + 5) << 16, element(k + 6) | element(k + 7) << 16);
+}
+
+// The same columns (zero past K and C): one 16-byte load where B is col-major with 16-byte rows.
+__device__ __forceinline__ uint4 load_b(const TileParams& p, int64_t token, int64_t k) {
+  if (token >= p.n || k >= p.cols) return make_uint4(0, 0, 0, 0);
+  const auto* b = static_cast<const uint16_t*>(p.b);
+  if (p.b_col_major && p.b_vector) return ptx::ld_global_nc_v4(b + token * p.cols + k);
+  return load_b_elements(b, token, k, p.cols, p.n, p.b_col_major);
+}
+
+__device__ __forceinline__ void load_chunk(const TileParams& p, int64_t tile, int chunk, int32_t col, int64_t n0, int lane,
+                                           ChunkOperands& c) {
+  const int g = lane / 4, t = lane % 4;
+  const uint16_t* a = p.tiles + tile * kRows * p.tile_cols + chunk * kChunkCols + 8 * t;
+#pragma unroll
+  for (int mi = 0; mi < kMBlocks; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) c.a[mi][h] = ptx::ld_global_nc_stream_v4(a + (16 * mi + 8 * h + g) * p.tile_cols);
+  const int64_t k = int64_t{col} * p.tile_cols + chunk * kChunkCols + 8 * t;
+#pragma unroll
+  for (int j = 0; j < kN8; ++j) c.b[j] = load_b(p, n0 + 8 * j + g, k);
+}
+
+template <class Element>
+__device__ __forceinline__ void multiply_chunk(const ChunkOperands& c, Accumulators& acc) {
+  using Mma = typename nm24::ElementTraits<Element>::Mma;
+#pragma unroll
+  for (int s = 0; s < 2; ++s)
+#pragma unroll
+    for (int mi = 0; mi < kMBlocks; ++mi) {
+      const uint4 &top = c.a[mi][0], &bottom = c.a[mi][1];
+      const uint32_t a[4] = {s ? top.z : top.x, s ? bottom.z : bottom.x, s ? top.w : top.y, s ? bottom.w : bottom.y};
+#pragma unroll
+      for (int j = 0; j < kN8; ++j) {
+        const uint32_t b[2] = {s ? c.b[j].z : c.b[j].x, s ? c.b[j].w : c.b[j].y};
+        ptx::mma_m16n8k16<Mma>(acc[mi][j], a, b);
+      }
+    }
+}
+
+template <class Out>
+__device__ __forceinline__ void store_rows(const TileParams& p, int64_t m0, int64_t n0, int lane, const Accumulators& acc) {
+  if (nm24::epilogue_is_plain(p)) {
+#pragma unroll
+    for (int mi = 0; mi < kMBlocks; ++mi)
+#pragma unroll
+      for (int j = 0; j < kN8; ++j) nm24::plain_store_m16n8<Out>(p, m0 + 16 * mi, n0 + 8 * j, lane, acc[mi][j]);
+    return;
+  }
+#pragma unroll
+  for (int mi = 0; mi < kMBlocks; ++mi)
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) nm24::epilogue_store_m16n8<Out>(p, m0 + 16 * mi, n0 + 8 * j, lane, acc[mi][j]);
+}
+
+__device__ __forceinline__ void clear(Accumulators& acc) {
+#pragma unroll
+  for (int mi = 0; mi < kMBlocks; ++mi)
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) acc[mi][j][0] = acc[mi][j][1] = acc[mi][j][2] = acc[mi][j][3] = 0.0f;
+}
+
+// A partial tile row of kRows x kBlockN fp32 sums: kFragments float4 per lane, lane-minor (conflict-free in
+// shared memory, coalesced in global).
+__device__ __forceinline__ void put_part(float4* slot, int lane, const Accumulators& acc) {
+#pragma unroll
+  for (int f = 0; f < kFragments; ++f) {
+    const float* v = acc[f / kN8][f % kN8];
+    slot[f * 32 + lane] = make_float4(v[0], v[1], v[2], v[3]);
+  }
+}
+
+template <bool kFromGlobal>
+__device__ __forceinline__ void add_part(const float4* slot, int lane, Accumulators& sum) {
+#pragma unroll
+  for (int f = 0; f < kFragments; ++f) {
+    const float4 v = kFromGlobal ? __ldcg(slot + f * 32 + lane) : slot[f * 32 + lane];
+    float* s = sum[f / kN8][f % kN8];
+    s[0] += v.x, s[1] += v.y, s[2] += v.z, s[3] += v.w;
+  }
+}
+
+template <class Element, class Out>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+    warp_stream_tile_spmm_kernel(const TileParams p, const StreamWork w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // Each warp's parts of rows that it shares: slot 0 its range's first part, slot 1 its last.
+  extern __shared__ __align__(16) float4 warp_parts[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t n0 = int64_t{blockIdx.y} * kBlockN, grid_rows = (p.rows + kRows - 1) / kRows;
+  const int chunk_shift = __ffs(p.tile_cols / kChunkCols) - 1;  // chunks per tile: 1, 2 or 4
+  const int64_t chunks = p.nnz_tiles << chunk_shift;
+  // The CTA's range (launch: gridDim.x <= chunks, so none is empty), cut over its warps (the last ones idle when
+  // the range has fewer than kWarps chunks).
+  const EvenSplit cta_ranges{chunks, gridDim.x};
+  const int64_t cta_begin = chunks ? cta_ranges.begin(blockIdx.x) : 0, cta_end = chunks ? cta_ranges.begin(blockIdx.x + 1) : 0;
+  const EvenSplit warp_ranges{cta_end - cta_begin, std::min<int64_t>(kWarps, std::max<int64_t>(cta_end - cta_begin, 1))};
+  const bool working = warp < warp_ranges.parts && cta_begin < cta_end;
+  const int64_t begin = working ? cta_begin + warp_ranges.begin(warp) : cta_end;
+  const int64_t end = working ? cta_begin + warp_ranges.begin(warp + 1) : cta_end;
+  const auto part_slot = [&](int owner, int which) { return warp_parts + (owner * 2 + which) * kSlotFloat4s; };
+
+  // {column, row} of tiles window .. window + 31 (one per lane) and of the 32 after them.
+  const auto load_meta = [&](int64_t tile) {
+    return tile < p.nnz_tiles ? make_int2(__ldg(p.col_index + tile), __ldg(p.tile_row + tile)) : make_int2(0, -1);
+  };
+  int64_t window = begin >> chunk_shift;
+  int2 meta = load_meta(window + lane), meta_next = load_meta(window + 32 + lane);
+  // The rows just outside the range (whether its first and last rows go on in other ranges), and the extents of
+  // its first and last rows in chunks (first used after the main loop).
+  int32_t before_row = -1, after_row = -1, first_row = -1, last_row = -1;
+  int64_t first_row_begin = 0, first_row_end = 0, last_row_begin = 0, last_row_end = 0;
+  if (begin < end) {
+    if (begin > 0) before_row = __ldg(p.tile_row + ((begin - 1) >> chunk_shift));
+    if (end < chunks) after_row = __ldg(p.tile_row + (end >> chunk_shift));
+    first_row = __shfl_sync(~0u, meta.y, 0), last_row = __ldg(p.tile_row + ((end - 1) >> chunk_shift));
+    first_row_begin = int64_t{__ldg(p.row_ptr + first_row)} << chunk_shift;
+    first_row_end = int64_t{__ldg(p.row_ptr + first_row + 1)} << chunk_shift;
+    last_row_begin = int64_t{__ldg(p.row_ptr + last_row)} << chunk_shift;
+    last_row_end = int64_t{__ldg(p.row_ptr + last_row + 1)} << chunk_shift;
+  }
+
+  // The ring of chunks in flight, in registers: slot s holds chunk base + s (its operands and tile row).
+  ChunkOperands ring[kDepth];
+  int32_t ring_row[kDepth];
+  int64_t next = begin;  // the next chunk to load
+  const auto load_next = [&](ChunkOperands& c, int32_t& row) {
+    if (next >= end) return;
+    const int64_t tile = next >> chunk_shift;
+    if (tile == window + 32) window += 32, meta = meta_next, meta_next = load_meta(window + 32 + lane);
+    const int index = static_cast<int>(tile - window);
+    const int32_t col = __shfl_sync(~0u, meta.x, index);
+    row = __shfl_sync(~0u, meta.y, index);
+    load_chunk(p, tile, static_cast<int>(next & ((1 << chunk_shift) - 1)), col, n0, lane, c);
+    ++next;
+  };
+
+#pragma unroll
+  for (int s = 0; s < kDepth; ++s) load_next(ring[s], ring_row[s]);
+  Accumulators acc = {};
+  int64_t part_begin = begin;
+  for (int64_t base = begin; base < end; base += kDepth) {
+#pragma unroll
+    for (int s = 0; s < kDepth; ++s) {
+      const int64_t chunk = base + s;
+      if (chunk >= end) break;
+      multiply_chunk<Element>(ring[s], acc);
+      const int32_t row = ring_row[s];
+      load_next(ring[s], ring_row[s]);  // chunk + kDepth
+      if (chunk + 1 < end && ring_row[(s + 1) % kDepth] == row) continue;
+      // The part of tile row `row` in this range ends here: D if the range holds the whole row, else a slot.
+      const bool first_part = part_begin == begin, last_part = chunk + 1 == end;
+      if ((first_part && before_row == row) || (last_part && after_row == row)) put_part(part_slot(warp, first_part ? 0 : 1), lane, acc);
+      else store_rows<Out>(p, int64_t{row} * kRows, n0, lane, acc);
+      clear(acc);
+      part_begin = chunk + 1;
+    }
+  }
+  __syncthreads();  // every warp's parts are in shared memory
+
+  // A shared row is summed by the last of the CTA's warps that holds a part of it, in warp order; a row that goes
+  // on in other CTAs' ranges is then summed over CTAs through the workspace in the same way (the CTA that brings
+  // the last part adds them in CTA order), so the result does not depend on which warp or CTA ends last. This warp
+  // holds the CTA's last part of its first row if that row ends inside its range, and of its last row if the CTA's
+  // range ends with it or the next warp's range starts a new row: those are the rows it sums (0-2).
+  int32_t sum_rows[2];
+  int64_t sum_begin[2], sum_end[2];
+  int rows_to_sum = 0;
+  if (begin < end) {
+    const bool last_in_cta = end == cta_end || after_row != last_row;
+    if (first_row != last_row || before_row == first_row || after_row == first_row) {
+      if (before_row == first_row && (first_row != last_row || last_in_cta))
+        sum_rows[rows_to_sum] = first_row, sum_begin[rows_to_sum] = first_row_begin, sum_end[rows_to_sum++] = first_row_end;
+      if (first_row != last_row ? after_row == last_row && last_in_cta : before_row != first_row && last_in_cta)
+        sum_rows[rows_to_sum] = last_row, sum_begin[rows_to_sum] = last_row_begin, sum_end[rows_to_sum++] = last_row_end;
+    }
+  }
+#pragma unroll 1
+  for (int i = 0; i < rows_to_sum; ++i) {
+    const int32_t row = sum_rows[i];
+    const int64_t row_begin = sum_begin[i], row_end = sum_end[i];
+    Accumulators sum = {};
+    const int first_warp = static_cast<int>(warp_ranges.part_of(std::max(row_begin, cta_begin) - cta_begin));
+    for (int owner = first_warp; owner <= warp; ++owner)
+      add_part<false>(part_slot(owner, cta_begin + warp_ranges.begin(owner) < row_begin ? 1 : 0), lane, sum);
+    if (row_begin < cta_begin || row_end > cta_end) {  // the row goes on in other CTAs' ranges
+      const auto cta_slot = [&](int64_t cta, int which) {
+        return reinterpret_cast<float4*>(w.partials) + ((int64_t{blockIdx.y} * gridDim.x + cta) * 2 + which) * kSlotFloat4s;
+      };
+      put_part(cta_slot(blockIdx.x, cta_begin < row_begin ? 1 : 0), lane, sum);
+      __threadfence();  // the part is visible GPU-wide before its arrival is counted
+      __syncwarp();
+      const int64_t first = cta_ranges.part_of(row_begin), last = cta_ranges.part_of(row_end - 1);
+      int brings_last_part = 0;
+      if (lane == 0) {
+        int32_t* arrivals = w.arrivals + int64_t{blockIdx.y} * grid_rows + row;
+        brings_last_part = atomicAdd(arrivals, 1) == static_cast<int>(last - first);
+        if (brings_last_part) *arrivals = 0;  // every part has arrived: ready for the next launch
+      }
+      if (!__shfl_sync(~0u, brings_last_part, 0)) continue;
+      __threadfence();
+      clear(sum);
+      for (int64_t owner = first; owner <= last; ++owner)
+        add_part<true>(cta_slot(owner, cta_ranges.begin(owner) < row_begin ? 1 : 0), lane, sum);
+    }
+    store_rows<Out>(p, int64_t{row} * kRows, n0, lane, sum);
+  }
+
+  // Tile rows without tiles: D = beta C + bias there (last, so that the loads above start at once).
+  for (int64_t r = int64_t{blockIdx.x} * kWarps + warp; r < grid_rows; r += int64_t{gridDim.x} * kWarps)
+    if (__ldg(p.row_ptr + r) == __ldg(p.row_ptr + r + 1)) {
+      const Accumulators zero = {};
+      store_rows<Out>(p, r * kRows, n0, lane, zero);
+    }
+#endif
+}
+
+constexpr int kSmemBytes = kWarps * 2 * kSlotFloat4s * 16;
+
+// The kernel, its dynamic shared-memory limit raised past the default 48 KiB (once per instantiation).
+template <class Element, class Out>
+auto ready_kernel() {
+  const auto kernel = warp_stream_tile_spmm_kernel<Element, Out>;
+  static cuda::DynamicSmemLimit smem_limit;
+  smem_limit.raise(kernel, kSmemBytes);
+  return kernel;
+}
+
+}  // namespace
+
+int warp_stream_max_ctas() {
+  int per_sm = 0;
+  NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ready_kernel<__half, __half>(), kThreads, kSmemBytes));
+  return std::max(per_sm, 1) * nm24::sm_count();
+}
+
+int64_t warp_stream_ctas(int64_t nnz_tiles, int tile_cols, int max_ctas) {
+  if (nnz_tiles == 0) return 1;  // only empty rows to write
+  const int64_t chunks = nnz_tiles * (tile_cols / kChunkCols);
+  return std::clamp<int64_t>(ceil_div(chunks, int64_t{kWarps} * kWarpStreamMinChunksPerWarp), 1, std::min<int64_t>(max_ctas, chunks));
+}
+
+std::size_t warp_stream_partial_floats(int64_t max_ctas, int64_t n) {
+  return static_cast<std::size_t>(ceil_div(n, int64_t{kBlockN}) * max_ctas * 2 * kSlotFloat4s * 4);
+}
+
+template <class Element, class Out>
+void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream) {
+  if (p.tile_rows != kRows || (p.tile_cols != kChunkCols && p.tile_cols != 2 * kChunkCols && p.tile_cols != 4 * kChunkCols))
+    throw Error(ErrorCode::invalid_argument, "warp-stream tile: tiles must be 32 rows by 32, 64 or 128 columns, got " +
+                                                 std::to_string(p.tile_rows) + "x" + std::to_string(p.tile_cols));
+  const int64_t token_blocks = ceil_div(p.n, int64_t{kBlockN});
+  require(token_blocks <= 65535, ErrorCode::unsupported, "warp-stream tile: more than 65535 token blocks");
+  const dim3 grid(static_cast<unsigned>(w.ctas), static_cast<unsigned>(token_blocks));
+  require(w.ctas >= 1 && (p.nnz_tiles == 0 || w.ctas <= p.nnz_tiles * (p.tile_cols / kChunkCols)), ErrorCode::invalid_argument,
+          "warp-stream tile: the grid must not exceed the stored chunks");
+  ready_kernel<Element, Out>()<<<grid, kThreads, kSmemBytes, stream>>>(p, w);
+  NMKIT_CUDA_CHECK(cudaGetLastError());
+}
+
+template void launch_warp_stream<__half, __half>(const TileParams&, const StreamWork&, cudaStream_t);
+template void launch_warp_stream<__half, float>(const TileParams&, const StreamWork&, cudaStream_t);
+template void launch_warp_stream<__nv_bfloat16, __nv_bfloat16>(const TileParams&, const StreamWork&, cudaStream_t);
+template void launch_warp_stream<__nv_bfloat16, float>(const TileParams&, const StreamWork&, cudaStream_t);
+
+}  // namespace nmkit::gpu::tile
