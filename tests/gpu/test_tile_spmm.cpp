@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <random>
+#include <span>
 #include <vector>
 #include <string>
 
@@ -365,26 +367,48 @@ TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
   }
 }
 
+// A stream kernel on every shape x tile shape, both B layouts, f16 and bf16 in turn, and grids of 1, 3, 7 (a full
+// weight there) and 50 CTAs and the device's own count.
+void expect_stream_kernel_sweep(TileKernel kernel, std::span<const std::array<int64_t, 3>> shapes,
+                                std::span<const std::pair<int, int>> tiles, uint32_t seed) {
+  for (Layout b_layout : {Layout::col_major, Layout::row_major})
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      for (std::size_t j = 0; j < tiles.size(); ++j)
+        for (int ctas : {0, 1, 3, 7, 50}) {
+          const auto& s = shapes[i];
+          const DType dtype = (i + j + ctas) % 2 ? DType::bf16 : DType::f16;
+          Case t{plain(s[0], s[1], s[2], dtype, b_layout), tiles[j].first, tiles[j].second, ctas == 7 ? 1.0 : 0.3, kernel};
+          t.launch.stream_ctas = ctas;
+          EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " stream_ctas " << ctas;
+        }
+}
+
+// One plan of a stream kernel (its workspace shared by every run) run again and again on fresh operands: its row
+// counters must be back at zero after each launch. A weight of side x side tiles at density 0.4.
+void expect_repeated_runs(const Problem& t, int side, TileKernel kernel, int ctas, uint32_t seed) {
+  const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
+  const TileMatrix a = compress_tiles(w, prune_tiles_by_norm(w, side, side, 0.4), side, side);
+  const DeviceTiles da = DeviceTiles::upload(pack_tiles(a));
+  const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), side, side, kernel, {.stream_ctas = ctas});
+  EXPECT_GT(plan.workspace_bytes(), 0u);
+  for (uint32_t run = 0; run < 4; ++run)
+    EXPECT_LE(error_against_oracle(SparseMatrix{a}, t, seed * 100 + run,
+                                   [&](const void* b, const void* c, void* d, const float* bias) {
+                                     plan.run(nullptr, da, b, c, d, bias);
+                                   }),
+              tolerance(t.dtype))
+        << kernel_name(kernel) << " run " << run;
+}
+
 TEST(TileGpu, StreamKernelAgainstTheOracle) {
   SKIP_WITHOUT_GPU();
   // Every tile shape, R / K / C tails (C past one 32-token block: 33, 40, 70), both B layouts, and grids that cut
   // the stored tiles at odd places (1, 3, 7, 50 CTAs, and the device's own count): rows whole in one range, shared
   // by two or many, and ranges that span several rows. 300 x 344 x 40 copies B by 16 bytes in both layouts (K and
   // C multiples of 8) with a K tail inside the last tile column.
-  const int64_t shapes[][3] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}, {300, 344, 40}};
+  const std::array<int64_t, 3> shapes[] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}, {300, 344, 40}};
   const std::pair<int, int> tiles[] = {{16, 16}, {32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}, {16, 128}};
-  uint32_t seed = 20000;
-  for (Layout b_layout : {Layout::col_major, Layout::row_major})
-    for (std::size_t i = 0; i < std::size(shapes); ++i)
-      for (std::size_t j = 0; j < std::size(tiles); ++j)
-        for (int ctas : {0, 1, 3, 7, 50}) {
-          const auto& s = shapes[i];
-          const DType dtype = (i + j + ctas) % 2 ? DType::bf16 : DType::f16;
-          Case t{plain(s[0], s[1], s[2], dtype, b_layout), tiles[j].first, tiles[j].second, ctas == 7 ? 1.0 : 0.3,
-                 TileKernel::stream_mma};
-          t.launch.stream_ctas = ctas;
-          EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " stream_ctas " << ctas;
-        }
+  expect_stream_kernel_sweep(TileKernel::stream_mma, shapes, tiles, 20000);
 }
 
 TEST(TileGpu, StreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
@@ -409,19 +433,7 @@ TEST(TileGpu, StreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
     const Case t{problem, 32, 64, 0.5, TileKernel::stream_mma};
     EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
   }
-  const Problem t = plain(700, 900, 24, DType::bf16, Layout::col_major);
-  const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, 5), t.dtype);
-  const TileMatrix a = compress_tiles(w, prune_tiles_by_norm(w, 64, 64, 0.4), 64, 64);
-  const DeviceTiles da = DeviceTiles::upload(pack_tiles(a));
-  const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::stream_mma, {.stream_ctas = 9});
-  EXPECT_GT(plan.workspace_bytes(), 0u);
-  for (uint32_t run = 0; run < 4; ++run)
-    EXPECT_LE(error_against_oracle(SparseMatrix{a}, t, 300 + run,
-                                   [&](const void* b, const void* c, void* d, const float* bias) {
-                                     plan.run(nullptr, da, b, c, d, bias);
-                                   }),
-              tolerance(t.dtype))
-        << "run " << run;
+  expect_repeated_runs(plain(700, 900, 24, DType::bf16, Layout::col_major), 64, TileKernel::stream_mma, 9, 5);
 }
 
 TEST(TileGpu, WarpStreamKernelAgainstTheOracle) {
@@ -431,20 +443,10 @@ TEST(TileGpu, WarpStreamKernelAgainstTheOracle) {
   // column) and without (K = 333), and B row-major (element loads); grids that cut the chunks at odd places (1, 3,
   // 7, 50 CTAs of 8 warps, and the device's own count): rows whole in one warp's range, shared by two or many
   // warps, ranges that span several rows, empty ranges.
-  const int64_t shapes[][3] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}, {300, 344, 40}, {96, 96, 32}};
+  const std::array<int64_t, 3> shapes[] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}, {300, 344, 40},
+                                           {96, 96, 32}};
   const std::pair<int, int> tiles[] = {{32, 32}, {32, 64}, {32, 128}};
-  uint32_t seed = 23000;
-  for (Layout b_layout : {Layout::col_major, Layout::row_major})
-    for (std::size_t i = 0; i < std::size(shapes); ++i)
-      for (std::size_t j = 0; j < std::size(tiles); ++j)
-        for (int ctas : {0, 1, 3, 7, 50}) {
-          const auto& s = shapes[i];
-          const DType dtype = (i + j + ctas) % 2 ? DType::bf16 : DType::f16;
-          Case t{plain(s[0], s[1], s[2], dtype, b_layout), tiles[j].first, tiles[j].second, ctas == 7 ? 1.0 : 0.3,
-                 TileKernel::warp_stream_mma};
-          t.launch.stream_ctas = ctas;
-          EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " stream_ctas " << ctas;
-        }
+  expect_stream_kernel_sweep(TileKernel::warp_stream_mma, shapes, tiles, 23000);
 }
 
 TEST(TileGpu, WarpStreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
@@ -465,19 +467,7 @@ TEST(TileGpu, WarpStreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
     const Case t{problem, 32, 64, 0.5, TileKernel::warp_stream_mma};
     EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
   }
-  const Problem t = plain(700, 1024, 32, DType::bf16, Layout::col_major);
-  const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, 6), t.dtype);
-  const TileMatrix sparse = compress_tiles(w, prune_tiles_by_norm(w, 32, 32, 0.4), 32, 32);
-  const DeviceTiles da = DeviceTiles::upload(pack_tiles(sparse));
-  const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 32, 32, TileKernel::warp_stream_mma, {.stream_ctas = 3});
-  EXPECT_GT(plan.workspace_bytes(), 0u);
-  for (uint32_t run = 0; run < 4; ++run)
-    EXPECT_LE(error_against_oracle(SparseMatrix{sparse}, t, 400 + run,
-                                   [&](const void* b, const void* c, void* d, const float* bias) {
-                                     plan.run(nullptr, da, b, c, d, bias);
-                                   }),
-              tolerance(t.dtype))
-        << "run " << run;
+  expect_repeated_runs(plain(700, 1024, 32, DType::bf16, Layout::col_major), 32, TileKernel::warp_stream_mma, 3, 6);
 }
 
 TEST(TileGpu, FewTokensTakeTheStreamKernelWhereTheHopperOneDoesNotApply) {
