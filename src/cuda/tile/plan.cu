@@ -96,7 +96,7 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   // row), but not the Hopper kernel (docs/performance.md, tile item 38).
   if (kernel == TileKernel::automatic)
     kernel = sm90_possible ? TileKernel::sm90_wgmma : desc.n <= kStreamMaxTokens ? TileKernel::stream_mma : TileKernel::sm80_mma;
-  require(kernel != TileKernel::warp_stream_mma || (tile_rows == tile::kWarpStreamTileRows && tile_cols >= 32), ErrorCode::unsupported,
+  require(kernel != TileKernel::warp_stream_mma || (tile_rows == tile::kWarpStreamTileRows && tile_cols >= tile::kWarpStreamChunkCols), ErrorCode::unsupported,
           "tile plan: the warp-stream kernel takes tiles " + std::to_string(tile::kWarpStreamTileRows) +
               " rows high and 32, 64 or 128 columns, got " + std::to_string(tile_rows) + "x" + std::to_string(tile_cols));
   plan.kernel_ = kernel;

@@ -82,6 +82,7 @@ void launch_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream
 // columns): the stored tiles' 32-column chunks split evenly over the warps of `ctas` CTAs per token block, each
 // warp loading its chunks straight into registers; its workspace is the stream kernel's, with a slot pair per warp.
 inline constexpr int kWarpStreamTileRows = 32;
+inline constexpr int kWarpStreamChunkCols = 32;  // the columns a warp streams at a time; tiles at least this wide
 // At least this many chunks per warp: fewer, longer ranges share fewer rows.
 inline constexpr int kWarpStreamMinChunksPerWarp = 2;
 int warp_stream_max_ctas();                                             // CTAs resident on the current device at once

@@ -34,7 +34,7 @@ namespace nmkit::gpu::tile {
 namespace {
 
 constexpr int kRows = kWarpStreamTileRows;  // a warp's output rows: two m16 blocks
-constexpr int kChunkCols = 32;              // a chunk's columns: two k16 steps
+constexpr int kChunkCols = kWarpStreamChunkCols;  // a chunk's columns: two k16 steps
 constexpr int kBlockN = kStreamBlockN;      // a warp's tokens: four n8 groups
 constexpr int kMBlocks = kRows / 16, kN8 = kBlockN / 8;
 constexpr int kFragments = kMBlocks * kN8;  // m16n8 accumulator tiles per warp
