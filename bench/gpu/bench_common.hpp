@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -36,16 +37,72 @@ struct DeviceArray {
   ~DeviceArray() { cudaFree(ptr); }
 };
 
-// Median kernel time in ms of `launch(set)` over `iters` launches after `warmup`, rotating operand sets.
+// Holds a stream at a spinning kernel while the host queues the launches to time, then lets them run back to back,
+// so that their events time the GPU's work and not the rate at which the host queues it. Without it, a launch
+// shorter than the host's cost of queueing it (its library's host work plus two event records: ~10 us at C = 32)
+// finds the GPU idle, and its start event is stamped before the launch has even been queued. (nvbench calls this
+// a blocking kernel.) Held by default; `nmkit_bench --no-hold-queue` times without it, as the suites did before
+// the nineteenth session. The spin gives up after kTimeoutNs, so that a library that blocks the host cannot hang
+// the benchmark; `timed_out()` reports it, and the suites print it.
+class QueueHold {
+ public:
+  static QueueHold& instance() {
+    static QueueHold hold;
+    return hold;
+  }
+  void enable(bool on) { enabled_ = on; }
+  bool enabled() const { return enabled_; }
+  // Queues the hold on s (nothing when disabled); release() lets it end.
+  void hold(cudaStream_t s) {
+    if (!enabled_) return;
+    ensure_flags();
+    hold_stream(device_flags_, ++ticket_, kTimeoutNs, s);
+  }
+  void release() {
+    if (!enabled_ || !flags_) return;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    flags_[0] = ticket_;
+  }
+  bool timed_out() const { return flags_ && flags_[1] != 0; }
+  QueueHold(const QueueHold&) = delete;
+  QueueHold& operator=(const QueueHold&) = delete;
+
+ private:
+  static constexpr uint64_t kTimeoutNs = 200'000'000;  // far past any round's queueing time
+  QueueHold() = default;
+  ~QueueHold() {
+    if (flags_) cudaFreeHost(const_cast<int32_t*>(flags_));
+  }
+  void ensure_flags() {
+    if (flags_) return;
+    void* host = nullptr;
+    NMKIT_CUDA_CHECK(cudaHostAlloc(&host, 2 * sizeof(int32_t), cudaHostAllocMapped));
+    flags_ = static_cast<volatile int32_t*>(host);
+    flags_[0] = 0;
+    flags_[1] = 0;
+    void* device = nullptr;
+    NMKIT_CUDA_CHECK(cudaHostGetDevicePointer(&device, host, 0));
+    device_flags_ = static_cast<volatile int32_t*>(device);
+  }
+  bool enabled_ = true;
+  int32_t ticket_ = 0;
+  volatile int32_t* flags_ = nullptr;         // [0] the last ticket released, [1] a hold timed out
+  volatile int32_t* device_flags_ = nullptr;  // the same memory, as the device sees it
+};
+
+// Median kernel time in ms of `launch(set)` over `iters` launches after `warmup`, rotating operand sets; the timed
+// launches are queued behind a QueueHold.
 inline double time_median_ms(const std::function<void(int)>& launch, int sets, int warmup, int iters, cudaStream_t s) {
   for (int i = 0; i < warmup; ++i) launch(i % sets);
   std::vector<cudaEvent_t> events(2 * iters);
   for (auto& e : events) NMKIT_CUDA_CHECK(cudaEventCreate(&e));
+  QueueHold::instance().hold(s);
   for (int i = 0; i < iters; ++i) {
     NMKIT_CUDA_CHECK(cudaEventRecord(events[2 * i], s));
     launch(i % sets);
     NMKIT_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], s));
   }
+  QueueHold::instance().release();
   NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<float> ms(iters);
   for (int i = 0; i < iters; ++i) NMKIT_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]));
@@ -70,8 +127,10 @@ inline std::vector<double> time_interleaved_ms(const std::vector<std::function<v
   auto event = [&](int library, int i, int end) -> cudaEvent_t& { return events[2 * (library * per_library + i) + end]; };
   // The operand set advances with every launch, whichever library makes it, so that a library never finds the
   // inputs (B is shared) of the launches just before it in L2.
+  // Each round is queued behind a QueueHold.
   int launch_count = 0;
-  for (int round = 0; round < rounds; ++round)
+  for (int round = 0; round < rounds; ++round) {
+    QueueHold::instance().hold(s);
     for (int turn = 0; turn < libraries; ++turn) {
       const int library = (round + turn) % libraries;
       for (int j = 0; j < iters_per_round; ++j) {
@@ -81,6 +140,8 @@ inline std::vector<double> time_interleaved_ms(const std::vector<std::function<v
         NMKIT_CUDA_CHECK(cudaEventRecord(event(library, i, 1), s));
       }
     }
+    QueueHold::instance().release();
+  }
   NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<double> medians(libraries);
   std::vector<float> ms(per_library);

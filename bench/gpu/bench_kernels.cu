@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
+#include "../../src/cuda/common/check.cuh"
 #include "bench_kernels.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 
@@ -163,7 +164,29 @@ __global__ void transpose_kernel(const uint16_t* in, uint16_t* out, int64_t rows
 constexpr int kThreads = 256;
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 8)); }
 
+__device__ uint64_t global_ns() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+
+__global__ void hold_kernel(volatile int32_t* flags, int32_t ticket, uint64_t timeout_ns) {
+  const uint64_t start = global_ns();
+  while (flags[0] < ticket) {
+    if (global_ns() - start > timeout_ns) {
+      flags[1] = 1;
+      return;
+    }
+    __nanosleep(1000);
+  }
+}
+
 }  // namespace
+
+void hold_stream(volatile int32_t* flags, int32_t ticket, uint64_t timeout_ns, cudaStream_t s) {
+  hold_kernel<<<1, 1, 0, s>>>(flags, ticket, timeout_ns);
+  NMKIT_CUDA_CHECK(cudaGetLastError());
+}
 
 void fill_dense(void* out, int64_t count, DType dtype, uint64_t seed, cudaStream_t s) {
   if (dtype == DType::f16) fill_dense_kernel<<<blocks_for(count), kThreads, 0, s>>>(static_cast<__half*>(out), count, seed);

@@ -29,6 +29,9 @@ void expand_tiles(const int32_t* row_ptr, const int32_t* col_index, const void* 
                   int64_t cols, int tile_rows, int tile_cols, int64_t nnz_tiles, int64_t grid_rows, cudaStream_t s);
 // A col-major rows x cols matrix of 16-bit elements written row-major.
 void transpose(const void* col_major, void* row_major, int64_t rows, int64_t cols, cudaStream_t s);
+// Spins on `s` until flags[0] >= ticket (host-mapped memory that the host writes) or timeout_ns have passed since
+// it started, then sets flags[1] if it gave up. QueueHold (bench_common.hpp) is its one user.
+void hold_stream(volatile int32_t* flags, int32_t ticket, uint64_t timeout_ns, cudaStream_t s);
 // Accumulates sum((got - want)^2) and sum(want^2) into sums_device[0..1].
 void compare(const void* got, const void* want, int64_t count, DType dtype, double* sums_device, cudaStream_t s);
 
