@@ -247,7 +247,8 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             // The compared kernel, where it differs from the plan's own: checked, then timed in the same rounds.
             std::optional<gpu::TileSpmmPlan> variant;
             double variant_err = 0;
-            if (compare && *compare != plan.kernel()) {
+            const gpu::TileKernel kernel_run = plan.kernel_for(weights[0]);  // what run() launches for this weight
+            if (compare && *compare != kernel_run) {
               variant = gpu::TileSpmmPlan::create(desc, side, side, *compare, launch);
               const auto variant_launch = [&](int i) { variant->run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); };
               variant_err = check_output(variant_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
@@ -256,7 +257,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             const std::vector<double> medians =
                 time_interleaved_ms(launches, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
             const double nmkit_ms = medians[0], dense_ms = medians[1];
-            if (o.timeline && plan.kernel() == gpu::TileKernel::sm90_wgmma) {
+            if (o.timeline && kernel_run == gpu::TileKernel::sm90_wgmma) {
               plan.run(stream, weights[1 % sets], b[1 % sets].ptr, nullptr, d_nmkit[1 % sets].ptr);
               print_timeline(plan, weights[0], b[0].ptr, d_nmkit[0].ptr, stream);
             }
@@ -292,15 +293,15 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               std::snprintf(bsr_ratio, sizeof bsr_ratio, "%.2fx", bsr->ms / nmkit_ms);
             }
             char kernel_text[64];
-            if (plan.kernel() == gpu::TileKernel::sm90_wgmma)
-              std::snprintf(kernel_text, sizeof kernel_text, "%s n%d split %d%s%s", gpu::kernel_name(plan.kernel()),
+            if (kernel_run == gpu::TileKernel::sm90_wgmma)
+              std::snprintf(kernel_text, sizeof kernel_text, "%s n%d split %d%s%s", gpu::kernel_name(kernel_run),
                             plan.block_n(), plan.split(), plan.persistent() ? " persistent" : "",
                             plan.deferred_store() ? " deferred" : "");
-            else if (plan.kernel() == gpu::TileKernel::stream_mma || plan.kernel() == gpu::TileKernel::warp_stream_mma)
-              std::snprintf(kernel_text, sizeof kernel_text, "%s %ld CTAs", gpu::kernel_name(plan.kernel()),
-                            static_cast<long>(plan.stream_ctas(packed.nnz_tiles())));
+            else if (kernel_run == gpu::TileKernel::stream_mma || kernel_run == gpu::TileKernel::warp_stream_mma)
+              std::snprintf(kernel_text, sizeof kernel_text, "%s %ld CTAs", gpu::kernel_name(kernel_run),
+                            static_cast<long>(plan.stream_ctas(weights[0])));
             else
-              std::snprintf(kernel_text, sizeof kernel_text, "%s", gpu::kernel_name(plan.kernel()));
+              std::snprintf(kernel_text, sizeof kernel_text, "%s", gpu::kernel_name(kernel_run));
             std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s", "tile",
                         shape_text, dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
                         dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, kernel_text);
@@ -314,10 +315,10 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             {"tile", side}, {"density", density}, {"distribution", skewed ? "skewed" : "uniform"},
                             {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms},
                             {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
-                            {"kernel", gpu::kernel_name(plan.kernel())}, {"block_n", plan.block_n()}, {"split", plan.split()},
+                            {"kernel", gpu::kernel_name(kernel_run)}, {"block_n", plan.block_n()}, {"split", plan.split()},
                             {"persistent", plan.persistent()}, {"deferred_store", plan.deferred_store()}});
-            if (plan.kernel() == gpu::TileKernel::stream_mma || plan.kernel() == gpu::TileKernel::warp_stream_mma)
-              rows.back()["stream_ctas"] = plan.stream_ctas(packed.nnz_tiles());
+            if (kernel_run == gpu::TileKernel::stream_mma || kernel_run == gpu::TileKernel::warp_stream_mma)
+              rows.back()["stream_ctas"] = plan.stream_ctas(weights[0]);
             if (variant)
               rows.back()["variant_kernel"] = gpu::kernel_name(variant->kernel()), rows.back()["variant_ms"] = medians[2],
               rows.back()["variant_rel_error"] = variant_err, rows.back()["variant_speedup_vs_cublas"] = dense_ms / medians[2];

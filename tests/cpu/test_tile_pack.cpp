@@ -1,6 +1,9 @@
 // pack_tiles: the CSR-of-tiles layout of the tile kernels, round trip and rejections.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
@@ -50,6 +53,80 @@ TEST(TilePack, TileRowOfEachStoredTile) {
   EXPECT_EQ(tile_row_of_tiles({0, 1, 4, 4, 7, 9}), (std::vector<int32_t>{0, 1, 1, 1, 3, 3, 3, 4, 4}));
   EXPECT_TRUE(tile_row_of_tiles({0, 0, 0}).empty());
   EXPECT_TRUE(tile_row_of_tiles({0}).empty());
+}
+
+TEST(TilePack, WarpStreamScheduleGivesEachCtaWholeRows) {
+  // 8 rows of 16 tiles: one row per CTA, at 8 target CTAs and at 9 (a share of 14.2 chunks; 16 is within the slack).
+  std::vector<int32_t> row_ptr{0};
+  for (int r = 0; r < 8; ++r) row_ptr.push_back(row_ptr.back() + 16);
+  for (int64_t target : {8, 9}) {
+    const WarpStreamSchedule s = warp_stream_schedule(row_ptr, 1, target, 132);
+    EXPECT_EQ(s.cta_begin, (std::vector<int32_t>{0, 16, 32, 48, 64, 80, 96, 112, 128})) << target;
+    EXPECT_EQ(s.row_ctas, std::vector<int32_t>(16, -1)) << target;
+  }
+  // Two chunks per tile (64-column tiles) and 4 target CTAs: two rows (64 chunks) per CTA.
+  EXPECT_EQ(warp_stream_schedule(row_ptr, 2, 4, 132).cta_begin, (std::vector<int32_t>{0, 64, 128, 192, 256}));
+}
+
+TEST(TilePack, WarpStreamScheduleCutsLongRows) {
+  // Row lengths 64, 2, 3, 0, 2, 1 and 6 target CTAs: a share of 12 chunks, at most 15 per CTA. Row 0 is cut into
+  // five pieces (12.8 each), the last of which takes row 1; row 2 opens a CTA that the rows after it fill.
+  const std::vector<int32_t> row_ptr{0, 64, 66, 69, 69, 71, 72};
+  const WarpStreamSchedule s = warp_stream_schedule(row_ptr, 1, 6, 132);
+  EXPECT_EQ(s.cta_begin, (std::vector<int32_t>{0, 12, 25, 38, 51, 66, 72}));
+  EXPECT_EQ(s.ctas(), 6);
+  // Row 0 is held by CTAs 0..4, the first of which starts with it; the others lie in one CTA each.
+  EXPECT_EQ(s.row_ctas, (std::vector<int32_t>{0, 4, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}));
+  // A long row starting inside a CTA's range: rows 3, 40 with 4 target CTAs (share 10.75, at most 13 per CTA).
+  const WarpStreamSchedule t = warp_stream_schedule({0, 3, 43}, 1, 4, 132);
+  EXPECT_EQ(t.cta_begin, (std::vector<int32_t>{0, 3, 13, 23, 33, 43}));
+  EXPECT_EQ(t.row_ctas, (std::vector<int32_t>{-1, -1, 2 * 1 + 0, 4}));
+  // A row that is cut opens a CTA of its own (CTA 0 keeps its one chunk rather than take a piece).
+  const WarpStreamSchedule u = warp_stream_schedule({0, 1, 41}, 1, 4, 132);
+  EXPECT_EQ(u.cta_begin, (std::vector<int32_t>{0, 1, 11, 21, 31, 41}));
+  EXPECT_EQ(u.row_ctas, (std::vector<int32_t>{-1, -1, 2 * 1 + 0, 4}));
+}
+
+TEST(TilePack, WarpStreamScheduleCoversEveryChunkWithinTheBound) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int32_t> row_ptr{0};
+    const int rows = 1 + static_cast<int>(rng() % 60);
+    for (int r = 0; r < rows; ++r) row_ptr.push_back(row_ptr.back() + static_cast<int32_t>(rng() % 4 == 0 ? rng() % 200 : rng() % 9));
+    const int cpt = 1 << (rng() % 3);
+    const int64_t chunks = int64_t{row_ptr.back()} * cpt;
+    if (chunks == 0) {
+      EXPECT_EQ(warp_stream_schedule(row_ptr, cpt, 5, 132).ctas(), 0);
+      continue;
+    }
+    const int64_t target = 1 + static_cast<int64_t>(rng() % std::min<int64_t>(chunks, 140));
+    const WarpStreamSchedule s = warp_stream_schedule(row_ptr, cpt, target, 1 << 20);
+    ASSERT_GT(s.ctas(), 0);
+    const auto limit = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(chunks) / target * 1.25));
+    EXPECT_EQ(s.cta_begin.front(), 0);
+    EXPECT_EQ(s.cta_begin.back(), chunks);
+    for (int64_t i = 0; i < s.ctas(); ++i) {
+      EXPECT_GT(s.cta_begin[i + 1], s.cta_begin[i]) << "empty range, trial " << trial;
+      EXPECT_LE(s.cta_begin[i + 1] - s.cta_begin[i], limit) << "trial " << trial;
+    }
+    const auto cta_of = [&](int64_t chunk) {
+      return std::upper_bound(s.cta_begin.begin(), s.cta_begin.end(), chunk) - s.cta_begin.begin() - 1;
+    };
+    for (int r = 0; r < rows; ++r) {
+      const int64_t b = int64_t{row_ptr[r]} * cpt, e = int64_t{row_ptr[r + 1]} * cpt;
+      if (b == e || cta_of(b) == cta_of(e - 1)) {
+        EXPECT_EQ(s.row_ctas[2 * r], -1);
+        continue;
+      }
+      EXPECT_EQ(s.row_ctas[2 * r], 2 * cta_of(b) + (s.cta_begin[cta_of(b)] < b ? 1 : 0)) << "trial " << trial;
+      EXPECT_EQ(s.row_ctas[2 * r + 1], cta_of(e - 1)) << "trial " << trial;
+    }
+    // More CTAs than allowed: no schedule (the kernel cuts evenly).
+    if (s.ctas() > 1) EXPECT_EQ(warp_stream_schedule(row_ptr, cpt, target, s.ctas() - 1).ctas(), 0);
+  }
+  EXPECT_EQ(warp_stream_schedule({0}, 1, 1, 1).ctas(), 0);
+  EXPECT_THROW(warp_stream_schedule({0, 4}, 0, 1, 1), Error);
+  EXPECT_THROW(warp_stream_schedule({0, 4}, 1, 0, 1), Error);
 }
 
 PackedTiles packed_pattern(int64_t rows, int64_t cols, int tile_side, std::vector<int32_t> row_ptr,

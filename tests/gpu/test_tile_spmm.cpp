@@ -384,12 +384,10 @@ void expect_stream_kernel_sweep(TileKernel kernel, std::span<const std::array<in
 }
 
 // One plan of a stream kernel (its workspace shared by every run) run again and again on fresh operands: its row
-// counters must be back at zero after each launch. A weight of side x side tiles at density 0.4.
-void expect_repeated_runs(const Problem& t, int side, TileKernel kernel, int ctas, uint32_t seed) {
-  const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
-  const TileMatrix a = compress_tiles(w, prune_tiles_by_norm(w, side, side, 0.4), side, side);
+// counters must be back at zero after each launch.
+void expect_repeated_runs(const Problem& t, const TileMatrix& a, TileKernel kernel, int ctas, uint32_t seed) {
   const DeviceTiles da = DeviceTiles::upload(pack_tiles(a));
-  const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), side, side, kernel, {.stream_ctas = ctas});
+  const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), a.tile_rows, a.tile_cols, kernel, {.stream_ctas = ctas});
   EXPECT_GT(plan.workspace_bytes(), 0u);
   for (uint32_t run = 0; run < 4; ++run)
     EXPECT_LE(error_against_oracle(SparseMatrix{a}, t, seed * 100 + run,
@@ -398,6 +396,11 @@ void expect_repeated_runs(const Problem& t, int side, TileKernel kernel, int cta
                                    }),
               tolerance(t.dtype))
         << kernel_name(kernel) << " run " << run;
+}
+// The same on a weight of side x side tiles at density 0.4.
+void expect_repeated_runs(const Problem& t, int side, TileKernel kernel, int ctas, uint32_t seed) {
+  const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
+  expect_repeated_runs(t, compress_tiles(w, prune_tiles_by_norm(w, side, side, 0.4), side, side), kernel, ctas, seed);
 }
 
 TEST(TileGpu, StreamKernelAgainstTheOracle) {
@@ -470,6 +473,44 @@ TEST(TileGpu, WarpStreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
   expect_repeated_runs(plain(700, 1024, 32, DType::bf16, Layout::col_major), 32, TileKernel::warp_stream_mma, 3, 6);
 }
 
+// Tiles 32 rows high by tile_cols: tile row 0 stores every tile column, row 1 none, row i > 1 stores i % 5 tiles;
+// R has a tail.
+TileMatrix one_long_row(int tile_cols) {
+  const int64_t grid_rows = 40, grid_cols = 64, r = 32 * grid_rows - 5, k = grid_cols * tile_cols;
+  const DenseMatrix w = test::random_matrix(r, k, DType::f16, 12);
+  TileMask mask{grid_rows, grid_cols, std::vector<uint8_t>(static_cast<std::size_t>(grid_rows * grid_cols), 0)};
+  for (int64_t j = 0; j < grid_cols; ++j) mask.keep[static_cast<std::size_t>(j)] = 1;
+  for (int64_t i = 2; i < grid_rows; ++i)
+    for (int64_t j = 0; j < i % 5; ++j) mask.keep[static_cast<std::size_t>(i * grid_cols + (7 * i + 13 * j) % grid_cols)] = 1;
+  return compress_tiles(w, mask, 32, tile_cols);
+}
+
+TEST(TileGpu, WarpStreamScheduleCutsALongRowOverCtas) {
+  SKIP_WITHOUT_GPU();
+  // The weight's schedule (the plan's default CTAs) cuts tile row 0 over several CTAs, summed through the
+  // workspace, and gives the short rows whole to CTAs; the same weight cut evenly (9 CTAs) for comparison; beta,
+  // bias, both D layouts, C within and past one token block; one plan run again and again.
+  for (int tile_cols : {32, 64}) {
+    const TileMatrix a = one_long_row(tile_cols);
+    const PackedTiles packed = pack_tiles(a);
+    const DeviceTiles da = DeviceTiles::upload(packed);
+    ASSERT_GT(da.warp_stream_ctas(), 1) << "tiles 32x" << tile_cols;
+    const int chunks_per_tile = tile_cols / 32;
+    const int64_t chunks = packed.nnz_tiles() * chunks_per_tile;
+    // The schedule the default grid targets: two chunks per warp, eight warps per CTA (far fewer than the device holds).
+    const WarpStreamSchedule schedule = warp_stream_schedule(packed.row_ptr, chunks_per_tile, (chunks + 15) / 16, 1 << 20);
+    ASSERT_GE(schedule.row_ctas[1], 1) << "row 0 is not cut, tiles 32x" << tile_cols;
+    for (Layout d_layout : {Layout::col_major, Layout::row_major})
+      for (int64_t n : {20, 45})
+        for (int ctas : {0, 9}) {
+          const Problem t{a.rows, a.cols, n, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
+          EXPECT_LE(run_with(a, t, 41, TileKernel::warp_stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
+              << describe(t) << " tiles 32x" << tile_cols << " stream_ctas " << ctas;
+        }
+    expect_repeated_runs(plain(a.rows, a.cols, 32, DType::f16, Layout::col_major), a, TileKernel::warp_stream_mma, 0, 42);
+  }
+}
+
 TEST(TileGpu, FewTokensTakeTheStreamKernelWhereTheHopperOneDoesNotApply) {
   SKIP_WITHOUT_GPU();
   // B row-major never runs the Hopper kernel; B col-major does on an sm_90 device.
@@ -482,6 +523,31 @@ TEST(TileGpu, FewTokensTakeTheStreamKernelWhereTheHopperOneDoesNotApply) {
   const SpmmDesc wide{512, 512, kStreamMaxTokens + 1, DType::f16, DType::f16, Layout::row_major};
   EXPECT_EQ(TileSpmmPlan::create(wide, 64, 64).kernel(), TileKernel::sm80_mma);
   EXPECT_EQ(TileSpmmPlan::create(wide, 64, 64).workspace_bytes(), 0u);
+}
+
+TEST(TileGpu, AutomaticPicksTheWarpStreamKernelForWeightsOfWholeRows) {
+  SKIP_WITHOUT_GPU();
+  // On an sm_90 device, tiles 32 rows high at C <= 32: the warp-stream kernel for a weight whose schedule cuts no
+  // tile row (every row the same length here), the Hopper kernel for one whose schedule cuts row 0; both against
+  // the oracle. Past 32 tokens, or elsewhere, the planned kernel.
+  std::vector<uint8_t> keep(40 * 64, 0);
+  for (int64_t i = 0; i < 40; ++i)
+    for (int64_t j = 0; j < 16; ++j) keep[static_cast<std::size_t>(i * 64 + (5 * i + 4 * j) % 64)] = 1;
+  const TileMatrix even = compress_tiles(test::random_matrix(40 * 32 - 3, 64 * 32, DType::f16, 13), TileMask{40, 64, keep}, 32, 32);
+  const TileMatrix cut = one_long_row(32);
+  for (int64_t n : {20, 32, 33}) {
+    const Problem t{even.rows, even.cols, n, DType::f16, DType::f16, Layout::col_major, Layout::row_major, 1.0f, 0.0f, false, Activation::none};
+    const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 32, 32);
+    const DeviceTiles a_even = DeviceTiles::upload(pack_tiles(even)), a_cut = DeviceTiles::upload(pack_tiles(cut));
+    EXPECT_EQ(a_even.warp_stream_rows_cut(), 0);
+    EXPECT_GT(a_cut.warp_stream_rows_cut(), 0);
+    const bool warp_stream = sm90_here() && n <= 32;
+    EXPECT_EQ(plan.kernel_for(a_even), warp_stream ? TileKernel::warp_stream_mma : plan.kernel()) << "C = " << n;
+    EXPECT_EQ(plan.kernel_for(a_cut), plan.kernel()) << "C = " << n;
+    EXPECT_LE(run_with(even, t, 51), tolerance(DType::f16)) << describe(t);
+    const Problem u{cut.rows, cut.cols, n, DType::f16, DType::f16, Layout::col_major, Layout::row_major, 1.0f, 0.0f, false, Activation::none};
+    EXPECT_LE(run_with(cut, u, 52), tolerance(DType::f16)) << describe(u);
+  }
 }
 
 TEST(TileGpu, BadInputsAreRejected) {

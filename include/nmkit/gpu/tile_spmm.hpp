@@ -78,6 +78,26 @@ struct TileBlockSchedule {
 // For tile rows of 64 or 128 (unsupported otherwise); p must pass check_packed_tiles.
 TileBlockSchedule tile_block_schedule(const PackedTiles& p);
 
+// The warp-stream kernel's CTA ranges over a weight's 32-column chunks (tile rows of 32, CSR order), made at upload.
+// A CTA takes whole tile rows while its range stays within (1 + kRowSlack) times the even share (chunks /
+// target_ctas); a row longer than that is cut into as many near-equal pieces as that bound needs, and the last
+// piece takes whole rows after it. A row cut between CTAs is summed through the workspace at the kernel's end (a
+// fence, an arrival and the parts' loads, one after another), a whole row is not: 4096^2 at C = 32, 32x32 tiles,
+// density 0.5 ran 17 us with one tile row per CTA against 22 us with the chunks cut evenly (docs/performance.md,
+// tile item 41). Byte layout: docs/formats.md.
+struct WarpStreamSchedule {
+  static constexpr double kRowSlack = 0.25;
+  std::vector<int32_t> cta_begin;  // (ctas + 1): CTA i takes chunks [cta_begin[i], cta_begin[i + 1])
+  // (2 x tile rows): for a tile row that several CTAs hold, {2 x its first CTA + 1 if that CTA's range starts
+  // before the row, its last CTA}; {-1, -1} for a row that one CTA holds or that stores no tile
+  std::vector<int32_t> row_ctas;
+  int64_t ctas() const noexcept { return cta_begin.empty() ? 0 : static_cast<int64_t>(cta_begin.size()) - 1; }
+};
+// Empty (the kernel then cuts the chunks evenly over its CTAs) where there are no chunks, more than fit 32-bit
+// indices, or the rows would need more than max_ctas CTAs.
+WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int chunks_per_tile, int64_t target_ctas,
+                                        int64_t max_ctas);
+
 // The Hopper kernel runs tile sides of 64 and 128. A weight whose tiles are narrower (16 or 32) along a side runs
 // it through a widened copy: each tile side below kSm90MinTileSide becomes kSm90MinTileSide, and a wide tile holds
 // the small tiles that fall into it with zeros around them. That costs bytes and math on the zeros (up to
@@ -106,6 +126,12 @@ class DeviceTiles {
   const int32_t* schedule_step_ptr() const noexcept { return static_cast<const int32_t*>(schedule_step_ptr_.data()); }
   const TileStep* schedule_steps() const noexcept { return static_cast<const TileStep*>(schedule_steps_.data()); }
   bool schedule_balanced() const noexcept { return schedule_balanced_; }  // TileBlockSchedule::balanced
+  // warp_stream_schedule's arrays for the current device's CTA count (tile rows of 32 only; 0 CTAs and null
+  // pointers otherwise, or where the schedule is empty).
+  int64_t warp_stream_ctas() const noexcept { return warp_stream_ctas_; }
+  int64_t warp_stream_rows_cut() const noexcept { return warp_stream_rows_cut_; }  // rows that several CTAs hold
+  const int32_t* warp_stream_cta_begin() const noexcept { return static_cast<const int32_t*>(warp_stream_cta_begin_.data()); }
+  const int32_t* warp_stream_row_ctas() const noexcept { return static_cast<const int32_t*>(warp_stream_row_ctas_.data()); }
   // widen_tiles' copy on the device, for the Hopper kernel: uploaded beside the weight when a tile side is below
   // 64 and the current device runs the sm90 kernel; null otherwise.
   const DeviceTiles* widened() const noexcept { return widened_.get(); }
@@ -116,6 +142,8 @@ class DeviceTiles {
   DeviceBuffer row_ptr_, col_index_, data_, row_order_, tile_row_;
   DeviceBuffer schedule_block_, schedule_step_ptr_, schedule_steps_;
   bool schedule_balanced_ = false;
+  DeviceBuffer warp_stream_cta_begin_, warp_stream_row_ctas_;
+  int64_t warp_stream_ctas_ = 0, warp_stream_rows_cut_ = 0;
   std::shared_ptr<const DeviceTiles> widened_;
   int64_t rows_ = 0, cols_ = 0, nnz_tiles_ = 0;
   int tile_rows_ = 0, tile_cols_ = 0;
@@ -128,9 +156,13 @@ class DeviceTiles {
 // stream_mma: mma.sync, every tile shape and layout, for few tokens: the stored tiles split evenly over a grid that
 // fills the GPU, 32 tokens per CTA, rows that CTAs share summed through the plan's workspace;
 // warp_stream_mma: mma.sync for few tokens on tiles 32 rows high (32, 64 or 128 columns), every layout: the stored
-// tiles split evenly over the warps of a grid that fills the GPU, each loading its tiles straight into registers
-// (no shared memory), 32 tokens per warp, rows that warps share summed through the plan's workspace.
-// `automatic` takes sm90_wgmma where it applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma.
+// tiles' 32-column chunks split over the CTAs of a grid that fills the GPU (whole tile rows per CTA by the weight's
+// WarpStreamSchedule, else evenly) and evenly over each CTA's warps, each loading its chunks straight into
+// registers, 32 tokens per warp, rows that warps share summed in shared memory, rows that CTAs share through the
+// plan's workspace.
+// `automatic` takes sm90_wgmma where it applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma; where it
+// takes sm90_wgmma for tiles 32 rows high and C <= 32, a weight whose warp-stream schedule gives every CTA whole
+// tile rows runs warp_stream_mma instead (TileSpmmPlan::kernel_for; docs/performance.md, tile item 41).
 enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma, stream_mma, warp_stream_mma };
 inline constexpr int64_t kStreamMaxTokens = 32;
 inline constexpr int kMaxStreamCtas = 1 << 20;
@@ -150,7 +182,7 @@ const char* kernel_name(TileKernel k) noexcept;
 // words where each CTA records SM clock cycles at the points below (nmkit_bench --tile-timeline reads it).
 // `stream_ctas` (stream and warp-stream kernels): CTAs per 32-token block, each (each warp) taking an equal range
 // of the stored tiles (0: as many as the device holds at once, at most one per stored tile, or two 32-column chunks
-// per warp).
+// per warp; the warp-stream kernel then takes the weight's schedule, if it has one).
 struct TileLaunch {
   int block_n = 0;
   int split = 0;
@@ -214,6 +246,9 @@ class TileSpmmPlan {
 
   const SpmmDesc& desc() const noexcept { return desc_; }
   TileKernel kernel() const noexcept { return kernel_; }
+  // The kernel that run() launches for weight `a`: kernel(), or warp_stream_mma where `automatic` left the choice to
+  // the weight (above).
+  TileKernel kernel_for(const DeviceTiles& a) const noexcept;
   int tile_rows() const noexcept { return tile_rows_; }
   int tile_cols() const noexcept { return tile_cols_; }
   // The sm90 kernel's tokens per CTA and split-K factor (CTAs of a cluster sharing a tile row's columns).
@@ -223,8 +258,9 @@ class TileSpmmPlan {
   // Whether the sm90 kernel stores D by the deferred path (TileLaunch::deferred_store, where it applies).
   bool deferred_store() const noexcept { return deferred_store_; }
   uint64_t* timeline() const noexcept { return timeline_; }
-  // The stream kernels' CTAs per 32-token block for a weight of `nnz_tiles` stored tiles (what run() launches).
-  int64_t stream_ctas(int64_t nnz_tiles) const;
+  // The stream kernels' CTAs per 32-token block for weight `a` (what run() launches): the weight's warp-stream
+  // schedule where the warp-stream kernel takes it, else by its stored tiles.
+  int64_t stream_ctas(const DeviceTiles& a) const;
   std::size_t workspace_bytes() const noexcept { return workspace_ ? workspace_->size() : 0; }
 
  private:
@@ -235,10 +271,13 @@ class TileSpmmPlan {
   bool persistent_ = false;
   bool deferred_store_ = false;
   uint64_t* timeline_ = nullptr;
+  bool warp_stream_by_weight_ = false;  // automatic: warp_stream_mma for weights whose schedule cuts no row
+  TileKernel stream_kernel_ = TileKernel::automatic;  // the stream kernel the workspace serves (automatic: none)
   int stream_max_ctas_ = 0;  // the stream kernels: CTAs resident at once, or TileLaunch::stream_ctas
   bool stream_forced_ = false;
   std::shared_ptr<const DeviceBuffer> workspace_;  // the stream kernels: partial tile rows, then the row counters
   std::size_t partial_floats() const;             // the workspace's partial tile rows
+  bool takes_warp_stream_schedule(const DeviceTiles& a) const noexcept;
 };
 
 }  // namespace nmkit::gpu

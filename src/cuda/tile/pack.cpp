@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,51 @@ std::vector<int32_t> tile_row_of_tiles(const std::vector<int32_t>& row_ptr) {
   for (std::size_t r = 0; r + 1 < row_ptr.size(); ++r)
     std::fill(row_of.begin() + row_ptr[r], row_of.begin() + row_ptr[r + 1], static_cast<int32_t>(r));
   return row_of;
+}
+
+WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int chunks_per_tile, int64_t target_ctas,
+                                        int64_t max_ctas) {
+  require(chunks_per_tile >= 1 && target_ctas >= 1 && max_ctas >= 1, ErrorCode::invalid_argument,
+          "warp_stream_schedule: chunks per tile, target and maximum CTAs must be positive, got " +
+              std::to_string(chunks_per_tile) + ", " + std::to_string(target_ctas) + ", " + std::to_string(max_ctas));
+  const std::size_t rows = row_ptr.empty() ? 0 : row_ptr.size() - 1;
+  const int64_t chunks = rows ? int64_t{row_ptr.back()} * chunks_per_tile : 0;
+  if (chunks == 0 || chunks > std::numeric_limits<int32_t>::max()) return {};
+  const auto row_begin = [&](std::size_t r) { return int64_t{row_ptr[r]} * chunks_per_tile; };
+  const double share = static_cast<double>(chunks) / static_cast<double>(target_ctas);
+  const int64_t limit = std::max<int64_t>(1, static_cast<int64_t>(share * (1.0 + WarpStreamSchedule::kRowSlack)));
+  std::vector<int64_t> begin{0};
+  int64_t fill = 0;  // chunks in the CTA being filled
+  for (std::size_t r = 0; r < rows; ++r) {
+    const int64_t length = row_begin(r + 1) - row_begin(r);
+    if (length == 0) continue;
+    if (fill > 0 && fill + length > limit) begin.push_back(row_begin(r)), fill = 0;
+    if (length <= limit) {
+      fill += length;
+      continue;
+    }
+    const int64_t pieces = ceil_div(length, limit);  // each at most `limit` long, and never empty (limit >= 1)
+    for (int64_t piece = 1; piece < pieces; ++piece) begin.push_back(row_begin(r) + length * piece / pieces);
+    fill = length - length * (pieces - 1) / pieces;
+  }
+  begin.push_back(chunks);
+  WarpStreamSchedule s;
+  if (static_cast<int64_t>(begin.size()) - 1 > max_ctas) return s;
+  s.cta_begin.assign(begin.begin(), begin.end());
+  s.row_ctas.assign(2 * rows, -1);
+  std::size_t cta = 0;  // the CTA holding the current row's first chunk
+  for (std::size_t r = 0; r < rows; ++r) {
+    const int64_t first_chunk = row_begin(r), end_chunk = row_begin(r + 1);
+    if (first_chunk == end_chunk) continue;
+    while (begin[cta + 1] <= first_chunk) ++cta;
+    std::size_t last = cta;
+    while (begin[last + 1] < end_chunk) ++last;
+    if (last > cta) {
+      s.row_ctas[2 * r] = static_cast<int32_t>(2 * cta + (begin[cta] < first_chunk ? 1 : 0));
+      s.row_ctas[2 * r + 1] = static_cast<int32_t>(last);
+    }
+  }
+  return s;
 }
 
 TileBlockSchedule tile_block_schedule(const PackedTiles& p) {

@@ -68,6 +68,19 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   } else if (nm24::sm90_compiled() && nm24::device_is_sm90()) {  // sides below 64: the Hopper kernel's copy
     w.widened_ = std::make_shared<const DeviceTiles>(upload(widen_tiles(packed)));
   }
+  if (packed.tile_rows == tile::kWarpStreamTileRows && packed.tile_cols % tile::kWarpStreamChunkCols == 0 && w.nnz_tiles_ > 0) {
+    // The warp-stream kernel's CTA ranges, for as many CTAs as its plans launch by default on this device.
+    const int chunks_per_tile = packed.tile_cols / tile::kWarpStreamChunkCols;
+    const int max_ctas = tile::warp_stream_max_ctas();
+    const WarpStreamSchedule schedule = warp_stream_schedule(
+        packed.row_ptr, chunks_per_tile, tile::warp_stream_ctas(w.nnz_tiles_, packed.tile_cols, max_ctas), max_ctas);
+    if (schedule.ctas() > 0) {
+      upload_vector(w.warp_stream_cta_begin_, schedule.cta_begin);
+      upload_vector(w.warp_stream_row_ctas_, schedule.row_ctas);
+      w.warp_stream_ctas_ = schedule.ctas();
+      for (std::size_t r = 0; r < schedule.row_ctas.size(); r += 2) w.warp_stream_rows_cut_ += schedule.row_ctas[r] >= 0;
+    }
+  }
   return w;
 }
 
@@ -92,20 +105,29 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
                              desc.cols % 8 == 0;
   require(kernel != TileKernel::sm90_wgmma || sm90_possible, ErrorCode::unsupported,
           "tile plan: the sm90 wgmma kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
+  // Tiles 32 rows high at C <= 32: the warp-stream kernel beats the Hopper one on weights whose schedule gives every
+  // CTA whole tile rows, and loses where it cuts rows (tile item 41), so run() chooses by the weight (kernel_for).
+  const bool warp_stream_by_weight = kernel == TileKernel::automatic && sm90_possible &&
+                                     tile_rows == tile::kWarpStreamTileRows && tile_cols % tile::kWarpStreamChunkCols == 0 &&
+                                     desc.n <= tile::kStreamBlockN;
   // The stream kernel beats the portable one wherever C is small (a grid that fills the GPU, not one CTA per tile
   // row), but not the Hopper kernel (docs/performance.md, tile item 38).
   if (kernel == TileKernel::automatic)
     kernel = sm90_possible ? TileKernel::sm90_wgmma : desc.n <= kStreamMaxTokens ? TileKernel::stream_mma : TileKernel::sm80_mma;
+  plan.warp_stream_by_weight_ = warp_stream_by_weight;
   require(kernel != TileKernel::warp_stream_mma || (tile_rows == tile::kWarpStreamTileRows && tile_cols >= tile::kWarpStreamChunkCols), ErrorCode::unsupported,
           "tile plan: the warp-stream kernel takes tiles " + std::to_string(tile::kWarpStreamTileRows) +
               " rows high and 32, 64 or 128 columns, got " + std::to_string(tile_rows) + "x" + std::to_string(tile_cols));
   plan.kernel_ = kernel;
-  if (plan.kernel_ == TileKernel::stream_mma || plan.kernel_ == TileKernel::warp_stream_mma) {
-    // The workspace: a partial tile row per CTA (warp) end and token block, then a counter per tile row and token
-    // block (zero; each launch leaves them zero).
-    plan.stream_max_ctas_ = launch.stream_ctas                               ? launch.stream_ctas
-                            : plan.kernel_ == TileKernel::warp_stream_mma ? tile::warp_stream_max_ctas()
-                                                                           : tile::stream_max_ctas(tile_rows, tile_cols);
+  plan.stream_kernel_ = kernel == TileKernel::stream_mma || kernel == TileKernel::warp_stream_mma ? kernel
+                        : warp_stream_by_weight                                                 ? TileKernel::warp_stream_mma
+                                                                                                : TileKernel::automatic;
+  if (plan.stream_kernel_ != TileKernel::automatic) {
+    // The workspace: a partial tile row per CTA end and token block, then a counter per tile row and token block
+    // (zero; each launch leaves them zero).
+    plan.stream_max_ctas_ = launch.stream_ctas                                      ? launch.stream_ctas
+                            : plan.stream_kernel_ == TileKernel::warp_stream_mma ? tile::warp_stream_max_ctas()
+                                                                                  : tile::stream_max_ctas(tile_rows, tile_cols);
     plan.stream_forced_ = launch.stream_ctas != 0;
     const std::size_t partial_bytes = plan.partial_floats() * sizeof(float);
     const std::size_t counter_bytes =
@@ -129,15 +151,26 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   return plan;
 }
 
-int64_t TileSpmmPlan::stream_ctas(int64_t nnz_tiles) const {
+bool TileSpmmPlan::takes_warp_stream_schedule(const DeviceTiles& a) const noexcept {
+  return stream_kernel_ == TileKernel::warp_stream_mma && !stream_forced_ && a.warp_stream_ctas() > 0 &&
+         a.warp_stream_ctas() <= stream_max_ctas_;
+}
+
+TileKernel TileSpmmPlan::kernel_for(const DeviceTiles& a) const noexcept {
+  return warp_stream_by_weight_ && takes_warp_stream_schedule(a) && a.warp_stream_rows_cut() == 0 ? TileKernel::warp_stream_mma
+                                                                                                  : kernel_;
+}
+
+int64_t TileSpmmPlan::stream_ctas(const DeviceTiles& a) const {
+  const int64_t nnz_tiles = a.nnz_tiles();
   if (stream_forced_) return std::clamp<int64_t>(stream_max_ctas_, 1, std::max<int64_t>(nnz_tiles, 1));
-  if (kernel_ == TileKernel::warp_stream_mma) return tile::warp_stream_ctas(nnz_tiles, tile_cols_, stream_max_ctas_);
-  return tile::stream_ctas(nnz_tiles, stream_max_ctas_);
+  if (kernel_for(a) != TileKernel::warp_stream_mma) return tile::stream_ctas(nnz_tiles, stream_max_ctas_);
+  return takes_warp_stream_schedule(a) ? a.warp_stream_ctas() : tile::warp_stream_ctas(nnz_tiles, tile_cols_, stream_max_ctas_);
 }
 
 std::size_t TileSpmmPlan::partial_floats() const {
-  return kernel_ == TileKernel::warp_stream_mma ? tile::warp_stream_partial_floats(stream_max_ctas_, desc_.n)
-                                                : tile::stream_partial_floats(tile_rows_, stream_max_ctas_, desc_.n);
+  return stream_kernel_ == TileKernel::warp_stream_mma ? tile::warp_stream_partial_floats(stream_max_ctas_, desc_.n)
+                                                       : tile::stream_partial_floats(tile_rows_, stream_max_ctas_, desc_.n);
 }
 
 void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias) const {
@@ -150,13 +183,16 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
               std::to_string(tile_rows_) + "x" + std::to_string(tile_cols_) + " tiles");
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
-  if (kernel_ == TileKernel::stream_mma || kernel_ == TileKernel::warp_stream_mma) {
+  const TileKernel kernel = kernel_for(a);
+  if (kernel == TileKernel::stream_mma || kernel == TileKernel::warp_stream_mma) {
     const tile::TileParams p = tile_params(desc_, a, b, c, d, bias);
     auto* partials = static_cast<float*>(workspace_->data());  // then the counters (create() sizes both)
-    const tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats()),
-                                static_cast<int>(stream_ctas(a.nnz_tiles()))};
+    tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats()), static_cast<int>(stream_ctas(a))};
+    // The warp-stream kernel takes the weight's schedule (whole tile rows per CTA) unless the plan fixes the CTAs.
+    if (kernel == TileKernel::warp_stream_mma && takes_warp_stream_schedule(a))
+      work.cta_begin = a.warp_stream_cta_begin(), work.row_ctas = a.warp_stream_row_ctas();
     nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-      if (kernel_ == TileKernel::warp_stream_mma) tile::launch_warp_stream<Element, Out>(p, work, stream);
+      if (kernel == TileKernel::warp_stream_mma) tile::launch_warp_stream<Element, Out>(p, work, stream);
       else tile::launch_stream<Element, Out>(p, work, stream);
     });
     return;
@@ -164,7 +200,7 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   // The Hopper kernel's tensor map needs a 16-byte aligned B, and tile sides below 64 the weight's widened copy
   // (made at upload on an sm90 device); otherwise this call takes the portable kernel.
   const bool small_tiles = tile_rows_ < kSm90MinTileSide || tile_cols_ < kSm90MinTileSide;
-  const bool sm90 = kernel_ == TileKernel::sm90_wgmma && nm24::aligned16(b) && (!small_tiles || a.widened());
+  const bool sm90 = kernel == TileKernel::sm90_wgmma && nm24::aligned16(b) && (!small_tiles || a.widened());
   const tile::TileParams p = tile_params(desc_, sm90 && small_tiles ? *a.widened() : a, b, c, d, bias);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
     // The deferred store's tensor map needs a 16-byte aligned D; otherwise this call keeps the chunked epilogue.

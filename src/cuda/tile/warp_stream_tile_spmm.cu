@@ -10,7 +10,7 @@
 // here that slot of k16 step s reads column 8t + 4s + 2r + h of a 32-column chunk. So a lane's A fragments for
 // both k16 steps are columns 8t .. 8t + 7 of two rows (g and g + 8 of a 16-row block): one 16-byte load each from
 // the row-major packed tile. Its B fragments for 8 tokens are the same columns of token g's row of x[T][K] (B
-// col-major): one 16-byte load. No shared memory, ldmatrix or barrier.
+// col-major): one 16-byte load. No shared memory, ldmatrix or barrier on the operands' way.
 //
 // The work: the stored tiles' 32-column chunks in tile-row order (pack_tiles), cut into equal ranges, one per CTA
 // and token block (stream-K over chunks), each cut again over the CTA's warps; a warp keeps kDepth chunks' loads in
@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "../common/check.cuh"
@@ -40,10 +41,14 @@ constexpr int kMBlocks = kRows / 16, kN8 = kBlockN / 8;
 constexpr int kFragments = kMBlocks * kN8;  // m16n8 accumulator tiles per warp
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kSlotFloat4s = kRows * kBlockN / 4;  // one partial tile row: kFragments float4 per lane
-// Chunks in flight per warp: 3 x 4 KiB (A and B), ~96 KiB per SM at one CTA per SM (248 registers), past what HBM
-// needs to stream; a ring of 4 spills at the 255-register cap.
+// Chunks in flight per warp: 3 x 4 KiB (A and B), ~96 KiB per SM at one CTA per SM, past what HBM needs to stream;
+// a ring of 4 spills at the 255-register cap.
 constexpr int kDepth = 3;
 constexpr int kMinCtasPerSm = 1;
+// A warp's tile-row slots in shared memory: its range's first and last parts (summed with other warps' parts),
+// then one per ring slot for a row that ends there and is stored after the ring's round (kept out of the
+// unrolled loop, so that the epilogue's code is there once).
+constexpr int kFirstPartSlot = 0, kLastPartSlot = 1, kRowEndSlots = 2, kWarpSlots = kRowEndSlots + kDepth;
 
 using Accumulators = float[kMBlocks][kN8][4];
 
@@ -66,26 +71,54 @@ __device__ __noinline__ uint4 load_b_elements(const uint16_t* b, int64_t token, 
                     element(k + 4) | element(k + 5) << 16, element(k + 6) | element(k + 7) << 16);
 }
 
-// The same columns (zero past K and C): one 16-byte load where B is col-major with 16-byte rows.
-__device__ __forceinline__ uint4 load_b(const TileParams& p, int64_t token, int64_t k) {
-  if (token >= p.n || k >= p.cols) return make_uint4(0, 0, 0, 0);
-  const auto* b = static_cast<const uint16_t*>(p.b);
-  if (p.b_col_major && p.b_vector) return ptx::ld_global_nc_v4(b + token * p.cols + k);
-  return load_b_elements(b, token, k, p.cols, p.n, p.b_col_major);
-}
+// Where a lane's operands of a chunk come from, worked out once per warp: its columns 8t .. 8t + 7 of rows g,
+// g + 8, g + 16 and g + 24 of a tile, and of tokens n0 + 8 j + g of B. Chunk indices and columns are 32-bit (the
+// launch checks that they fit), addresses 64-bit; a chunk's addresses are a base plus fixed strides, so that the
+// compiler keeps a handful of registers for them rather than recomputing per-token addresses in the loop.
+struct LaneSources {
+  const uint16_t* a;            // the tiles, at row g and column 8t
+  int64_t a_rows8, tile_elems;  // 8 rows and a whole tile, in elements
+  int chunk_shift;              // chunks per tile: 1 << chunk_shift
+  int32_t tile_cols, k_lane, cols;  // 8t; K
+  const uint16_t* b;            // B
+  int64_t token0, n, b_tokens8;  // token n0 + g; C; 8 tokens of B col-major, in elements
+  uint32_t tokens_inside;       // bit j: token n0 + 8 j + g < C
+  bool b_col_major;
 
-__device__ __forceinline__ void load_chunk(const TileParams& p, int64_t tile, int chunk, int32_t col, int64_t n0, int lane,
-                                           ChunkOperands& c) {
-  const int g = lane / 4, t = lane % 4;
-  const uint16_t* a = p.tiles + tile * kRows * p.tile_cols + chunk * kChunkCols + 8 * t;
+  __device__ LaneSources(const TileParams& p, int64_t n0, int lane, int chunk_shift)
+      : a(p.tiles + (lane / 4) * p.tile_cols + 8 * (lane % 4)), a_rows8(int64_t{8} * p.tile_cols),
+        tile_elems(int64_t{kRows} * p.tile_cols), chunk_shift(chunk_shift), tile_cols(p.tile_cols),
+        k_lane(8 * (lane % 4)), cols(static_cast<int32_t>(p.cols)), b(static_cast<const uint16_t*>(p.b)),
+        token0(n0 + lane / 4), n(p.n), b_tokens8(8 * p.cols), tokens_inside(0), b_col_major(p.b_col_major) {
 #pragma unroll
-  for (int mi = 0; mi < kMBlocks; ++mi)
+    for (int j = 0; j < kN8; ++j) tokens_inside |= (token0 + 8 * j < n ? 1u : 0u) << j;
+  }
+  __device__ int32_t chunk_in_tile(int32_t chunk) const { return chunk & ((1 << chunk_shift) - 1); }
+
+  __device__ void load_a(ChunkOperands& c, int32_t chunk) const {
+    const uint16_t* from = a + int64_t{chunk >> chunk_shift} * tile_elems + chunk_in_tile(chunk) * kChunkCols;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) c.a[mi][h] = ptx::ld_global_nc_stream_v4(a + (16 * mi + 8 * h + g) * p.tile_cols);
-  const int64_t k = int64_t{col} * p.tile_cols + chunk * kChunkCols + 8 * t;
+    for (int mi = 0; mi < kMBlocks; ++mi)
 #pragma unroll
-  for (int j = 0; j < kN8; ++j) c.b[j] = load_b(p, n0 + 8 * j + g, k);
-}
+      for (int h = 0; h < 2; ++h) c.a[mi][h] = ptx::ld_global_nc_stream_v4(from + (2 * mi + h) * a_rows8);
+  }
+  // kVectorB: B col-major with 16-byte rows (one load per token, zero past K and C); else element by element.
+  template <bool kVectorB>
+  __device__ void load_b(ChunkOperands& c, int32_t chunk, int32_t column) const {
+    const int32_t k = column * tile_cols + chunk_in_tile(chunk) * kChunkCols + k_lane;
+    if constexpr (kVectorB) {
+      const uint16_t* from = b + token0 * cols + k;
+      const bool k_inside = k < cols;
+#pragma unroll
+      for (int j = 0; j < kN8; ++j)
+        c.b[j] = k_inside && (tokens_inside >> j & 1) ? ptx::ld_global_nc_v4(from + j * b_tokens8) : make_uint4(0, 0, 0, 0);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kN8; ++j)
+        c.b[j] = tokens_inside >> j & 1 ? load_b_elements(b, token0 + 8 * j, k, cols, n, b_col_major) : make_uint4(0, 0, 0, 0);
+    }
+  }
+};
 
 template <class Element>
 __device__ __forceinline__ void multiply_chunk(const ChunkOperands& c, Accumulators& acc) {
@@ -102,21 +135,6 @@ __device__ __forceinline__ void multiply_chunk(const ChunkOperands& c, Accumulat
         ptx::mma_m16n8k16<Mma>(acc[mi][j], a, b);
       }
     }
-}
-
-template <class Out>
-__device__ __forceinline__ void store_rows(const TileParams& p, int64_t m0, int64_t n0, int lane, const Accumulators& acc) {
-  if (nm24::epilogue_is_plain(p)) {
-#pragma unroll
-    for (int mi = 0; mi < kMBlocks; ++mi)
-#pragma unroll
-      for (int j = 0; j < kN8; ++j) nm24::plain_store_m16n8<Out>(p, m0 + 16 * mi, n0 + 8 * j, lane, acc[mi][j]);
-    return;
-  }
-#pragma unroll
-  for (int mi = 0; mi < kMBlocks; ++mi)
-#pragma unroll
-    for (int j = 0; j < kN8; ++j) nm24::epilogue_store_m16n8<Out>(p, m0 + 16 * mi, n0 + 8 * j, lane, acc[mi][j]);
 }
 
 __device__ __forceinline__ void clear(Accumulators& acc) {
@@ -146,82 +164,136 @@ __device__ __forceinline__ void add_part(const float4* slot, int lane, Accumulat
   }
 }
 
+// D's tile row at (m0, n0) from a slot in shared memory. The general epilogue (bias, beta C, activations) runs one
+// fragment at a time, so that its code is there once per call site.
+template <class Out>
+__device__ __forceinline__ void store_slot(const TileParams& p, int64_t m0, int64_t n0, int lane, const float4* slot) {
+  if (nm24::epilogue_is_plain(p)) {
+#pragma unroll
+    for (int f = 0; f < kFragments; ++f) {
+      const float4 v = slot[f * 32 + lane];
+      const float acc[4] = {v.x, v.y, v.z, v.w};
+      nm24::plain_store_m16n8<Out>(p, m0 + 16 * (f / kN8), n0 + 8 * (f % kN8), lane, acc);
+    }
+    return;
+  }
+#pragma unroll 1
+  for (int f = 0; f < kFragments; ++f) {
+    const float4 v = slot[f * 32 + lane];
+    const float acc[4] = {v.x, v.y, v.z, v.w};
+    nm24::epilogue_store_m16n8<Out>(p, m0 + 16 * (f / kN8), n0 + 8 * (f % kN8), lane, acc);
+  }
+}
+
 template <class Element, class Out>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
-    warp_stream_tile_spmm_kernel(const TileParams p, const StreamWork w) {
+    warp_stream_tile_spmm_kernel(const __grid_constant__ TileParams p, const StreamWork w) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  // Each warp's parts of rows that it shares: slot 0 its range's first part, slot 1 its last.
-  extern __shared__ __align__(16) float4 warp_parts[];
+  extern __shared__ __align__(16) float4 warp_slots[];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t n0 = int64_t{blockIdx.y} * kBlockN, grid_rows = (p.rows + kRows - 1) / kRows;
   const int chunk_shift = __ffs(p.tile_cols / kChunkCols) - 1;  // chunks per tile: 1, 2 or 4
   const int64_t chunks = p.nnz_tiles << chunk_shift;
-  // The CTA's range (launch: gridDim.x <= chunks, so none is empty), cut over its warps (the last ones idle when
-  // the range has fewer than kWarps chunks).
+  // The CTA's range (the weight's schedule, or an even cut; launch: gridDim.x <= chunks, so none is empty), cut
+  // evenly over its warps (the last ones idle when the range has fewer than kWarps chunks).
   const EvenSplit cta_ranges{chunks, gridDim.x};
-  const int64_t cta_begin = chunks ? cta_ranges.begin(blockIdx.x) : 0, cta_end = chunks ? cta_ranges.begin(blockIdx.x + 1) : 0;
+  int64_t cta_begin = 0, cta_end = 0;
+  if (w.cta_begin) cta_begin = __ldg(w.cta_begin + blockIdx.x), cta_end = __ldg(w.cta_begin + blockIdx.x + 1);
+  else if (chunks) cta_begin = cta_ranges.begin(blockIdx.x), cta_end = cta_ranges.begin(blockIdx.x + 1);
   const EvenSplit warp_ranges{cta_end - cta_begin, std::min<int64_t>(kWarps, std::max<int64_t>(cta_end - cta_begin, 1))};
   const bool working = warp < warp_ranges.parts && cta_begin < cta_end;
-  const int64_t begin = working ? cta_begin + warp_ranges.begin(warp) : cta_end;
-  const int64_t end = working ? cta_begin + warp_ranges.begin(warp + 1) : cta_end;
-  const auto part_slot = [&](int owner, int which) { return warp_parts + (owner * 2 + which) * kSlotFloat4s; };
+  // This warp's chunks (32-bit: the launch checks that every chunk index fits).
+  const int32_t begin = static_cast<int32_t>(working ? cta_begin + warp_ranges.begin(warp) : cta_end);
+  const int32_t end = static_cast<int32_t>(working ? cta_begin + warp_ranges.begin(warp + 1) : cta_end);
+  const auto slot = [&](int owner, int which) { return warp_slots + (owner * kWarpSlots + which) * kSlotFloat4s; };
+  const LaneSources sources(p, n0, lane, chunk_shift);
+
+  // The ring of chunks in flight, in registers: slot s holds chunk base + s (its operands and tile row). The first
+  // chunks' A is posted before any metadata arrives: it needs none.
+  ChunkOperands ring[kDepth];
+  int32_t ring_row[kDepth];
+#pragma unroll
+  for (int s = 0; s < kDepth; ++s)
+    if (begin + s < end) sources.load_a(ring[s], begin + s);
+  // The first tile row without tiles that this warp may have to write (a load whose answer is needed last).
+  const int64_t first_empty_candidate = int64_t{blockIdx.x} * kWarps + warp;
+  int32_t candidate_ptr[2] = {0, 0};
+  if (first_empty_candidate < grid_rows)
+    candidate_ptr[0] = __ldg(p.row_ptr + first_empty_candidate), candidate_ptr[1] = __ldg(p.row_ptr + first_empty_candidate + 1);
 
   // {column, row} of tiles window .. window + 31 (one per lane) and of the 32 after them.
-  const auto load_meta = [&](int64_t tile) {
+  const auto load_meta = [&](int32_t tile) {
     return tile < p.nnz_tiles ? make_int2(__ldg(p.col_index + tile), __ldg(p.tile_row + tile)) : make_int2(0, -1);
   };
-  int64_t window = begin >> chunk_shift;
+  int32_t window = begin >> chunk_shift;
   int2 meta = load_meta(window + lane), meta_next = load_meta(window + 32 + lane);
+  const auto tile_meta = [&](int32_t tile) {  // {column, row} of a tile at or past the window (moves it on)
+    if (tile == window + 32) window += 32, meta = meta_next, meta_next = load_meta(window + 32 + lane);
+    const int index = tile - window;
+    return make_int2(__shfl_sync(~0u, meta.x, index), __shfl_sync(~0u, meta.y, index));
+  };
+
   // The rows just outside the range (whether its first and last rows go on in other ranges), and the extents of
   // its first and last rows in chunks (first used after the main loop).
   int32_t before_row = -1, after_row = -1, first_row = -1, last_row = -1;
   int64_t first_row_begin = 0, first_row_end = 0, last_row_begin = 0, last_row_end = 0;
-  if (begin < end) {
-    if (begin > 0) before_row = __ldg(p.tile_row + ((begin - 1) >> chunk_shift));
-    if (end < chunks) after_row = __ldg(p.tile_row + (end >> chunk_shift));
-    first_row = __shfl_sync(~0u, meta.y, 0), last_row = __ldg(p.tile_row + ((end - 1) >> chunk_shift));
-    first_row_begin = int64_t{__ldg(p.row_ptr + first_row)} << chunk_shift;
-    first_row_end = int64_t{__ldg(p.row_ptr + first_row + 1)} << chunk_shift;
-    last_row_begin = int64_t{__ldg(p.row_ptr + last_row)} << chunk_shift;
-    last_row_end = int64_t{__ldg(p.row_ptr + last_row + 1)} << chunk_shift;
-  }
-
-  // The ring of chunks in flight, in registers: slot s holds chunk base + s (its operands and tile row).
-  ChunkOperands ring[kDepth];
-  int32_t ring_row[kDepth];
-  int64_t next = begin;  // the next chunk to load
-  const auto load_next = [&](ChunkOperands& c, int32_t& row) {
-    if (next >= end) return;
-    const int64_t tile = next >> chunk_shift;
-    if (tile == window + 32) window += 32, meta = meta_next, meta_next = load_meta(window + 32 + lane);
-    const int index = static_cast<int>(tile - window);
-    const int32_t col = __shfl_sync(~0u, meta.x, index);
-    row = __shfl_sync(~0u, meta.y, index);
-    load_chunk(p, tile, static_cast<int>(next & ((1 << chunk_shift) - 1)), col, n0, lane, c);
-    ++next;
+  const auto fill_ring_and_read_ends = [&]<bool kVectorB>() {
+#pragma unroll
+    for (int s = 0; s < kDepth; ++s)
+      if (begin + s < end) {
+        const int2 m = tile_meta((begin + s) >> chunk_shift);
+        ring_row[s] = m.y;
+        sources.load_b<kVectorB>(ring[s], begin + s, m.x);
+      }
+    if (begin < end) {
+      if (begin > 0) before_row = __ldg(p.tile_row + ((begin - 1) >> chunk_shift));
+      if (end < chunks) after_row = __ldg(p.tile_row + (end >> chunk_shift));
+      first_row = ring_row[0], last_row = __ldg(p.tile_row + ((end - 1) >> chunk_shift));
+      first_row_begin = int64_t{__ldg(p.row_ptr + first_row)} << chunk_shift;
+      first_row_end = int64_t{__ldg(p.row_ptr + first_row + 1)} << chunk_shift;
+      last_row_begin = int64_t{__ldg(p.row_ptr + last_row)} << chunk_shift;
+      last_row_end = int64_t{__ldg(p.row_ptr + last_row + 1)} << chunk_shift;
+    }
   };
 
+  // The main loop. A tile row's part ends at a ring slot: into the warp's first or last part slot if other warps
+  // hold parts of the row too, else into that ring slot's row-end slot, stored after the ring's round.
+  const auto stream_chunks = [&]<bool kVectorB>() {
+    fill_ring_and_read_ends.template operator()<kVectorB>();
+    Accumulators acc = {};
+    int32_t ended_row[kDepth];
+    for (int32_t base = begin; base < end; base += kDepth) {
+      uint32_t ended = 0;  // bit s: a row ended at ring slot s and waits in its row-end slot
 #pragma unroll
-  for (int s = 0; s < kDepth; ++s) load_next(ring[s], ring_row[s]);
-  Accumulators acc = {};
-  int64_t part_begin = begin;
-  for (int64_t base = begin; base < end; base += kDepth) {
+      for (int s = 0; s < kDepth; ++s) {
+        const int32_t chunk = base + s;
+        if (chunk >= end) break;
+        multiply_chunk<Element>(ring[s], acc);
+        const int32_t row = ring_row[s];
+        if (chunk + kDepth < end) {
+          sources.load_a(ring[s], chunk + kDepth);
+          const int2 m = tile_meta((chunk + kDepth) >> chunk_shift);
+          ring_row[s] = m.y;
+          sources.load_b<kVectorB>(ring[s], chunk + kDepth, m.x);
+        }
+        if (chunk + 1 < end && ring_row[(s + 1) % kDepth] == row) continue;
+        const bool shared = (row == first_row && before_row == row) || (row == last_row && after_row == row);
+        put_part(slot(warp, !shared ? kRowEndSlots + s : row == first_row ? kFirstPartSlot : kLastPartSlot), lane, acc);
+        if (!shared) ended |= 1u << s, ended_row[s] = row;
+        clear(acc);
+      }
+#pragma unroll 1
+      for (int s = 0; s < kDepth; ++s) {
+        if (!(ended >> s & 1)) continue;
+        int32_t row = ended_row[0];
 #pragma unroll
-    for (int s = 0; s < kDepth; ++s) {
-      const int64_t chunk = base + s;
-      if (chunk >= end) break;
-      multiply_chunk<Element>(ring[s], acc);
-      const int32_t row = ring_row[s];
-      load_next(ring[s], ring_row[s]);  // chunk + kDepth
-      if (chunk + 1 < end && ring_row[(s + 1) % kDepth] == row) continue;
-      // The part of tile row `row` in this range ends here: D if the range holds the whole row, else a slot.
-      const bool first_part = part_begin == begin, last_part = chunk + 1 == end;
-      if ((first_part && before_row == row) || (last_part && after_row == row)) put_part(part_slot(warp, first_part ? 0 : 1), lane, acc);
-      else store_rows<Out>(p, int64_t{row} * kRows, n0, lane, acc);
-      clear(acc);
-      part_begin = chunk + 1;
+        for (int i = 1; i < kDepth; ++i) row = s == i ? ended_row[i] : row;
+        store_slot<Out>(p, int64_t{row} * kRows, n0, lane, slot(warp, kRowEndSlots + s));
+      }
     }
-  }
+  };
+  if (p.b_col_major && p.b_vector) stream_chunks.template operator()<true>();
+  else stream_chunks.template operator()<false>();
   __syncthreads();  // every warp's parts are in shared memory
 
   // A shared row is summed by the last of the CTA's warps that holds a part of it, in warp order; a row that goes
@@ -241,22 +313,32 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         sum_rows[rows_to_sum] = last_row, sum_begin[rows_to_sum] = last_row_begin, sum_end[rows_to_sum++] = last_row_end;
     }
   }
+  float4* const scratch = slot(warp, kRowEndSlots);  // free after the main loop
 #pragma unroll 1
   for (int i = 0; i < rows_to_sum; ++i) {
-    const int32_t row = sum_rows[i];
-    const int64_t row_begin = sum_begin[i], row_end = sum_end[i];
+    const int32_t row = i == 0 ? sum_rows[0] : sum_rows[1];
+    const int64_t row_begin = i == 0 ? sum_begin[0] : sum_begin[1], row_end = i == 0 ? sum_end[0] : sum_end[1];
     Accumulators sum = {};
     const int first_warp = static_cast<int>(warp_ranges.part_of(std::max(row_begin, cta_begin) - cta_begin));
     for (int owner = first_warp; owner <= warp; ++owner)
-      add_part<false>(part_slot(owner, cta_begin + warp_ranges.begin(owner) < row_begin ? 1 : 0), lane, sum);
+      add_part<false>(slot(owner, cta_begin + warp_ranges.begin(owner) < row_begin ? kLastPartSlot : kFirstPartSlot), lane, sum);
     if (row_begin < cta_begin || row_end > cta_end) {  // the row goes on in other CTAs' ranges
       const auto cta_slot = [&](int64_t cta, int which) {
         return reinterpret_cast<float4*>(w.partials) + ((int64_t{blockIdx.y} * gridDim.x + cta) * 2 + which) * kSlotFloat4s;
       };
+      // The CTAs holding the row, and whether the first of them holds it as its last part (its range starts before).
+      int64_t first, last;
+      bool first_holds_last_part;
+      if (w.row_ctas) {
+        const int2 ctas = __ldg(reinterpret_cast<const int2*>(w.row_ctas) + row);
+        first = ctas.x >> 1, first_holds_last_part = ctas.x & 1, last = ctas.y;
+      } else {
+        first = cta_ranges.part_of(row_begin), last = cta_ranges.part_of(row_end - 1);
+        first_holds_last_part = cta_ranges.begin(first) < row_begin;
+      }
       put_part(cta_slot(blockIdx.x, cta_begin < row_begin ? 1 : 0), lane, sum);
       __threadfence();  // the part is visible GPU-wide before its arrival is counted
       __syncwarp();
-      const int64_t first = cta_ranges.part_of(row_begin), last = cta_ranges.part_of(row_end - 1);
       int brings_last_part = 0;
       if (lane == 0) {
         int32_t* arrivals = w.arrivals + int64_t{blockIdx.y} * grid_rows + row;
@@ -267,21 +349,29 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       __threadfence();
       clear(sum);
       for (int64_t owner = first; owner <= last; ++owner)
-        add_part<true>(cta_slot(owner, cta_ranges.begin(owner) < row_begin ? 1 : 0), lane, sum);
+        add_part<true>(cta_slot(owner, owner == first && first_holds_last_part ? 1 : 0), lane, sum);
     }
-    store_rows<Out>(p, int64_t{row} * kRows, n0, lane, sum);
+    put_part(scratch, lane, sum);
+    store_slot<Out>(p, int64_t{row} * kRows, n0, lane, scratch);
   }
 
-  // Tile rows without tiles: D = beta C + bias there (last, so that the loads above start at once).
-  for (int64_t r = int64_t{blockIdx.x} * kWarps + warp; r < grid_rows; r += int64_t{gridDim.x} * kWarps)
-    if (__ldg(p.row_ptr + r) == __ldg(p.row_ptr + r + 1)) {
+  // Tile rows without tiles: D = beta C + bias there (last, so that the loads above start at once; the first
+  // candidate's extent was loaded at the start).
+  bool zero_written = false;
+  for (int64_t r = first_empty_candidate; r < grid_rows; r += int64_t{gridDim.x} * kWarps) {
+    const bool empty = r == first_empty_candidate ? candidate_ptr[0] == candidate_ptr[1] : __ldg(p.row_ptr + r) == __ldg(p.row_ptr + r + 1);
+    if (!empty) continue;
+    if (!zero_written) {
       const Accumulators zero = {};
-      store_rows<Out>(p, r * kRows, n0, lane, zero);
+      put_part(scratch, lane, zero);
+      zero_written = true;
     }
+    store_slot<Out>(p, r * kRows, n0, lane, scratch);
+  }
 #endif
 }
 
-constexpr int kSmemBytes = kWarps * 2 * kSlotFloat4s * 16;
+constexpr int kSmemBytes = kWarps * kWarpSlots * kSlotFloat4s * 16;
 
 // The kernel, its dynamic shared-memory limit raised past the default 48 KiB (once per instantiation).
 template <class Element, class Out>
@@ -318,6 +408,10 @@ void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t s
   const int64_t token_blocks = ceil_div(p.n, int64_t{kBlockN});
   require(token_blocks <= 65535, ErrorCode::unsupported, "warp-stream tile: more than 65535 token blocks");
   const dim3 grid(static_cast<unsigned>(w.ctas), static_cast<unsigned>(token_blocks));
+  // The kernel's chunk indices (and a ring's worth past them) and columns are 32-bit.
+  constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max() - 2 * kDepth;
+  require(p.nnz_tiles * (p.tile_cols / kChunkCols) <= kMaxIndex && p.cols <= kMaxIndex, ErrorCode::unsupported,
+          "warp-stream tile: the kernel takes at most " + std::to_string(kMaxIndex) + " 32-column chunks and columns");
   require(w.ctas >= 1 && (p.nnz_tiles == 0 || w.ctas <= p.nnz_tiles * (p.tile_cols / kChunkCols)), ErrorCode::invalid_argument,
           "warp-stream tile: the grid must not exceed the stored chunks");
   ready_kernel<Element, Out>()<<<grid, kThreads, kSmemBytes, stream>>>(p, w);
