@@ -157,9 +157,9 @@ class DeviceTiles {
 // fills the GPU, 32 tokens per CTA, rows that CTAs share summed through the plan's workspace;
 // warp_stream_mma: mma.sync for few tokens on tiles 32 rows high (32, 64 or 128 columns), every layout: the stored
 // tiles' 32-column chunks split over the CTAs of a grid that fills the GPU (whole tile rows per CTA by the weight's
-// WarpStreamSchedule, else evenly) and evenly over each CTA's warps, each loading its chunks straight into
-// registers, 32 tokens per warp, rows that warps share summed in shared memory, rows that CTAs share through the
-// plan's workspace.
+// WarpStreamSchedule, else evenly) and evenly over each CTA's warps, each streaming its chunks through a ring of
+// its own in shared memory, 32 tokens per warp, rows that warps share summed in shared memory, rows that CTAs share
+// through the plan's workspace.
 // `automatic` takes sm90_wgmma where it applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma; where it
 // takes sm90_wgmma for tiles 32 rows high and C <= 32, a weight whose warp-stream schedule gives every CTA whole
 // tile rows runs warp_stream_mma instead (TileSpmmPlan::kernel_for; docs/performance.md, tile item 41).

@@ -1,20 +1,22 @@
 // The warp-stream tile-sparse SpMM, for few tokens (sm_80 .. sm_90) and tiles 32 rows high: every warp streams its
-// own share of the stored tiles from global memory straight into registers and runs mma.sync on them.
+// own share of the stored tiles through a small ring of its own in shared memory and runs mma.sync on them.
 //
-// Why not the stream kernel's shared-memory ring (stream_tile_spmm.cu): a 32x32 tile is 2 KiB, and per tile that
-// ring pays a wait, a CTA barrier and its threads' copy addresses; with these tiles it streamed ~1.7 TB/s at C = 32
-// (docs/performance.md, tile item 39). Here a CTA's warps share nothing but their SM.
+// Why not the stream kernel's CTA-wide ring (stream_tile_spmm.cu): a 32x32 tile is 2 KiB, and per tile that ring
+// pays a wait, a CTA barrier and its threads' copy addresses; with these tiles it streamed ~1.7 TB/s at C = 32
+// (docs/performance.md, tile item 39). Here each warp has a ring of its own in shared memory, and each lane copies
+// (cp.async) and later reads exactly its own 16-byte pieces: no barrier, no ldmatrix, no copy arithmetic shared
+// across lanes. The CTA's warps share nothing but their SM until the rows they share are summed.
 //
 // The k order. A sum over k may take k in any order as long as A and B take the same one. In mma.m16n8k16, lane
 // (g, t) (g = lane / 4, t = lane % 4) holds in register pair r, half h of a k16 step the step's k index 8r + 2t + h;
 // here that slot of k16 step s reads column 8t + 4s + 2r + h of a 32-column chunk. So a lane's A fragments for
-// both k16 steps are columns 8t .. 8t + 7 of two rows (g and g + 8 of a 16-row block): one 16-byte load each from
+// both k16 steps are columns 8t .. 8t + 7 of two rows (g and g + 8 of a 16-row block): one 16-byte copy each from
 // the row-major packed tile. Its B fragments for 8 tokens are the same columns of token g's row of x[T][K] (B
-// col-major): one 16-byte load. No shared memory, ldmatrix or barrier on the operands' way.
+// col-major): one 16-byte copy.
 //
-// The work: the stored tiles' 32-column chunks in tile-row order (pack_tiles), cut into equal ranges, one per CTA
-// and token block (stream-K over chunks), each cut again over the CTA's warps; a warp keeps kDepth chunks' loads in
-// flight. A tile row whose chunks several warps hold is summed in two levels, both in a fixed order so that the
+// The work: the stored tiles' 32-column chunks in tile-row order (pack_tiles), cut into ranges, one per CTA and
+// token block (the weight's WarpStreamSchedule: whole tile rows where that stays balanced; else equal ranges),
+// each cut evenly again over the CTA's warps; a warp keeps kStages chunks in flight. A tile row whose chunks several warps hold is summed in two levels, both in a fixed order so that the
 // result does not depend on which warp or CTA ends last: the warps' parts through shared memory by the CTA's last
 // warp holding one, then, for a row that goes on in other CTAs' ranges, the CTAs' parts through the workspace (fp32)
 // by the CTA that brings the last of them (an arrival counter per tile row, zeroed again for the next launch).
@@ -27,8 +29,9 @@
 #include "../common/check.cuh"
 #include "../common/smem.cuh"
 #include "../nm24/nm24_common.cuh"
-#include "../ptx/global_load.cuh"
+#include "../ptx/cp_async.cuh"
 #include "../ptx/mma.cuh"
+#include "../ptx/shared.cuh"
 #include "tile_common.cuh"
 
 namespace nmkit::gpu::tile {
@@ -41,15 +44,23 @@ constexpr int kMBlocks = kRows / 16, kN8 = kBlockN / 8;
 constexpr int kFragments = kMBlocks * kN8;  // m16n8 accumulator tiles per warp
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kSlotFloat4s = kRows * kBlockN / 4;  // one partial tile row: kFragments float4 per lane
-// Chunks in flight per warp: 3 x 4 KiB (A and B), ~96 KiB per SM at one CTA per SM, past what HBM needs to stream;
-// a ring of 4 spills at the 255-register cap.
-constexpr int kDepth = 3;
+// Chunks in flight per warp, each in a stage of the warp's ring in shared memory (A and B: 4 KiB). A wait per chunk
+// leaves the later stages' copies in flight (cp.async groups complete in order), where loads into registers all
+// shared one scoreboard, so that each ring of them was waited for whole (docs/performance.md, tile item 42). Three
+// stages ran as fast as four at density 0.5 and faster below it (more L1 beside 166 KiB of shared memory).
+constexpr int kStages = 3;
 constexpr int kMinCtasPerSm = 1;
-// A warp's tile-row slots in shared memory: its range's first and last parts (summed with other warps' parts),
-// then one per ring slot for a row that ends there and is stored after the ring's round (kept out of the
-// unrolled loop, so that the epilogue's code is there once).
-constexpr int kFirstPartSlot = 0, kLastPartSlot = 1, kRowEndSlots = 2, kWarpSlots = kRowEndSlots + kDepth;
-
+// A warp's tile-row slots in shared memory: its range's first and last parts (summed with other warps' parts); a
+// row that ends inside the range passes through the last part's slot to D (the range's last part comes after it).
+constexpr int kFirstPartSlot = 0, kLastPartSlot = 1, kWarpSlots = 2;
+// A stage: per lane 4 x 16 bytes of A (rows g, g + 8, g + 16, g + 24) then 4 x 16 bytes of B (tokens 8 j + g),
+// item-major (item i of lane l at i x 32 + l: conflict-free 16-byte accesses), and the chunk's {tile row, column}.
+constexpr int kStageItems = 2 * kMBlocks + kN8, kStageBytes = kStageItems * 32 * 16;
+// Shared memory, in float4: the warps' part slots, then their rings, then each stage's {tile row, column} per lane.
+constexpr int kPartSlotFloat4s = kWarps * kWarpSlots * kSlotFloat4s;
+constexpr int kRingFloat4s = kStages * kStageBytes / 16;  // one warp's
+constexpr int kStageMetaFloat4s = kWarps * kStages * 32 * static_cast<int>(sizeof(int2)) / 16;
+constexpr int kSmemBytes = (kPartSlotFloat4s + kWarps * kRingFloat4s + kStageMetaFloat4s) * 16;
 using Accumulators = float[kMBlocks][kN8][4];
 
 // One lane's operands of a 32-row, 32-column chunk and kBlockN tokens (the k order above).
@@ -95,30 +106,42 @@ struct LaneSources {
   }
   __device__ int32_t chunk_in_tile(int32_t chunk) const { return chunk & ((1 << chunk_shift) - 1); }
 
-  __device__ void load_a(ChunkOperands& c, int32_t chunk) const {
+  // Posts chunk `chunk`'s A into the lane's items 0..3 of a ring stage (32-bit shared address of item 0, lane 0).
+  __device__ void post_a(uint32_t stage, int lane, int32_t chunk) const {
     const uint16_t* from = a + int64_t{chunk >> chunk_shift} * tile_elems + chunk_in_tile(chunk) * kChunkCols;
 #pragma unroll
-    for (int mi = 0; mi < kMBlocks; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) c.a[mi][h] = ptx::ld_global_nc_stream_v4(from + (2 * mi + h) * a_rows8);
+    for (int i = 0; i < 2 * kMBlocks; ++i) ptx::cp_async_16(stage + (i * 32 + lane) * 16, from + i * a_rows8, 16);
   }
-  // kVectorB: B col-major with 16-byte rows (one load per token, zero past K and C); else element by element.
-  template <bool kVectorB>
-  __device__ void load_b(ChunkOperands& c, int32_t chunk, int32_t column) const {
+  // B col-major with 16-byte rows: posts the chunk's B into items 4..7 (zero past K and C).
+  __device__ void post_b(uint32_t stage, int lane, int32_t chunk, int32_t column) const {
     const int32_t k = column * tile_cols + chunk_in_tile(chunk) * kChunkCols + k_lane;
-    if constexpr (kVectorB) {
-      const uint16_t* from = b + token0 * cols + k;
-      const bool k_inside = k < cols;
+    const uint16_t* from = b + token0 * cols + k;
 #pragma unroll
-      for (int j = 0; j < kN8; ++j)
-        c.b[j] = k_inside && (tokens_inside >> j & 1) ? ptx::ld_global_nc_v4(from + j * b_tokens8) : make_uint4(0, 0, 0, 0);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kN8; ++j)
-        c.b[j] = tokens_inside >> j & 1 ? load_b_elements(b, token0 + 8 * j, k, cols, n, b_col_major) : make_uint4(0, 0, 0, 0);
+    for (int j = 0; j < kN8; ++j) {
+      const bool inside = k < cols && (tokens_inside >> j & 1);
+      ptx::cp_async_16(stage + ((2 * kMBlocks + j) * 32 + lane) * 16, inside ? from + j * b_tokens8 : b, inside ? 16 : 0);
     }
   }
+  // Any other B: the chunk's B element by element, straight into registers (zero past K and C).
+  __device__ void load_b_elementwise(ChunkOperands& c, int32_t chunk, int32_t column) const {
+    const int32_t k = column * tile_cols + chunk_in_tile(chunk) * kChunkCols + k_lane;
+#pragma unroll
+    for (int j = 0; j < kN8; ++j)
+      c.b[j] = tokens_inside >> j & 1 ? load_b_elements(b, token0 + 8 * j, k, cols, n, b_col_major) : make_uint4(0, 0, 0, 0);
+  }
 };
+
+// The lane's A (and, with kVectorB, B) of the chunk in a ring stage.
+template <bool kVectorB>
+__device__ __forceinline__ void read_stage(uint32_t stage, int lane, ChunkOperands& c) {
+#pragma unroll
+  for (int mi = 0; mi < kMBlocks; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) c.a[mi][h] = ptx::ld_shared_v4_b32(stage + ((2 * mi + h) * 32 + lane) * 16);
+  if constexpr (kVectorB)
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) c.b[j] = ptx::ld_shared_v4_b32(stage + ((2 * kMBlocks + j) * 32 + lane) * 16);
+}
 
 template <class Element>
 __device__ __forceinline__ void multiply_chunk(const ChunkOperands& c, Accumulators& acc) {
@@ -189,7 +212,7 @@ template <class Element, class Out>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     warp_stream_tile_spmm_kernel(const __grid_constant__ TileParams p, const StreamWork w) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  extern __shared__ __align__(16) float4 warp_slots[];
+  extern __shared__ __align__(16) float4 warp_slots[];  // kSmemBytes: the part slots first
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t n0 = int64_t{blockIdx.y} * kBlockN, grid_rows = (p.rows + kRows - 1) / kRows;
   const int chunk_shift = __ffs(p.tile_cols / kChunkCols) - 1;  // chunks per tile: 1, 2 or 4
@@ -208,20 +231,25 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const auto slot = [&](int owner, int which) { return warp_slots + (owner * kWarpSlots + which) * kSlotFloat4s; };
   const LaneSources sources(p, n0, lane, chunk_shift);
 
-  // The ring of chunks in flight, in registers: slot s holds chunk base + s (its operands and tile row). The first
-  // chunks' A is posted before any metadata arrives: it needs none.
-  ChunkOperands ring[kDepth];
-  int32_t ring_row[kDepth];
+  const uint32_t ring = ptx::smem_address(warp_slots + kPartSlotFloat4s) + warp * kRingFloat4s * 16;  // this warp's
+  const auto stage_at = [&](int s) { return ring + s * kStageBytes; };
+  // The lane's {tile row, column} of the chunk in stage s: stage_meta[32 s].
+  int2* const stage_meta =
+      reinterpret_cast<int2*>(warp_slots + kPartSlotFloat4s + kWarps * kRingFloat4s) + warp * kStages * 32 + lane;
+
+  // The first kStages chunks' A is posted before any metadata arrives (it needs none); each chunk's B follows in the
+  // same cp.async group, so that the group of chunk i is the i-th committed.
 #pragma unroll
-  for (int s = 0; s < kDepth; ++s)
-    if (begin + s < end) sources.load_a(ring[s], begin + s);
+  for (int s = 0; s < kStages; ++s)
+    if (begin + s < end) sources.post_a(stage_at(s), lane, begin + s);
   // The first tile row without tiles that this warp may have to write (a load whose answer is needed last).
   const int64_t first_empty_candidate = int64_t{blockIdx.x} * kWarps + warp;
   int32_t candidate_ptr[2] = {0, 0};
   if (first_empty_candidate < grid_rows)
     candidate_ptr[0] = __ldg(p.row_ptr + first_empty_candidate), candidate_ptr[1] = __ldg(p.row_ptr + first_empty_candidate + 1);
 
-  // {column, row} of tiles window .. window + 31 (one per lane) and of the 32 after them.
+  // {column, row} of tiles window .. window + 31 (one per lane) and of the 32 after them; posting runs kStages chunks
+  // ahead of the math, so the window follows the posts and each stage keeps its chunk's {row, column}.
   const auto load_meta = [&](int32_t tile) {
     return tile < p.nnz_tiles ? make_int2(__ldg(p.col_index + tile), __ldg(p.tile_row + tile)) : make_int2(0, -1);
   };
@@ -232,67 +260,64 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     const int index = tile - window;
     return make_int2(__shfl_sync(~0u, meta.x, index), __shfl_sync(~0u, meta.y, index));
   };
+  // Chunk `chunk`'s {row, column} into stage s, and (B col-major with 16-byte rows) its B.
+  const bool vector_b = p.b_col_major && p.b_vector;
+  const auto post_rest = [&](int s, int32_t chunk) {
+    const int2 m = tile_meta(chunk >> chunk_shift);
+    stage_meta[32 * s] = make_int2(m.y, m.x);
+    if (vector_b) sources.post_b(stage_at(s), lane, chunk, m.x);
+  };
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    if (begin + s < end) post_rest(s, begin + s);
+    ptx::cp_async_commit();  // one group per stage, empty past the range
+  }
 
   // The rows just outside the range (whether its first and last rows go on in other ranges), and the extents of
   // its first and last rows in chunks (first used after the main loop).
   int32_t before_row = -1, after_row = -1, first_row = -1, last_row = -1;
   int64_t first_row_begin = 0, first_row_end = 0, last_row_begin = 0, last_row_end = 0;
-  const auto fill_ring_and_read_ends = [&]<bool kVectorB>() {
-#pragma unroll
-    for (int s = 0; s < kDepth; ++s)
-      if (begin + s < end) {
-        const int2 m = tile_meta((begin + s) >> chunk_shift);
-        ring_row[s] = m.y;
-        sources.load_b<kVectorB>(ring[s], begin + s, m.x);
-      }
-    if (begin < end) {
-      if (begin > 0) before_row = __ldg(p.tile_row + ((begin - 1) >> chunk_shift));
-      if (end < chunks) after_row = __ldg(p.tile_row + (end >> chunk_shift));
-      first_row = ring_row[0], last_row = __ldg(p.tile_row + ((end - 1) >> chunk_shift));
-      first_row_begin = int64_t{__ldg(p.row_ptr + first_row)} << chunk_shift;
-      first_row_end = int64_t{__ldg(p.row_ptr + first_row + 1)} << chunk_shift;
-      last_row_begin = int64_t{__ldg(p.row_ptr + last_row)} << chunk_shift;
-      last_row_end = int64_t{__ldg(p.row_ptr + last_row + 1)} << chunk_shift;
-    }
-  };
+  if (begin < end) {
+    if (begin > 0) before_row = __ldg(p.tile_row + ((begin - 1) >> chunk_shift));
+    if (end < chunks) after_row = __ldg(p.tile_row + (end >> chunk_shift));
+    first_row = stage_meta[0].x, last_row = __ldg(p.tile_row + ((end - 1) >> chunk_shift));
+    first_row_begin = int64_t{__ldg(p.row_ptr + first_row)} << chunk_shift;
+    first_row_end = int64_t{__ldg(p.row_ptr + first_row + 1)} << chunk_shift;
+    last_row_begin = int64_t{__ldg(p.row_ptr + last_row)} << chunk_shift;
+    last_row_end = int64_t{__ldg(p.row_ptr + last_row + 1)} << chunk_shift;
+  }
 
-  // The main loop. A tile row's part ends at a ring slot: into the warp's first or last part slot if other warps
-  // hold parts of the row too, else into that ring slot's row-end slot, stored after the ring's round.
+  // The main loop: one chunk per step, its stage refilled with the chunk kStages ahead. A tile row's part ends at
+  // the chunk before the next row's: into the warp's first or last part slot if other warps hold parts of the row
+  // too, else through the last part's slot to D.
   const auto stream_chunks = [&]<bool kVectorB>() {
-    fill_ring_and_read_ends.template operator()<kVectorB>();
     Accumulators acc = {};
-    int32_t ended_row[kDepth];
-    for (int32_t base = begin; base < end; base += kDepth) {
-      uint32_t ended = 0;  // bit s: a row ended at ring slot s and waits in its row-end slot
-#pragma unroll
-      for (int s = 0; s < kDepth; ++s) {
-        const int32_t chunk = base + s;
-        if (chunk >= end) break;
-        multiply_chunk<Element>(ring[s], acc);
-        const int32_t row = ring_row[s];
-        if (chunk + kDepth < end) {
-          sources.load_a(ring[s], chunk + kDepth);
-          const int2 m = tile_meta((chunk + kDepth) >> chunk_shift);
-          ring_row[s] = m.y;
-          sources.load_b<kVectorB>(ring[s], chunk + kDepth, m.x);
-        }
-        if (chunk + 1 < end && ring_row[(s + 1) % kDepth] == row) continue;
-        const bool shared = (row == first_row && before_row == row) || (row == last_row && after_row == row);
-        put_part(slot(warp, !shared ? kRowEndSlots + s : row == first_row ? kFirstPartSlot : kLastPartSlot), lane, acc);
-        if (!shared) ended |= 1u << s, ended_row[s] = row;
-        clear(acc);
+    int s = 0;
+    for (int32_t chunk = begin; chunk < end; ++chunk) {
+      ptx::cp_async_wait<kStages - 1>();  // this chunk's group has landed
+      ChunkOperands c;
+      read_stage<kVectorB>(stage_at(s), lane, c);
+      const int2 row_column = stage_meta[32 * s];
+      if constexpr (!kVectorB) sources.load_b_elementwise(c, chunk, row_column.y);
+      const int next_s = s + 1 == kStages ? 0 : s + 1;
+      const int32_t row = row_column.x, next_row = chunk + 1 < end ? stage_meta[32 * next_s].x : -1;
+      multiply_chunk<Element>(c, acc);  // the stage is read (its registers are consumed) before it is refilled
+      if (chunk + kStages < end) {
+        sources.post_a(stage_at(s), lane, chunk + kStages);
+        post_rest(s, chunk + kStages);
       }
-#pragma unroll 1
-      for (int s = 0; s < kDepth; ++s) {
-        if (!(ended >> s & 1)) continue;
-        int32_t row = ended_row[0];
-#pragma unroll
-        for (int i = 1; i < kDepth; ++i) row = s == i ? ended_row[i] : row;
-        store_slot<Out>(p, int64_t{row} * kRows, n0, lane, slot(warp, kRowEndSlots + s));
-      }
+      ptx::cp_async_commit();
+      s = next_s;
+      if (next_row == row) continue;
+      const bool shared = (row == first_row && before_row == row) || (row == last_row && after_row == row);
+      float4* const part = slot(warp, shared && row == first_row ? kFirstPartSlot : kLastPartSlot);
+      put_part(part, lane, acc);
+      if (!shared) store_slot<Out>(p, int64_t{row} * kRows, n0, lane, part);
+      clear(acc);
     }
+    ptx::cp_async_wait<0>();
   };
-  if (p.b_col_major && p.b_vector) stream_chunks.template operator()<true>();
+  if (vector_b) stream_chunks.template operator()<true>();
   else stream_chunks.template operator()<false>();
   __syncthreads();  // every warp's parts are in shared memory
 
@@ -313,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         sum_rows[rows_to_sum] = last_row, sum_begin[rows_to_sum] = last_row_begin, sum_end[rows_to_sum++] = last_row_end;
     }
   }
-  float4* const scratch = slot(warp, kRowEndSlots);  // free after the main loop
+  float4* const scratch = warp_slots + kPartSlotFloat4s + warp * kRingFloat4s;  // this warp's ring, free now
 #pragma unroll 1
   for (int i = 0; i < rows_to_sum; ++i) {
     const int32_t row = i == 0 ? sum_rows[0] : sum_rows[1];
@@ -371,7 +396,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 #endif
 }
 
-constexpr int kSmemBytes = kWarps * kWarpSlots * kSlotFloat4s * 16;
 
 // The kernel, its dynamic shared-memory limit raised past the default 48 KiB (once per instantiation).
 template <class Element, class Out>
@@ -409,7 +433,7 @@ void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t s
   require(token_blocks <= 65535, ErrorCode::unsupported, "warp-stream tile: more than 65535 token blocks");
   const dim3 grid(static_cast<unsigned>(w.ctas), static_cast<unsigned>(token_blocks));
   // The kernel's chunk indices (and a ring's worth past them) and columns are 32-bit.
-  constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max() - 2 * kDepth;
+  constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max() - 2 * kStages;
   require(p.nnz_tiles * (p.tile_cols / kChunkCols) <= kMaxIndex && p.cols <= kMaxIndex, ErrorCode::unsupported,
           "warp-stream tile: the kernel takes at most " + std::to_string(kMaxIndex) + " 32-column chunks and columns");
   require(w.ctas >= 1 && (p.nnz_tiles == 0 || w.ctas <= p.nnz_tiles * (p.tile_cols / kChunkCols)), ErrorCode::invalid_argument,
