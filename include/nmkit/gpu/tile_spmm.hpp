@@ -159,7 +159,8 @@ class DeviceTiles {
 // tiles' 32-column chunks split over the CTAs of a grid that fills the GPU (whole tile rows per CTA by the weight's
 // WarpStreamSchedule, else evenly) and evenly over each CTA's warps, each streaming its chunks through a ring of
 // its own in shared memory, 32 tokens per warp, rows that warps share summed in shared memory, rows that CTAs share
-// through the plan's workspace.
+// through the plan's workspace; it needs 166 KiB of shared memory per CTA (H100, H200; not A100: plans refuse it
+// there).
 // `automatic` takes sm90_wgmma where it applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma; where it
 // takes sm90_wgmma for tiles 32 rows high and C <= 32, a weight whose warp-stream schedule gives every CTA whole
 // tile rows runs warp_stream_mma instead (TileSpmmPlan::kernel_for; docs/performance.md, tile item 41).

@@ -68,7 +68,8 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   } else if (nm24::sm90_compiled() && nm24::device_is_sm90()) {  // sides below 64: the Hopper kernel's copy
     w.widened_ = std::make_shared<const DeviceTiles>(upload(widen_tiles(packed)));
   }
-  if (packed.tile_rows == tile::kWarpStreamTileRows && packed.tile_cols % tile::kWarpStreamChunkCols == 0 && w.nnz_tiles_ > 0) {
+  if (packed.tile_rows == tile::kWarpStreamTileRows && packed.tile_cols % tile::kWarpStreamChunkCols == 0 && w.nnz_tiles_ > 0 &&
+      tile::warp_stream_fits_device()) {
     // The warp-stream kernel's CTA ranges, for as many CTAs as its plans launch by default on this device.
     const int chunks_per_tile = packed.tile_cols / tile::kWarpStreamChunkCols;
     const int max_ctas = tile::warp_stream_max_ctas();
@@ -109,7 +110,7 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   // CTA whole tile rows, and loses where it cuts rows (tile item 41), so run() chooses by the weight (kernel_for).
   const bool warp_stream_by_weight = kernel == TileKernel::automatic && sm90_possible &&
                                      tile_rows == tile::kWarpStreamTileRows && tile_cols % tile::kWarpStreamChunkCols == 0 &&
-                                     desc.n <= tile::kStreamBlockN;
+                                     desc.n <= tile::kStreamBlockN && tile::warp_stream_fits_device();
   // The stream kernel beats the portable one wherever C is small (a grid that fills the GPU, not one CTA per tile
   // row), but not the Hopper kernel (docs/performance.md, tile item 38).
   if (kernel == TileKernel::automatic)

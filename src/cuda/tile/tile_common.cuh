@@ -90,7 +90,8 @@ inline constexpr int kWarpStreamTileRows = 32;
 inline constexpr int kWarpStreamChunkCols = 32;  // the columns a warp streams at a time; tiles at least this wide
 // At least this many chunks per warp: fewer, longer ranges share fewer rows.
 inline constexpr int kWarpStreamMinChunksPerWarp = 2;
-int warp_stream_max_ctas();                                             // CTAs resident on the current device at once
+bool warp_stream_fits_device();  // the current device gives a CTA the kernel's shared memory (H100/H200: yes; A100: no)
+int warp_stream_max_ctas();     // CTAs resident on the current device at once; unsupported where it does not fit
 int64_t warp_stream_ctas(int64_t nnz_tiles, int tile_cols, int max_ctas);  // CTAs for a weight of nnz_tiles tiles
 std::size_t warp_stream_partial_floats(int64_t max_ctas, int64_t n);
 template <class Element, class Out>

@@ -1,5 +1,6 @@
-// The warp-stream tile-sparse SpMM, for few tokens (sm_80 .. sm_90) and tiles 32 rows high: every warp streams its
-// own share of the stored tiles through a small ring of its own in shared memory and runs mma.sync on them.
+// The warp-stream tile-sparse SpMM, for few tokens and tiles 32 rows high: every warp streams its own share of the
+// stored tiles through a small ring of its own in shared memory and runs mma.sync on them. It needs 166 KiB of
+// shared memory per CTA: H100 and H200 (sm_90) give it, A100 (163 KiB) does not (warp_stream_fits_device).
 //
 // Why not the stream kernel's CTA-wide ring (stream_tile_spmm.cu): a 32x32 tile is 2 KiB, and per tile that ring
 // pays a wait, a CTA barrier and its threads' copy addresses; with these tiles it streamed ~1.7 TB/s at C = 32
@@ -408,7 +409,17 @@ auto ready_kernel() {
 
 }  // namespace
 
+bool warp_stream_fits_device() {
+  int device = 0, optin_bytes = 0;
+  NMKIT_CUDA_CHECK(cudaGetDevice(&device));
+  NMKIT_CUDA_CHECK(cudaDeviceGetAttribute(&optin_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return optin_bytes >= kSmemBytes;
+}
+
 int warp_stream_max_ctas() {
+  require(warp_stream_fits_device(), ErrorCode::unsupported,
+          "warp-stream tile: the kernel needs " + std::to_string(kSmemBytes / 1024) +
+              " KiB of shared memory per CTA, more than this device allows (H100 and H200 have 227 KiB)");
   int per_sm = 0;
   NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ready_kernel<__half, __half>(), kThreads, kSmemBytes));
   return std::max(per_sm, 1) * nm24::sm_count();
