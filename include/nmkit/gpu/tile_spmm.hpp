@@ -272,8 +272,9 @@ class TileSpmmPlan {
   bool persistent_ = false;
   bool deferred_store_ = false;
   uint64_t* timeline_ = nullptr;
-  bool warp_stream_by_weight_ = false;  // automatic: warp_stream_mma for weights whose schedule cuts no row
-  TileKernel stream_kernel_ = TileKernel::automatic;  // the stream kernel the workspace serves (automatic: none)
+  // The stream kernel the workspace serves (automatic: none). A Hopper plan with a warp-stream workspace is one that
+  // `automatic` left to the weight: warp_stream_mma for weights whose schedule cuts no row (kernel_for).
+  TileKernel stream_kernel_ = TileKernel::automatic;
   int stream_max_ctas_ = 0;  // the stream kernels: CTAs resident at once, or TileLaunch::stream_ctas
   bool stream_forced_ = false;
   std::shared_ptr<const DeviceBuffer> workspace_;  // the stream kernels: partial tile rows, then the row counters

@@ -115,7 +115,6 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   // row), but not the Hopper kernel (docs/performance.md, tile item 38).
   if (kernel == TileKernel::automatic)
     kernel = sm90_possible ? TileKernel::sm90_wgmma : desc.n <= kStreamMaxTokens ? TileKernel::stream_mma : TileKernel::sm80_mma;
-  plan.warp_stream_by_weight_ = warp_stream_by_weight;
   require(kernel != TileKernel::warp_stream_mma || (tile_rows == tile::kWarpStreamTileRows && tile_cols >= tile::kWarpStreamChunkCols), ErrorCode::unsupported,
           "tile plan: the warp-stream kernel takes tiles " + std::to_string(tile::kWarpStreamTileRows) +
               " rows high and 32, 64 or 128 columns, got " + std::to_string(tile_rows) + "x" + std::to_string(tile_cols));
@@ -158,8 +157,8 @@ bool TileSpmmPlan::takes_warp_stream_schedule(const DeviceTiles& a) const noexce
 }
 
 TileKernel TileSpmmPlan::kernel_for(const DeviceTiles& a) const noexcept {
-  return warp_stream_by_weight_ && takes_warp_stream_schedule(a) && a.warp_stream_rows_cut() == 0 ? TileKernel::warp_stream_mma
-                                                                                                  : kernel_;
+  const bool by_weight = kernel_ == TileKernel::sm90_wgmma && stream_kernel_ == TileKernel::warp_stream_mma;
+  return by_weight && takes_warp_stream_schedule(a) && a.warp_stream_rows_cut() == 0 ? TileKernel::warp_stream_mma : kernel_;
 }
 
 int64_t TileSpmmPlan::stream_ctas(const DeviceTiles& a) const {
