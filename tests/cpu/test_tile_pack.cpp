@@ -121,8 +121,15 @@ TEST(TilePack, WarpStreamScheduleCoversEveryChunkWithinTheBound) {
       EXPECT_EQ(s.row_ctas[2 * r], 2 * cta_of(b) + (s.cta_begin[cta_of(b)] < b ? 1 : 0)) << "trial " << trial;
       EXPECT_EQ(s.row_ctas[2 * r + 1], cta_of(e - 1)) << "trial " << trial;
     }
-    // More CTAs than allowed: no schedule (the kernel cuts evenly).
-    if (s.ctas() > 1) EXPECT_EQ(warp_stream_schedule(row_ptr, cpt, target, s.ctas() - 1).ctas(), 0);
+    // Fewer CTAs allowed than the target's ranges need: longer ranges, still covering every chunk.
+    for (int64_t max_ctas = s.ctas() - 1; max_ctas >= 1; max_ctas /= 3) {
+      const WarpStreamSchedule t = warp_stream_schedule(row_ptr, cpt, target, max_ctas);
+      ASSERT_GE(t.ctas(), 1) << "trial " << trial << " max " << max_ctas;
+      EXPECT_LE(t.ctas(), max_ctas) << "trial " << trial;
+      EXPECT_EQ(t.cta_begin.front(), 0);
+      EXPECT_EQ(t.cta_begin.back(), chunks);
+      for (int64_t i = 0; i < t.ctas(); ++i) EXPECT_GT(t.cta_begin[i + 1], t.cta_begin[i]) << "empty range, trial " << trial;
+    }
   }
   EXPECT_EQ(warp_stream_schedule({0}, 1, 1, 1).ctas(), 0);
   EXPECT_THROW(warp_stream_schedule({0, 4}, 0, 1, 1), Error);

@@ -93,8 +93,8 @@ struct WarpStreamSchedule {
   std::vector<int32_t> row_ctas;
   int64_t ctas() const noexcept { return cta_begin.empty() ? 0 : static_cast<int64_t>(cta_begin.size()) - 1; }
 };
-// Empty (the kernel then cuts the chunks evenly over its CTAs) where there are no chunks, more than fit 32-bit
-// indices, or the rows would need more than max_ctas CTAs.
+// Where the rows would need more than max_ctas CTAs, the target is lowered until they fit (longer ranges). Empty
+// (the kernel then cuts the chunks evenly over its CTAs) where there are no chunks or more than fit 32-bit indices.
 WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int chunks_per_tile, int64_t target_ctas,
                                         int64_t max_ctas);
 
@@ -162,8 +162,9 @@ class DeviceTiles {
 // through the plan's workspace; it needs 166 KiB of shared memory per CTA (H100, H200; not A100: plans refuse it
 // there).
 // `automatic` takes sm90_wgmma where it applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma; where it
-// takes sm90_wgmma for tiles 32 rows high and C <= 32, a weight whose warp-stream schedule gives every CTA whole
-// tile rows runs warp_stream_mma instead (TileSpmmPlan::kernel_for; docs/performance.md, tile item 41).
+// takes sm90_wgmma for tiles 32 rows high and C <= 32, a weight that has a warp-stream schedule (DeviceTiles::upload
+// makes one where the device fits the kernel) runs warp_stream_mma instead (TileSpmmPlan::kernel_for;
+// docs/performance.md, tile items 41 and 43).
 enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma, stream_mma, warp_stream_mma };
 inline constexpr int64_t kStreamMaxTokens = 32;
 inline constexpr int kMaxStreamCtas = 1 << 20;
@@ -273,7 +274,7 @@ class TileSpmmPlan {
   bool deferred_store_ = false;
   uint64_t* timeline_ = nullptr;
   // The stream kernel the workspace serves (automatic: none). A Hopper plan with a warp-stream workspace is one that
-  // `automatic` left to the weight: warp_stream_mma for weights whose schedule cuts no row (kernel_for).
+  // `automatic` left to the weight: warp_stream_mma for weights with a warp-stream schedule (kernel_for).
   TileKernel stream_kernel_ = TileKernel::automatic;
   int stream_max_ctas_ = 0;  // the stream kernels: CTAs resident at once, or TileLaunch::stream_ctas
   bool stream_forced_ = false;

@@ -4,7 +4,9 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <span>
+#include <type_traits>
 
 #include "../ptx/mma_sp.cuh"
 #include "nmkit/gpu/nm24_spmm.hpp"
@@ -99,6 +101,21 @@ __device__ __forceinline__ void epilogue_store(const P& p, int64_t row, int64_t 
   if (p.bias) v += __ldg(p.bias + row);
   if (p.beta != 0.0f) v += p.beta * load_out<Out>(p.c, index);
   store_out<Out>(p.d, index, activate(p.activation, v));
+}
+
+// Two outputs rounded to D's 16-bit type in one conversion (cvt.rn.{f16,bf16}x2.f32), lo in the low half.
+template <class Out>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  static_assert(std::is_same_v<Out, __half> || std::is_same_v<Out, __nv_bfloat16>, "16-bit outputs");
+  uint32_t bits;
+  if constexpr (std::is_same_v<Out, __half>) {
+    const __half2 pair = __floats2half2_rn(lo, hi);
+    memcpy(&bits, &pair, sizeof bits);
+  } else {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    memcpy(&bits, &pair, sizeof bits);
+  }
+  return bits;
 }
 
 // Whether the epilogue is D = alpha * acc alone (no bias, beta 0, no activation): the common case, whose stores

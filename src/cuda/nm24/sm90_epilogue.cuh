@@ -163,21 +163,6 @@ __host__ __device__ constexpr bool outputs_final_in_registers(bool d_16bit, floa
   return d_16bit && beta == 0.0f && activation != Activation::gelu && d_stride % 8 == 0;
 }
 
-// Two outputs rounded to D's 16-bit type in one conversion (cvt.rn.{f16,bf16}x2.f32), lo in the low half.
-template <class Out>
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
-  static_assert(std::is_same_v<Out, __half> || std::is_same_v<Out, __nv_bfloat16>, "16-bit outputs");
-  uint32_t bits;
-  if constexpr (std::is_same_v<Out, __half>) {
-    const __half2 pair = __floats2half2_rn(lo, hi);
-    memcpy(&bits, &pair, sizeof bits);
-  } else {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    memcpy(&bits, &pair, sizeof bits);
-  }
-  return bits;
-}
-
 // A consumer warpgroup's outputs as final 16-bit pairs (alpha, bias, ReLU applied): pair 2 j + half holds this
 // thread's two tokens 8 j + 2 (t % 4), +1 of row row_offset + 16 warp + g + 8 half (t = lane, g = lane / 4), the
 // m64 x kCols accumulators of wgmma_ss.cuh / wgmma_sp.cuh in register order.
@@ -200,7 +185,7 @@ __device__ __forceinline__ void pack_outputs(const P& p, const float (&acc)[kAcc
       v[e] = p.alpha * acc[2 * q + e] + bias[q % 2];
       if (relu) v[e] = fmaxf(v[e], 0.0f);
     }
-    pairs[q] = pack_pair<Out>(v[0], v[1]);
+    pairs[q] = nm24::pack_pair<Out>(v[0], v[1]);
   }
 }
 

@@ -126,25 +126,38 @@ WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int
   const int64_t chunks = rows ? int64_t{row_ptr.back()} * chunks_per_tile : 0;
   if (chunks == 0 || chunks > std::numeric_limits<int32_t>::max()) return {};
   const auto row_begin = [&](std::size_t r) { return int64_t{row_ptr[r]} * chunks_per_tile; };
-  const double share = static_cast<double>(chunks) / static_cast<double>(target_ctas);
-  const int64_t limit = std::max<int64_t>(1, static_cast<int64_t>(share * (1.0 + WarpStreamSchedule::kRowSlack)));
-  std::vector<int64_t> begin{0};
-  int64_t fill = 0;  // chunks in the CTA being filled
-  for (std::size_t r = 0; r < rows; ++r) {
-    const int64_t length = row_begin(r + 1) - row_begin(r);
-    if (length == 0) continue;
-    if (fill > 0 && fill + length > limit) begin.push_back(row_begin(r)), fill = 0;
-    if (length <= limit) {
-      fill += length;
-      continue;
+  // The CTAs' range starts (and the end) for a target: whole rows while a range stays within the bound.
+  const auto pack = [&](int64_t target) {
+    const double share = static_cast<double>(chunks) / static_cast<double>(target);
+    const int64_t limit = std::max<int64_t>(1, static_cast<int64_t>(share * (1.0 + WarpStreamSchedule::kRowSlack)));
+    std::vector<int64_t> begin{0};
+    int64_t fill = 0;  // chunks in the CTA being filled
+    for (std::size_t r = 0; r < rows; ++r) {
+      const int64_t length = row_begin(r + 1) - row_begin(r);
+      if (length == 0) continue;
+      if (fill > 0 && fill + length > limit) begin.push_back(row_begin(r)), fill = 0;
+      if (length <= limit) {
+        fill += length;
+        continue;
+      }
+      const int64_t pieces = ceil_div(length, limit);  // each at most `limit` long, and never empty (limit >= 1)
+      for (int64_t piece = 1; piece < pieces; ++piece) begin.push_back(row_begin(r) + length * piece / pieces);
+      fill = length - length * (pieces - 1) / pieces;
     }
-    const int64_t pieces = ceil_div(length, limit);  // each at most `limit` long, and never empty (limit >= 1)
-    for (int64_t piece = 1; piece < pieces; ++piece) begin.push_back(row_begin(r) + length * piece / pieces);
-    fill = length - length * (pieces - 1) / pieces;
+    begin.push_back(chunks);
+    return begin;
+  };
+  // The slack lets uneven rows need more CTAs than the target; where they need more than max_ctas, a lower target
+  // (longer ranges) until they fit. Target 1 always fits: its bound holds every chunk.
+  int64_t target = target_ctas;
+  std::vector<int64_t> begin = pack(target);
+  const auto ctas = [&] { return static_cast<int64_t>(begin.size()) - 1; };
+  while (ctas() > max_ctas && target > 1) {
+    target = std::max<int64_t>(1, std::min(target - 1, target * max_ctas / ctas()));
+    begin = pack(target);
   }
-  begin.push_back(chunks);
   WarpStreamSchedule s;
-  if (static_cast<int64_t>(begin.size()) - 1 > max_ctas) return s;
+  if (ctas() > max_ctas) return s;
   s.cta_begin.assign(begin.begin(), begin.end());
   s.row_ctas.assign(2 * rows, -1);
   std::size_t cta = 0;  // the CTA holding the current row's first chunk

@@ -106,8 +106,8 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
                              desc.cols % 8 == 0;
   require(kernel != TileKernel::sm90_wgmma || sm90_possible, ErrorCode::unsupported,
           "tile plan: the sm90 wgmma kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
-  // Tiles 32 rows high at C <= 32: the warp-stream kernel beats the Hopper one on weights whose schedule gives every
-  // CTA whole tile rows, and loses where it cuts rows (tile item 41), so run() chooses by the weight (kernel_for).
+  // Tiles 32 rows high at C <= 32: the warp-stream kernel beats the Hopper one, on weights whose schedule cuts rows
+  // over CTAs too (tile item 43); run() takes it for every weight that has a schedule (kernel_for).
   const bool warp_stream_by_weight = kernel == TileKernel::automatic && sm90_possible &&
                                      tile_rows == tile::kWarpStreamTileRows && tile_cols % tile::kWarpStreamChunkCols == 0 &&
                                      desc.n <= tile::kStreamBlockN && tile::warp_stream_fits_device();
@@ -158,7 +158,7 @@ bool TileSpmmPlan::takes_warp_stream_schedule(const DeviceTiles& a) const noexce
 
 TileKernel TileSpmmPlan::kernel_for(const DeviceTiles& a) const noexcept {
   const bool by_weight = kernel_ == TileKernel::sm90_wgmma && stream_kernel_ == TileKernel::warp_stream_mma;
-  return by_weight && takes_warp_stream_schedule(a) && a.warp_stream_rows_cut() == 0 ? TileKernel::warp_stream_mma : kernel_;
+  return by_weight && takes_warp_stream_schedule(a) ? TileKernel::warp_stream_mma : kernel_;
 }
 
 int64_t TileSpmmPlan::stream_ctas(const DeviceTiles& a) const {

@@ -31,6 +31,8 @@
 #include "../common/smem.cuh"
 #include "../nm24/nm24_common.cuh"
 #include "../ptx/cp_async.cuh"
+#include "../ptx/fence.cuh"
+#include "../ptx/global_load.cuh"
 #include "../ptx/mma.cuh"
 #include "../ptx/shared.cuh"
 #include "tile_common.cuh"
@@ -57,11 +59,21 @@ constexpr int kFirstPartSlot = 0, kLastPartSlot = 1, kWarpSlots = 2;
 // A stage: per lane 4 x 16 bytes of A (rows g, g + 8, g + 16, g + 24) then 4 x 16 bytes of B (tokens 8 j + g),
 // item-major (item i of lane l at i x 32 + l: conflict-free 16-byte accesses), and the chunk's {tile row, column}.
 constexpr int kStageItems = 2 * kMBlocks + kN8, kStageBytes = kStageItems * 32 * 16;
-// Shared memory, in float4: the warps' part slots, then their rings, then each stage's {tile row, column} per lane.
+// Shared memory, in float4: the warps' part slots, then their rings, then each stage's {tile row, column} per lane,
+// then each warp's WarpRows.
 constexpr int kPartSlotFloat4s = kWarps * kWarpSlots * kSlotFloat4s;
 constexpr int kRingFloat4s = kStages * kStageBytes / 16;  // one warp's
 constexpr int kStageMetaFloat4s = kWarps * kStages * 32 * static_cast<int>(sizeof(int2)) / 16;
-constexpr int kSmemBytes = (kPartSlotFloat4s + kWarps * kRingFloat4s + kStageMetaFloat4s) * 16;
+constexpr int kWarpRowsFloat4s = kWarps;
+constexpr int kSmemBytes = (kPartSlotFloat4s + kWarps * kRingFloat4s + kStageMetaFloat4s + kWarpRowsFloat4s) * 16;
+
+// The tile rows at a warp's range ends, published in shared memory for the CTA's summing warps, so that they learn
+// which warps hold parts of a row without asking global memory for the row's extent at the end of the kernel.
+struct WarpRows {
+  int32_t first, last;   // the rows of the range's first and last chunks (-1: no range)
+  int32_t before, after;  // the rows of the chunks just before and after the range (-1: none)
+};
+static_assert(sizeof(WarpRows) == 16);
 using Accumulators = float[kMBlocks][kN8][4];
 
 // One lane's operands of a 32-row, 32-column chunk and kBlockN tokens (the k order above).
@@ -132,14 +144,13 @@ struct LaneSources {
   }
 };
 
-// The lane's A (and, with kVectorB, B) of the chunk in a ring stage.
-template <bool kVectorB>
-__device__ __forceinline__ void read_stage(uint32_t stage, int lane, ChunkOperands& c) {
+// The lane's A (and, with vector_b, B) of the chunk in a ring stage.
+__device__ __forceinline__ void read_stage(uint32_t stage, int lane, bool vector_b, ChunkOperands& c) {
 #pragma unroll
   for (int mi = 0; mi < kMBlocks; ++mi)
 #pragma unroll
     for (int h = 0; h < 2; ++h) c.a[mi][h] = ptx::ld_shared_v4_b32(stage + ((2 * mi + h) * 32 + lane) * 16);
-  if constexpr (kVectorB)
+  if (vector_b)
 #pragma unroll
     for (int j = 0; j < kN8; ++j) c.b[j] = ptx::ld_shared_v4_b32(stage + ((2 * kMBlocks + j) * 32 + lane) * 16);
 }
@@ -188,11 +199,58 @@ __device__ __forceinline__ void add_part(const float4* slot, int lane, Accumulat
   }
 }
 
+// Whether D's tile row at (m0, n0) takes store_slot_vectors: 16-bit D, the whole tile inside D, D's rows (row-major)
+// or columns (col-major) starting on 16 bytes.
+template <class Out>
+__device__ __forceinline__ bool stores_vectors(const TileParams& p, int64_t m0, int64_t n0) {
+  if constexpr (sizeof(Out) != 2) return false;
+  constexpr int kPerVector = 16 / sizeof(Out);
+  return (p.d_col_major ? p.rows : p.n) % kPerVector == 0 && reinterpret_cast<uintptr_t>(p.d) % 16 == 0 &&
+         m0 + kRows <= p.rows && n0 + kBlockN <= p.n;
+}
+
+// The plain epilogue of D's tile row at (m0, n0) from a part slot, 8 outputs along D's contiguous direction per
+// 16-byte store (stores_vectors). put_part left output (row, token) at float (f * 32 + l) * 4 + c of the slot, with
+// f = (row / 16) * kN8 + token / 8, l = (row % 8) * 4 + (token % 8) / 2 and c = (row % 16) / 8 * 2 + token % 2.
+// A lane gathers its vectors from the slot (a few conflicts) rather than storing its accumulators' scattered 2-byte
+// outputs: a quarter of the store instructions, and every one writes whole 32-byte sectors.
+template <class Out>
+__device__ __forceinline__ void store_slot_vectors(const TileParams& p, int64_t m0, int64_t n0, int lane, const float* slot) {
+  constexpr int kRowVectors = kRows / 8, kTokenVectors = kBlockN / 8, kVectorsPerLane = kRows * kBlockN / 8 / 32;
+  Out* const d = static_cast<Out*>(p.d);
+  __syncwarp();  // every lane's put_part has landed: the vectors gather other lanes' outputs
+#pragma unroll
+  for (int i = 0; i < kVectorsPerLane; ++i) {
+    const int v = i * 32 + lane;
+    uint32_t pairs[4];
+    int64_t index;
+    if (p.d_col_major) {  // rows 8 r .. 8 r + 7 of one token: floats 16 apart (l steps by 4 rows' worth)
+      const int token = v / kRowVectors, r = v % kRowVectors;
+      const float* from = slot + (((r / 2) * kN8 + token / 8) * 32 + (token % 8) / 2) * 4 + (r % 2) * 2 + token % 2;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) pairs[q] = nm24::pack_pair<Out>(p.alpha * from[32 * q], p.alpha * from[32 * q + 16]);
+      index = (n0 + token) * p.rows + m0 + 8 * r;
+    } else {  // tokens 8 j .. 8 j + 7 of one row: float pairs 4 apart
+      const int row = v / kTokenVectors, j = v % kTokenVectors;
+      const float* from = slot + (((row / 16) * kN8 + j) * 32 + (row % 8) * 4) * 4 + (row % 16) / 8 * 2;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) pairs[q] = nm24::pack_pair<Out>(p.alpha * from[4 * q], p.alpha * from[4 * q + 1]);
+      index = (m0 + row) * p.n + n0 + 8 * j;
+    }
+    *reinterpret_cast<uint4*>(d + index) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+  }
+  __syncwarp();  // every lane has read the slot before any lane writes it again
+}
+
 // D's tile row at (m0, n0) from a slot in shared memory. The general epilogue (bias, beta C, activations) runs one
 // fragment at a time, so that its code is there once per call site.
 template <class Out>
 __device__ __forceinline__ void store_slot(const TileParams& p, int64_t m0, int64_t n0, int lane, const float4* slot) {
   if (nm24::epilogue_is_plain(p)) {
+    if (stores_vectors<Out>(p, m0, n0)) {
+      if constexpr (sizeof(Out) == 2) store_slot_vectors<Out>(p, m0, n0, lane, reinterpret_cast<const float*>(slot));
+      return;
+    }
 #pragma unroll
     for (int f = 0; f < kFragments; ++f) {
       const float4 v = slot[f * 32 + lane];
@@ -238,17 +296,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   int2* const stage_meta =
       reinterpret_cast<int2*>(warp_slots + kPartSlotFloat4s + kWarps * kRingFloat4s) + warp * kStages * 32 + lane;
 
-  // The first kStages chunks' A is posted before any metadata arrives (it needs none); each chunk's B follows in the
-  // same cp.async group, so that the group of chunk i is the i-th committed.
-#pragma unroll
-  for (int s = 0; s < kStages; ++s)
-    if (begin + s < end) sources.post_a(stage_at(s), lane, begin + s);
-  // The first tile row without tiles that this warp may have to write (a load whose answer is needed last).
-  const int64_t first_empty_candidate = int64_t{blockIdx.x} * kWarps + warp;
-  int32_t candidate_ptr[2] = {0, 0};
-  if (first_empty_candidate < grid_rows)
-    candidate_ptr[0] = __ldg(p.row_ptr + first_empty_candidate), candidate_ptr[1] = __ldg(p.row_ptr + first_empty_candidate + 1);
-
+  // Every load of the prologue is asked for before the first chunks' A is posted: the loads' answers would
+  // otherwise queue behind the whole GPU's burst of A copies (docs/performance.md, tile item 43).
   // {column, row} of tiles window .. window + 31 (one per lane) and of the 32 after them; posting runs kStages chunks
   // ahead of the math, so the window follows the posts and each stage keeps its chunk's {row, column}.
   const auto load_meta = [&](int32_t tile) {
@@ -256,6 +305,24 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   };
   int32_t window = begin >> chunk_shift;
   int2 meta = load_meta(window + lane), meta_next = load_meta(window + 32 + lane);
+  // The rows just outside the range (whether its first and last rows go on in other ranges) and its last row.
+  WarpRows rows{-1, -1, -1, -1};
+  if (begin < end) {
+    if (begin > 0) rows.before = __ldg(p.tile_row + ((begin - 1) >> chunk_shift));
+    if (end < chunks) rows.after = __ldg(p.tile_row + (end >> chunk_shift));
+    rows.last = __ldg(p.tile_row + ((end - 1) >> chunk_shift));
+  }
+  // The first tile row without tiles that this warp may have to write (a load whose answer is needed last).
+  const int64_t first_empty_candidate = int64_t{blockIdx.x} * kWarps + warp;
+  int32_t candidate_ptr[2] = {0, 0};
+  if (first_empty_candidate < grid_rows)
+    candidate_ptr[0] = __ldg(p.row_ptr + first_empty_candidate), candidate_ptr[1] = __ldg(p.row_ptr + first_empty_candidate + 1);
+
+  // The first kStages chunks' A (it needs no metadata); each chunk's B follows in the same cp.async group, so that
+  // the group of chunk i is the i-th committed.
+#pragma unroll
+  for (int s = 0; s < kStages; ++s)
+    if (begin + s < end) sources.post_a(stage_at(s), lane, begin + s);
   const auto tile_meta = [&](int32_t tile) {  // {column, row} of a tile at or past the window (moves it on)
     if (tile == window + 32) window += 32, meta = meta_next, meta_next = load_meta(window + 32 + lane);
     const int index = tile - window;
@@ -274,32 +341,30 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     ptx::cp_async_commit();  // one group per stage, empty past the range
   }
 
-  // The rows just outside the range (whether its first and last rows go on in other ranges), and the extents of
-  // its first and last rows in chunks (first used after the main loop).
-  int32_t before_row = -1, after_row = -1, first_row = -1, last_row = -1;
-  int64_t first_row_begin = 0, first_row_end = 0, last_row_begin = 0, last_row_end = 0;
-  if (begin < end) {
-    if (begin > 0) before_row = __ldg(p.tile_row + ((begin - 1) >> chunk_shift));
-    if (end < chunks) after_row = __ldg(p.tile_row + (end >> chunk_shift));
-    first_row = stage_meta[0].x, last_row = __ldg(p.tile_row + ((end - 1) >> chunk_shift));
-    first_row_begin = int64_t{__ldg(p.row_ptr + first_row)} << chunk_shift;
-    first_row_end = int64_t{__ldg(p.row_ptr + first_row + 1)} << chunk_shift;
-    last_row_begin = int64_t{__ldg(p.row_ptr + last_row)} << chunk_shift;
-    last_row_end = int64_t{__ldg(p.row_ptr + last_row + 1)} << chunk_shift;
+  if (begin < end) rows.first = stage_meta[0].x;
+  const int32_t before_row = rows.before, after_row = rows.after, first_row = rows.first, last_row = rows.last;
+  // The CTAs holding the range's first and last rows (the weight's schedule; -1 for a row no CTA boundary cuts),
+  // asked for now and first read after the main loop, where a row that other CTAs hold is summed.
+  int2 first_row_ctas{-1, -1}, last_row_ctas{-1, -1};
+  if (w.row_ctas && begin < end) {
+    first_row_ctas = ptx::ld_global_nc_early_v2(w.row_ctas + 2 * first_row);
+    last_row_ctas = ptx::ld_global_nc_early_v2(w.row_ctas + 2 * last_row);
   }
 
   // The main loop: one chunk per step, its stage refilled with the chunk kStages ahead. A tile row's part ends at
   // the chunk before the next row's: into the warp's first or last part slot if other warps hold parts of the row
   // too, else through the last part's slot to D.
-  const auto stream_chunks = [&]<bool kVectorB>() {
+  // One loop for both ways of reading B (a uniform branch per chunk): a second copy of the loop would double the
+  // code that every SM fetches once per launch.
+  const auto stream_chunks = [&]() {
     Accumulators acc = {};
     int s = 0;
     for (int32_t chunk = begin; chunk < end; ++chunk) {
       ptx::cp_async_wait<kStages - 1>();  // this chunk's group has landed
       ChunkOperands c;
-      read_stage<kVectorB>(stage_at(s), lane, c);
+      read_stage(stage_at(s), lane, vector_b, c);
       const int2 row_column = stage_meta[32 * s];
-      if constexpr (!kVectorB) sources.load_b_elementwise(c, chunk, row_column.y);
+      if (!vector_b) sources.load_b_elementwise(c, chunk, row_column.y);
       const int next_s = s + 1 == kStages ? 0 : s + 1;
       const int32_t row = row_column.x, next_row = chunk + 1 < end ? stage_meta[32 * next_s].x : -1;
       multiply_chunk<Element>(c, acc);  // the stage is read (its registers are consumed) before it is refilled
@@ -318,37 +383,42 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     }
     ptx::cp_async_wait<0>();
   };
-  if (vector_b) stream_chunks.template operator()<true>();
-  else stream_chunks.template operator()<false>();
-  __syncthreads();  // every warp's parts are in shared memory
+  stream_chunks();
+  WarpRows* const warp_rows = reinterpret_cast<WarpRows*>(warp_slots + kPartSlotFloat4s + kWarps * kRingFloat4s + kStageMetaFloat4s);
+  if (lane == 0) warp_rows[warp] = rows;
+  __syncthreads();  // every warp's parts and rows are in shared memory
 
   // A shared row is summed by the last of the CTA's warps that holds a part of it, in warp order; a row that goes
   // on in other CTAs' ranges is then summed over CTAs through the workspace in the same way (the CTA that brings
   // the last part adds them in CTA order), so the result does not depend on which warp or CTA ends last. This warp
   // holds the CTA's last part of its first row if that row ends inside its range, and of its last row if the CTA's
   // range ends with it or the next warp's range starts a new row: those are the rows it sums (0-2).
-  int32_t sum_rows[2];
-  int64_t sum_begin[2], sum_end[2];
-  int rows_to_sum = 0;
+  bool sums_first_row = false, sums_last_row = false;
   if (begin < end) {
     const bool last_in_cta = end == cta_end || after_row != last_row;
     if (first_row != last_row || before_row == first_row || after_row == first_row) {
-      if (before_row == first_row && (first_row != last_row || last_in_cta))
-        sum_rows[rows_to_sum] = first_row, sum_begin[rows_to_sum] = first_row_begin, sum_end[rows_to_sum++] = first_row_end;
-      if (first_row != last_row ? after_row == last_row && last_in_cta : before_row != first_row && last_in_cta)
-        sum_rows[rows_to_sum] = last_row, sum_begin[rows_to_sum] = last_row_begin, sum_end[rows_to_sum++] = last_row_end;
+      sums_first_row = before_row == first_row && (first_row != last_row || last_in_cta);
+      sums_last_row = first_row != last_row ? after_row == last_row && last_in_cta : before_row != first_row && last_in_cta;
     }
   }
+  // The CTA's warps' rows, warp i's in lane i: which warps hold parts of a row is a ballot away.
+  const WarpRows lane_rows = warp_rows[lane % kWarps];
   float4* const scratch = warp_slots + kPartSlotFloat4s + warp * kRingFloat4s;  // this warp's ring, free now
 #pragma unroll 1
-  for (int i = 0; i < rows_to_sum; ++i) {
-    const int32_t row = i == 0 ? sum_rows[0] : sum_rows[1];
-    const int64_t row_begin = i == 0 ? sum_begin[0] : sum_begin[1], row_end = i == 0 ? sum_end[0] : sum_end[1];
+  for (int i = 0; i < 2; ++i) {
+    if (!(i == 0 ? sums_first_row : sums_last_row)) continue;
+    const int32_t row = i == 0 ? first_row : last_row;
+    // The warps whose range goes on from the previous warp's (or CTA's) in this row, and those holding the row as
+    // their range's first row (their part is in their first slot, the others' in their last). The owners: back from
+    // this warp to the first warp whose range does not go on from the previous one's.
+    const uint32_t goes_back = __ballot_sync(~0u, lane < kWarps && lane_rows.first == row && lane_rows.before == row);
+    const uint32_t first_slot = __ballot_sync(~0u, lane < kWarps && lane_rows.first == row);
+    const int first_warp = 31 - __clz((~goes_back & ((2u << warp) - 1)) | 1u);
     Accumulators sum = {};
-    const int first_warp = static_cast<int>(warp_ranges.part_of(std::max(row_begin, cta_begin) - cta_begin));
     for (int owner = first_warp; owner <= warp; ++owner)
-      add_part<false>(slot(owner, cta_begin + warp_ranges.begin(owner) < row_begin ? kLastPartSlot : kFirstPartSlot), lane, sum);
-    if (row_begin < cta_begin || row_end > cta_end) {  // the row goes on in other CTAs' ranges
+      add_part<false>(slot(owner, first_slot >> owner & 1 ? kFirstPartSlot : kLastPartSlot), lane, sum);
+    const bool starts_in_cta = !(goes_back & 1), ends_in_cta = end != cta_end || after_row != row;
+    if (!starts_in_cta || !ends_in_cta) {  // the row goes on in other CTAs' ranges
       const auto cta_slot = [&](int64_t cta, int which) {
         return reinterpret_cast<float4*>(w.partials) + ((int64_t{blockIdx.y} * gridDim.x + cta) * 2 + which) * kSlotFloat4s;
       };
@@ -356,23 +426,29 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       int64_t first, last;
       bool first_holds_last_part;
       if (w.row_ctas) {
-        const int2 ctas = __ldg(reinterpret_cast<const int2*>(w.row_ctas) + row);
+        const int2 ctas = i == 0 ? first_row_ctas : last_row_ctas;
         first = ctas.x >> 1, first_holds_last_part = ctas.x & 1, last = ctas.y;
-      } else {
+      } else {  // ranges of equal length: the row's extent tells which CTAs hold it
+        const int64_t row_begin = int64_t{__ldg(p.row_ptr + row)} << chunk_shift;
+        const int64_t row_end = int64_t{__ldg(p.row_ptr + row + 1)} << chunk_shift;
         first = cta_ranges.part_of(row_begin), last = cta_ranges.part_of(row_end - 1);
         first_holds_last_part = cta_ranges.begin(first) < row_begin;
       }
-      put_part(cta_slot(blockIdx.x, cta_begin < row_begin ? 1 : 0), lane, sum);
-      __threadfence();  // the part is visible GPU-wide before its arrival is counted
-      __syncwarp();
+      // The CTA's part goes to its first slot if the row is the CTA's first row, else to its last.
+      put_part(cta_slot(blockIdx.x, first_slot & 1 ? 0 : 1), lane, sum);
+      __syncwarp();  // every lane's share of the part is written before lane 0 releases it
       int brings_last_part = 0;
       if (lane == 0) {
         int32_t* arrivals = w.arrivals + int64_t{blockIdx.y} * grid_rows + row;
+        ptx::fence_acq_rel_gpu();  // release: the part is visible GPU-wide before its arrival is counted
         brings_last_part = atomicAdd(arrivals, 1) == static_cast<int>(last - first);
-        if (brings_last_part) *arrivals = 0;  // every part has arrived: ready for the next launch
+        if (brings_last_part) {
+          *arrivals = 0;  // every part has arrived: ready for the next launch
+          ptx::fence_acq_rel_gpu();  // acquire: the other CTAs' parts, read below
+        }
       }
       if (!__shfl_sync(~0u, brings_last_part, 0)) continue;
-      __threadfence();
+      __syncwarp();
       clear(sum);
       for (int64_t owner = first; owner <= last; ++owner)
         add_part<true>(cta_slot(owner, owner == first && first_holds_last_part ? 1 : 0), lane, sum);
