@@ -217,6 +217,31 @@ TEST(TilePack, WidenedTilesHoldTheSameMatrix) {
       }
 }
 
+TEST(TilePack, SplitTileRowsHoldTheSameMatrix) {
+  // Tiles 64 or 128 rows high cut into tiles 32 (or 16) rows high: the same logical matrix (R tails that drop the
+  // last tile row's padding parts, empty tile rows), each split row holding its source row's columns in order.
+  for (auto [tr, tc] : {std::pair{64, 64}, {128, 128}, {64, 32}, {128, 64}, {64, 128}})
+    for (int to : {32, 16})
+      for (double density : {0.05, 0.5})
+        for (auto [r, k] : {std::pair<int64_t, int64_t>{1, 1}, {200, 333}, {700, 1024}}) {
+          const TileMatrix a = random_tiles(r, k, tr, tc, density, DType::f16, static_cast<uint32_t>(r + tr + tc + to));
+          const PackedTiles p = pack_tiles(a), split = split_tile_rows(p, to);
+          EXPECT_EQ(split.tile_rows, to);
+          EXPECT_EQ(split.tile_cols, tc);
+          check_packed_tiles(split);
+          const int parts = tr / to;
+          for (int64_t i = 0; i < split.grid_rows(); ++i) {
+            const auto from = static_cast<std::size_t>(i / parts);
+            ASSERT_EQ(split.row_ptr[i + 1] - split.row_ptr[i], p.row_ptr[from + 1] - p.row_ptr[from]) << "split row " << i;
+            EXPECT_TRUE(std::equal(split.col_index.begin() + split.row_ptr[i], split.col_index.begin() + split.row_ptr[i + 1],
+                                   p.col_index.begin() + p.row_ptr[from]));
+          }
+          test::expect_same_matrix(decompress(unpack_tiles(split)), decompress(a));
+        }
+  EXPECT_NMKIT_ERROR(split_tile_rows(pack_tiles(random_tiles(64, 64, 32, 32, 0.5, DType::f16, 6)), 64),
+                     ErrorCode::invalid_argument, "does not divide");
+}
+
 TEST(TilePack, RejectsInconsistentEncodingsAndUnsupportedTiles) {
   const TileMatrix good = random_tiles(64, 64, 16, 16, 0.5, DType::f16, 3);
   TileMatrix bad_ptr = good;

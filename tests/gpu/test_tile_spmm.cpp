@@ -445,10 +445,11 @@ TEST(TileGpu, WarpStreamKernelAgainstTheOracle) {
   // block: 33, 70); B col-major with 16-byte rows (K % 8 == 0, the vector path, K tails inside the last tile
   // column) and without (K = 333), and B row-major (element loads); grids that cut the chunks at odd places (1, 3,
   // 7, 50 CTAs of 8 warps, and the device's own count): rows whole in one warp's range, shared by two or many
-  // warps, ranges that span several rows, empty ranges.
+  // warps, ranges that span several rows, empty ranges. Tiles 64 and 128 rows high run through the weight's split
+  // copy in tiles 32 rows high.
   const std::array<int64_t, 3> shapes[] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}, {300, 344, 40},
                                            {96, 96, 32}};
-  const std::pair<int, int> tiles[] = {{32, 32}, {32, 64}, {32, 128}};
+  const std::pair<int, int> tiles[] = {{32, 32}, {32, 64}, {32, 128}, {64, 64}, {128, 64}};
   expect_stream_kernel_sweep(TileKernel::warp_stream_mma, shapes, tiles, 23000);
 }
 
@@ -568,6 +569,47 @@ TEST(TileGpu, AutomaticPicksTheWarpStreamKernelForWeightsWithASchedule) {
   }
 }
 
+TEST(TileGpu, TallTilesRunTheWarpStreamKernelThroughTheirSplitCopy) {
+  SKIP_WITHOUT_GPU();
+  // Tiles 64 and 128 rows high at C <= 32: on an sm_90 device `automatic` runs the warp-stream kernel on the
+  // weight's copy in tiles 32 rows high (an R tail, C within and at one token block), and past 32 tokens the planned
+  // kernel; the skewed pattern (a full tile row next to an empty one) with beta, bias and both D layouts, by the
+  // schedule and by a forced grid; one plan run again and again.
+  uint32_t seed = 26000;
+  for (auto [tr, tc] : {std::pair{64, 64}, {128, 128}, {64, 128}, {128, 32}}) {
+    const DenseMatrix w = test::random_matrix(700, 1024, DType::f16, seed);
+    const TileMatrix a = compress_tiles(w, prune_tiles_by_norm(w, tr, tc, 0.4), tr, tc);
+    const PackedTiles packed = pack_tiles(a);
+    const DeviceTiles da = DeviceTiles::upload(packed);
+    if (sm90_here()) {
+      ASSERT_NE(da.split_rows(), nullptr) << tr << "x" << tc;
+      EXPECT_EQ(da.split_rows()->tile_rows(), 32);
+      int64_t parts = 0;  // every stored tile cut in tr / 32, less the parts past R of the last tile row's
+      for (int64_t i = 0; i < ceil_div(a.rows, int64_t{32}); ++i) parts += packed.row_ptr[i / (tr / 32) + 1] - packed.row_ptr[i / (tr / 32)];
+      EXPECT_EQ(da.split_rows()->nnz_tiles(), parts) << tr << "x" << tc;
+    }
+    for (int64_t n : {20, 32, 33}) {
+      const Problem t{a.rows, a.cols, n, DType::f16, DType::f16, Layout::col_major, Layout::row_major, 1.0f, 0.0f, false, Activation::none};
+      const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), tr, tc);
+      EXPECT_EQ(plan.kernel_for(da), sm90_here() && n <= 32 ? TileKernel::warp_stream_mma : plan.kernel()) << tr << "x" << tc << " C = " << n;
+      EXPECT_LE(run_with(a, t, seed += 10), tolerance(DType::f16)) << describe(t) << " tiles " << tr << "x" << tc;
+    }
+  }
+  if (!sm90_here()) return;  // the forced kernel needs the split copy, which needs a device that fits the kernel
+  for (int side : {64, 128}) {
+    const TileMatrix a = skewed_tiles(side), empty = skewed_tiles(side, false);
+    for (Layout d_layout : {Layout::col_major, Layout::row_major})
+      for (int ctas : {0, 3}) {
+        const Problem t{a.rows, a.cols, 20, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
+        EXPECT_LE(run_with(a, t, 61, TileKernel::warp_stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
+            << describe(t) << " side " << side << " stream_ctas " << ctas;
+        EXPECT_LE(run_with(empty, t, 62, TileKernel::warp_stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
+            << describe(t) << " side " << side << " empty weight";
+      }
+  }
+  expect_repeated_runs(plain(700, 1024, 32, DType::bf16, Layout::col_major), 64, TileKernel::warp_stream_mma, 0, 63);
+}
+
 TEST(TileGpu, BadInputsAreRejected) {
   SKIP_WITHOUT_GPU();
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 48, 64), ErrorCode::unsupported, "16, 32, 64 or 128");
@@ -578,8 +620,8 @@ TEST(TileGpu, BadInputsAreRejected) {
                      "split must be");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 16}, 64, 64, TileKernel::stream_mma, {.stream_ctas = -1}),
                      ErrorCode::invalid_argument, "stream_ctas must be");
-  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 16}, 64, 64, TileKernel::warp_stream_mma), ErrorCode::unsupported,
-                     "32 rows high");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 16}, 16, 64, TileKernel::warp_stream_mma), ErrorCode::unsupported,
+                     "32, 64 or 128 rows high");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 16}, 32, 16, TileKernel::warp_stream_mma), ErrorCode::unsupported,
                      "32, 64 or 128 columns");
   const SpmmDesc row_major_b{64, 64, 64, DType::f16, DType::f16, Layout::row_major};

@@ -106,6 +106,12 @@ WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int
 inline constexpr int kSm90MinTileSide = 64;
 PackedTiles widen_tiles(const PackedTiles& p);
 
+// The same weight in tiles `tile_rows` high: each stored tile cut into p.tile_rows / tile_rows tiles of the same
+// columns, rows past R dropped (the warp-stream kernel's copy of a weight in tiles taller than 32 rows). The bytes
+// are the same; tile row i of the result is part i % (p.tile_rows / tile_rows) of p's tile row i / (that ratio).
+// p must pass check_packed_tiles; tile_rows must divide p.tile_rows.
+PackedTiles split_tile_rows(const PackedTiles& p, int tile_rows);
+
 class DeviceTiles {
  public:
   // Checks the packed arrays' consistency (sizes, row_ptr, col_index) before uploading.
@@ -135,16 +141,21 @@ class DeviceTiles {
   // widen_tiles' copy on the device, for the Hopper kernel: uploaded beside the weight when a tile side is below
   // 64 and the current device runs the sm90 kernel; null otherwise.
   const DeviceTiles* widened() const noexcept { return widened_.get(); }
+  // split_tile_rows' copy in tiles 32 rows high (with its warp-stream schedule), for the warp-stream kernel:
+  // uploaded beside a weight of tiles 64 or 128 rows high and 32, 64 or 128 columns when the current device fits
+  // that kernel (twice the weight's device memory); null otherwise.
+  const DeviceTiles* split_rows() const noexcept { return split_rows_.get(); }
   const void* data() const noexcept { return data_.data(); }
 
  private:
   DeviceTiles() = default;
+  static DeviceTiles upload_arrays(const PackedTiles& packed);  // the arrays and schedules, without the copies
   DeviceBuffer row_ptr_, col_index_, data_, row_order_, tile_row_;
   DeviceBuffer schedule_block_, schedule_step_ptr_, schedule_steps_;
   bool schedule_balanced_ = false;
   DeviceBuffer warp_stream_cta_begin_, warp_stream_row_ctas_;
   int64_t warp_stream_ctas_ = 0, warp_stream_rows_cut_ = 0;
-  std::shared_ptr<const DeviceTiles> widened_;
+  std::shared_ptr<const DeviceTiles> widened_, split_rows_;
   int64_t rows_ = 0, cols_ = 0, nnz_tiles_ = 0;
   int tile_rows_ = 0, tile_cols_ = 0;
   DType dtype_ = DType::f16;
@@ -155,16 +166,16 @@ class DeviceTiles {
 // sm80_mma: mma.sync, every tile shape and layout, a CTA per tile row and 128 tokens;
 // stream_mma: mma.sync, every tile shape and layout, for few tokens: the stored tiles split evenly over a grid that
 // fills the GPU, 32 tokens per CTA, rows that CTAs share summed through the plan's workspace;
-// warp_stream_mma: mma.sync for few tokens on tiles 32 rows high (32, 64 or 128 columns), every layout: the stored
-// tiles' 32-column chunks split over the CTAs of a grid that fills the GPU (whole tile rows per CTA by the weight's
+// warp_stream_mma: mma.sync for few tokens on tiles 32 rows high (32, 64 or 128 columns; tiles 64 or 128 rows high
+// through the weight's split copy, DeviceTiles::split_rows), every layout: the stored tiles' 32-column chunks split over the CTAs of a grid that fills the GPU (whole tile rows per CTA by the weight's
 // WarpStreamSchedule, else evenly) and evenly over each CTA's warps, each streaming its chunks through a ring of
 // its own in shared memory, 32 tokens per warp, rows that warps share summed in shared memory, rows that CTAs share
 // through the plan's workspace; it needs 166 KiB of shared memory per CTA (H100, H200; not A100: plans refuse it
 // there).
 // `automatic` takes sm90_wgmma where it applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma; where it
-// takes sm90_wgmma for tiles 32 rows high and C <= 32, a weight that has a warp-stream schedule (DeviceTiles::upload
-// makes one where the device fits the kernel) runs warp_stream_mma instead (TileSpmmPlan::kernel_for;
-// docs/performance.md, tile items 41 and 43).
+// takes sm90_wgmma for tiles 32, 64 or 128 rows high (32, 64 or 128 columns) and C <= 32, a weight that has a
+// warp-stream schedule (DeviceTiles::upload makes one, for taller tiles on their split copy, where the device fits
+// the kernel) runs warp_stream_mma instead (TileSpmmPlan::kernel_for; docs/performance.md, tile items 41, 43, 44).
 enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma, stream_mma, warp_stream_mma };
 inline constexpr int64_t kStreamMaxTokens = 32;
 inline constexpr int kMaxStreamCtas = 1 << 20;

@@ -258,6 +258,31 @@ PackedTiles widen_tiles(const PackedTiles& p) {
   return w;
 }
 
+PackedTiles split_tile_rows(const PackedTiles& p, int tile_rows) {
+  check_csr(p, "split_tile_rows");
+  require(tile_rows >= 1 && p.tile_rows % tile_rows == 0, ErrorCode::invalid_argument,
+          "split_tile_rows: " + std::to_string(tile_rows) + " does not divide the tiles' " + std::to_string(p.tile_rows) + " rows");
+  PackedTiles q;
+  q.rows = p.rows, q.cols = p.cols, q.dtype = p.dtype, q.tile_rows = tile_rows, q.tile_cols = p.tile_cols;
+  const int parts = p.tile_rows / tile_rows;
+  const int64_t part_elems = int64_t{tile_rows} * p.tile_cols, tile_elems = part_elems * parts, rows = q.grid_rows();
+  q.row_ptr.reserve(static_cast<std::size_t>(rows) + 1);
+  q.row_ptr.push_back(0);
+  for (int64_t i = 0; i < rows; ++i) {  // part i % parts of p's tile row i / parts
+    const auto row = static_cast<std::size_t>(i / parts);
+    const int64_t offset = (i % parts) * part_elems;
+    for (int32_t t = p.row_ptr[row]; t < p.row_ptr[row + 1]; ++t) {
+      q.col_index.push_back(p.col_index[static_cast<std::size_t>(t)]);
+      const auto from = p.data.begin() + static_cast<std::ptrdiff_t>(t * tile_elems + offset);
+      q.data.insert(q.data.end(), from, from + static_cast<std::ptrdiff_t>(part_elems));
+    }
+    require(q.col_index.size() <= static_cast<std::size_t>(INT32_MAX), ErrorCode::unsupported,
+            "split_tile_rows: 2^31 or more split tiles");
+    q.row_ptr.push_back(static_cast<int32_t>(q.col_index.size()));
+  }
+  return q;
+}
+
 bool TileBlockSchedule::balanced() const noexcept {
   if (block.empty()) return true;
   const double longest = step_ptr[1] - step_ptr[0], total = step_ptr.back();  // position 0 has the most steps

@@ -46,6 +46,17 @@ const char* kernel_name(TileKernel k) noexcept {
 
 DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   check_packed_tiles(packed);
+  DeviceTiles w = upload_arrays(packed);
+  if ((packed.tile_rows < kSm90MinTileSide || packed.tile_cols < kSm90MinTileSide) && nm24::sm90_compiled() &&
+      nm24::device_is_sm90())  // sides below 64: the Hopper kernel's copy
+    w.widened_ = std::make_shared<const DeviceTiles>(upload_arrays(widen_tiles(packed)));
+  if (packed.tile_rows > tile::kWarpStreamTileRows && packed.tile_rows % tile::kWarpStreamTileRows == 0 &&
+      packed.tile_cols % tile::kWarpStreamChunkCols == 0 && tile::warp_stream_fits_device())  // the warp-stream kernel's copy
+    w.split_rows_ = std::make_shared<const DeviceTiles>(upload_arrays(split_tile_rows(packed, tile::kWarpStreamTileRows)));
+  return w;
+}
+
+DeviceTiles DeviceTiles::upload_arrays(const PackedTiles& packed) {
   DeviceTiles w;
   w.rows_ = packed.rows, w.cols_ = packed.cols, w.tile_rows_ = packed.tile_rows, w.tile_cols_ = packed.tile_cols;
   w.nnz_tiles_ = packed.nnz_tiles();
@@ -65,8 +76,6 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
     upload_vector(w.schedule_step_ptr_, schedule.step_ptr);
     upload_vector(w.schedule_steps_, schedule.steps);
     w.schedule_balanced_ = schedule.balanced();
-  } else if (nm24::sm90_compiled() && nm24::device_is_sm90()) {  // sides below 64: the Hopper kernel's copy
-    w.widened_ = std::make_shared<const DeviceTiles>(upload(widen_tiles(packed)));
   }
   if (packed.tile_rows == tile::kWarpStreamTileRows && packed.tile_cols % tile::kWarpStreamChunkCols == 0 && w.nnz_tiles_ > 0 &&
       tile::warp_stream_fits_device()) {
@@ -106,18 +115,20 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
                              desc.cols % 8 == 0;
   require(kernel != TileKernel::sm90_wgmma || sm90_possible, ErrorCode::unsupported,
           "tile plan: the sm90 wgmma kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
-  // Tiles 32 rows high at C <= 32: the warp-stream kernel beats the Hopper one, on weights whose schedule cuts rows
-  // over CTAs too (tile item 43); run() takes it for every weight that has a schedule (kernel_for).
-  const bool warp_stream_by_weight = kernel == TileKernel::automatic && sm90_possible &&
-                                     tile_rows == tile::kWarpStreamTileRows && tile_cols % tile::kWarpStreamChunkCols == 0 &&
+  // Tiles 32, 64 or 128 rows high at C <= 32: the warp-stream kernel (taller tiles through the weight's copy in
+  // tiles 32 rows high) beats the Hopper one, on weights whose schedule cuts rows over CTAs too (tile items 43 and
+  // 44); run() takes it for every weight that has a schedule (kernel_for).
+  const bool warp_stream_tiles = tile_rows % tile::kWarpStreamTileRows == 0 && tile_cols % tile::kWarpStreamChunkCols == 0;
+  const bool warp_stream_by_weight = kernel == TileKernel::automatic && sm90_possible && warp_stream_tiles &&
                                      desc.n <= tile::kStreamBlockN && tile::warp_stream_fits_device();
   // The stream kernel beats the portable one wherever C is small (a grid that fills the GPU, not one CTA per tile
   // row), but not the Hopper kernel (docs/performance.md, tile item 38).
   if (kernel == TileKernel::automatic)
     kernel = sm90_possible ? TileKernel::sm90_wgmma : desc.n <= kStreamMaxTokens ? TileKernel::stream_mma : TileKernel::sm80_mma;
-  require(kernel != TileKernel::warp_stream_mma || (tile_rows == tile::kWarpStreamTileRows && tile_cols >= tile::kWarpStreamChunkCols), ErrorCode::unsupported,
-          "tile plan: the warp-stream kernel takes tiles " + std::to_string(tile::kWarpStreamTileRows) +
-              " rows high and 32, 64 or 128 columns, got " + std::to_string(tile_rows) + "x" + std::to_string(tile_cols));
+  require(kernel != TileKernel::warp_stream_mma || warp_stream_tiles, ErrorCode::unsupported,
+          "tile plan: the warp-stream kernel takes tiles 32, 64 or 128 rows high (taller than " +
+              std::to_string(tile::kWarpStreamTileRows) + " through the weight's split copy) and 32, 64 or 128 columns, got " +
+              std::to_string(tile_rows) + "x" + std::to_string(tile_cols));
   plan.kernel_ = kernel;
   plan.stream_kernel_ = kernel == TileKernel::stream_mma || kernel == TileKernel::warp_stream_mma ? kernel
                         : warp_stream_by_weight                                                 ? TileKernel::warp_stream_mma
@@ -130,8 +141,10 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
                                                                                   : tile::stream_max_ctas(tile_rows, tile_cols);
     plan.stream_forced_ = launch.stream_ctas != 0;
     const std::size_t partial_bytes = plan.partial_floats() * sizeof(float);
+    const int stream_tile_rows = plan.stream_kernel_ == TileKernel::warp_stream_mma ? tile::kWarpStreamTileRows : tile_rows;
     const std::size_t counter_bytes =
-        static_cast<std::size_t>(ceil_div(desc.n, int64_t{tile::kStreamBlockN}) * ceil_div(desc.rows, int64_t{tile_rows})) * sizeof(int32_t);
+        static_cast<std::size_t>(ceil_div(desc.n, int64_t{tile::kStreamBlockN}) * ceil_div(desc.rows, int64_t{stream_tile_rows})) *
+        sizeof(int32_t);
     auto workspace = std::make_shared<DeviceBuffer>(std::max<std::size_t>(partial_bytes + counter_bytes, 1));
     NMKIT_CUDA_CHECK(cudaMemset(workspace->data(), 0, workspace->size()));
     NMKIT_CUDA_CHECK(cudaDeviceSynchronize());  // zero before any stream, blocking or not, runs the plan
@@ -151,9 +164,17 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   return plan;
 }
 
+namespace {
+// The weight the warp-stream kernel reads: itself in tiles 32 rows high, else its split copy (null where it has none).
+const DeviceTiles* warp_stream_weight(const DeviceTiles& a) noexcept {
+  return a.tile_rows() == tile::kWarpStreamTileRows ? &a : a.split_rows();
+}
+}  // namespace
+
 bool TileSpmmPlan::takes_warp_stream_schedule(const DeviceTiles& a) const noexcept {
-  return stream_kernel_ == TileKernel::warp_stream_mma && !stream_forced_ && a.warp_stream_ctas() > 0 &&
-         a.warp_stream_ctas() <= stream_max_ctas_;
+  const DeviceTiles* w = warp_stream_weight(a);
+  return stream_kernel_ == TileKernel::warp_stream_mma && !stream_forced_ && w && w->warp_stream_ctas() > 0 &&
+         w->warp_stream_ctas() <= stream_max_ctas_;
 }
 
 TileKernel TileSpmmPlan::kernel_for(const DeviceTiles& a) const noexcept {
@@ -162,10 +183,12 @@ TileKernel TileSpmmPlan::kernel_for(const DeviceTiles& a) const noexcept {
 }
 
 int64_t TileSpmmPlan::stream_ctas(const DeviceTiles& a) const {
-  const int64_t nnz_tiles = a.nnz_tiles();
+  const bool warp_stream = kernel_for(a) == TileKernel::warp_stream_mma;
+  const DeviceTiles* w = warp_stream ? warp_stream_weight(a) : &a;  // the weight the kernel reads
+  const int64_t nnz_tiles = w ? w->nnz_tiles() : a.nnz_tiles();
   if (stream_forced_) return std::clamp<int64_t>(stream_max_ctas_, 1, std::max<int64_t>(nnz_tiles, 1));
-  if (kernel_for(a) != TileKernel::warp_stream_mma) return tile::stream_ctas(nnz_tiles, stream_max_ctas_);
-  return takes_warp_stream_schedule(a) ? a.warp_stream_ctas() : tile::warp_stream_ctas(nnz_tiles, tile_cols_, stream_max_ctas_);
+  if (!warp_stream) return tile::stream_ctas(nnz_tiles, stream_max_ctas_);
+  return takes_warp_stream_schedule(a) ? w->warp_stream_ctas() : tile::warp_stream_ctas(nnz_tiles, tile_cols_, stream_max_ctas_);
 }
 
 std::size_t TileSpmmPlan::partial_floats() const {
@@ -185,12 +208,16 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
   const TileKernel kernel = kernel_for(a);
   if (kernel == TileKernel::stream_mma || kernel == TileKernel::warp_stream_mma) {
-    const tile::TileParams p = tile_params(desc_, a, b, c, d, bias);
+    const DeviceTiles* weight = kernel == TileKernel::warp_stream_mma ? warp_stream_weight(a) : &a;
+    require(weight != nullptr, ErrorCode::unsupported,
+            "tile run: the warp-stream kernel needs the weight in tiles 32 rows high, and this weight of " +
+                std::to_string(a.tile_rows()) + "-row tiles has no split copy (made at upload where the device fits the kernel)");
+    const tile::TileParams p = tile_params(desc_, *weight, b, c, d, bias);
     auto* partials = static_cast<float*>(workspace_->data());  // then the counters (create() sizes both)
     tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats()), static_cast<int>(stream_ctas(a))};
     // The warp-stream kernel takes the weight's schedule (whole tile rows per CTA) unless the plan fixes the CTAs.
     if (kernel == TileKernel::warp_stream_mma && takes_warp_stream_schedule(a))
-      work.cta_begin = a.warp_stream_cta_begin(), work.row_ctas = a.warp_stream_row_ctas();
+      work.cta_begin = weight->warp_stream_cta_begin(), work.row_ctas = weight->warp_stream_row_ctas();
     nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
       if (kernel == TileKernel::warp_stream_mma) tile::launch_warp_stream<Element, Out>(p, work, stream);
       else tile::launch_stream<Element, Out>(p, work, stream);

@@ -82,10 +82,11 @@ std::size_t stream_partial_floats(int tile_rows, int64_t max_ctas, int64_t n);
 template <class Element, class Out>
 void launch_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream);
 
-// The warp-stream kernel (warp_stream_tile_spmm.cu) for few tokens and tiles 32 rows high (32, 64 or 128
-// columns): the stored tiles' 32-column chunks split over `ctas` CTAs per token block (by the weight's schedule, or
-// evenly) and evenly over each CTA's warps, each warp streaming its chunks through a ring of its own in shared
-// memory; its workspace is the stream kernel's with tile rows of 32 (a slot pair per CTA).
+// The warp-stream kernel (warp_stream_tile_spmm.cu) for few tokens and tiles 32 rows high by 32, 64 or 128 columns
+// (taller tiles through the weight's split copy): the stored tiles' 32-column chunks split over `ctas` CTAs per
+// token block (by the weight's schedule, or evenly) and evenly over each CTA's warps, each warp streaming its chunks
+// through a ring of its own in shared memory; its workspace is the stream kernel's with tile rows of 32 (a slot pair
+// per CTA).
 inline constexpr int kWarpStreamTileRows = 32;
 inline constexpr int kWarpStreamChunkCols = 32;  // the columns a warp streams at a time; tiles at least this wide
 // At least this many chunks per warp: fewer, longer ranges share fewer rows.
