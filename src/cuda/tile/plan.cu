@@ -50,8 +50,8 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   if ((packed.tile_rows < kSm90MinTileSide || packed.tile_cols < kSm90MinTileSide) && nm24::sm90_compiled() &&
       nm24::device_is_sm90())  // sides below 64: the Hopper kernel's copy
     w.widened_ = std::make_shared<const DeviceTiles>(upload_arrays(widen_tiles(packed)));
-  if (packed.tile_rows > tile::kWarpStreamTileRows && packed.tile_rows % tile::kWarpStreamTileRows == 0 &&
-      packed.tile_cols % tile::kWarpStreamChunkCols == 0 && tile::warp_stream_fits_device())  // the warp-stream kernel's copy
+  if (packed.tile_rows > tile::kWarpStreamTileRows && tile::warp_stream_runs(packed.tile_rows, packed.tile_cols) &&
+      tile::warp_stream_fits_device())  // the warp-stream kernel's copy
     w.split_rows_ = std::make_shared<const DeviceTiles>(upload_arrays(split_tile_rows(packed, tile::kWarpStreamTileRows)));
   return w;
 }
@@ -77,7 +77,7 @@ DeviceTiles DeviceTiles::upload_arrays(const PackedTiles& packed) {
     upload_vector(w.schedule_steps_, schedule.steps);
     w.schedule_balanced_ = schedule.balanced();
   }
-  if (packed.tile_rows == tile::kWarpStreamTileRows && packed.tile_cols % tile::kWarpStreamChunkCols == 0 && w.nnz_tiles_ > 0 &&
+  if (packed.tile_rows == tile::kWarpStreamTileRows && tile::warp_stream_runs(packed.tile_rows, packed.tile_cols) && w.nnz_tiles_ > 0 &&
       tile::warp_stream_fits_device()) {
     // The warp-stream kernel's CTA ranges, for as many CTAs as its plans launch by default on this device.
     const int chunks_per_tile = packed.tile_cols / tile::kWarpStreamChunkCols;
@@ -118,7 +118,7 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   // Tiles 32, 64 or 128 rows high at C <= 32: the warp-stream kernel (taller tiles through the weight's copy in
   // tiles 32 rows high) beats the Hopper one, on weights whose schedule cuts rows over CTAs too (tile items 43 and
   // 44); run() takes it for every weight that has a schedule (kernel_for).
-  const bool warp_stream_tiles = tile_rows % tile::kWarpStreamTileRows == 0 && tile_cols % tile::kWarpStreamChunkCols == 0;
+  const bool warp_stream_tiles = tile::warp_stream_runs(tile_rows, tile_cols);
   const bool warp_stream_by_weight = kernel == TileKernel::automatic && sm90_possible && warp_stream_tiles &&
                                      desc.n <= tile::kStreamBlockN && tile::warp_stream_fits_device();
   // The stream kernel beats the portable one wherever C is small (a grid that fills the GPU, not one CTA per tile

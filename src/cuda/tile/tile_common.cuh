@@ -89,6 +89,10 @@ void launch_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream
 // per CTA).
 inline constexpr int kWarpStreamTileRows = 32;
 inline constexpr int kWarpStreamChunkCols = 32;  // the columns a warp streams at a time; tiles at least this wide
+// The tile shapes the kernel runs: its own (tile rows of 32) or through the weight's split copy (taller rows).
+constexpr bool warp_stream_runs(int tile_rows, int tile_cols) {
+  return tile_rows % kWarpStreamTileRows == 0 && tile_cols % kWarpStreamChunkCols == 0;
+}
 // At least this many chunks per warp: fewer, longer ranges share fewer rows.
 inline constexpr int kWarpStreamMinChunksPerWarp = 2;
 bool warp_stream_fits_device();  // the current device gives a CTA the kernel's shared memory (H100/H200: yes; A100: no)
