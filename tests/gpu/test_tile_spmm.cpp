@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <random>
 #include <span>
 #include <vector>
@@ -79,6 +80,20 @@ TileMatrix skewed_tiles(int side, bool stored = true) {
       mask.keep[static_cast<std::size_t>(i * mask.grid_cols + (i * 3) % mask.grid_cols)] = 1;
   }
   return compress_tiles(w, mask, side, side);
+}
+
+// The stream kernels on skewed_tiles(side) and on its all-empty twin, with beta, bias and both D layouts, on each
+// grid of `ctas` (0: the plan's own); seeds seed and seed + 1.
+void expect_skewed_and_empty(TileKernel kernel, int side, std::initializer_list<int> ctas, uint32_t seed) {
+  const TileMatrix a = skewed_tiles(side), empty = skewed_tiles(side, false);
+  for (Layout d_layout : {Layout::col_major, Layout::row_major})
+    for (int grid : ctas) {
+      const Problem t{a.rows, a.cols, 20, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
+      EXPECT_LE(run_with(a, t, seed, kernel, {.stream_ctas = grid}), tolerance(DType::f16))
+          << describe(t) << " side " << side << " stream_ctas " << grid;
+      EXPECT_LE(run_with(empty, t, seed + 1, kernel, {.stream_ctas = grid}), tolerance(DType::f16))
+          << describe(t) << " side " << side << " stream_ctas " << grid << " empty weight";
+    }
 }
 
 TEST(TileGpu, SkewedRowsAndEmptyTileRows) {
@@ -419,18 +434,7 @@ TEST(TileGpu, StreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
   // The skewed pattern of SkewedRowsAndEmptyTileRows (a full tile row, an empty one, one tile in each other) with
   // beta, bias and both D layouts; an all-empty weight; every epilogue; and one plan run again and again (its
   // row counters must be back at zero after each launch).
-  for (int side : {32, 64, 128}) {
-    const TileMatrix a = skewed_tiles(side), empty = skewed_tiles(side, false);
-    const int64_t r = a.rows, k = a.cols;
-    for (Layout d_layout : {Layout::col_major, Layout::row_major})
-      for (int ctas : {0, 2, 5}) {
-        const Problem t{r, k, 20, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
-        EXPECT_LE(run_with(a, t, 21, TileKernel::stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
-            << describe(t) << " side " << side << " stream_ctas " << ctas;
-        EXPECT_LE(run_with(empty, t, 22, TileKernel::stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
-            << describe(t) << " side " << side << " empty weight";
-      }
-  }
+  for (int side : {32, 64, 128}) expect_skewed_and_empty(TileKernel::stream_mma, side, {0, 2, 5}, 21);
   uint32_t seed = 21000;
   for (const Problem& problem : layout_and_epilogue_problems(136, 200, 40)) {
     const Case t{problem, 32, 64, 0.5, TileKernel::stream_mma};
@@ -457,15 +461,7 @@ TEST(TileGpu, WarpStreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
   SKIP_WITHOUT_GPU();
   // As StreamKernelEmptyRowsEpiloguesAndRepeatedRuns: a full tile row, an empty one, one tile in each other; an
   // all-empty weight; beta, bias, both D layouts, every epilogue; one plan run again and again.
-  const TileMatrix a = skewed_tiles(32), empty = skewed_tiles(32, false);
-  for (Layout d_layout : {Layout::col_major, Layout::row_major})
-    for (int ctas : {0, 1, 2, 5}) {
-      const Problem t{a.rows, a.cols, 20, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
-      EXPECT_LE(run_with(a, t, 31, TileKernel::warp_stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
-          << describe(t) << " stream_ctas " << ctas;
-      EXPECT_LE(run_with(empty, t, 32, TileKernel::warp_stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
-          << describe(t) << " empty weight";
-    }
+  expect_skewed_and_empty(TileKernel::warp_stream_mma, 32, {0, 1, 2, 5}, 31);
   uint32_t seed = 24000;
   for (const Problem& problem : layout_and_epilogue_problems(136, 200, 40)) {
     const Case t{problem, 32, 64, 0.5, TileKernel::warp_stream_mma};
@@ -596,17 +592,7 @@ TEST(TileGpu, TallTilesRunTheWarpStreamKernelThroughTheirSplitCopy) {
     }
   }
   if (!sm90_here()) return;  // the forced kernel needs the split copy, which needs a device that fits the kernel
-  for (int side : {64, 128}) {
-    const TileMatrix a = skewed_tiles(side), empty = skewed_tiles(side, false);
-    for (Layout d_layout : {Layout::col_major, Layout::row_major})
-      for (int ctas : {0, 3}) {
-        const Problem t{a.rows, a.cols, 20, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
-        EXPECT_LE(run_with(a, t, 61, TileKernel::warp_stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
-            << describe(t) << " side " << side << " stream_ctas " << ctas;
-        EXPECT_LE(run_with(empty, t, 62, TileKernel::warp_stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
-            << describe(t) << " side " << side << " empty weight";
-      }
-  }
+  for (int side : {64, 128}) expect_skewed_and_empty(TileKernel::warp_stream_mma, side, {0, 3}, 61);
   expect_repeated_runs(plain(700, 1024, 32, DType::bf16, Layout::col_major), 64, TileKernel::warp_stream_mma, 0, 63);
 }
 
