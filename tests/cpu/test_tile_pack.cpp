@@ -136,6 +136,58 @@ TEST(TilePack, WarpStreamScheduleCoversEveryChunkWithinTheBound) {
   EXPECT_THROW(warp_stream_schedule({0, 4}, 1, 0, 1), Error);
 }
 
+TEST(TilePack, WarpStreamLeadsDescribeEachWarpsRange) {
+  // Every warp's record against the schedule and the weight's arrays, on random patterns: the CTA's range cut
+  // evenly over min(8, length) warps (the others idle at its end), the range's end rows and their CTAs, and the
+  // tiles of its first three chunks.
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 100; ++trial) {
+    std::vector<int32_t> row_ptr{0};
+    const int rows = 1 + static_cast<int>(rng() % 40);
+    for (int r = 0; r < rows; ++r) row_ptr.push_back(row_ptr.back() + static_cast<int32_t>(rng() % 4 == 0 ? rng() % 120 : rng() % 7));
+    if (row_ptr.back() == 0) continue;
+    std::vector<int32_t> col_index(static_cast<std::size_t>(row_ptr.back()));
+    for (auto& c : col_index) c = static_cast<int32_t>(rng() % 1000);
+    const int cpt = 1 << (rng() % 3);
+    const int64_t chunks = int64_t{row_ptr.back()} * cpt;
+    const WarpStreamSchedule s = warp_stream_schedule(row_ptr, cpt, 1 + static_cast<int64_t>(rng() % 20), 132);
+    const std::vector<WarpStreamLead> leads = warp_stream_leads(s, row_ptr, col_index, cpt);
+    ASSERT_EQ(static_cast<int64_t>(leads.size()), s.ctas() * WarpStreamLead::kWarpsPerCta);
+    const std::vector<int32_t> tile_row = tile_row_of_tiles(row_ptr);
+    const auto row_of = [&](int64_t chunk) { return tile_row[static_cast<std::size_t>(chunk / cpt)]; };
+    for (int64_t cta = 0; cta < s.ctas(); ++cta) {
+      const int64_t cta_begin = s.cta_begin[cta], cta_end = s.cta_begin[cta + 1];
+      const int64_t parts = std::min<int64_t>(8, cta_end - cta_begin);
+      for (int64_t warp = 0; warp < 8; ++warp) {
+        const WarpStreamLead& l = leads[static_cast<std::size_t>(cta * 8 + warp)];
+        const int64_t begin = warp < parts ? cta_begin + warp * (cta_end - cta_begin) / parts : cta_end;
+        const int64_t end = warp < parts ? cta_begin + (warp + 1) * (cta_end - cta_begin) / parts : cta_end;
+        ASSERT_EQ(l.begin, begin) << "trial " << trial << " cta " << cta << " warp " << warp;
+        ASSERT_EQ(l.end, end);
+        EXPECT_EQ(l.ends_cta, warp < parts && end == cta_end ? 1 : 0);
+        for (int i = 0; i < WarpStreamLead::kChunks; ++i) {
+          EXPECT_EQ(l.row[i], begin + i < end ? row_of(begin + i) : -1);
+          EXPECT_EQ(l.column[i], begin + i < end ? col_index[static_cast<std::size_t>((begin + i) / cpt)] : 0);
+        }
+        if (begin == end) {
+          EXPECT_EQ(l.last_row, -1);
+          continue;
+        }
+        EXPECT_EQ(l.before_row, begin > 0 ? row_of(begin - 1) : -1);
+        EXPECT_EQ(l.after_row, end < chunks ? row_of(end) : -1);
+        EXPECT_EQ(l.last_row, row_of(end - 1));
+        EXPECT_EQ(l.first_row_ctas[0], s.row_ctas[2 * static_cast<std::size_t>(row_of(begin))]);
+        EXPECT_EQ(l.first_row_ctas[1], s.row_ctas[2 * static_cast<std::size_t>(row_of(begin)) + 1]);
+        EXPECT_EQ(l.last_row_ctas[0], s.row_ctas[2 * static_cast<std::size_t>(row_of(end - 1))]);
+        EXPECT_EQ(l.last_row_ctas[1], s.row_ctas[2 * static_cast<std::size_t>(row_of(end - 1)) + 1]);
+      }
+    }
+  }
+  const std::vector<int32_t> row_ptr{0, 4};
+  EXPECT_NMKIT_ERROR(warp_stream_leads(warp_stream_schedule(row_ptr, 1, 1, 1), row_ptr, {1, 2, 3}, 1), ErrorCode::invalid_argument,
+                     "does not match");
+}
+
 PackedTiles packed_pattern(int64_t rows, int64_t cols, int tile_side, std::vector<int32_t> row_ptr,
                            std::vector<int32_t> col_index) {
   PackedTiles p;

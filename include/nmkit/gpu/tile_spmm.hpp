@@ -98,6 +98,24 @@ struct WarpStreamSchedule {
 WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int chunks_per_tile, int64_t target_ctas,
                                         int64_t max_ctas);
 
+// What a warp of the warp-stream kernel needs before its first copies, for a weight's schedule: one 64-byte record
+// per warp, so that its prologue is one load rather than a chain of them (its CTA's range start, then its tiles'
+// columns, then the rows at its range's ends). Byte layout: docs/formats.md.
+struct WarpStreamLead {
+  static constexpr int kWarpsPerCta = 8;  // the kernel's warps per CTA
+  static constexpr int kChunks = 3;       // the kernel's chunks in flight per warp (its ring's stages)
+  int32_t begin, end;  // the warp's chunks [begin, end): an even share of its CTA's range (begin = end: none)
+  int32_t ends_cta;    // 1 where end is its CTA's end (the CTA's last warp with chunks), else 0
+  int32_t before_row, after_row, last_row;  // tile rows of the chunks just before and after the range and of its last (-1: none)
+  int32_t first_row_ctas[2], last_row_ctas[2];  // the schedule's row_ctas pairs of the range's first and last rows
+  int32_t column[kChunks], row[kChunks];        // tile column and tile row of the range's first chunks (0, -1 past its end)
+};
+static_assert(sizeof(WarpStreamLead) == 64, "one 64-byte record per warp");
+// The records of every warp of the schedule's CTAs (ctas x kWarpsPerCta), for a weight in tiles of chunks_per_tile
+// 32-column chunks stored in CSR order (row_ptr, col_index). s must be non-empty.
+std::vector<WarpStreamLead> warp_stream_leads(const WarpStreamSchedule& s, const std::vector<int32_t>& row_ptr,
+                                              const std::vector<int32_t>& col_index, int chunks_per_tile);
+
 // The Hopper kernel runs tile sides of 64 and 128. A weight whose tiles are narrower (16 or 32) along a side runs
 // it through a widened copy: each tile side below kSm90MinTileSide becomes kSm90MinTileSide, and a wide tile holds
 // the small tiles that fall into it with zeros around them. That costs bytes and math on the zeros (up to
@@ -132,12 +150,13 @@ class DeviceTiles {
   const int32_t* schedule_step_ptr() const noexcept { return static_cast<const int32_t*>(schedule_step_ptr_.data()); }
   const TileStep* schedule_steps() const noexcept { return static_cast<const TileStep*>(schedule_steps_.data()); }
   bool schedule_balanced() const noexcept { return schedule_balanced_; }  // TileBlockSchedule::balanced
-  // warp_stream_schedule's arrays for the current device's CTA count (tile rows of 32 only; 0 CTAs and null
-  // pointers otherwise, or where the schedule is empty).
+  // The warp-stream schedule for the current device's CTA count, as its warps' records (warp_stream_leads; tile
+  // rows of 32 only; 0 CTAs and a null pointer otherwise, or where the schedule is empty).
   int64_t warp_stream_ctas() const noexcept { return warp_stream_ctas_; }
   int64_t warp_stream_rows_cut() const noexcept { return warp_stream_rows_cut_; }  // rows that several CTAs hold
-  const int32_t* warp_stream_cta_begin() const noexcept { return static_cast<const int32_t*>(warp_stream_cta_begin_.data()); }
-  const int32_t* warp_stream_row_ctas() const noexcept { return static_cast<const int32_t*>(warp_stream_row_ctas_.data()); }
+  const WarpStreamLead* warp_stream_leads() const noexcept {
+    return warp_stream_ctas_ ? static_cast<const WarpStreamLead*>(warp_stream_leads_.data()) : nullptr;
+  }
   // widen_tiles' copy on the device, for the Hopper kernel: uploaded beside the weight when a tile side is below
   // 64 and the current device runs the sm90 kernel; null otherwise.
   const DeviceTiles* widened() const noexcept { return widened_.get(); }
@@ -153,7 +172,7 @@ class DeviceTiles {
   DeviceBuffer row_ptr_, col_index_, data_, row_order_, tile_row_;
   DeviceBuffer schedule_block_, schedule_step_ptr_, schedule_steps_;
   bool schedule_balanced_ = false;
-  DeviceBuffer warp_stream_cta_begin_, warp_stream_row_ctas_;
+  DeviceBuffer warp_stream_leads_;
   int64_t warp_stream_ctas_ = 0, warp_stream_rows_cut_ = 0;
   std::shared_ptr<const DeviceTiles> widened_, split_rows_;
   int64_t rows_ = 0, cols_ = 0, nnz_tiles_ = 0;

@@ -22,12 +22,4 @@ __device__ __forceinline__ uint4 ld_global_nc_v4(const void* p) {
   return v;
 }
 
-// An 8-byte load issued exactly where it stands (volatile): for a value needed long after it can be asked for, so
-// that the compiler neither sinks the load to its use nor waits for it early (its answer is waited for at first use).
-__device__ __forceinline__ int2 ld_global_nc_early_v2(const void* p) {
-  int2 v;
-  asm volatile("ld.global.nc.v2.s32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-
 }  // namespace nmkit::ptx

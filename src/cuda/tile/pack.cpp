@@ -175,6 +175,49 @@ WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int
   return s;
 }
 
+std::vector<WarpStreamLead> warp_stream_leads(const WarpStreamSchedule& s, const std::vector<int32_t>& row_ptr,
+                                              const std::vector<int32_t>& col_index, int chunks_per_tile) {
+  require(s.ctas() > 0 && chunks_per_tile >= 1 && !row_ptr.empty() &&
+              int64_t{row_ptr.back()} * chunks_per_tile == s.cta_begin.back() && col_index.size() == static_cast<std::size_t>(row_ptr.back()) &&
+              s.row_ctas.size() == 2 * (row_ptr.size() - 1),
+          ErrorCode::invalid_argument, "warp_stream_leads: the schedule does not match the weight's arrays");
+  const std::vector<int32_t> tile_row = tile_row_of_tiles(row_ptr);
+  const int64_t chunks = s.cta_begin.back();
+  const auto row_of = [&](int64_t chunk) { return tile_row[static_cast<std::size_t>(chunk / chunks_per_tile)]; };
+  std::vector<WarpStreamLead> leads;
+  leads.reserve(static_cast<std::size_t>(s.ctas() * WarpStreamLead::kWarpsPerCta));
+  for (int64_t cta = 0; cta < s.ctas(); ++cta) {
+    const int64_t cta_begin = s.cta_begin[static_cast<std::size_t>(cta)], cta_end = s.cta_begin[static_cast<std::size_t>(cta) + 1];
+    // The kernel's cut: the range's chunks evenly over min(warps, length) warps; the others idle.
+    const int64_t length = cta_end - cta_begin, parts = std::min<int64_t>(WarpStreamLead::kWarpsPerCta, std::max<int64_t>(length, 1));
+    for (int64_t warp = 0; warp < WarpStreamLead::kWarpsPerCta; ++warp) {
+      WarpStreamLead l{};
+      const bool working = warp < parts && length > 0;
+      const int64_t begin = working ? cta_begin + warp * length / parts : cta_end;
+      const int64_t end = working ? cta_begin + (warp + 1) * length / parts : cta_end;
+      l.begin = static_cast<int32_t>(begin), l.end = static_cast<int32_t>(end);
+      l.ends_cta = working && end == cta_end;
+      l.before_row = l.after_row = l.last_row = -1;
+      l.first_row_ctas[0] = l.first_row_ctas[1] = l.last_row_ctas[0] = l.last_row_ctas[1] = -1;
+      for (int i = 0; i < WarpStreamLead::kChunks; ++i) {
+        const bool inside = begin + i < end;
+        l.column[i] = inside ? col_index[static_cast<std::size_t>((begin + i) / chunks_per_tile)] : 0;
+        l.row[i] = inside ? row_of(begin + i) : -1;
+      }
+      if (begin < end) {
+        if (begin > 0) l.before_row = row_of(begin - 1);
+        if (end < chunks) l.after_row = row_of(end);
+        l.last_row = row_of(end - 1);
+        const auto first = static_cast<std::size_t>(l.row[0]), last = static_cast<std::size_t>(l.last_row);
+        l.first_row_ctas[0] = s.row_ctas[2 * first], l.first_row_ctas[1] = s.row_ctas[2 * first + 1];
+        l.last_row_ctas[0] = s.row_ctas[2 * last], l.last_row_ctas[1] = s.row_ctas[2 * last + 1];
+      }
+      leads.push_back(l);
+    }
+  }
+  return leads;
+}
+
 TileBlockSchedule tile_block_schedule(const PackedTiles& p) {
   require(p.tile_rows == 64 || p.tile_rows == 128, ErrorCode::unsupported,
           "tile_block_schedule: 128-row blocks need tile rows of 64 or 128, got " + std::to_string(p.tile_rows));

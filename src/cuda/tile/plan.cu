@@ -85,8 +85,7 @@ DeviceTiles DeviceTiles::upload_arrays(const PackedTiles& packed) {
     const WarpStreamSchedule schedule = warp_stream_schedule(
         packed.row_ptr, chunks_per_tile, tile::warp_stream_ctas(w.nnz_tiles_, packed.tile_cols, max_ctas), max_ctas);
     if (schedule.ctas() > 0) {
-      upload_vector(w.warp_stream_cta_begin_, schedule.cta_begin);
-      upload_vector(w.warp_stream_row_ctas_, schedule.row_ctas);
+      upload_vector(w.warp_stream_leads_, gpu::warp_stream_leads(schedule, packed.row_ptr, packed.col_index, chunks_per_tile));
       w.warp_stream_ctas_ = schedule.ctas();
       for (std::size_t r = 0; r < schedule.row_ctas.size(); r += 2) w.warp_stream_rows_cut_ += schedule.row_ctas[r] >= 0;
     }
@@ -217,7 +216,7 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
     tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats()), static_cast<int>(stream_ctas(a))};
     // The warp-stream kernel takes the weight's schedule (whole tile rows per CTA) unless the plan fixes the CTAs.
     if (kernel == TileKernel::warp_stream_mma && takes_warp_stream_schedule(a))
-      work.cta_begin = weight->warp_stream_cta_begin(), work.row_ctas = weight->warp_stream_row_ctas();
+      work.leads = weight->warp_stream_leads();
     nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
       if (kernel == TileKernel::warp_stream_mma) tile::launch_warp_stream<Element, Out>(p, work, stream);
       else tile::launch_stream<Element, Out>(p, work, stream);

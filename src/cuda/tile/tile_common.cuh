@@ -9,6 +9,10 @@
 
 #include "nmkit/matrix.hpp"
 
+namespace nmkit::gpu {
+struct WarpStreamLead;  // nmkit/gpu/tile_spmm.hpp
+}  // namespace nmkit::gpu
+
 namespace nmkit::gpu::tile {
 
 struct TileParams {
@@ -71,10 +75,9 @@ struct StreamWork {
   float* partials;    // stream_partial_floats: (token blocks, ctas, 2) partial tile rows of tile_rows x kStreamBlockN
   int32_t* arrivals;  // (token blocks, grid rows): parts counted per shared tile row; zero between launches
   int ctas;           // CTAs per token block: stream_ctas
-  // The warp-stream kernel: the weight's WarpStreamSchedule (ctas + 1 range starts, 2 x grid rows CTAs per row),
-  // or null for ranges of equal length.
-  const int32_t* cta_begin = nullptr;
-  const int32_t* row_ctas = nullptr;
+  // The warp-stream kernel: the weight's WarpStreamSchedule as its warps' records (ctas x 8 WarpStreamLead), or
+  // null for ranges of equal length.
+  const WarpStreamLead* leads = nullptr;
 };
 int stream_max_ctas(int tile_rows, int tile_cols);         // CTAs resident on the current device at once
 int64_t stream_ctas(int64_t nnz_tiles, int max_ctas);      // <= nnz_tiles, so that no range is empty

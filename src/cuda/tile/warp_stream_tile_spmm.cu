@@ -35,6 +35,7 @@
 #include "../ptx/global_load.cuh"
 #include "../ptx/mma.cuh"
 #include "../ptx/shared.cuh"
+#include "nmkit/gpu/tile_spmm.hpp"
 #include "tile_common.cuh"
 
 namespace nmkit::gpu::tile {
@@ -53,6 +54,8 @@ constexpr int kSlotFloat4s = kRows * kBlockN / 4;  // one partial tile row: kFra
 // stages ran as fast as four at density 0.5 and faster below it (more L1 beside 166 KiB of shared memory).
 constexpr int kStages = 3;
 constexpr int kMinCtasPerSm = 1;
+static_assert(WarpStreamLead::kWarpsPerCta == kWarps && WarpStreamLead::kChunks == kStages,
+              "the schedule's warp records are made for this kernel's warps and ring");
 // A warp's tile-row slots in shared memory: its range's first and last parts (summed with other warps' parts); a
 // row that ends inside the range passes through the last part's slot to D (the range's last part comes after it).
 constexpr int kFirstPartSlot = 0, kLastPartSlot = 1, kWarpSlots = 2;
@@ -276,17 +279,36 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const int64_t n0 = int64_t{blockIdx.y} * kBlockN, grid_rows = (p.rows + kRows - 1) / kRows;
   const int chunk_shift = __ffs(p.tile_cols / kChunkCols) - 1;  // chunks per tile: 1, 2 or 4
   const int64_t chunks = p.nnz_tiles << chunk_shift;
-  // The CTA's range (the weight's schedule, or an even cut; launch: gridDim.x <= chunks, so none is empty), cut
-  // evenly over its warps (the last ones idle when the range has fewer than kWarps chunks).
+  // This warp's chunks (32-bit: the launch checks that every chunk index fits), the rows at its range's ends, and
+  // the CTAs holding them. With the weight's schedule, all of it and its first chunks' columns are one record
+  // (WarpStreamLead), a single load. Otherwise the CTA's range is an even cut (launch: gridDim.x <= chunks, so none
+  // is empty), cut evenly over its warps (the last ones idle when the range has fewer than kWarps chunks), and the
+  // rows are loaded below.
+  const bool led = w.leads != nullptr;
+  WarpStreamLead lead;
   const EvenSplit cta_ranges{chunks, gridDim.x};
-  int64_t cta_begin = 0, cta_end = 0;
-  if (w.cta_begin) cta_begin = __ldg(w.cta_begin + blockIdx.x), cta_end = __ldg(w.cta_begin + blockIdx.x + 1);
-  else if (chunks) cta_begin = cta_ranges.begin(blockIdx.x), cta_end = cta_ranges.begin(blockIdx.x + 1);
-  const EvenSplit warp_ranges{cta_end - cta_begin, std::min<int64_t>(kWarps, std::max<int64_t>(cta_end - cta_begin, 1))};
-  const bool working = warp < warp_ranges.parts && cta_begin < cta_end;
-  // This warp's chunks (32-bit: the launch checks that every chunk index fits).
-  const int32_t begin = static_cast<int32_t>(working ? cta_begin + warp_ranges.begin(warp) : cta_end);
-  const int32_t end = static_cast<int32_t>(working ? cta_begin + warp_ranges.begin(warp + 1) : cta_end);
+  int32_t begin, end;
+  bool ends_cta;
+  WarpRows rows{-1, -1, -1, -1};
+  int2 first_row_ctas{-1, -1}, last_row_ctas{-1, -1};
+  if (led) {
+    const int4* from = reinterpret_cast<const int4*>(w.leads + int64_t{blockIdx.x} * kWarps + warp);
+    int4 words[sizeof(WarpStreamLead) / sizeof(int4)];
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(WarpStreamLead) / sizeof(int4)); ++i) words[i] = __ldg(from + i);
+    memcpy(&lead, words, sizeof lead);
+    begin = lead.begin, end = lead.end, ends_cta = lead.ends_cta;
+    rows = {lead.row[0], lead.last_row, lead.before_row, lead.after_row};
+    first_row_ctas = make_int2(lead.first_row_ctas[0], lead.first_row_ctas[1]);
+    last_row_ctas = make_int2(lead.last_row_ctas[0], lead.last_row_ctas[1]);
+  } else {
+    const int64_t cta_begin = chunks ? cta_ranges.begin(blockIdx.x) : 0, cta_end = chunks ? cta_ranges.begin(blockIdx.x + 1) : 0;
+    const EvenSplit warp_ranges{cta_end - cta_begin, std::min<int64_t>(kWarps, std::max<int64_t>(cta_end - cta_begin, 1))};
+    const bool working = warp < warp_ranges.parts && cta_begin < cta_end;
+    begin = static_cast<int32_t>(working ? cta_begin + warp_ranges.begin(warp) : cta_end);
+    end = static_cast<int32_t>(working ? cta_begin + warp_ranges.begin(warp + 1) : cta_end);
+    ends_cta = end == cta_end;
+  }
   const auto slot = [&](int owner, int which) { return warp_slots + (owner * kWarpSlots + which) * kSlotFloat4s; };
   const LaneSources sources(p, n0, lane, chunk_shift);
 
@@ -305,9 +327,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   };
   int32_t window = begin >> chunk_shift;
   int2 meta = load_meta(window + lane), meta_next = load_meta(window + 32 + lane);
-  // The rows just outside the range (whether its first and last rows go on in other ranges) and its last row.
-  WarpRows rows{-1, -1, -1, -1};
-  if (begin < end) {
+  // Without a schedule: the rows just outside the range (whether its first and last rows go on in other ranges)
+  // and its last row.
+  if (!led && begin < end) {
     if (begin > 0) rows.before = __ldg(p.tile_row + ((begin - 1) >> chunk_shift));
     if (end < chunks) rows.after = __ldg(p.tile_row + (end >> chunk_shift));
     rows.last = __ldg(p.tile_row + ((end - 1) >> chunk_shift));
@@ -330,26 +352,20 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   };
   // Chunk `chunk`'s {row, column} into stage s, and (B col-major with 16-byte rows) its B.
   const bool vector_b = p.b_col_major && p.b_vector;
-  const auto post_rest = [&](int s, int32_t chunk) {
-    const int2 m = tile_meta(chunk >> chunk_shift);
-    stage_meta[32 * s] = make_int2(m.y, m.x);
-    if (vector_b) sources.post_b(stage_at(s), lane, chunk, m.x);
+  const auto post_rest = [&](int s, int32_t chunk, int2 column_row) {
+    stage_meta[32 * s] = make_int2(column_row.y, column_row.x);
+    if (vector_b) sources.post_b(stage_at(s), lane, chunk, column_row.x);
   };
+  // The first chunks' columns come with the schedule's record, so that their B is posted without waiting for the
+  // window (which serves the chunks after them).
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
-    if (begin + s < end) post_rest(s, begin + s);
+    if (begin + s < end) post_rest(s, begin + s, led ? make_int2(lead.column[s], lead.row[s]) : tile_meta((begin + s) >> chunk_shift));
     ptx::cp_async_commit();  // one group per stage, empty past the range
   }
 
-  if (begin < end) rows.first = stage_meta[0].x;
+  if (!led && begin < end) rows.first = stage_meta[0].x;
   const int32_t before_row = rows.before, after_row = rows.after, first_row = rows.first, last_row = rows.last;
-  // The CTAs holding the range's first and last rows (the weight's schedule; -1 for a row no CTA boundary cuts),
-  // asked for now and first read after the main loop, where a row that other CTAs hold is summed.
-  int2 first_row_ctas{-1, -1}, last_row_ctas{-1, -1};
-  if (w.row_ctas && begin < end) {
-    first_row_ctas = ptx::ld_global_nc_early_v2(w.row_ctas + 2 * first_row);
-    last_row_ctas = ptx::ld_global_nc_early_v2(w.row_ctas + 2 * last_row);
-  }
 
   // The main loop: one chunk per step, its stage refilled with the chunk kStages ahead. A tile row's part ends at
   // the chunk before the next row's: into the warp's first or last part slot if other warps hold parts of the row
@@ -370,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       multiply_chunk<Element>(c, acc);  // the stage is read (its registers are consumed) before it is refilled
       if (chunk + kStages < end) {
         sources.post_a(stage_at(s), lane, chunk + kStages);
-        post_rest(s, chunk + kStages);
+        post_rest(s, chunk + kStages, tile_meta((chunk + kStages) >> chunk_shift));
       }
       ptx::cp_async_commit();
       s = next_s;
@@ -395,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   // range ends with it or the next warp's range starts a new row: those are the rows it sums (0-2).
   bool sums_first_row = false, sums_last_row = false;
   if (begin < end) {
-    const bool last_in_cta = end == cta_end || after_row != last_row;
+    const bool last_in_cta = ends_cta || after_row != last_row;
     if (first_row != last_row || before_row == first_row || after_row == first_row) {
       sums_first_row = before_row == first_row && (first_row != last_row || last_in_cta);
       sums_last_row = first_row != last_row ? after_row == last_row && last_in_cta : before_row != first_row && last_in_cta;
@@ -417,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     Accumulators sum = {};
     for (int owner = first_warp; owner <= warp; ++owner)
       add_part<false>(slot(owner, first_slot >> owner & 1 ? kFirstPartSlot : kLastPartSlot), lane, sum);
-    const bool starts_in_cta = !(goes_back & 1), ends_in_cta = end != cta_end || after_row != row;
+    const bool starts_in_cta = !(goes_back & 1), ends_in_cta = !ends_cta || after_row != row;
     if (!starts_in_cta || !ends_in_cta) {  // the row goes on in other CTAs' ranges
       const auto cta_slot = [&](int64_t cta, int which) {
         return reinterpret_cast<float4*>(w.partials) + ((int64_t{blockIdx.y} * gridDim.x + cta) * 2 + which) * kSlotFloat4s;
@@ -425,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       // The CTAs holding the row, and whether the first of them holds it as its last part (its range starts before).
       int64_t first, last;
       bool first_holds_last_part;
-      if (w.row_ctas) {
+      if (led) {
         const int2 ctas = i == 0 ? first_row_ctas : last_row_ctas;
         first = ctas.x >> 1, first_holds_last_part = ctas.x & 1, last = ctas.y;
       } else {  // ranges of equal length: the row's extent tells which CTAs hold it
