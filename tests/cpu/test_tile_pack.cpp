@@ -68,47 +68,93 @@ TEST(TilePack, WarpStreamScheduleGivesEachCtaWholeRows) {
   EXPECT_EQ(warp_stream_schedule(row_ptr, 2, 4, 132).cta_begin, (std::vector<int32_t>{0, 64, 128, 192, 256}));
 }
 
-TEST(TilePack, WarpStreamScheduleCutsLongRows) {
-  // Row lengths 64, 2, 3, 0, 2, 1 and 6 target CTAs: a share of 12 chunks, at most 15 per CTA. Row 0 is cut into
-  // five pieces (12.8 each), the last of which takes row 1; row 2 opens a CTA that the rows after it fill.
-  const std::vector<int32_t> row_ptr{0, 64, 66, 69, 69, 71, 72};
-  const WarpStreamSchedule s = warp_stream_schedule(row_ptr, 1, 6, 132);
-  EXPECT_EQ(s.cta_begin, (std::vector<int32_t>{0, 12, 25, 38, 51, 66, 72}));
-  EXPECT_EQ(s.ctas(), 6);
-  // Row 0 is held by CTAs 0..4, the first of which starts with it; the others lie in one CTA each.
-  EXPECT_EQ(s.row_ctas, (std::vector<int32_t>{0, 4, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}));
-  // A long row starting inside a CTA's range: rows 3, 40 with 4 target CTAs (share 10.75, at most 13 per CTA).
-  const WarpStreamSchedule t = warp_stream_schedule({0, 3, 43}, 1, 4, 132);
-  EXPECT_EQ(t.cta_begin, (std::vector<int32_t>{0, 3, 13, 23, 33, 43}));
-  EXPECT_EQ(t.row_ctas, (std::vector<int32_t>{-1, -1, 2 * 1 + 0, 4}));
-  // A row that is cut opens a CTA of its own (CTA 0 keeps its one chunk rather than take a piece).
-  const WarpStreamSchedule u = warp_stream_schedule({0, 1, 41}, 1, 4, 132);
-  EXPECT_EQ(u.cta_begin, (std::vector<int32_t>{0, 1, 11, 21, 31, 41}));
-  EXPECT_EQ(u.row_ctas, (std::vector<int32_t>{-1, -1, 2 * 1 + 0, 4}));
+TEST(TilePack, WarpStreamScheduleCutsRowsOnlyWhereItMust) {
+  constexpr int64_t kCut = WarpStreamSchedule::kCutCost, kMinCut = WarpStreamSchedule::kMinCutChunks;
+  static_assert(kCut == 24 && kMinCut == 16, "the expectations below are worked out for these constants");
+  // Row lengths 64, 2, 3, 0, 2, 1 and 6 target CTAs: a floor of 15 chunks, which row 0 exceeds. The least
+  // bottleneck that cuts it is kMinCut + kCut = 40: three parts of 16 chunks that cut it, then its last 16 chunks
+  // with nothing cut at their end (16 <= 40 - kCut), then the short rows whole within the floor.
+  const WarpStreamSchedule s = warp_stream_schedule({0, 64, 66, 69, 69, 71, 72}, 1, 6, 132);
+  EXPECT_EQ(s.cta_begin, (std::vector<int32_t>{0, 16, 32, 48, 64, 72}));
+  // Row 0 is held by CTAs 0..3, the first of which starts with it; the others lie in one CTA each.
+  EXPECT_EQ(s.row_ctas, (std::vector<int32_t>{0, 3, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}));
+  // Even rows within the floor are never cut: 10 rows of 30 with 10 target CTAs (floor 37).
+  std::vector<int32_t> even{0};
+  for (int r = 0; r < 10; ++r) even.push_back(even.back() + 30);
+  EXPECT_EQ(warp_stream_schedule(even, 1, 10, 132).row_ctas, std::vector<int32_t>(20, -1));
+  // Rows 20, 50, 20, 50 with 2 target CTAs and at most 2: the floor (87) holds two whole rows per range.
+  const WarpStreamSchedule u = warp_stream_schedule({0, 20, 70, 90, 140}, 1, 2, 2);
+  EXPECT_EQ(u.cta_begin, (std::vector<int32_t>{0, 70, 140}));
+  EXPECT_EQ(u.row_ctas, std::vector<int32_t>(8, -1));
+  // Rows 100, 100, 100 in at most 2 CTAs, target 4 (floor 93): whole rows need a bottleneck of 200, a cut in the
+  // middle row 150 + kCut = 174, which the middle row's CTAs share.
+  const WarpStreamSchedule v = warp_stream_schedule({0, 100, 200, 300}, 1, 4, 2);
+  EXPECT_EQ(v.cta_begin, (std::vector<int32_t>{0, 150, 300}));
+  EXPECT_EQ(v.row_ctas, (std::vector<int32_t>{-1, -1, 2 * 0 + 1, 1, -1, -1}));
+  // With a floor above that (target 2: 187), the first range takes the floor's worth: 187 - kCut chunks.
+  EXPECT_EQ(warp_stream_schedule({0, 100, 200, 300}, 1, 2, 2).cta_begin, (std::vector<int32_t>{0, 163, 300}));
 }
 
-TEST(TilePack, WarpStreamScheduleCoversEveryChunkWithinTheBound) {
+namespace {
+
+// What a range of chunks [begin, end) costs the warp-stream schedule, and whether the schedule may end it there.
+struct RangeCost {
+  std::vector<bool> at_boundary;
+  int64_t cost(int64_t begin, int64_t end) const {
+    const bool cut = !at_boundary[static_cast<std::size_t>(begin)] || !at_boundary[static_cast<std::size_t>(end)];
+    return end - begin + (cut ? WarpStreamSchedule::kCutCost : 0);
+  }
+  bool allowed(int64_t begin, int64_t end) const {
+    return at_boundary[static_cast<std::size_t>(end)] || end - begin >= WarpStreamSchedule::kMinCutChunks;
+  }
+  // The fewest ranges within the bottleneck over every possible end (the schedule looks at two per start).
+  int64_t fewest_ranges(int64_t bottleneck) const {
+    const int64_t n = static_cast<int64_t>(at_boundary.size()) - 1, none = int64_t{1} << 40;
+    std::vector<int64_t> fewest(static_cast<std::size_t>(n) + 1, none);
+    fewest[static_cast<std::size_t>(n)] = 0;
+    for (int64_t x = n - 1; x >= 0; --x)
+      for (int64_t e = x + 1; e <= n; ++e)
+        if (allowed(x, e) && cost(x, e) <= bottleneck)
+          fewest[static_cast<std::size_t>(x)] = std::min(fewest[static_cast<std::size_t>(x)], fewest[static_cast<std::size_t>(e)] + 1);
+    return fewest[0];
+  }
+};
+
+}  // namespace
+
+TEST(TilePack, WarpStreamScheduleHasTheLeastBottleneck) {
+  // Random weights, small enough for an exhaustive check: every chunk covered by non-empty ranges in order, at
+  // most max_ctas of them, the row CTAs right, and the largest range cost the least for which max_ctas ranges
+  // suffice (by a search over every possible end), or the floor where that is higher.
   std::mt19937 rng(7);
-  for (int trial = 0; trial < 200; ++trial) {
+  for (int trial = 0; trial < 150; ++trial) {
     std::vector<int32_t> row_ptr{0};
-    const int rows = 1 + static_cast<int>(rng() % 60);
-    for (int r = 0; r < rows; ++r) row_ptr.push_back(row_ptr.back() + static_cast<int32_t>(rng() % 4 == 0 ? rng() % 200 : rng() % 9));
-    const int cpt = 1 << (rng() % 3);
+    const int rows = 1 + static_cast<int>(rng() % 24);
+    for (int r = 0; r < rows; ++r) row_ptr.push_back(row_ptr.back() + static_cast<int32_t>(rng() % 4 == 0 ? rng() % 90 : rng() % 9));
+    const int cpt = 1 << (rng() % 2);
     const int64_t chunks = int64_t{row_ptr.back()} * cpt;
     if (chunks == 0) {
       EXPECT_EQ(warp_stream_schedule(row_ptr, cpt, 5, 132).ctas(), 0);
       continue;
     }
-    const int64_t target = 1 + static_cast<int64_t>(rng() % std::min<int64_t>(chunks, 140));
-    const WarpStreamSchedule s = warp_stream_schedule(row_ptr, cpt, target, 1 << 20);
+    const int64_t target = 1 + static_cast<int64_t>(rng() % std::min<int64_t>(chunks, 40));
+    const int64_t max_ctas = rng() % 2 ? 132 : 1 + static_cast<int64_t>(rng() % 12);
+    const WarpStreamSchedule s = warp_stream_schedule(row_ptr, cpt, target, max_ctas);
     ASSERT_GT(s.ctas(), 0);
-    const auto limit = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(chunks) / target * 1.25));
+    EXPECT_LE(s.ctas(), max_ctas) << "trial " << trial;
     EXPECT_EQ(s.cta_begin.front(), 0);
     EXPECT_EQ(s.cta_begin.back(), chunks);
+    RangeCost model{std::vector<bool>(static_cast<std::size_t>(chunks) + 1, false)};
+    for (int32_t t : row_ptr) model.at_boundary[static_cast<std::size_t>(int64_t{t} * cpt)] = true;
+    int64_t bottleneck = 0;
     for (int64_t i = 0; i < s.ctas(); ++i) {
-      EXPECT_GT(s.cta_begin[i + 1], s.cta_begin[i]) << "empty range, trial " << trial;
-      EXPECT_LE(s.cta_begin[i + 1] - s.cta_begin[i], limit) << "trial " << trial;
+      ASSERT_GT(s.cta_begin[i + 1], s.cta_begin[i]) << "empty range, trial " << trial;
+      EXPECT_TRUE(model.allowed(s.cta_begin[i], s.cta_begin[i + 1])) << "a short range ending inside a row, trial " << trial;
+      bottleneck = std::max(bottleneck, model.cost(s.cta_begin[i], s.cta_begin[i + 1]));
     }
+    const auto floor = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(chunks) / target * 1.25));
+    EXPECT_LE(model.fewest_ranges(bottleneck), max_ctas) << "trial " << trial;
+    if (bottleneck > floor) EXPECT_GT(model.fewest_ranges(bottleneck - 1), max_ctas) << "not the least, trial " << trial;
     const auto cta_of = [&](int64_t chunk) {
       return std::upper_bound(s.cta_begin.begin(), s.cta_begin.end(), chunk) - s.cta_begin.begin() - 1;
     };
@@ -120,15 +166,6 @@ TEST(TilePack, WarpStreamScheduleCoversEveryChunkWithinTheBound) {
       }
       EXPECT_EQ(s.row_ctas[2 * r], 2 * cta_of(b) + (s.cta_begin[cta_of(b)] < b ? 1 : 0)) << "trial " << trial;
       EXPECT_EQ(s.row_ctas[2 * r + 1], cta_of(e - 1)) << "trial " << trial;
-    }
-    // Fewer CTAs allowed than the target's ranges need: longer ranges, still covering every chunk.
-    for (int64_t max_ctas = s.ctas() - 1; max_ctas >= 1; max_ctas /= 3) {
-      const WarpStreamSchedule t = warp_stream_schedule(row_ptr, cpt, target, max_ctas);
-      ASSERT_GE(t.ctas(), 1) << "trial " << trial << " max " << max_ctas;
-      EXPECT_LE(t.ctas(), max_ctas) << "trial " << trial;
-      EXPECT_EQ(t.cta_begin.front(), 0);
-      EXPECT_EQ(t.cta_begin.back(), chunks);
-      for (int64_t i = 0; i < t.ctas(); ++i) EXPECT_GT(t.cta_begin[i + 1], t.cta_begin[i]) << "empty range, trial " << trial;
     }
   }
   EXPECT_EQ(warp_stream_schedule({0}, 1, 1, 1).ctas(), 0);

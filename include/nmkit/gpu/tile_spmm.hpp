@@ -79,22 +79,27 @@ struct TileBlockSchedule {
 TileBlockSchedule tile_block_schedule(const PackedTiles& p);
 
 // The warp-stream kernel's CTA ranges over a weight's 32-column chunks (tile rows of 32, CSR order), made at upload.
-// A CTA takes whole tile rows while its range stays within (1 + kRowSlack) times the even share (chunks /
-// target_ctas); a row longer than that is cut into as many near-equal pieces as that bound needs, and the last
-// piece takes whole rows after it. A row cut between CTAs is summed through the workspace at the kernel's end (a
-// fence, an arrival and the parts' loads, one after another), a whole row is not: 4096^2 at C = 32, 32x32 tiles,
-// density 0.5 ran 17 us with one tile row per CTA against 22 us with the chunks cut evenly (docs/performance.md,
-// tile item 41). Byte layout: docs/formats.md.
+// A range costs its chunks plus kCutCost where it starts or ends inside a tile row: such a row is summed through
+// the workspace at the kernel's end (its parts stored, a fence, an arrival, the parts loaded), a whole row is
+// not. The ranges are contiguous, at most max_ctas of them, and their largest cost is the least that allows that,
+// but never below (1 + kRowSlack) times the even share of target_ctas (chunks / target_ctas): at that bound the
+// ranges take whole rows wherever the CTAs left allow, and rows are cut only where they must be (a row longer
+// than the bound, or uneven rows that whole-row ranges would spread over more than max_ctas CTAs). A range that
+// ends inside a row holds at least kMinCutChunks chunks, so that a row is not cut into many small parts. 4096^2 at
+// C = 32, 32x32 tiles, density 0.5: 17 us with one tile row per CTA against 22 us with the chunks cut evenly
+// (docs/performance.md, tile item 41); skewed rows: item 46. Byte layout: docs/formats.md.
 struct WarpStreamSchedule {
   static constexpr double kRowSlack = 0.25;
+  static constexpr int64_t kCutCost = 24;       // chunks: what a cut row adds to a CTA's time (item 46)
+  static constexpr int64_t kMinCutChunks = 16;  // two per warp
   std::vector<int32_t> cta_begin;  // (ctas + 1): CTA i takes chunks [cta_begin[i], cta_begin[i + 1])
   // (2 x tile rows): for a tile row that several CTAs hold, {2 x its first CTA + 1 if that CTA's range starts
   // before the row, its last CTA}; {-1, -1} for a row that one CTA holds or that stores no tile
   std::vector<int32_t> row_ctas;
   int64_t ctas() const noexcept { return cta_begin.empty() ? 0 : static_cast<int64_t>(cta_begin.size()) - 1; }
 };
-// Where the rows would need more than max_ctas CTAs, the target is lowered until they fit (longer ranges). Empty
-// (the kernel then cuts the chunks evenly over its CTAs) where there are no chunks or more than fit 32-bit indices.
+// Empty (the kernel then cuts the chunks evenly over its CTAs) where there are no chunks or more than fit 32-bit
+// indices.
 WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int chunks_per_tile, int64_t target_ctas,
                                         int64_t max_ctas);
 

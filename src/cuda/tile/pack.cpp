@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nmkit/error.hpp"
@@ -117,6 +118,86 @@ std::vector<int32_t> tile_row_of_tiles(const std::vector<int32_t>& row_ptr) {
   return row_of;
 }
 
+namespace {
+
+// Contiguous CTA ranges over `chunks` chunks whose row boundaries are `at_boundary`, at the least bottleneck cost
+// (a range's chunks, plus WarpStreamSchedule::kCutCost where it starts or ends inside a row) for which at most
+// max_ctas ranges suffice, never below `floor`. Returns the range starts and the end (empty if even one range per
+// chunk does not fit, which cannot happen for max_ctas >= 1 since one range of every chunk costs `chunks`).
+class RangePartition {
+ public:
+  RangePartition(std::vector<bool> at_boundary, int64_t chunks)
+      : at_boundary_(std::move(at_boundary)), boundary_at_or_below_(static_cast<std::size_t>(chunks) + 1), chunks_(chunks) {
+    int64_t last = 0;
+    for (int64_t x = 0; x <= chunks; ++x) {
+      if (at_boundary_[static_cast<std::size_t>(x)]) last = x;
+      boundary_at_or_below_[static_cast<std::size_t>(x)] = static_cast<int32_t>(last);
+    }
+  }
+
+  std::vector<int64_t> ranges(int64_t floor, int64_t max_ctas) {
+    // The least feasible bottleneck by bisection: a range may always take all chunks, so `chunks` is feasible.
+    int64_t low = std::min(floor, chunks_), high = chunks_;
+    if (ctas_needed(low) > max_ctas) {
+      while (high - low > 1) {
+        const int64_t mid = low + (high - low) / 2;
+        (ctas_needed(mid) <= max_ctas ? high : low) = mid;
+      }
+      low = high;
+    }
+    const int64_t bottleneck = low;
+    ctas_needed(bottleneck);  // the table for the chosen bottleneck
+    // Walk forward. A range ends at a row boundary wherever the ranges left still fit: within the floor if it can
+    // (ranges no longer than they need be), else within the bottleneck; otherwise inside a row.
+    std::vector<int64_t> begin{0};
+    const auto fits = [&](int64_t end, int64_t at, int64_t left) {
+      return end > at && needed_[static_cast<std::size_t>(end)] <= left - 1;
+    };
+    for (int64_t at = 0, left = max_ctas; at < chunks_; --left) {
+      const Ends e = ends(at, bottleneck);
+      const int64_t short_whole = ends(at, std::min(floor, bottleneck)).whole;
+      at = fits(short_whole, at, left) ? short_whole : fits(e.whole, at, left) ? e.whole : e.cut;
+      begin.push_back(at);
+    }
+    return begin;
+  }
+
+ private:
+  struct Ends {
+    int64_t whole, cut;  // the furthest ends within the bottleneck at a row boundary and inside a row (<= at: none)
+  };
+  Ends ends(int64_t at, int64_t bottleneck) const {
+    const int64_t cut_cost = WarpStreamSchedule::kCutCost;
+    const bool starts_inside = !at_boundary_[static_cast<std::size_t>(at)];
+    const int64_t whole_reach = std::min(chunks_, at + bottleneck - (starts_inside ? cut_cost : 0));
+    const int64_t whole = whole_reach > at ? boundary_at_or_below_[static_cast<std::size_t>(whole_reach)] : at;
+    const int64_t cut = std::min(chunks_ - 1, at + bottleneck - cut_cost);
+    const bool cut_ok = cut - at >= WarpStreamSchedule::kMinCutChunks && !at_boundary_[static_cast<std::size_t>(cut)];
+    return {whole, cut_ok ? cut : at};
+  }
+  // Fills needed_[x]: the fewest ranges covering [x, chunks) at the bottleneck (kUnreachable where none do).
+  int64_t ctas_needed(int64_t bottleneck) {
+    constexpr int32_t kUnreachable = std::numeric_limits<int32_t>::max();
+    needed_.assign(static_cast<std::size_t>(chunks_) + 1, kUnreachable);
+    needed_[static_cast<std::size_t>(chunks_)] = 0;
+    for (int64_t x = chunks_ - 1; x >= 0; --x) {
+      const Ends e = ends(x, bottleneck);
+      int32_t best = kUnreachable;
+      if (e.whole > x) best = std::min(best, needed_[static_cast<std::size_t>(e.whole)]);
+      if (e.cut > x) best = std::min(best, needed_[static_cast<std::size_t>(e.cut)]);
+      needed_[static_cast<std::size_t>(x)] = best == kUnreachable ? kUnreachable : best + 1;
+    }
+    return needed_[0];
+  }
+
+  std::vector<bool> at_boundary_;
+  // 32-bit: the caller checks that chunk indices fit. O(chunks) memory and time per bisection step.
+  std::vector<int32_t> boundary_at_or_below_, needed_;
+  int64_t chunks_;
+};
+
+}  // namespace
+
 WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int chunks_per_tile, int64_t target_ctas,
                                         int64_t max_ctas) {
   require(chunks_per_tile >= 1 && target_ctas >= 1 && max_ctas >= 1, ErrorCode::invalid_argument,
@@ -126,38 +207,13 @@ WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int
   const int64_t chunks = rows ? int64_t{row_ptr.back()} * chunks_per_tile : 0;
   if (chunks == 0 || chunks > std::numeric_limits<int32_t>::max()) return {};
   const auto row_begin = [&](std::size_t r) { return int64_t{row_ptr[r]} * chunks_per_tile; };
-  // The CTAs' range starts (and the end) for a target: whole rows while a range stays within the bound.
-  const auto pack = [&](int64_t target) {
-    const double share = static_cast<double>(chunks) / static_cast<double>(target);
-    const int64_t limit = std::max<int64_t>(1, static_cast<int64_t>(share * (1.0 + WarpStreamSchedule::kRowSlack)));
-    std::vector<int64_t> begin{0};
-    int64_t fill = 0;  // chunks in the CTA being filled
-    for (std::size_t r = 0; r < rows; ++r) {
-      const int64_t length = row_begin(r + 1) - row_begin(r);
-      if (length == 0) continue;
-      if (fill > 0 && fill + length > limit) begin.push_back(row_begin(r)), fill = 0;
-      if (length <= limit) {
-        fill += length;
-        continue;
-      }
-      const int64_t pieces = ceil_div(length, limit);  // each at most `limit` long, and never empty (limit >= 1)
-      for (int64_t piece = 1; piece < pieces; ++piece) begin.push_back(row_begin(r) + length * piece / pieces);
-      fill = length - length * (pieces - 1) / pieces;
-    }
-    begin.push_back(chunks);
-    return begin;
-  };
-  // The slack lets uneven rows need more CTAs than the target; where they need more than max_ctas, a lower target
-  // (longer ranges) until they fit. Target 1 always fits: its bound holds every chunk.
-  int64_t target = target_ctas;
-  std::vector<int64_t> begin = pack(target);
-  const auto ctas = [&] { return static_cast<int64_t>(begin.size()) - 1; };
-  while (ctas() > max_ctas && target > 1) {
-    target = std::max<int64_t>(1, std::min(target - 1, target * max_ctas / ctas()));
-    begin = pack(target);
-  }
+  std::vector<bool> at_boundary(static_cast<std::size_t>(chunks) + 1, false);
+  for (std::size_t r = 0; r <= rows; ++r) at_boundary[static_cast<std::size_t>(row_begin(r))] = true;
+  // Ranges of at least the target's share plus the slack: whole rows rather than more CTAs than the target asks.
+  const double share = static_cast<double>(chunks) / static_cast<double>(target_ctas);
+  const int64_t floor = std::max<int64_t>(1, static_cast<int64_t>(share * (1.0 + WarpStreamSchedule::kRowSlack)));
+  const std::vector<int64_t> begin = RangePartition(std::move(at_boundary), chunks).ranges(floor, max_ctas);
   WarpStreamSchedule s;
-  if (ctas() > max_ctas) return s;
   s.cta_begin.assign(begin.begin(), begin.end());
   s.row_ctas.assign(2 * rows, -1);
   std::size_t cta = 0;  // the CTA holding the current row's first chunk
