@@ -97,6 +97,17 @@ TEST(TilePack, WarpStreamScheduleCutsRowsOnlyWhereItMust) {
 
 namespace {
 
+// Row pointers of 1..max_rows tile rows, a quarter of them long (up to long_rows - 1 tiles), the rest short (up to
+// short_rows - 1): uneven rows for the warp-stream schedule.
+std::vector<int32_t> random_row_ptr(std::mt19937& rng, int max_rows, int long_rows, int short_rows) {
+  std::vector<int32_t> row_ptr{0};
+  const int rows = 1 + static_cast<int>(rng() % static_cast<unsigned>(max_rows));
+  for (int r = 0; r < rows; ++r)
+    row_ptr.push_back(row_ptr.back() + static_cast<int32_t>(rng() % 4 == 0 ? rng() % static_cast<unsigned>(long_rows)
+                                                                           : rng() % static_cast<unsigned>(short_rows)));
+  return row_ptr;
+}
+
 // What a range of chunks [begin, end) costs the warp-stream schedule, and whether the schedule may end it there.
 struct RangeCost {
   std::vector<bool> at_boundary;
@@ -128,9 +139,8 @@ TEST(TilePack, WarpStreamScheduleHasTheLeastBottleneck) {
   // suffice (by a search over every possible end), or the floor where that is higher.
   std::mt19937 rng(7);
   for (int trial = 0; trial < 150; ++trial) {
-    std::vector<int32_t> row_ptr{0};
-    const int rows = 1 + static_cast<int>(rng() % 24);
-    for (int r = 0; r < rows; ++r) row_ptr.push_back(row_ptr.back() + static_cast<int32_t>(rng() % 4 == 0 ? rng() % 90 : rng() % 9));
+    const std::vector<int32_t> row_ptr = random_row_ptr(rng, 24, 90, 9);
+    const int rows = static_cast<int>(row_ptr.size()) - 1;
     const int cpt = 1 << (rng() % 2);
     const int64_t chunks = int64_t{row_ptr.back()} * cpt;
     if (chunks == 0) {
@@ -179,9 +189,7 @@ TEST(TilePack, WarpStreamLeadsDescribeEachWarpsRange) {
   // tiles of its first three chunks.
   std::mt19937 rng(11);
   for (int trial = 0; trial < 100; ++trial) {
-    std::vector<int32_t> row_ptr{0};
-    const int rows = 1 + static_cast<int>(rng() % 40);
-    for (int r = 0; r < rows; ++r) row_ptr.push_back(row_ptr.back() + static_cast<int32_t>(rng() % 4 == 0 ? rng() % 120 : rng() % 7));
+    const std::vector<int32_t> row_ptr = random_row_ptr(rng, 40, 120, 7);
     if (row_ptr.back() == 0) continue;
     std::vector<int32_t> col_index(static_cast<std::size_t>(row_ptr.back()));
     for (auto& c : col_index) c = static_cast<int32_t>(rng() % 1000);
