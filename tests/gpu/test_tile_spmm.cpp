@@ -429,17 +429,22 @@ TEST(TileGpu, StreamKernelAgainstTheOracle) {
   expect_stream_kernel_sweep(TileKernel::stream_mma, shapes, tiles, 20000);
 }
 
+// Every layout and epilogue of layout_and_epilogue_problems at C = 40 (past one 32-token block) on 32x64 tiles at
+// density 0.5, run by `kernel`; seeds from seed + 10 on.
+void expect_layouts_and_epilogues(TileKernel kernel, uint32_t seed) {
+  for (const Problem& problem : layout_and_epilogue_problems(136, 200, 40)) {
+    const Case t{problem, 32, 64, 0.5, kernel};
+    EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+  }
+}
+
 TEST(TileGpu, StreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
   SKIP_WITHOUT_GPU();
   // The skewed pattern of SkewedRowsAndEmptyTileRows (a full tile row, an empty one, one tile in each other) with
   // beta, bias and both D layouts; an all-empty weight; every epilogue; and one plan run again and again (its
   // row counters must be back at zero after each launch).
   for (int side : {32, 64, 128}) expect_skewed_and_empty(TileKernel::stream_mma, side, {0, 2, 5}, 21);
-  uint32_t seed = 21000;
-  for (const Problem& problem : layout_and_epilogue_problems(136, 200, 40)) {
-    const Case t{problem, 32, 64, 0.5, TileKernel::stream_mma};
-    EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
-  }
+  expect_layouts_and_epilogues(TileKernel::stream_mma, 21000);
   expect_repeated_runs(plain(700, 900, 24, DType::bf16, Layout::col_major), 64, TileKernel::stream_mma, 9, 5);
 }
 
@@ -462,11 +467,7 @@ TEST(TileGpu, WarpStreamKernelEmptyRowsEpiloguesAndRepeatedRuns) {
   // As StreamKernelEmptyRowsEpiloguesAndRepeatedRuns: a full tile row, an empty one, one tile in each other; an
   // all-empty weight; beta, bias, both D layouts, every epilogue; one plan run again and again.
   expect_skewed_and_empty(TileKernel::warp_stream_mma, 32, {0, 1, 2, 5}, 31);
-  uint32_t seed = 24000;
-  for (const Problem& problem : layout_and_epilogue_problems(136, 200, 40)) {
-    const Case t{problem, 32, 64, 0.5, TileKernel::warp_stream_mma};
-    EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
-  }
+  expect_layouts_and_epilogues(TileKernel::warp_stream_mma, 24000);
   expect_repeated_runs(plain(700, 1024, 32, DType::bf16, Layout::col_major), 32, TileKernel::warp_stream_mma, 3, 6);
 }
 
