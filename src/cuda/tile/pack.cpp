@@ -122,8 +122,8 @@ namespace {
 
 // Contiguous CTA ranges over `chunks` chunks whose row boundaries are `at_boundary`, at the least bottleneck cost
 // (a range's chunks, plus WarpStreamSchedule::kCutCost where it starts or ends inside a row) for which at most
-// max_ctas ranges suffice, never below `floor`. Returns the range starts and the end (empty if even one range per
-// chunk does not fit, which cannot happen for max_ctas >= 1 since one range of every chunk costs `chunks`).
+// max_ctas ranges suffice, never below `floor`: the range starts, then the end. One range of every chunk costs
+// `chunks`, so a bottleneck of `chunks` always fits max_ctas >= 1.
 class RangePartition {
  public:
   RangePartition(std::vector<bool> at_boundary, int64_t chunks)
