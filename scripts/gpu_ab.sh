@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# A/B of the working tree against another version of the library, for changes that no environment knob can switch
+# (a schedule made at upload, a kernel's code): the other version is built from this tree with a patch taken out,
+# and each benchmark runs once per build, one process after the other, in the same call. Compare ratios measured
+# inside each process (speed-up over cuBLAS, or over a --tile-compare / --variant-env plan in the same rounds):
+# absolute times move between processes. Before the device call, here:
+#   git diff REF -- src include > .ab.patch      # REF: the version to compare against (e.g. main)
+# then on the H200 (device tool, with carry [".ab.patch"]: the patch is git-ignored), from the repository root:
+#   bash scripts/gpu_ab.sh "<nmkit_bench arguments>" ["<more arguments>" ...]
+# Builds build/gpu (this tree) and build/gpu-ab (this tree without .ab.patch), runs NMKIT_AB_TESTS (a gtest filter,
+# default none) on this tree's build, then each argument string with both benches, this tree first. Results go to
+# $OUT (or ./gpu_out): <n>.this.txt and <n>.ref.txt, and the rows of each pair are printed side by side last.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+if [ $# -eq 0 ] || [ ! -s .ab.patch ]; then
+  echo "usage: git diff REF -- src include > .ab.patch; bash scripts/gpu_ab.sh \"<nmkit_bench arguments>\" ..." >&2
+  exit 2
+fi
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH
+configure() {
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="90a;80" \
+    -DNMKIT_DEFAULT_MODEL=/model-not-carried >"/tmp/nmkit_configure_$(basename "$2").log" 2>&1 ||
+    { tail -30 "/tmp/nmkit_configure_$(basename "$2").log"; exit 1; }
+}
+REF_SRC=/tmp/nmkit_ab_ref
+rm -rf "$REF_SRC" && mkdir -p "$REF_SRC"
+tar --exclude=./build --exclude=./gpu_out -cf - . | tar -xf - -C "$REF_SRC"
+(cd "$REF_SRC" && patch -p1 -R -s <.ab.patch) || { echo "gpu_ab: .ab.patch does not come out of this tree" >&2; exit 1; }
+configure . build/gpu
+configure "$REF_SRC" build/gpu-ab
+# Both builds at once: half the cores each.
+jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
+cmake --build build/gpu -j "$jobs" --target nmkit_bench nmkit_gpu_tests >/tmp/nmkit_build.log 2>&1 &
+this_build=$!
+cmake --build build/gpu-ab -j "$jobs" --target nmkit_bench >/tmp/nmkit_build_ab.log 2>&1
+ref_rc=$?
+wait $this_build
+this_rc=$?
+[ $this_rc -eq 0 ] || { grep -E "error" -A3 /tmp/nmkit_build.log | head -40; exit 1; }
+[ $ref_rc -eq 0 ] || { grep -E "error" -A3 /tmp/nmkit_build_ab.log | head -40; exit 1; }
+if [ -n "${NMKIT_AB_TESTS:-}" ]; then
+  timeout 300 build/gpu/tests/nmkit_gpu_tests --gtest_filter="$NMKIT_AB_TESTS" >"$OUT/tests.log" 2>&1
+  echo "tests ($NMKIT_AB_TESTS): rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.log" | tr '\n' ' ')"
+fi
+n=0
+for args in "$@"; do
+  n=$((n + 1))
+  read -ra bench_args <<<"$args"
+  timeout 300 build/gpu/bench/nmkit_bench "${bench_args[@]}" >"$OUT/$n.this.txt" 2>&1
+  timeout 300 build/gpu-ab/bench/nmkit_bench "${bench_args[@]}" >"$OUT/$n.ref.txt" 2>&1
+  echo; echo "=== $n: $args (this tree, then the reference)"
+  paste -d '\n' <(grep -E '^[a-z]+ +[0-9]+x' "$OUT/$n.this.txt" | sed 's/^/this /') \
+                <(grep -E '^[a-z]+ +[0-9]+x' "$OUT/$n.ref.txt" | sed 's/^/ref  /') | cut -c1-200
+done
