@@ -26,7 +26,7 @@ configure() {
 }
 REF_SRC=/tmp/nmkit_ab_ref
 rm -rf "$REF_SRC" && mkdir -p "$REF_SRC"
-tar --exclude=./build --exclude=./gpu_out -cf - . | tar -xf - -C "$REF_SRC"
+tar --exclude=./.git --exclude=./build --exclude=./gpu_out -cf - . | tar -xf - -C "$REF_SRC"
 (cd "$REF_SRC" && patch -p1 -R -s <.ab.patch) || { echo "gpu_ab: .ab.patch does not come out of this tree" >&2; exit 1; }
 configure . build/gpu
 configure "$REF_SRC" build/gpu-ab
