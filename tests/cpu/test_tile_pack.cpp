@@ -162,7 +162,7 @@ TEST(TilePack, WarpStreamScheduleHasTheLeastBottleneck) {
       EXPECT_TRUE(model.allowed(s.cta_begin[i], s.cta_begin[i + 1])) << "a short range ending inside a row, trial " << trial;
       bottleneck = std::max(bottleneck, model.cost(s.cta_begin[i], s.cta_begin[i + 1]));
     }
-    const auto floor = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(chunks) / target * 1.25));
+    const auto floor = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(chunks) / target * (1.0 + WarpStreamSchedule::kRowSlack)));
     EXPECT_LE(model.fewest_ranges(bottleneck), max_ctas) << "trial " << trial;
     if (bottleneck > floor) EXPECT_GT(model.fewest_ranges(bottleneck - 1), max_ctas) << "not the least, trial " << trial;
     const auto cta_of = [&](int64_t chunk) {

@@ -214,7 +214,7 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
     const tile::TileParams p = tile_params(desc_, *weight, b, c, d, bias);
     auto* partials = static_cast<float*>(workspace_->data());  // then the counters (create() sizes both)
     tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats()), static_cast<int>(stream_ctas(a))};
-    // The warp-stream kernel takes the weight's schedule (whole tile rows per CTA) unless the plan fixes the CTAs.
+    // The warp-stream kernel takes the weight's schedule (its warps' records) unless the plan fixes the CTAs.
     if (kernel == TileKernel::warp_stream_mma && takes_warp_stream_schedule(a))
       work.leads = weight->warp_stream_leads();
     nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
