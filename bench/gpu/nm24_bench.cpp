@@ -143,6 +143,7 @@ struct Options {
   bool tile_unit_per_cta = false;
   bool tile_chunked_epilogue = false;
   bool tile_timeline = false;
+  int tile_chain = 0;
   bool tile_blocked_ell = true;
   int tile_stream_ctas = 0;
   std::string tile_compare, tile_kernel = "automatic";
@@ -263,6 +264,7 @@ int run(const Options& o) {
     t.persistent = !o.tile_unit_per_cta;
     t.deferred_store = !o.tile_chunked_epilogue;
     t.timeline = o.tile_timeline;
+    t.chain = o.tile_chain;
     t.blocked_ell = o.tile_blocked_ell;
     t.stream_ctas = o.tile_stream_ctas, t.compare_kernel = o.tile_compare, t.kernel = o.tile_kernel;
     out["tile_run_host_overhead_us"] = run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
@@ -478,6 +480,10 @@ int main(int argc, char** argv) {
                  "tile suite: also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma | warp_stream_mma) in the same rounds");
   app.add_flag("!--no-tile-blocked-ell", o.tile_blocked_ell,
                "tile suite: skip cuSPARSE Blocked-ELL (timed where every tile row has nearly as many tiles: padding <= 25 %)");
+  app.add_option("--tile-chain", o.tile_chain,
+                 "tile suite: also time chains of N dependent products (square weights: each output the next input), "
+                 "nmkit with and without overlapping launches and cuBLAS, per product")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--tile-timeline", o.tile_timeline,
                "tile suite: after each sm90 row, one launch traced with clock64 marks and summarised (diagnosis)");
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();

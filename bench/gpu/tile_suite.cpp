@@ -7,6 +7,7 @@
 #include "tile_suite.hpp"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -257,6 +258,30 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             const std::vector<double> medians =
                 time_interleaved_ms(launches, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
             const double nmkit_ms = medians[0], dense_ms = medians[1];
+            // Chains of dependent products: what a stack of layers sees, where a launch may overlap the one before.
+            std::optional<std::array<double, 3>> chain_ms;  // per product: nmkit overlapped, nmkit not, cuBLAS
+            if (o.chain > 0 && s.r == s.k) {
+              DeviceArray ping(d_bytes), pong(d_bytes);
+              gpu::TileLaunch plain_launch = launch;
+              plain_launch.overlap_launch = false;
+              const gpu::TileSpmmPlan plain = gpu::TileSpmmPlan::create(desc, side, side, kernel, plain_launch);
+              const auto chained = [&](auto product) {
+                return [&, product](int i) {
+                  const void* in = b[i].ptr;
+                  for (int l = 0; l < o.chain; ++l) {
+                    void* out = l % 2 ? pong.ptr : ping.ptr;
+                    product(i, in, out);
+                    in = out;
+                  }
+                };
+              };
+              const std::vector<std::function<void(int)>> chains{
+                  chained([&](int i, const void* in, void* out) { plan.run(stream, weights[i], in, nullptr, out); }),
+                  chained([&](int i, const void* in, void* out) { plain.run(stream, weights[i], in, nullptr, out); }),
+                  chained([&](int i, const void* in, void* out) { dense.run(dense_w[i].ptr, in, out, stream); })};
+              const std::vector<double> m = time_interleaved_ms(chains, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
+              chain_ms = {m[0] / o.chain, m[1] / o.chain, m[2] / o.chain};
+            }
             if (o.timeline && kernel_run == gpu::TileKernel::sm90_wgmma) {
               plan.run(stream, weights[1 % sets], b[1 % sets].ptr, nullptr, d_nmkit[1 % sets].ptr);
               print_timeline(plan, weights[0], b[0].ptr, d_nmkit[0].ptr, stream);
@@ -309,6 +334,10 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             if (variant)
               std::printf("  | %s %.3f ms (%.3fx nmkit's time, err %.1e)", gpu::kernel_name(variant->kernel()), medians[2],
                           medians[2] / nmkit_ms, variant_err);
+            if (chain_ms)
+              std::printf("  | chain of %d, us per product: %.2f overlapped, %.2f not, cuBLAS %.2f (%.2fx / %.2fx cuBLAS)", o.chain,
+                          1e3 * (*chain_ms)[0], 1e3 * (*chain_ms)[1], 1e3 * (*chain_ms)[2], (*chain_ms)[2] / (*chain_ms)[0],
+                          (*chain_ms)[2] / (*chain_ms)[1]);
             std::printf("\n");
             std::fflush(stdout);
             rows.push_back({{"suite", "tile"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
@@ -322,6 +351,9 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             if (variant)
               rows.back()["variant_kernel"] = gpu::kernel_name(variant->kernel()), rows.back()["variant_ms"] = medians[2],
               rows.back()["variant_rel_error"] = variant_err, rows.back()["variant_speedup_vs_cublas"] = dense_ms / medians[2];
+            if (chain_ms)
+              rows.back()["chain"] = o.chain, rows.back()["chain_overlapped_ms"] = (*chain_ms)[0],
+              rows.back()["chain_plain_ms"] = (*chain_ms)[1], rows.back()["chain_cublas_ms"] = (*chain_ms)[2];
             if (bsr)
               rows.back()["cusparse_bsr_ms"] = bsr->ms, rows.back()["cusparse_bsr_rel_error"] = bsr->rel_error,
               rows.back()["nmkit_vs_cusparse_bsr"] = bsr->ms / nmkit_ms;

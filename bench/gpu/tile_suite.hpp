@@ -21,6 +21,9 @@ struct TileSuiteOptions {
   bool persistent = true;
   bool deferred_store = true;  // TileLaunch::deferred_store
   bool timeline = false;       // after each sm90 row, one traced launch summarised (TileLaunch::timeline)
+  // Also time chains of this many dependent products (R == K: each output is the next product's B), per product:
+  // nmkit with overlapping launches (TileLaunch::overlap_launch), without, and cuBLAS; 0: none.
+  int chain = 0;
   bool blocked_ell = true;     // also cuSPARSE Blocked-ELL where the pattern allows (BlockedEll::applies)
   int stream_ctas = 0;         // the stream kernel's CTAs per token block (TileLaunch::stream_ctas; 0: the plan's)
   // Also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma), in the same rounds as the

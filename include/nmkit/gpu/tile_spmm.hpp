@@ -220,6 +220,10 @@ const char* kernel_name(TileKernel k) noexcept;
 // `stream_ctas` (stream and warp-stream kernels): CTAs per 32-token block, each (each warp) taking an equal range
 // of the stored tiles (0: as many as the device holds at once, at most one per stored tile, or two 32-column chunks
 // per warp; the warp-stream kernel then takes the weight's schedule, if it has one).
+// `overlap_launch` (warp-stream kernel, sm_90 devices, any stream but the legacy default one): launched with
+// programmatic dependent launch, so that in a stream of dependent products (the layers of a model) its CTAs start
+// and load their share of the weight while the kernel before it finishes, and wait for it before they read B or
+// C or write anything. The environment variable NMKIT_TILE_OVERLAP_LAUNCH=0|1, where set, overrides it.
 struct TileLaunch {
   int block_n = 0;
   int split = 0;
@@ -227,6 +231,7 @@ struct TileLaunch {
   bool deferred_store = true;
   uint64_t* timeline = nullptr;
   int stream_ctas = 0;
+  bool overlap_launch = true;
 };
 
 // One CTA's words of a TileLaunch::timeline: clock64() values (globaltimer ns for kStartNs); slots past what a
@@ -295,6 +300,9 @@ class TileSpmmPlan {
   // Whether the sm90 kernel stores D by the deferred path (TileLaunch::deferred_store, where it applies).
   bool deferred_store() const noexcept { return deferred_store_; }
   uint64_t* timeline() const noexcept { return timeline_; }
+  // Whether the warp-stream kernel is launched overlapping the kernel before it (TileLaunch::overlap_launch, or the
+  // environment's override, on an sm_90 device); run() still launches it plainly on the legacy default stream.
+  bool overlap_launch() const noexcept { return overlap_launch_; }
   // The stream kernels' CTAs per 32-token block for weight `a` (what run() launches): the weight's warp-stream
   // schedule where the warp-stream kernel takes it, else by its stored tiles.
   int64_t stream_ctas(const DeviceTiles& a) const;
@@ -308,6 +316,7 @@ class TileSpmmPlan {
   bool persistent_ = false;
   bool deferred_store_ = false;
   uint64_t* timeline_ = nullptr;
+  bool overlap_launch_ = false;
   // The stream kernel the workspace serves (automatic: none). A Hopper plan with a warp-stream workspace is one that
   // `automatic` left to the weight: warp_stream_mma for weights with a warp-stream schedule (kernel_for).
   TileKernel stream_kernel_ = TileKernel::automatic;

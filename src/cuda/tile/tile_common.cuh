@@ -102,8 +102,9 @@ bool warp_stream_fits_device();  // the current device gives a CTA the kernel's 
 int warp_stream_max_ctas();     // CTAs resident on the current device at once; unsupported where it does not fit
 int64_t warp_stream_ctas(int64_t nnz_tiles, int tile_cols, int max_ctas);  // CTAs for a weight of nnz_tiles tiles
 std::size_t warp_stream_partial_floats(int64_t max_ctas, int64_t n);
+// overlap: launched with programmatic dependent launch (TileLaunch::overlap_launch).
 template <class Element, class Out>
-void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream);
+void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream, bool overlap);
 
 // The portable kernel (sm80_tile_spmm.cu): tile_rows 16, 32, 64 or 128.
 template <class Element, class Out>

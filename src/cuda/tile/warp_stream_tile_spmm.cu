@@ -33,6 +33,7 @@
 #include "../ptx/cp_async.cuh"
 #include "../ptx/fence.cuh"
 #include "../ptx/global_load.cuh"
+#include "../ptx/griddep.cuh"
 #include "../ptx/mma.cuh"
 #include "../ptx/shared.cuh"
 #include "nmkit/gpu/tile_spmm.hpp"
@@ -356,6 +357,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     stage_meta[32 * s] = make_int2(column_row.y, column_row.x);
     if (vector_b) sources.post_b(stage_at(s), lane, chunk, column_row.x);
   };
+  // Launched overlapping the kernel before it (programmatic dependent launch), the CTA has read only the weight so
+  // far; B, C, the workspace and D may belong to that kernel until it completes.
+  ptx::grid_dependency_wait();
   // The first chunks' columns come with the schedule's record, so that their B is posted without waiting for the
   // window (which serves the chunks after them).
 #pragma unroll
@@ -400,6 +404,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     ptx::cp_async_wait<0>();
   };
   stream_chunks();
+  ptx::launch_dependents();  // the next kernel's CTAs may load their weight while this one sums and stores
   WarpRows* const warp_rows = reinterpret_cast<WarpRows*>(warp_slots + kPartSlotFloat4s + kWarps * kRingFloat4s + kStageMetaFloat4s);
   if (lane == 0) warp_rows[warp] = rows;
   __syncthreads();  // every warp's parts and rows are in shared memory
@@ -528,7 +533,7 @@ std::size_t warp_stream_partial_floats(int64_t max_ctas, int64_t n) {
 }
 
 template <class Element, class Out>
-void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream) {
+void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream, bool overlap) {
   if (p.tile_rows != kRows || (p.tile_cols != kChunkCols && p.tile_cols != 2 * kChunkCols && p.tile_cols != 4 * kChunkCols))
     throw Error(ErrorCode::invalid_argument, "warp-stream tile: tiles must be 32 rows by 32, 64 or 128 columns, got " +
                                                  std::to_string(p.tile_rows) + "x" + std::to_string(p.tile_cols));
@@ -541,13 +546,18 @@ void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t s
           "warp-stream tile: the kernel takes at most " + std::to_string(kMaxIndex) + " 32-column chunks and columns");
   require(w.ctas >= 1 && (p.nnz_tiles == 0 || w.ctas <= p.nnz_tiles * (p.tile_cols / kChunkCols)), ErrorCode::invalid_argument,
           "warp-stream tile: the grid must not exceed the stored chunks");
-  ready_kernel<Element, Out>()<<<grid, kThreads, kSmemBytes, stream>>>(p, w);
-  NMKIT_CUDA_CHECK(cudaGetLastError());
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid, config.blockDim = dim3(kThreads), config.dynamicSmemBytes = kSmemBytes, config.stream = stream;
+  cudaLaunchAttribute overlap_attribute{};
+  overlap_attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap_attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &overlap_attribute, config.numAttrs = overlap ? 1 : 0;
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, ready_kernel<Element, Out>(), p, w));
 }
 
-template void launch_warp_stream<__half, __half>(const TileParams&, const StreamWork&, cudaStream_t);
-template void launch_warp_stream<__half, float>(const TileParams&, const StreamWork&, cudaStream_t);
-template void launch_warp_stream<__nv_bfloat16, __nv_bfloat16>(const TileParams&, const StreamWork&, cudaStream_t);
-template void launch_warp_stream<__nv_bfloat16, float>(const TileParams&, const StreamWork&, cudaStream_t);
+template void launch_warp_stream<__half, __half>(const TileParams&, const StreamWork&, cudaStream_t, bool);
+template void launch_warp_stream<__half, float>(const TileParams&, const StreamWork&, cudaStream_t, bool);
+template void launch_warp_stream<__nv_bfloat16, __nv_bfloat16>(const TileParams&, const StreamWork&, cudaStream_t, bool);
+template void launch_warp_stream<__nv_bfloat16, float>(const TileParams&, const StreamWork&, cudaStream_t, bool);
 
 }  // namespace nmkit::gpu::tile
