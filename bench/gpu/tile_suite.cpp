@@ -170,17 +170,19 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
   const gpu::TileTimelineSummary t = gpu::summarize_tile_timeline(words, us_per_cycle);
   std::string cta0;  // the first CTA's steps, as they went
   if (const uint64_t* w = words.data(); w[T::kStart] != 0) {
-    const auto at = [&](int slot) { return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * us_per_cycle; };
+    const double cta0_us_per_cycle = t.clock_ghz > 0 ? 1e-3 / t.clock_ghz : us_per_cycle;  // the mean measured clock
+    const auto at = [&](int slot) { return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * cta0_us_per_cycle; };
     char text[64];
     for (int i = 0; i < std::min(T::kSteps, 24) && w[T::kArrived + i] != 0; ++i)
       std::snprintf(text, sizeof text, " %.1f/%.1f", at(T::kPosted + i), at(T::kArrived + i)), cta0 += text;
     cta0 += " | units done:";
     for (int u = 0; u < 8 && w[T::kUnitDone + u] != 0; ++u) std::snprintf(text, sizeof text, " %.1f", at(T::kUnitDone + u)), cta0 += text;
   }
-  std::printf("  timeline (us): CTA starts spread %.1f; per CTA %.1f units of %.1f steps; prologue to first copy %.2f; "
-              "copy posted->landed %.2f; step %.2f; unit main loop %.2f, epilogue %.2f, wait for next unit's data %.2f\n",
-              t.start_spread_us, t.units_per_cta, t.steps_per_unit, t.prologue_us, t.copy_latency_us, t.step_us,
-              t.main_loop_us, t.epilogue_us, t.next_unit_wait_us);
+  std::printf("  timeline (us at the SMs' measured clock, %.2f GHz; nominal %.2f): CTA starts spread %.1f; per CTA %.1f "
+              "units of %.1f steps; prologue to first copy %.2f; copy posted->landed %.2f; step %.2f; unit main loop "
+              "%.2f, epilogue %.2f, wait for next unit's data %.2f\n",
+              t.clock_ghz, 1e-3 / us_per_cycle, t.start_spread_us, t.units_per_cta, t.steps_per_unit, t.prologue_us,
+              t.copy_latency_us, t.step_us, t.main_loop_us, t.epilogue_us, t.next_unit_wait_us);
   std::printf("  first CTA, posted/landed per step (us from its start):%s\n", cta0.c_str());
   if (t.end_last_us > 0)
     std::printf("  CTA ends (us after the first start): first %.1f, mean %.1f, last %.1f\n", t.end_first_us, t.end_mean_us,

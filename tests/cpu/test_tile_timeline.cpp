@@ -64,6 +64,29 @@ TEST(TileTimeline, SummaryOfHandBuiltRecords) {
   EXPECT_NEAR(s.end_mean_us, 15.0, kClose);
 }
 
+TEST(TileTimeline, CyclesBecomeTimeAtEachCtasMeasuredClock) {
+  // CTA 0 as above, but it ran at 1.25 GHz: its life of 10 us (global timer) is 12500 cycles, so every interval
+  // of the summary is 0.8 times what the nominal 1 GHz says. CTA 1 recorded no end in cycles: the nominal clock.
+  std::vector<uint64_t> words(2 * T::kWords, 0);
+  fill_two_units(words.data());
+  words[T::kEnd] = 1000 + 12'500;
+  uint64_t* w = words.data() + T::kWords;
+  w[T::kStartNs] = 50'000, w[T::kStart] = 7000, w[T::kEndNs] = 52'000;
+  w[T::kPosted] = 7000 + 500, w[T::kIssued] = 7000 + 600, w[T::kArrived] = 7000 + 1500;
+  w[T::kPosted + 1] = 7000 + 1600, w[T::kArrived + 1] = 7000 + 1800;  // its end-of-unit step
+  w[T::kUnitDone] = 7000 + 2000;
+  const TileTimelineSummary s = summarize_tile_timeline(words, kUsPerCycle);
+  EXPECT_NEAR(s.clock_ghz, 1.25, kClose);  // only CTA 0's
+  EXPECT_NEAR(s.prologue_us, (0.8 * 2.0 + 0.5) / 2, kClose);
+  EXPECT_NEAR(s.main_loop_us, (0.8 * 0.8 + 0.8 * 0.5 + 0.3) / 3, kClose);
+  EXPECT_NEAR(s.epilogue_us, (0.8 * 2.2 + 0.8 * 2.0 + 0.2) / 3, kClose);
+  EXPECT_NEAR(s.end_last_us, 10.0, kClose);  // the global timer's, unscaled
+  // Without ends in cycles the nominal clock stands, and no clock is reported.
+  words[T::kEnd] = 0;
+  EXPECT_DOUBLE_EQ(summarize_tile_timeline(words, kUsPerCycle).clock_ghz, 0.0);
+  EXPECT_NEAR(summarize_tile_timeline(words, kUsPerCycle).prologue_us, (2.0 + 0.5) / 2, kClose);
+}
+
 TEST(TileTimeline, EmptyAndMalformedRecords) {
   const TileTimelineSummary none = summarize_tile_timeline(std::vector<uint64_t>(2 * T::kWords, 0), kUsPerCycle);
   EXPECT_EQ(none.ctas, 0);

@@ -356,7 +356,8 @@ TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
   // A traced launch (TileLaunch::timeline) computes the same product, and every CTA of the grid leaves ordered
-  // marks: start, first copy posted, its data landed, first unit written.
+  // marks: start, first copy posted, its data landed, first unit written, its end in both clocks (a plausible SM
+  // clock between them).
   using T = TileTimeline;
   for (bool persistent : {true, false}) {
     Case t{{700, 256, 600, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
@@ -379,7 +380,11 @@ TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
       EXPECT_LE(w[T::kPosted], w[T::kArrived]) << "CTA " << c;
       EXPECT_LT(w[T::kArrived], w[T::kUnitDone]) << "CTA " << c;
       EXPECT_GE(w[T::kEndNs], w[T::kStartNs]) << "CTA " << c;
+      EXPECT_GT(w[T::kEnd], w[T::kUnitDone]) << "CTA " << c;
     }
+    const TileTimelineSummary s = summarize_tile_timeline(words, 1e-3);
+    EXPECT_GT(s.clock_ghz, 0.3);  // measured over CTAs of a few microseconds: coarse, but an SM's clock
+    EXPECT_LT(s.clock_ghz, 3.0);
   }
 }
 

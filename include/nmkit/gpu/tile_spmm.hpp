@@ -248,11 +248,14 @@ struct TileTimeline {
   static constexpr int kEndNs = kIssued + kSteps;     // %globaltimer when the CTA's last write was done
   static constexpr int kMathDone = kEndNs + 1;        // [kUnits] consumer warpgroup 0's last wgmma of the unit done
   static constexpr int kFirstPartStaged = kMathDone + kUnits;  // [kUnits] ... and the unit's first output part staged
-  static constexpr int kWords = kFirstPartStaged + kUnits;
+  static constexpr int kEnd = kFirstPartStaged + kUnits;       // clock64 when kEndNs was taken
+  static constexpr int kWords = kEnd + 1;
 };
 
-// What a TileLaunch::timeline recorded, averaged over the CTAs (microseconds at `us_per_cycle`; 0 where nothing
-// was recorded). A unit counts only if its end-of-unit step is among the recorded steps: where the record ran out
+// What a TileLaunch::timeline recorded, averaged over the CTAs (0 where nothing was recorded). Cycles become
+// microseconds at each CTA's own clock, measured over its life (the global timer against clock64 between its start
+// and its end), where it recorded both; at `us_per_cycle` otherwise. Under load the SMs hold well below their
+// nominal clock (H200: ~1.6 GHz against 1.98), so the nominal one understates every time by as much. A unit counts only if its end-of-unit step is among the recorded steps: where the record ran out
 // inside a unit, its epilogue would be measured from a mid-unit step.
 struct TileTimelineSummary {
   int64_t ctas = 0;            // CTAs that recorded a start
@@ -271,6 +274,7 @@ struct TileTimelineSummary {
   double other_parts_us = 0;   // the first part staged -> the unit staged
   double next_unit_wait_us = 0;  // the unit written -> the next unit's first step landed
   double end_first_us = 0, end_mean_us = 0, end_last_us = 0;  // CTA ends after the first start (global timer)
+  double clock_ghz = 0;        // the SMs' clock over the CTAs' lives, where measured
 };
 // `words`: grid x TileTimeline::kWords, as the launch left them (zero-filled before it).
 TileTimelineSummary summarize_tile_timeline(const std::vector<uint64_t>& words, double us_per_cycle);

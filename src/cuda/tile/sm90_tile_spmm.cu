@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           ptx::mbarrier_arrive(stored);
         }
         ptx::bulk_wait_group<0>();  // D written before the CTA retires
-        if (timeline) record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns());
+        if (timeline) record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns()), record_time(timeline, TileTimeline::kEnd, clock64());
       }
     }
     if (split > 1) {  // the consumers' two cluster barriers (epilogue below)
@@ -452,7 +452,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, m0, n0, opaque(tid));
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
   }
-  if (!kDeferred && timeline && tid == 0) record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns());
+  if (!kDeferred && timeline && tid == 0)
+    record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns()), record_time(timeline, TileTimeline::kEnd, clock64());
 #endif
 }
 

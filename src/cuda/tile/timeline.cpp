@@ -26,7 +26,7 @@ TileTimelineSummary summarize_tile_timeline(const std::vector<uint64_t>& words, 
   require(us_per_cycle > 0, ErrorCode::invalid_argument, "summarize_tile_timeline: us_per_cycle must be positive");
   TileTimelineSummary out;
   Mean prologue, latency, issue, post_gap, step_time, main_loop, epilogue, drain, first_part, other_parts, next_wait,
-      units_per_cta, steps_per_unit;
+      units_per_cta, steps_per_unit, clock_ghz;
   uint64_t first_start_ns = UINT64_MAX, last_start_ns = 0;
   std::vector<uint64_t> ends_ns;
   for (std::size_t c = 0; c < words.size() / T::kWords; ++c) {
@@ -35,7 +35,13 @@ TileTimelineSummary summarize_tile_timeline(const std::vector<uint64_t>& words, 
     ++out.ctas;
     first_start_ns = std::min(first_start_ns, w[T::kStartNs]), last_start_ns = std::max(last_start_ns, w[T::kStartNs]);
     if (w[T::kEndNs] != 0) ends_ns.push_back(w[T::kEndNs]);
-    const auto at = [&](int slot) { return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * us_per_cycle; };
+    // This CTA's clock over its life, where it recorded its end in both clocks (one SM: clock64 is that SM's).
+    const bool clocked = w[T::kEnd] > w[T::kStart] && w[T::kEndNs] > w[T::kStartNs];
+    const double cta_us_per_cycle =
+        clocked ? static_cast<double>(w[T::kEndNs] - w[T::kStartNs]) * 1e-3 / static_cast<double>(w[T::kEnd] - w[T::kStart])
+                : us_per_cycle;
+    if (clocked) clock_ghz.add(1e-3 / cta_us_per_cycle);
+    const auto at = [&](int slot) { return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * cta_us_per_cycle; };
     int steps = 0;
     while (steps < T::kSteps && w[T::kArrived + steps] != 0 && w[T::kPosted + steps] != 0) ++steps;
     int done = 0;
@@ -77,6 +83,7 @@ TileTimelineSummary summarize_tile_timeline(const std::vector<uint64_t>& words, 
   out.copy_issue_us = issue.get(), out.post_gap_us = post_gap.get(), out.step_us = step_time.get();
   out.main_loop_us = main_loop.get(), out.epilogue_us = epilogue.get(), out.math_drain_us = drain.get();
   out.first_part_us = first_part.get(), out.other_parts_us = other_parts.get(), out.next_unit_wait_us = next_wait.get();
+  out.clock_ghz = clock_ghz.get();
   if (!ends_ns.empty()) {  // offsets from the first start: the raw nanosecond counts are too large to average
     Mean end;
     for (uint64_t e : ends_ns) end.add(static_cast<double>(e - first_start_ns) * 1e-3);
