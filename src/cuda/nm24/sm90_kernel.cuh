@@ -29,6 +29,7 @@
 #include "../common/tensor_map.cuh"
 #include "../ptx/cluster.cuh"
 #include "../ptx/cp_async.cuh"
+#include "../ptx/griddep.cuh"
 #include "../ptx/mbarrier.cuh"
 #include "../ptx/tma.cuh"
 #include "../ptx/wgmma.cuh"
@@ -334,6 +335,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     };
     // Without a gather, one thread streams the A and B tiles.
     const bool streams = Traits::kGather || thread == 0;
+    // A launch that overlaps the kernel before it (LaunchOn::overlap) may read only the weight until that
+    // kernel is done: the thread streaming A and B by TMA waits after its first A copies, gathering threads first.
+    if constexpr (Traits::kGather || kMulticast) ptx::grid_dependency_wait();
     for (int64_t tile = blockIdx.x; streams && tile < order.tiles; tile += gridDim.x) {
       const auto [m0, n0] = order.origin(p, tile);
       const int64_t row_tile = m0 / kBlockM;
@@ -345,6 +349,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
           unsigned char* stage = smem + s * Shape::kStageBytes;
           wait_for_free_stage();
           ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
+          const bool first_stage = !kMulticast && tile == blockIdx.x && kt == 0;
+          if (first_stage) {  // its A before the wait: B may be the kernel before's
+            ptx::bulk_load(stage + Shape::kBBytes, a_values, kAValueBytes, &full[s]);
+            ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta, kAMetaBytes, &full[s]);
+            ptx::grid_dependency_wait();
+          }
           if constexpr (kMulticast) {
             constexpr int kHalfRows = kBlockN / 2;
             ptx::tma_load_2d_multicast(stage + rank * kHalfRows * kBlockK * 2, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK),
@@ -357,6 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
               ptx::tma_load_2d(stage + a * kMnAtomBytes, &b_map, &full[s], static_cast<int32_t>(n0 + a * kMnAtomHalves),
                                static_cast<int32_t>(kt * kBlockK));
           }
+          if (first_stage) continue;
           ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
           ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
         }
@@ -406,6 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         }
       }
     }
+    if (thread == 0) ptx::launch_dependents();  // every load is issued: the next kernel's CTAs may start
     if constexpr (Traits::kGather) {
       ptx::cp_async_wait<0>();
       if (!register_epilogue) producer_drained_arrive();
@@ -416,6 +428,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
 
   // Consumers: warp w of warpgroup c owns slab 4c + w of the tile.
   ptx::setmaxnreg_inc<Traits::kConsumerRegisters>();
+  // No grid_dependency_wait here: the consumers read C and write D only after stages whose B the producer posted
+  // after its own wait, which has made the kernel before this one complete and its writes visible to this grid.
   const int warp_in_group = (tid % kWarpgroupThreads) / 32;
   const int slab_in_tile = warpgroup * (kRowsPerConsumer / kSlabRows) + warp_in_group;
   const int my_b_tile = kBTiles == 1 ? 0 : warpgroup;
@@ -560,7 +574,7 @@ CUtensorMap make_b_rows_map(const Params& p) {
 }
 
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
-void launch(const Params& p, cudaStream_t stream) {
+void launch(const Params& p, const LaunchOn& on) {
   constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
   auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kMulticast>;
   // Once per instantiation and process (thread-safe static), not on every run().
@@ -598,7 +612,7 @@ void launch(const Params& p, cudaStream_t stream) {
     config.gridDim = dim3(static_cast<unsigned>(grid));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = kSmem;
-    config.stream = stream;
+    config.stream = on.stream;
     cudaLaunchAttribute cluster{};
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = kMulticastCtas, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
@@ -618,9 +632,15 @@ void launch(const Params& p, cudaStream_t stream) {
     }
     NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
   } else {
-    kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(p, map, d_map);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(grid)), config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kSmem, config.stream = on.stream;
+    cudaLaunchAttribute overlap{};
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &overlap, config.numAttrs = on.overlap ? 1 : 0;
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
   }
-  NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int kBlockN, int kBTiles = 1>
