@@ -318,6 +318,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   if constexpr (kMulticast) ptx::cluster_sync();  // the peer's barriers exist before its copies signal ours
   else __syncthreads();
 
+  // The next kernel in the stream may be scheduled from now on (where it was launched overlapping this one): its
+  // CTAs take SMs that this grid leaves idle, or that its CTAs free, and wait there for this grid to complete.
+  ptx::launch_dependents();
   if (warpgroup == kConsumers) {  // producer warpgroup
     ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
     const int thread = tid % kWarpgroupThreads;
@@ -335,9 +338,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     };
     // Without a gather, one thread streams the A and B tiles.
     const bool streams = Traits::kGather || thread == 0;
-    // A launch that overlaps the kernel before it (LaunchOn::overlap) may read only the weight until that
-    // kernel is done: the thread streaming A and B by TMA waits after its first A copies, gathering threads first.
-    if constexpr (Traits::kGather || kMulticast) ptx::grid_dependency_wait();
+    // A launch that overlaps the kernel before it (LaunchOn::overlap) starts its CTAs while that kernel finishes;
+    // their producers wait for it before their first copy. (Posting the first A before the wait, in the loop below,
+    // moved ptxas's address arithmetic off the uniform datapath and cost decode launches 5 %.)
+    ptx::grid_dependency_wait();
     for (int64_t tile = blockIdx.x; streams && tile < order.tiles; tile += gridDim.x) {
       const auto [m0, n0] = order.origin(p, tile);
       const int64_t row_tile = m0 / kBlockM;
@@ -349,12 +353,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
           unsigned char* stage = smem + s * Shape::kStageBytes;
           wait_for_free_stage();
           ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
-          const bool first_stage = !kMulticast && tile == blockIdx.x && kt == 0;
-          if (first_stage) {  // its A before the wait: B may be the kernel before's
-            ptx::bulk_load(stage + Shape::kBBytes, a_values, kAValueBytes, &full[s]);
-            ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta, kAMetaBytes, &full[s]);
-            ptx::grid_dependency_wait();
-          }
           if constexpr (kMulticast) {
             constexpr int kHalfRows = kBlockN / 2;
             ptx::tma_load_2d_multicast(stage + rank * kHalfRows * kBlockK * 2, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK),
@@ -367,7 +365,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
               ptx::tma_load_2d(stage + a * kMnAtomBytes, &b_map, &full[s], static_cast<int32_t>(n0 + a * kMnAtomHalves),
                                static_cast<int32_t>(kt * kBlockK));
           }
-          if (first_stage) continue;
           ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
           ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
         }
@@ -417,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         }
       }
     }
-    if (thread == 0) ptx::launch_dependents();  // every load is issued: the next kernel's CTAs may start
+
     if constexpr (Traits::kGather) {
       ptx::cp_async_wait<0>();
       if (!register_epilogue) producer_drained_arrive();
