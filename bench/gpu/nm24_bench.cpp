@@ -161,6 +161,7 @@ struct Options {
   bool autotune = false;
   double power_ms = 0;  // > 0: sustained runs with the SM clock and power sampled (2:4 suites)
   std::string variant_env;  // NAME=VALUE[,...]: a second nmkit plan made with these variables set, timed beside the first
+  int chain = 0;  // > 0: also chains of this many back-to-back launches per library (2:4 suites)
 };
 
 // A sustained run of each library on one row, as JSON and as one line of text.
@@ -388,6 +389,20 @@ int run(const Options& o) {
           time_interleaved_ms(launches, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
       const double dense_ms = medians[0], nmkit_ms = medians[1];
       if (lt_index) lt_ms = medians[*lt_index];
+      // --chain: each library's launches back to back, as a model's layers run: each launch then waits only for the
+      // one before it (with nmkit's overlapping launches, only before it reads B; KernelConfig::overlap_launch).
+      // Per product: cuBLAS, nmkit, [cuSPARSELt,] nmkit with overlapping launches off.
+      std::vector<double> chain_ms;
+      if (o.chain > 0) {
+        const gpu::Nm24SpmmPlan plain = plan_with_env({{"NMKIT_OVERLAP_LAUNCH", "0"}}, [&] { return gpu::Nm24SpmmPlan::create(desc); });
+        std::vector<std::function<void(int)>> chains;
+        std::vector<std::size_t> libraries{0, 1};
+        if (lt_index) libraries.push_back(*lt_index);
+        for (const std::size_t l : libraries) chains.push_back([&, l](int i) { for (int j = 0; j < o.chain; ++j) launches[l](i); });
+        chains.push_back([&](int i) { for (int j = 0; j < o.chain; ++j) plain.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); });
+        chain_ms = time_interleaved_ms(chains, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
+        for (double& ms : chain_ms) ms /= o.chain;
+      }
 
       // Sustained runs (--power-ms), one library after the other.
       std::optional<SustainedRun> dense_power, nmkit_power, lt_power, variant_power;
@@ -416,6 +431,14 @@ int run(const Options& o) {
         if (variant_power) line += "; " + sustained_text("variant", *variant_power, flop);
         std::printf("%s\n", line.c_str());
       }
+      if (!chain_ms.empty())
+        std::printf("        chain of %d launches, us per product: cuBLAS %.2f, nmkit %.2f overlapped / %.2f not (%.2fx / %.2fx "
+                    "cuBLAS)%s\n",
+                    o.chain, 1e3 * chain_ms[0], 1e3 * chain_ms[1], 1e3 * chain_ms.back(), chain_ms[0] / chain_ms[1],
+                    chain_ms[0] / chain_ms.back(),
+                    lt_index ? (", cuSPARSELt " + std::to_string(1e3 * chain_ms[2]).substr(0, 6) + " (nmkit " +
+                                std::to_string(chain_ms[2] / chain_ms[1]).substr(0, 4) + "x)").c_str()
+                             : "");
       if (variant_index) {
         const double variant_ms = medians[*variant_index];
         std::printf("        variant (%s): %.1f TFLOP/s, %.3fx nmkit's time, rel. error %.1e, %s\n", o.variant_env.c_str(),
@@ -428,6 +451,11 @@ int run(const Options& o) {
       if (lt_ms) row["cusparselt_ms"] = *lt_ms, row["cusparselt_rel_error"] = *lt_err, row["nmkit_vs_cusparselt"] = *lt_ms / nmkit_ms;
       else if (lt_err) row["cusparselt_rel_error"] = *lt_err, row["cusparselt_wrong"] = true;
       if (lt_config) row["cusparselt_config"] = *lt_config, row["cusparselt_searched"] = lt_searched;
+      if (!chain_ms.empty()) {
+        row["chain"] = o.chain, row["chain_cublas_ms"] = chain_ms[0], row["chain_nmkit_ms"] = chain_ms[1];
+        row["chain_nmkit_plain_ms"] = chain_ms.back();
+        if (lt_index) row["chain_cusparselt_ms"] = chain_ms[2];
+      }
       if (variant_index)
         row["variant_env"] = o.variant_env, row["variant_ms"] = medians[*variant_index], row["variant_rel_error"] = *variant_err;
       if (power) {
@@ -508,6 +536,10 @@ int main(int argc, char** argv) {
                  "2:4 suites: also run cuBLAS, cuSPARSELt and nmkit back to back for this many ms per row each, with the "
                  "SM clock and board power sampled through NVML (0: off)")
       ->check(CLI::Range(0.0, 60000.0));
+  app.add_option("--chain", o.chain,
+                 "2:4 suites: also time chains of N back-to-back launches per library (nmkit with and without "
+                 "overlapping launches), per product")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--variant-env", o.variant_env,
                  "2:4 suites: NAME=VALUE[,NAME=VALUE...]; also time a second nmkit plan made with these environment "
                  "variables set, in the same rounds (kernel experiments such as NMKIT_SM90_MULTICAST=1)");

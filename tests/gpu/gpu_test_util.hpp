@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <string>
@@ -131,5 +132,52 @@ inline constexpr const char* kSm90Schedules[] = {"staged", "registers", "persist
 // Relative Frobenius error allowed against the fp32 CPU oracle (inputs are exact in the dtype; the GPU
 // accumulates in fp32 in another order and rounds the output).
 inline double tolerance(DType dtype) { return dtype == DType::bf16 ? 1e-2 : 2e-3; }
+
+
+// Two layers z = W2 (W1 x), f16, B and D col-major (each output is the next layer's B), run on a non-blocking
+// stream as four launches: both layers on x0, then both again on x1 into the same intermediate y, so that the third
+// launch overwrites what the second reads. Eight rounds over poisoned y and z. Launched overlapping the kernel
+// before them (programmatic dependent launch), the kernels must still wait for it: for its writes (read after write)
+// and for its reads (write after read). `layer1(stream, x, y)` and `layer2(stream, y, z)` launch the GPU products;
+// a1 (r1 x k) and a2 (r2 x r1) are their weights for the oracle, which rounds y to f16 as the device stores it.
+template <class Layer1, class Layer2>
+void expect_chained_layers(const SparseMatrix& a1, const SparseMatrix& a2, int64_t k, int64_t r1, int64_t r2, int64_t n,
+                           Layer1&& layer1, Layer2&& layer2, const std::string& what) {
+  constexpr DType kDtype = DType::f16;
+  const auto oracle = [&](const SparseMatrix& a, const std::vector<float>& x, int64_t cols, int64_t rows) {
+    std::vector<float> y(static_cast<std::size_t>(rows * n));
+    spmm(a, {x.data(), cols, n, Layout::col_major}, {nullptr, rows, n, Layout::col_major}, {y.data(), rows, n, Layout::col_major},
+         {1.0f, 0.0f, nullptr, Activation::none});
+    for (float& v : y) v = round_to(kDtype, v);
+    return y;
+  };
+  const std::vector<float> x[2] = {rounded_random(k * n, kDtype, 73), rounded_random(k * n, kDtype, 74)};
+  const std::vector<float> want[2] = {oracle(a2, oracle(a1, x[0], k, r1), r1, r2), oracle(a2, oracle(a1, x[1], k, r1), r1, r2)};
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  DeviceBytes dx0(k * n * 2), dx1(k * n * 2), dy(r1 * n * 2), dz0(r2 * n * 2), dz1(r2 * n * 2);
+  const auto x0_bytes = encode(x[0], kDtype), x1_bytes = encode(x[1], kDtype);
+  check(cudaMemcpy(dx0.ptr, x0_bytes.data(), x0_bytes.size(), cudaMemcpyHostToDevice), "copy x0");
+  check(cudaMemcpy(dx1.ptr, x1_bytes.data(), x1_bytes.size(), cudaMemcpyHostToDevice), "copy x1");
+  for (int round = 0; round < 8; ++round) {
+    check(cudaMemsetAsync(dy.ptr, 0xff, r1 * n * 2, stream), "poison y");  // NaN
+    for (void* z : {dz0.ptr, dz1.ptr}) check(cudaMemsetAsync(z, 0xff, r2 * n * 2, stream), "poison z");
+    layer1(stream, dx0.ptr, dy.ptr);
+    layer2(stream, dy.ptr, dz0.ptr);
+    layer1(stream, dx1.ptr, dy.ptr);
+    layer2(stream, dy.ptr, dz1.ptr);
+    check(cudaStreamSynchronize(stream), "layers");
+    for (int pair = 0; pair < 2; ++pair) {
+      std::vector<std::byte> bytes(static_cast<std::size_t>(r2 * n * 2));
+      check(cudaMemcpy(bytes.data(), pair == 0 ? dz0.ptr : dz1.ptr, bytes.size(), cudaMemcpyDeviceToHost), "copy z");
+      const std::vector<float> got = decode(bytes, kDtype);
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(std::isfinite(got[i])) << what << " round " << round << " pair " << pair << ": element " << i << " not written";
+      // y is rounded where the device's and the oracle's sums differ in order: a step of f16 carried into z.
+      EXPECT_LE(test::relative_frobenius(got, want[pair]), 5 * tolerance(kDtype)) << what << " round " << round << " pair " << pair;
+    }
+  }
+  check(cudaStreamDestroy(stream), "stream");
+}
 
 }  // namespace nmkit::gpu

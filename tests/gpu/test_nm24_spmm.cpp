@@ -249,6 +249,28 @@ TEST(Nm24Gpu, UnalignedLeadingDimensionsTakeTheScalarPath) {
   }
 }
 
+TEST(Nm24Gpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
+  SKIP_WITHOUT_GPU();
+  // Chained 2:4 layers (expect_chained_layers): decode-sized C (the staged epilogue, n16) and C = 200 (the register
+  // epilogue; 1000 / 700 rows make 8 / 6 tiles), launched overlapping the kernel before them on an sm_90 device
+  // (KernelConfig::overlap_launch), and with the environment's override off.
+  constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700;
+  const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 81), w2 = test::random_matrix(kR2, kR1, DType::f16, 82);
+  const NmMatrix a1 = compress_nm(w1, prune_nm_magnitude(w1, 2, 4), 2, 4), a2 = compress_nm(w2, prune_nm_magnitude(w2, 2, 4), 2, 4);
+  const DeviceNm24 d1 = DeviceNm24::upload(pack_nm24(a1)), d2 = DeviceNm24::upload(pack_nm24(a2));
+  for (int64_t n : {16, 200})
+    for (const char* overlap : {"1", "0"}) {
+      const ScopedEnv env("NMKIT_OVERLAP_LAUNCH", overlap);
+      const Nm24SpmmPlan p1 = Nm24SpmmPlan::create({kR1, kK, n}), p2 = Nm24SpmmPlan::create({kR2, kR1, n});
+      EXPECT_EQ(p1.config().overlap_launch, sm90_here() && overlap[0] == '1');
+      expect_chained_layers(
+          SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, n,
+          [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
+          [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); },
+          "C = " + std::to_string(n) + " overlap " + overlap);
+    }
+}
+
 TEST(Nm24Gpu, BadInputsAreRejected) {
   SKIP_WITHOUT_GPU();
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({0, 64, 64}), ErrorCode::invalid_argument, "R >= 1");

@@ -605,59 +605,23 @@ TEST(TileGpu, TallTilesRunTheWarpStreamKernelThroughTheirSplitCopy) {
 
 TEST(TileGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   SKIP_WITHOUT_GPU();
-  // Two layers y = W2 (W1 x) on a non-blocking stream, then the same two layers again on another input into the
-  // same intermediate buffer, eight times over poisoned intermediates: with overlapping launches (programmatic
-  // dependent launch, TileLaunch::overlap_launch) the second layer must wait for the first one's writes (read after
-  // write) and the first layer of the next pair for the second one's reads of y1 (write after read). Tiles 32x32 at
-  // C = 24 run the warp-stream kernel on an sm_90 device; the environment's override turns the overlap off.
+  // Chained layers (expect_chained_layers) in 32x32 tiles at C = 24: the warp-stream kernel on an sm_90 device,
+  // launched overlapping the kernel before it (TileLaunch::overlap_launch), and with the environment's override off.
   constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700, kN = 24;
-  const DType dtype = DType::f16;
-  const DenseMatrix w1 = test::random_matrix(kR1, kK, dtype, 71), w2 = test::random_matrix(kR2, kR1, dtype, 72);
+  const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 71), w2 = test::random_matrix(kR2, kR1, DType::f16, 72);
   const TileMatrix a1 = compress_tiles(w1, prune_tiles_by_norm(w1, 32, 32, 0.3), 32, 32);
   const TileMatrix a2 = compress_tiles(w2, prune_tiles_by_norm(w2, 32, 32, 0.3), 32, 32);
   const DeviceTiles d1 = DeviceTiles::upload(pack_tiles(a1)), d2 = DeviceTiles::upload(pack_tiles(a2));
-  // The oracle: each layer's output rounded to f16, as the device stores it before the next layer reads it.
-  const auto layer = [&](const TileMatrix& a, const std::vector<float>& x, int64_t k, int64_t r) {
-    std::vector<float> y(static_cast<std::size_t>(r * kN));
-    spmm(SparseMatrix{a}, {x.data(), k, kN, Layout::col_major}, {nullptr, r, kN, Layout::col_major},
-         {y.data(), r, kN, Layout::col_major}, {1.0f, 0.0f, nullptr, Activation::none});
-    for (float& v : y) v = round_to(dtype, v);
-    return y;
-  };
-  const std::vector<float> x[2] = {rounded_random(kK * kN, dtype, 73), rounded_random(kK * kN, dtype, 74)};
-  const std::vector<float> want[2] = {layer(a2, layer(a1, x[0], kK, kR1), kR1, kR2), layer(a2, layer(a1, x[1], kK, kR1), kR1, kR2)};
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  DeviceBytes dx0(kK * kN * 2), dx1(kK * kN * 2), dy1(kR1 * kN * 2), dy2(kR2 * kN * 2), dy3(kR2 * kN * 2);
-  const auto x0_bytes = encode(x[0], dtype), x1_bytes = encode(x[1], dtype);
-  check(cudaMemcpy(dx0.ptr, x0_bytes.data(), x0_bytes.size(), cudaMemcpyHostToDevice), "copy x0");
-  check(cudaMemcpy(dx1.ptr, x1_bytes.data(), x1_bytes.size(), cudaMemcpyHostToDevice), "copy x1");
   for (const char* overlap : {"1", "0"}) {
-    const ScopedEnv env("NMKIT_TILE_OVERLAP_LAUNCH", overlap);
-    const TileSpmmPlan p1 = TileSpmmPlan::create({kR1, kK, kN, dtype, dtype}, 32, 32);
-    const TileSpmmPlan p2 = TileSpmmPlan::create({kR2, kR1, kN, dtype, dtype}, 32, 32);
+    const ScopedEnv env("NMKIT_OVERLAP_LAUNCH", overlap);
+    const TileSpmmPlan p1 = TileSpmmPlan::create({kR1, kK, kN}, 32, 32), p2 = TileSpmmPlan::create({kR2, kR1, kN}, 32, 32);
     EXPECT_EQ(p1.overlap_launch(), sm90_here() && overlap[0] == '1');
     if (sm90_here()) EXPECT_EQ(p1.kernel_for(d1), TileKernel::warp_stream_mma);
-    for (int round = 0; round < 8; ++round) {
-      check(cudaMemsetAsync(dy1.ptr, 0xff, kR1 * kN * 2, stream), "poison y1");  // NaN
-      for (void* y : {dy2.ptr, dy3.ptr}) check(cudaMemsetAsync(y, 0xff, kR2 * kN * 2, stream), "poison y2, y3");
-      p1.run(stream, d1, dx0.ptr, nullptr, dy1.ptr);
-      p2.run(stream, d2, dy1.ptr, nullptr, dy2.ptr);
-      p1.run(stream, d1, dx1.ptr, nullptr, dy1.ptr);  // overwrites what the launch before it reads
-      p2.run(stream, d2, dy1.ptr, nullptr, dy3.ptr);
-      check(cudaStreamSynchronize(stream), "layers");
-      for (int pair = 0; pair < 2; ++pair) {
-        std::vector<std::byte> bytes(static_cast<std::size_t>(kR2 * kN * 2));
-        check(cudaMemcpy(bytes.data(), pair == 0 ? dy2.ptr : dy3.ptr, bytes.size(), cudaMemcpyDeviceToHost), "copy y");
-        const std::vector<float> got = decode(bytes, dtype);
-        ASSERT_TRUE(std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); }))
-            << "overlap " << overlap << " round " << round << " pair " << pair << ": an output not written";
-        // The first layer's output is rounded where the device's and the oracle's sums differ in order: one f16 step.
-        EXPECT_LE(test::relative_frobenius(got, want[pair]), 5 * tolerance(dtype)) << "overlap " << overlap << " round " << round;
-      }
-    }
+    expect_chained_layers(
+        SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, kN,
+        [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
+        [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); }, std::string("overlap ") + overlap);
   }
-  check(cudaStreamDestroy(stream), "stream");
 }
 
 TEST(TileGpu, BadInputsAreRejected) {

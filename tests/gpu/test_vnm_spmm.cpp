@@ -199,6 +199,28 @@ TEST(VnmGpu, FallbacksArePickedAndCorrect) {
   EXPECT_LE(error, tolerance(p.dtype));
 }
 
+TEST(VnmGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
+  SKIP_WITHOUT_GPU();
+  // Chained 128:2:8 layers in the condensed form (expect_chained_layers): the gathering kernel, B col-major, at
+  // C = 64, launched overlapping the kernel before it on an sm_90 device, and with the environment's override off.
+  constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700, kN = 64;
+  const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 91), w2 = test::random_matrix(kR2, kR1, DType::f16, 92);
+  const VnmMatrix a1 = compress_vnm(w1, prune_vnm_magnitude(w1, 128, 2, 8), 128, 2, 8);
+  const VnmMatrix a2 = compress_vnm(w2, prune_vnm_magnitude(w2, 128, 2, 8), 128, 2, 8);
+  const DeviceVnm d1 = DeviceVnm::upload(pack_vnm(a1, VnmForm::condensed, Layout::col_major));
+  const DeviceVnm d2 = DeviceVnm::upload(pack_vnm(a2, VnmForm::condensed, Layout::col_major));
+  for (const char* overlap : {"1", "0"}) {
+    const ScopedEnv env("NMKIT_OVERLAP_LAUNCH", overlap);
+    const VnmSpmmPlan p1 = VnmSpmmPlan::create({kR1, kK, kN}, 128, 8, Nm24Kernel::automatic, 0, VnmForm::condensed);
+    const VnmSpmmPlan p2 = VnmSpmmPlan::create({kR2, kR1, kN}, 128, 8, Nm24Kernel::automatic, 0, VnmForm::condensed);
+    EXPECT_EQ(p1.config().overlap_launch, sm90_here() && overlap[0] == '1');
+    expect_chained_layers(
+        SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, kN,
+        [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
+        [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); }, std::string("overlap ") + overlap);
+  }
+}
+
 TEST(VnmGpu, BadInputsAreRejected) {
   SKIP_WITHOUT_GPU();
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 48, 10), ErrorCode::unsupported, "V=48");

@@ -223,7 +223,8 @@ const char* kernel_name(TileKernel k) noexcept;
 // `overlap_launch` (warp-stream kernel, sm_90 devices, any stream but the legacy default one): launched with
 // programmatic dependent launch, so that in a stream of dependent products (the layers of a model) its CTAs start
 // and load their share of the weight while the kernel before it finishes, and wait for it before they read B or
-// C or write anything. The environment variable NMKIT_TILE_OVERLAP_LAUNCH=0|1, where set, overrides it.
+// C or write anything. So the kernel launched just before run() on the stream must not write the weight (nmkit's
+// uploads are copies, not kernels). The environment variable NMKIT_OVERLAP_LAUNCH=0|1, where set, overrides it.
 struct TileLaunch {
   int block_n = 0;
   int split = 0;

@@ -46,6 +46,13 @@ struct Params {
   bool register_epilogue = false;
   int persistent_ctas = 0;
 };
+// Where a kernel is launched: its stream, and whether it may start while the kernel before it there still runs
+// (programmatic dependent launch, KernelConfig::overlap_launch). Not a Params field: one more field there tipped
+// ptxas into spilling the n192 and n256 consumers (up to 940 bytes).
+struct LaunchOn {
+  cudaStream_t stream;
+  bool overlap = false;
+};
 
 template <class Element>
 struct ElementTraits;
@@ -196,10 +203,14 @@ void dispatch_types(const SpmmDesc& desc, F&& f) {
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 // The launch parameters of D = epilogue(A * B) for a packed 2:4 weight (no gather table).
 Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias);
-// The sm90 kernel's epilogue and grid for a plan of `desc` (config.register_epilogue, config.persistent_ctas), and
-// for one run: the plan's choice where this D allows it (its alignment is known only then).
+// The sm90 kernel's epilogue, grid and launch for a plan of `desc` (config.register_epilogue, persistent_ctas,
+// overlap_launch), and for one run: the plan's choice where this D and this stream allow it (known only then).
 void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config);
 void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
+LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream);
+// Whether plans launch their kernels overlapping the kernel before them: `fallback` (the plan's setting) unless
+// the environment variable NMKIT_OVERLAP_LAUNCH is 0 or 1 (an experiment switch; anything else is an error).
+bool overlap_launch_wanted(bool fallback);
 // Whether B's leading dimension and address allow 16-byte loads.
 bool b_vector_loads(const SpmmDesc& desc, const void* b);
 
@@ -208,12 +219,12 @@ template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream);
 // The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned).
 template <class Element, class Out>
-void launch_sm90(const Params& p, int block_n, bool multicast, cudaStream_t stream);
+void launch_sm90(const Params& p, int block_n, bool multicast, const LaunchOn& on);
 // V:N:M on sm90 (p.b_gather set, p.gather_block_rows 64 or 128): B row-major needs 16-byte aligned rows and
 // C % 8 == 0; B col-major has no alignment needs. block_n in {256, 128, 64} (one B tile per stage) or
 // {128, 64} (two, V = 64).
 template <class Element, class Out>
-void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, cudaStream_t stream);
+void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, const LaunchOn& on);
 TileShape sm90_gather_tile_shape(int block_n, int b_tiles);
 
 }  // namespace nmkit::gpu::nm24

@@ -111,6 +111,14 @@ Sm90Schedule sm90_schedule_override(Sm90Schedule fallback) {
 }
 }  // namespace
 
+bool overlap_launch_wanted(bool fallback) {
+  const char* env = std::getenv("NMKIT_OVERLAP_LAUNCH");
+  if (!env || !*env) return fallback;
+  const std::string value(env);
+  require(value == "0" || value == "1", ErrorCode::invalid_argument, "NMKIT_OVERLAP_LAUNCH must be 0 or 1, got '" + value + "'");
+  return value == "1";
+}
+
 // Persistent CTAs pay off where there are more tiles than SMs: the next tile's first copies stream in while the
 // last tile's outputs are stored. With one output part in flight per warpgroup they lost 1-7 % at 128-192 k-tiles
 // per tile (the static round-robin lets CTAs drift apart, and the raster's L2 reuse with them), so they were taken
@@ -118,6 +126,7 @@ Sm90Schedule sm90_schedule_override(Sm90Schedule fallback) {
 // (docs/performance.md, 2:4 item 17). The gathering kernels follow the same rule (V:N:M item 10).
 void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config) {
   config.register_epilogue = false, config.persistent_ctas = 0;
+  config.overlap_launch = config.kernel == Nm24Kernel::sm90_wgmma_sp && config.cluster == 1 && overlap_launch_wanted(true);
   const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
   // The register epilogue stores 64-column parts of the tile: n-tiles of 16 and 32 (decode) keep the staged one.
   if (config.kernel != Nm24Kernel::sm90_wgmma_sp || config.block_n % 64 != 0 ||
@@ -135,6 +144,12 @@ void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config) {
 void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
   p.register_epilogue = config.register_epilogue && aligned16(d);
   p.persistent_ctas = p.register_epilogue ? config.persistent_ctas : 0;
+}
+
+// Overlapping launches order themselves by the stream; the legacy default stream's implicit order with other
+// streams is not theirs to keep.
+LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream) {
+  return {stream, config.overlap_launch && stream != nullptr};
 }
 
 bool b_vector_loads(const SpmmDesc& desc, const void* b) {
@@ -177,7 +192,7 @@ const char* kernel_name(Nm24Kernel k) noexcept {
 std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
   os << kernel_name(c.kernel) << " tile " << c.block_m << "x" << c.block_n << "x" << c.block_k << " stages " << c.stages
      << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "")
-     << (c.register_epilogue ? " register epilogue" : "");
+     << (c.register_epilogue ? " register epilogue" : "") << (c.overlap_launch ? " overlapped launch" : "");
   if (c.persistent_ctas > 0) os << " persistent " << c.persistent_ctas << " CTAs";
   return os;
 }
@@ -352,7 +367,7 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, stream);
+    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, nm24::sm90_launch_on(config_, stream));
     else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });
 }

@@ -29,6 +29,7 @@
 #include "../common/tensor_map.cuh"
 #include "../ptx/cluster.cuh"
 #include "../ptx/cp_async.cuh"
+#include "../ptx/griddep.cuh"
 #include "../ptx/mbarrier.cuh"
 #include "../ptx/tma.cuh"
 #include "../ptx/wgmma.cuh"
@@ -317,6 +318,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   if constexpr (kMulticast) ptx::cluster_sync();  // the peer's barriers exist before its copies signal ours
   else __syncthreads();
 
+  // The next kernel in the stream may be scheduled from now on (where it was launched overlapping this one): its
+  // CTAs take SMs that this grid leaves idle, or that its CTAs free, and wait there for this grid to complete.
+  ptx::launch_dependents();
   if (warpgroup == kConsumers) {  // producer warpgroup
     ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
     const int thread = tid % kWarpgroupThreads;
@@ -334,6 +338,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     };
     // Without a gather, one thread streams the A and B tiles.
     const bool streams = Traits::kGather || thread == 0;
+    // A launch that overlaps the kernel before it (LaunchOn::overlap) starts its CTAs while that kernel finishes;
+    // their producers wait for it before their first copy. (Posting the first A before the wait, in the loop below,
+    // moved ptxas's address arithmetic off the uniform datapath and cost decode launches 5 %.)
+    ptx::grid_dependency_wait();
     for (int64_t tile = blockIdx.x; streams && tile < order.tiles; tile += gridDim.x) {
       const auto [m0, n0] = order.origin(p, tile);
       const int64_t row_tile = m0 / kBlockM;
@@ -406,6 +414,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         }
       }
     }
+
     if constexpr (Traits::kGather) {
       ptx::cp_async_wait<0>();
       if (!register_epilogue) producer_drained_arrive();
@@ -416,6 +425,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
 
   // Consumers: warp w of warpgroup c owns slab 4c + w of the tile.
   ptx::setmaxnreg_inc<Traits::kConsumerRegisters>();
+  // No grid_dependency_wait here: the consumers read C and write D only after stages whose B the producer posted
+  // after its own wait, which has made the kernel before this one complete and its writes visible to this grid.
   const int warp_in_group = (tid % kWarpgroupThreads) / 32;
   const int slab_in_tile = warpgroup * (kRowsPerConsumer / kSlabRows) + warp_in_group;
   const int my_b_tile = kBTiles == 1 ? 0 : warpgroup;
@@ -560,7 +571,7 @@ CUtensorMap make_b_rows_map(const Params& p) {
 }
 
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
-void launch(const Params& p, cudaStream_t stream) {
+void launch(const Params& p, const LaunchOn& on) {
   constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
   auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kMulticast>;
   // Once per instantiation and process (thread-safe static), not on every run().
@@ -598,7 +609,7 @@ void launch(const Params& p, cudaStream_t stream) {
     config.gridDim = dim3(static_cast<unsigned>(grid));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = kSmem;
-    config.stream = stream;
+    config.stream = on.stream;
     cudaLaunchAttribute cluster{};
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = kMulticastCtas, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
@@ -618,9 +629,15 @@ void launch(const Params& p, cudaStream_t stream) {
     }
     NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
   } else {
-    kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(p, map, d_map);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(grid)), config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = kSmem, config.stream = on.stream;
+    cudaLaunchAttribute overlap{};
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &overlap, config.numAttrs = on.overlap ? 1 : 0;
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
   }
-  NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int kBlockN, int kBTiles = 1>

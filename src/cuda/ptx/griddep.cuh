@@ -17,7 +17,7 @@ __device__ __forceinline__ void grid_dependency_wait() {
 // this grid's writes: the dependent's grid_dependency_wait still waits for this grid to complete.
 __device__ __forceinline__ void launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
 #endif
 }
 

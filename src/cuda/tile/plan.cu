@@ -2,7 +2,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "../common/check.cuh"
@@ -30,16 +29,6 @@ tile::TileParams tile_params(const SpmmDesc& desc, const DeviceTiles& w, const v
   p.d_col_major = desc.d_layout == Layout::col_major, p.b_col_major = desc.b_layout == Layout::col_major;
   p.b_vector = nm24::b_vector_loads(desc, b);
   return p;
-}
-
-// TileLaunch::overlap_launch, unless NMKIT_TILE_OVERLAP_LAUNCH (0 or 1) says otherwise.
-bool overlap_launch_wanted(const TileLaunch& launch) {
-  const char* env = std::getenv("NMKIT_TILE_OVERLAP_LAUNCH");
-  if (!env || !*env) return launch.overlap_launch;
-  const std::string value = env;
-  require(value == "0" || value == "1", ErrorCode::invalid_argument,
-          "NMKIT_TILE_OVERLAP_LAUNCH must be 0 or 1, got '" + value + "'");
-  return value == "1";
 }
 
 }  // namespace
@@ -140,7 +129,7 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
               std::to_string(tile::kWarpStreamTileRows) + " through the weight's split copy) and 32, 64 or 128 columns, got " +
               std::to_string(tile_rows) + "x" + std::to_string(tile_cols));
   plan.kernel_ = kernel;
-  plan.overlap_launch_ = overlap_launch_wanted(launch) && nm24::device_is_sm90();
+  plan.overlap_launch_ = nm24::overlap_launch_wanted(launch.overlap_launch) && nm24::device_is_sm90();
   plan.stream_kernel_ = kernel == TileKernel::stream_mma || kernel == TileKernel::warp_stream_mma ? kernel
                         : warp_stream_by_weight                                                 ? TileKernel::warp_stream_mma
                                                                                                 : TileKernel::automatic;

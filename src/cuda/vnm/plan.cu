@@ -146,7 +146,7 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
   // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.
   const bool sm90 = gather_->kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) nm24::launch_sm90_gather<Element, Out>(p, gather_->block_n, desc_.b_layout, stream);
+    if (sm90) nm24::launch_sm90_gather<Element, Out>(p, gather_->block_n, desc_.b_layout, nm24::sm90_launch_on(*gather_, stream));
     else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });
 }

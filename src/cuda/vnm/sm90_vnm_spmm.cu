@@ -10,18 +10,18 @@ namespace {
 
 // n-tiles per B source: one B tile per stage (V a multiple of 128) or one per consumer warpgroup (V = 64).
 template <class Element, class Out, BSource kSource>
-void launch_source(const Params& p, int block_n, int b_tiles, cudaStream_t stream) {
+void launch_source(const Params& p, int block_n, int b_tiles, const LaunchOn& on) {
   using sm90::launch;
   if (b_tiles == 1) {
     switch (block_n) {
-      case 256: return launch<Element, Out, 256, kSource, 1, false>(p, stream);
-      case 128: return launch<Element, Out, 128, kSource, 1, false>(p, stream);
-      case 64: return launch<Element, Out, 64, kSource, 1, false>(p, stream);
+      case 256: return launch<Element, Out, 256, kSource, 1, false>(p, on);
+      case 128: return launch<Element, Out, 128, kSource, 1, false>(p, on);
+      case 64: return launch<Element, Out, 64, kSource, 1, false>(p, on);
     }
   } else if (b_tiles == 2) {
     switch (block_n) {
-      case 128: return launch<Element, Out, 128, kSource, 2, false>(p, stream);
-      case 64: return launch<Element, Out, 64, kSource, 2, false>(p, stream);
+      case 128: return launch<Element, Out, 128, kSource, 2, false>(p, on);
+      case 64: return launch<Element, Out, 64, kSource, 2, false>(p, on);
     }
   }
   throw Error(ErrorCode::invalid_argument, "sm90 vnm: no kernel with block_n " + std::to_string(block_n) + " and " +
@@ -31,10 +31,10 @@ void launch_source(const Params& p, int block_n, int b_tiles, cudaStream_t strea
 }  // namespace
 
 template <class Element, class Out>
-void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, cudaStream_t stream) {
+void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, const LaunchOn& on) {
   const int b_tiles = sm90::kBlockM / p.gather_block_rows;
-  if (b_layout == Layout::row_major) launch_source<Element, Out, BSource::gather_rows>(p, block_n, b_tiles, stream);
-  else launch_source<Element, Out, BSource::gather_cols>(p, block_n, b_tiles, stream);
+  if (b_layout == Layout::row_major) launch_source<Element, Out, BSource::gather_rows>(p, block_n, b_tiles, on);
+  else launch_source<Element, Out, BSource::gather_cols>(p, block_n, b_tiles, on);
 }
 
 TileShape sm90_gather_tile_shape(int block_n, int b_tiles) {
@@ -48,9 +48,9 @@ TileShape sm90_gather_tile_shape(int block_n, int b_tiles) {
                                                std::to_string(b_tiles) + " B tiles per stage");
 }
 
-template void launch_sm90_gather<__half, __half>(const Params&, int, Layout, cudaStream_t);
-template void launch_sm90_gather<__half, float>(const Params&, int, Layout, cudaStream_t);
-template void launch_sm90_gather<__nv_bfloat16, __nv_bfloat16>(const Params&, int, Layout, cudaStream_t);
-template void launch_sm90_gather<__nv_bfloat16, float>(const Params&, int, Layout, cudaStream_t);
+template void launch_sm90_gather<__half, __half>(const Params&, int, Layout, const LaunchOn&);
+template void launch_sm90_gather<__half, float>(const Params&, int, Layout, const LaunchOn&);
+template void launch_sm90_gather<__nv_bfloat16, __nv_bfloat16>(const Params&, int, Layout, const LaunchOn&);
+template void launch_sm90_gather<__nv_bfloat16, float>(const Params&, int, Layout, const LaunchOn&);
 
 }  // namespace nmkit::gpu::nm24
