@@ -318,9 +318,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   if constexpr (kMulticast) ptx::cluster_sync();  // the peer's barriers exist before its copies signal ours
   else __syncthreads();
 
-  // The next kernel in the stream may be scheduled from now on (where it was launched overlapping this one): its
-  // CTAs take SMs that this grid leaves idle, or that its CTAs free, and wait there for this grid to complete.
-  ptx::launch_dependents();
   if (warpgroup == kConsumers) {  // producer warpgroup
     ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
     const int thread = tid % kWarpgroupThreads;
@@ -339,8 +336,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     // Without a gather, one thread streams the A and B tiles.
     const bool streams = Traits::kGather || thread == 0;
     // A launch that overlaps the kernel before it (LaunchOn::overlap) starts its CTAs while that kernel finishes;
-    // their producers wait for it before their first copy. (Posting the first A before the wait, in the loop below,
-    // moved ptxas's address arithmetic off the uniform datapath and cost decode launches 5 %.)
+    // their producers wait for it before their first copy: all they read (B) or let the consumers write (D) may be
+    // that kernel's. The consumers need no wait of their own: they touch C and D only after stages posted after it.
     ptx::grid_dependency_wait();
     for (int64_t tile = blockIdx.x; streams && tile < order.tiles; tile += gridDim.x) {
       const auto [m0, n0] = order.origin(p, tile);
@@ -546,6 +543,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     consumer_sync();
     sm90_epilogue::write_tile<Out>(p, staged, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
   }
+  // The consumers' work is done: the next kernel in the stream may be scheduled (where it was launched overlapping
+  // this one), its CTAs taking the SMs that this grid's CTAs free. Said here rather than after the producer's loop,
+  // where ptxas moved the producer's address arithmetic off the uniform datapath (decode 5 % slower), or at the
+  // start, where the next kernels' waiting CTAs took SMs the grid before them still needed (chains 15 % slower).
+  ptx::launch_dependents();
   // D's last parts written (and their buffers read) before the CTA's shared memory goes.
   if (register_epilogue && tid % kWarpgroupThreads == 0) ptx::bulk_wait_group<0>();
   if constexpr (kMulticast) ptx::cluster_sync();
