@@ -256,7 +256,8 @@ struct TileTimeline {
 // What a TileLaunch::timeline recorded, averaged over the CTAs (0 where nothing was recorded). Cycles become
 // microseconds at each CTA's own clock, measured over its life (the global timer against clock64 between its start
 // and its end), where it recorded both; at `us_per_cycle` otherwise. Under load the SMs hold well below their
-// nominal clock (H200: ~1.6 GHz against 1.98), so the nominal one understates every time by as much. A unit counts only if its end-of-unit step is among the recorded steps: where the record ran out
+// nominal clock (H200: ~1.6 GHz against 1.98), so the nominal one understates every time by as much. A unit
+// counts only if its end-of-unit step is among the recorded steps: where the record ran out
 // inside a unit, its epilogue would be measured from a mid-unit step.
 struct TileTimelineSummary {
   int64_t ctas = 0;            // CTAs that recorded a start

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "../common/check.cuh"
+#include "../common/launch.cuh"
 #include "../common/ring.cuh"
 #include "../common/smem.cuh"
 #include "../common/tensor_map.cuh"
@@ -631,14 +632,8 @@ void launch(const Params& p, const LaunchOn& on) {
     }
     NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
   } else {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(grid)), config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kSmem, config.stream = on.stream;
-    cudaLaunchAttribute overlap{};
-    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    overlap.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &overlap, config.numAttrs = on.overlap ? 1 : 0;
-    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
+    const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, on.stream, on.overlap);
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map));
   }
 }
 

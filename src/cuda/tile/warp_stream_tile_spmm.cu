@@ -28,6 +28,7 @@
 #include <string>
 
 #include "../common/check.cuh"
+#include "../common/launch.cuh"
 #include "../common/smem.cuh"
 #include "../nm24/nm24_common.cuh"
 #include "../ptx/cp_async.cuh"
@@ -546,13 +547,8 @@ void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t s
           "warp-stream tile: the kernel takes at most " + std::to_string(kMaxIndex) + " 32-column chunks and columns");
   require(w.ctas >= 1 && (p.nnz_tiles == 0 || w.ctas <= p.nnz_tiles * (p.tile_cols / kChunkCols)), ErrorCode::invalid_argument,
           "warp-stream tile: the grid must not exceed the stored chunks");
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid, config.blockDim = dim3(kThreads), config.dynamicSmemBytes = kSmemBytes, config.stream = stream;
-  cudaLaunchAttribute overlap_attribute{};
-  overlap_attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap_attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &overlap_attribute, config.numAttrs = overlap ? 1 : 0;
-  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, ready_kernel<Element, Out>(), p, w));
+  const cuda::OverlappableLaunch launch_config(grid, dim3(kThreads), kSmemBytes, stream, overlap);
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), ready_kernel<Element, Out>(), p, w));
 }
 
 template void launch_warp_stream<__half, __half>(const TileParams&, const StreamWork&, cudaStream_t, bool);
