@@ -107,6 +107,8 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   require(launch.stream_ctas >= 0 && launch.stream_ctas <= kMaxStreamCtas, ErrorCode::invalid_argument,
           "tile plan: stream_ctas must be 0 (by device) or 1.." + std::to_string(kMaxStreamCtas) + ", got " +
               std::to_string(launch.stream_ctas));
+  // Read (and checked) before anything asks the device, like the arguments above.
+  const bool overlap_wanted = nm24::overlap_launch_wanted(launch.overlap_launch);
   TileSpmmPlan plan;
   plan.desc_ = desc, plan.tile_rows_ = tile_rows, plan.tile_cols_ = tile_cols;
   // Tile sides below 64 run the sm90 kernel on the weight's widened copy (widen_tiles).
@@ -129,7 +131,7 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
               std::to_string(tile::kWarpStreamTileRows) + " through the weight's split copy) and 32, 64 or 128 columns, got " +
               std::to_string(tile_rows) + "x" + std::to_string(tile_cols));
   plan.kernel_ = kernel;
-  plan.overlap_launch_ = nm24::overlap_launch_wanted(launch.overlap_launch) && nm24::device_is_sm90();
+  plan.overlap_launch_ = overlap_wanted && nm24::device_is_sm90();
   plan.stream_kernel_ = kernel == TileKernel::stream_mma || kernel == TileKernel::warp_stream_mma ? kernel
                         : warp_stream_by_weight                                                 ? TileKernel::warp_stream_mma
                                                                                                 : TileKernel::automatic;
