@@ -258,6 +258,7 @@ TEST(Nm24Gpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 81), w2 = test::random_matrix(kR2, kR1, DType::f16, 82);
   const NmMatrix a1 = compress_nm(w1, prune_nm_magnitude(w1, 2, 4), 2, 4), a2 = compress_nm(w2, prune_nm_magnitude(w2, 2, 4), 2, 4);
   const DeviceNm24 d1 = DeviceNm24::upload(pack_nm24(a1)), d2 = DeviceNm24::upload(pack_nm24(a2));
+  EXPECT_EQ(Nm24SpmmPlan::create({kR1, kK, 16}).config().overlap_launch, sm90_here()) << "on by default on sm_90";
   for (int64_t n : {16, 200})
     for (const char* overlap : {"1", "0"}) {
       const ScopedEnv env("NMKIT_OVERLAP_LAUNCH", overlap);

@@ -124,10 +124,11 @@ bool overlap_launch_wanted(bool fallback) {
 // per tile (the static round-robin lets CTAs drift apart, and the raster's L2 reuse with them), so they were taken
 // at <= 64 k-tiles only; with two parts in flight (sm90_kernel.cuh) they measured 0-3 % faster on those shapes too
 // (docs/performance.md, 2:4 item 17). The gathering kernels follow the same rule (V:N:M item 10).
-// Overlapping launches of the sm90 sparse kernel are opt-in (NMKIT_OVERLAP_LAUNCH=1): the version measured on the
-// H200 gained 4 % in chains at C = 128 and lost 5-15 % at C <= 16; the one here, which says launch_dependents when
-// its consumers are done, keeps the plain launch's code but has not been timed yet (docs/performance.md, 2:4 item 29).
-constexpr bool kSm90OverlapLaunch = false;
+// Overlapping launches of the sm90 sparse kernel are the default (NMKIT_OVERLAP_LAUNCH=0 turns them off): the
+// producers wait for the kernel before them at their start and the consumers say launch_dependents when their last
+// tile is done, which keeps the plain launch's code; chains of dependent decode products ran 8-9 % faster
+// (docs/performance.md, 2:4 item 29). A trigger earlier in the kernel lost 3-15 %.
+constexpr bool kSm90OverlapLaunch = true;
 
 void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config) {
   config.register_epilogue = false, config.persistent_ctas = 0;
