@@ -68,7 +68,7 @@ __global__ void fill_packed_kernel(uint32_t* values, uint32_t* meta, int64_t row
       const float v = inside ? random_value((seed + 17) * 0x2545f4914f6cdd1dull + (row * cols + group * 4 + s)) : 0.0f;
       word |= static_cast<uint32_t>(bits_of<T>(v)) << (16 * s);
     }
-    values[at * 4 + r] = word;
+    values[gpu::packed_value_word(slab, kblock, kblocks, lane, r)] = word;
   }
 }
 
@@ -90,7 +90,7 @@ __global__ void expand_packed_kernel(const uint32_t* values, const uint32_t* met
     const int upper = r % 2, high = r / 2;
     const int64_t row = slab * 16 + g + 8 * upper, group = kblock * 8 + 4 * high + t;
     const uint32_t nibble = ((high ? meta_high : meta_low) >> (16 * upper + 4 * t)) & 0xf;
-    const uint32_t word = values[at * 4 + r];
+    const uint32_t word = values[gpu::packed_value_word(slab, kblock, kblocks, lane, r)];
     for (int s = 0; s < 2; ++s) {
       const int64_t col = group * 4 + ((nibble >> (2 * s)) & 3);
       const uint16_t bits = static_cast<uint16_t>(word >> (16 * s));

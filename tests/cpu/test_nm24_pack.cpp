@@ -1,6 +1,8 @@
 // The nm24 packed layout: round trip and the register positions the sparse MMA instructions expect.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
@@ -34,11 +36,32 @@ TEST(Nm24Pack, FragmentPositionsFollowTheInstruction) {
   DenseMatrix w = DenseMatrix::zeros(16, 32, DType::f16);
   w.set(9, 21, 1.0f), w.set(9, 23, 2.0f);
   const PackedNm24 p = pack_nm24(compress_nm(w, 2, 4));
-  const uint32_t reg = p.values[5 * 4 + 3];
+  const uint32_t reg = p.values[static_cast<std::size_t>(packed_value_word(0, 0, p.cols_padded / kFragmentK, 5, 3))];
   EXPECT_EQ(reg & 0xffff, Half::from_float(1.0f).bits);
   EXPECT_EQ(reg >> 16, Half::from_float(2.0f).bits);
   for (int lane : {5, 7}) EXPECT_EQ((p.metadata[lane] >> 20) & 0xf, 1u | (3u << 2)) << lane;
   EXPECT_EQ((p.metadata[4] >> 20) & 0xf, 0x4u);  // lane 4 covers groups 0..3 of row 9: padding pattern (0, 1)
+}
+
+TEST(Nm24Pack, ValuesSitInTheWgmmaSharedMemoryLayout) {
+  // Stored value j of row r (compressed column c = j % 32 of k-tile j / 32) sits where wgmma's K-major unswizzled
+  // layout puts it: tile (r / 128, j / 32), k-block c / 16, core matrix (row group r % 128 / 8, half c % 16 / 8), row
+  // r % 8, value c % 8; with two row tiles and three k-tiles, every tile index is exercised.
+  const NmMatrix a = random_24(256, 192, DType::f16, 11);
+  const PackedNm24 p = pack_nm24(a);
+  const int64_t k_tiles = p.cols_padded / kPackKAlign, stored_per_row = a.cols / 2;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(p.values.data());
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t j = 0; j < stored_per_row; ++j) {
+      const int64_t tile = r / kPackRowAlign * k_tiles + j / 32, c = j % 32, row = r % kPackRowAlign;
+      const int64_t at = tile * kTileValueBytes + c / 16 * kKBlockValueBytes + (row / 8 * 2 + c % 16 / 8) * kCoreMatrixBytes +
+                         row % 8 * 16 + c % 8 * 2;
+      uint16_t bits;
+      std::memcpy(&bits, bytes + at, 2);
+      uint16_t expected;
+      std::memcpy(&expected, a.values.data() + (r * stored_per_row + j) * 2, 2);
+      ASSERT_EQ(bits, expected) << "row " << r << " stored value " << j;
+    }
 }
 
 TEST(Nm24Pack, RejectsOtherPatternsAndDtypes) {

@@ -33,21 +33,40 @@ inline constexpr int kRegistersPerFragment = 4;
 inline constexpr int kTileSlabs = kPackRowAlign / kSlabRows;     // 8 slabs per 128-row tile
 inline constexpr int kTileKBlocks = kPackKAlign / kFragmentK;    // 2 k-blocks per 64-wide k-tile
 
-// Position of fragment (slab, kblock) in the packed arrays, tile-major: the 16 fragments of one 128 x 64
-// tile are contiguous (8 KiB of values, 2 KiB of metadata), so a kernel stages a tile with one bulk copy.
+// Position of fragment (slab, kblock) in the packed metadata, tile-major: the 16 fragments of one 128 x 64 tile
+// are contiguous (2 KiB), so a kernel stages a tile's metadata with one bulk copy.
 constexpr int64_t packed_fragment_index(int64_t slab, int64_t kblock, int64_t kblocks) noexcept {
   const int64_t row_tile = slab / kTileSlabs, k_tile = kblock / kTileKBlocks, k_tiles = kblocks / kTileKBlocks;
   return ((row_tile * k_tiles + k_tile) * kTileSlabs + slab % kTileSlabs) * kTileKBlocks + kblock % kTileKBlocks;
 }
 
-// A 2:4 weight in the register order of the sparse MMA instructions: for every 16-row slab and every
-// 32-wide k-block, each lane's 4 value registers and its metadata register, ready for 16-byte loads.
-// Fragments are stored tile-major (packed_fragment_index).
+// The packed values of a 128 x 64 tile (8 KiB, 32 stored values per row) are contiguous too, tile-major, and laid
+// out as the canonical K-major, unswizzled operand of wgmma (PTX ISA §9.7.15.5.1.2): core matrices of 8 rows x 8
+// stored values (16 bytes per row, 128 contiguous bytes), ordered [k-block (2)][8-row group (16)][8-value half
+// (2)]. A warpgroup's m64 x k32 operand is then one shared-memory descriptor (wgmma.mma_async.sp with A in shared
+// memory: the tensor cores read it; no register loads), and a warp's mma.sp A fragment of a 16-row slab is four
+// core matrices (register r = u + 2 h: row group 2 (slab % 8) + u, half h), each read by the warp as 128
+// contiguous bytes (docs/formats.md).
+inline constexpr int kCoreMatrixBytes = 128;                                   // 8 rows x 16 bytes
+inline constexpr int kKBlockValueBytes = kPackRowAlign * kFragmentK / 2 * 2;    // 4 KiB: 128 rows x 16 stored values
+inline constexpr int kTileValueBytes = kTileKBlocks * kKBlockValueBytes;       // 8 KiB
+// The 32-bit word (two stored values) that register `reg` of lane `lane` holds in the A fragment (slab, kblock).
+constexpr int64_t packed_value_word(int64_t slab, int64_t kblock, int64_t kblocks, int lane, int reg) noexcept {
+  const int64_t tile = slab / kTileSlabs * (kblocks / kTileKBlocks) + kblock / kTileKBlocks;
+  const int64_t row_group = 2 * (slab % kTileSlabs) + reg % 2, half = reg / 2;
+  const int64_t byte = tile * kTileValueBytes + kblock % kTileKBlocks * kKBlockValueBytes +
+                       (2 * row_group + half) * kCoreMatrixBytes + lane / 4 * 16 + lane % 4 * 4;
+  return byte / 4;
+}
+
+// A 2:4 weight as the sparse MMA instructions take it: for every 16-row slab and every 32-wide k-block, each lane's
+// 4 value registers (packed_value_word: in wgmma's shared-memory layout) and its metadata register (register order,
+// packed_fragment_index).
 struct PackedNm24 {
   int64_t rows = 0, cols = 0;                // logical R, K
   int64_t rows_padded = 0, cols_padded = 0;  // multiples of kPackRowAlign and kPackKAlign; padding is zero
   DType dtype = DType::f16;                  // f16 or bf16
-  std::vector<uint32_t> values;              // (fragments, 32 lanes, 4), fragment = packed_fragment_index()
+  std::vector<uint32_t> values;              // (slabs x kblocks x 32 lanes x 4) words at packed_value_word()
   std::vector<uint32_t> metadata;            // (fragments, 32 lanes)
 };
 

@@ -19,7 +19,7 @@ inline constexpr int kSm90GroupRows = 16;
 
 // Everything a kernel needs; built by the plan, passed by value.
 struct Params {
-  const uint4* a_values;      // packed fragments (slab, kblock, lane) of 4 registers
+  const uint32_t* a_values;   // packed values (packed_value_word)
   const uint32_t* a_meta;     // packed metadata (slab, kblock, lane)
   const void* b;              // K x C, ldb = K (col-major) or C (row-major)
   const void* c;              // R x C in D's layout, read when beta != 0
@@ -71,10 +71,13 @@ struct AFragment {
   uint32_t meta;
 };
 
+// From global memory: each register is one core matrix of the packed values, 128 contiguous bytes over the warp.
 __device__ __forceinline__ AFragment load_a_fragment(const Params& p, int64_t slab, int64_t kblock, int lane) {
-  const int64_t index = packed_fragment_index(slab, kblock, p.kblocks) * kLanes + lane;
-  const uint4 v = __ldg(p.a_values + index);
-  return {{v.x, v.y, v.z, v.w}, __ldg(p.a_meta + index)};
+  AFragment a;
+#pragma unroll
+  for (int r = 0; r < kRegistersPerFragment; ++r) a.values[r] = __ldg(p.a_values + packed_value_word(slab, kblock, p.kblocks, lane, r));
+  a.meta = __ldg(p.a_meta + packed_fragment_index(slab, kblock, p.kblocks) * kLanes + lane);
+  return a;
 }
 
 __device__ __forceinline__ float activate(Activation a, float x) {

@@ -1,4 +1,5 @@
-// pack_nm24 / unpack_nm24: the logical 2:4 format <-> the register order of the sparse MMA fragments.
+// pack_nm24 / unpack_nm24: the logical 2:4 format <-> the sparse MMA operands (values in wgmma's shared-memory
+// layout, metadata in register order).
 // Host code only (no CUDA), so that CI tests it.
 #include <algorithm>
 #include <cstring>
@@ -68,7 +69,7 @@ PackedNm24 pack_nm24(const NmMatrix& a) {
       for (int s = 0; s < kKept; ++s) {
         const int64_t vi = (r * groups + g) * kKept + s;
         const FragmentPosition pos = position_of(row, group_in_block * kKept + s);
-        uint32_t& reg = p.values[(base + pos.lane) * kRegistersPerFragment + pos.reg];
+        uint32_t& reg = p.values[static_cast<std::size_t>(packed_value_word(slab, kblock, kblocks, pos.lane, pos.reg))];
         reg |= static_cast<uint32_t>(bits_of(a.values, static_cast<std::size_t>(vi))) << (16 * pos.half);
         nibble |= a.index(vi) << (2 * s);
       }
@@ -109,7 +110,7 @@ NmMatrix unpack_nm24(const PackedNm24& p) {
       for (int s = 0; s < kKept; ++s) {
         const int64_t vi = (r * groups + g) * kKept + s;
         const FragmentPosition pos = position_of(row, group_in_block * kKept + s);
-        const uint32_t reg = p.values[(base + pos.lane) * kRegistersPerFragment + pos.reg];
+        const uint32_t reg = p.values[static_cast<std::size_t>(packed_value_word(slab, kblock, kblocks, pos.lane, pos.reg))];
         const uint16_t bits = static_cast<uint16_t>(reg >> (16 * pos.half));
         std::memcpy(a.values.data() + vi * 2, &bits, 2);
         const unsigned index = (nibble >> (2 * s)) & 3u;

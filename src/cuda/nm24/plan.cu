@@ -91,7 +91,7 @@ void check_operands(const SpmmDesc& desc, const void* b, const void* c, const vo
 }
 
 Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias) {
-  return {static_cast<const uint4*>(a.values()), static_cast<const uint32_t*>(a.metadata()), b, c, d,
+  return {static_cast<const uint32_t*>(a.values()), static_cast<const uint32_t*>(a.metadata()), b, c, d,
           desc.bias ? bias : nullptr, desc.rows, desc.cols, desc.n, a.cols_padded() / kFragmentK,
           desc.alpha, desc.beta, desc.activation, desc.d_layout == Layout::col_major, desc.b_layout == Layout::col_major};
 }

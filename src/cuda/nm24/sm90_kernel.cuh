@@ -7,8 +7,9 @@
 //   - 2:4 with B row-major (BSource::tma_rows): by TMA in 64-column boxes, MN-major, read with B transposed;
 //   - V:N:M (gather_rows / gather_cols): the rows of B named by the weight's gather table, copied by the whole
 //     producer warpgroup into the same swizzled layouts (MN-major for B row-major, K-major for B col-major).
-// Consumers read their A fragments from shared memory into registers (the RS form of wgmma.sp) and keep one
-// wgmma group in flight while the next stage is waited for.
+// Consumers hand wgmma.sp their A tile by shared-memory descriptor (the packed values are in its canonical layout;
+// an earlier version loaded them into registers, the RS form, 1-7 % slower: docs/performance.md, 2:4 item 30),
+// load only the metadata registers, and keep one wgmma group in flight while the next stage is waited for.
 // Epilogue: the register epilogue (16-bit D final in registers, 64-column parts staged per warpgroup and stored by
 // TMA, the stages left to the producer), or the staged one (fp32 through the stages; one tile per CTA). With the
 // register epilogue a launch may be persistent: one CTA per SM loops over the tiles, the ring of stages running on
@@ -60,8 +61,13 @@ static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma")
 static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole number of sparse k32 steps");
 
 constexpr int kTileFragments = kTileSlabs * kTileKBlocks;              // 16 fragments of 32 lanes
-constexpr int kAValueBytes = kTileFragments * kLanes * 16;               // 8 KiB per k-tile
+constexpr int kAValueBytes = kTileValueBytes;                            // 8 KiB per k-tile
 constexpr int kAMetaBytes = kTileFragments * kLanes * 4;                 // 2 KiB per k-tile
+static_assert(kAValueBytes == kTileFragments * kLanes * kRegistersPerFragment * 4, "values: 4 registers per lane");
+// A warpgroup's m64 x k32 operand in the packed values: k-block kk of the tile, row groups 8w..8w+7 (the layout of
+// packed_value_word): kKBlockValueBytes apart per k-block, 8 row groups of two core matrices per warpgroup.
+constexpr uint32_t kAWarpgroupBytes = kRowsPerConsumer / 8 * 2 * kCoreMatrixBytes;  // 2 KiB
+constexpr uint32_t kACoreKStride = kCoreMatrixBytes, kACoreRowStride = 2 * kCoreMatrixBytes;
 static_assert(kBlockM == kPackRowAlign && kBlockK == kPackKAlign, "a CTA tile is one packed tile");
 
 // Stage layout: [kBTiles B tiles (kBlockN x 64 halves each, swizzled)][A values][A metadata]; stages
@@ -283,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   using Shape = Sm90Shape<kBlockN, kBTiles>;
   using Traits = BSourceTraits<kSource>;
   using Mma = typename ElementTraits<Element>::Mma;
-  using Wgmma = ptx::WgmmaSpRS<kBlockN, Mma>;
+  using Wgmma = ptx::WgmmaSpSS<kBlockN, Mma>;
   constexpr int kStages = Shape::kStages;
   constexpr int kABytes = kAValueBytes + kAMetaBytes;
   static_assert(!kMulticast || kSource == BSource::tma, "multicast shares TMA boxes");
@@ -431,27 +437,28 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   float acc[Wgmma::kAccumulators];
 
   const uint32_t stages_base = ptx::smem_address(smem);
-  // A stage's k-tile as one wgmma group: its A fragments from shared memory into registers (the RS form of
-  // wgmma.sp) and its B descriptors, all written before the group's first wgmma (ptxas serialises wgmma whose
-  // input registers are defined between them, C7513), then two k32 steps.
-  using Fragments = AFragment[kKBlocksPerTile];
-  const auto mma_stage = [&](uint32_t stage, Fragments& a) {
+  // A stage's k-tile as one wgmma group: its metadata registers and its A and B descriptors, all written before the
+  // group's first wgmma (ptxas serialises wgmma whose input registers are defined between them, C7513), then two k32
+  // steps.
+  using Fragments = uint32_t[kKBlocksPerTile];  // metadata
+  const auto mma_stage = [&](uint32_t stage, Fragments& meta) {
     const uint32_t a_stage = stage + kBTiles * Shape::kBBytes, b_tile = stage + my_b_tile * Shape::kBBytes;
-    uint64_t desc[kKBlocksPerTile];
+    uint64_t a_desc[kKBlocksPerTile], b_desc[kKBlocksPerTile];
 #pragma unroll
     for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
       const int fragment = slab_in_tile * kTileKBlocks + kk;
-      const uint4 v = ptx::ld_shared_v4_b32(a_stage + (fragment * kLanes + lane) * 16);
-      a[kk] = {{v.x, v.y, v.z, v.w}, ptx::ld_shared_b32(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4)};
+      meta[kk] = ptx::ld_shared_b32(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4);
+      a_desc[kk] = ptx::make_smem_desc_k_major_interleave(a_stage + kk * kKBlockValueBytes + warpgroup * kAWarpgroupBytes,
+                                                          kACoreKStride, kACoreRowStride);
       if constexpr (Traits::kMnMajor)  // k32 step kk starts 32 rows of 128 B further
-        desc[kk] = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
+        b_desc[kk] = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
       else  // k32 step kk starts 64 bytes into each swizzled row
-        desc[kk] = ptx::advance_smem_desc(ptx::make_smem_desc_k_major_sw128(b_tile), kk * kFragmentK * 2);
+        b_desc[kk] = ptx::advance_smem_desc(ptx::make_smem_desc_k_major_sw128(b_tile), kk * kFragmentK * 2);
     }
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKBlocksPerTile; ++kk)
-      Wgmma::template mma<Traits::kMnMajor ? 1 : 0>(acc, a[kk].values, desc[kk], a[kk].meta, 1);
+      Wgmma::template mma<Traits::kMnMajor ? 1 : 0>(acc, a_desc[kk], b_desc[kk], meta[kk], 1);
     ptx::wgmma_commit_group();
   };
 
@@ -483,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     const auto [m0, n0] = order.origin(p, tile);
 #pragma unroll
     for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
-    // wgmma reads its A registers until its group completes, so the next k-tile's fragments must not land in the
+    // wgmma reads its metadata registers until its group completes, so the next k-tile's must not land in the
     // registers of the group in flight: two buffers, alternated by unrolling the loop by two (a buffer is
     // reloaded only after wait_group<1> retired the group that read it). Renaming them is not left to ptxas: with
     // a branch in this loop (an experiment with two k-tiles per stage, docs/performance.md) it reused the

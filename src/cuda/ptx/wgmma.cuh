@@ -35,6 +35,19 @@ __device__ __forceinline__ uint64_t make_smem_desc_mn_major_sw128(uint32_t smem_
   return desc;
 }
 
+// Descriptor of a K-major operand tile without swizzle: core matrices of 8 rows x 16 bytes, each 128 contiguous
+// bytes; `k_stride` bytes between core matrices adjacent along K (leading byte offset), `row_group_stride` between
+// those adjacent along M/N (stride byte offset).
+__device__ __forceinline__ uint64_t make_smem_desc_k_major_interleave(uint32_t smem_address, uint32_t k_stride,
+                                                                      uint32_t row_group_stride) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_address & 0x3ffff) >> 4);
+  desc |= static_cast<uint64_t>((k_stride >> 4) & 0x3fff) << 16;
+  desc |= static_cast<uint64_t>((row_group_stride >> 4) & 0x3fff) << 32;
+  desc |= static_cast<uint64_t>(SmemSwizzle::none) << 62;
+  return desc;
+}
+
 // Orders this thread's generic-proxy shared-memory accesses (st.shared, cp.async) before later async-proxy
 // ones (wgmma, TMA) (PTX ISA §9.7.13.4, membar/fence: fence.proxy.async).
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
