@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles the Hopper kernels' translation units for sm_90a alone and fails if ptxas serialised any kernel's
-# wgmma (info C7518: a wait after every wgmma, which it reports without failing the build; docs/performance.md,
-# tile item 9). Run by ctest (ptxas.no_serialised_wgmma); needs only nvcc, no GPU.
+# wgmma (infos C7513-C7520, "wgmma.mma_async instructions are serialized ...": a wait after every wgmma, which
+# it reports without failing the build; docs/performance.md, tile item 9). Run by ctest (ptxas.no_serialised_wgmma); needs only nvcc, no GPU.
 #   scripts/check_ptxas.sh <nvcc> <repository root>
 set -euo pipefail
 nvcc=$1
@@ -10,10 +10,10 @@ status=0
 for unit in "$root"/src/cuda/*/sm90_*.cu; do
   log=$("$nvcc" -std=c++20 --expt-relaxed-constexpr -O3 -DNDEBUG -DNMKIT_HAVE_SM90A=1 -I"$root/include" \
         --generate-code=arch=compute_90a,code=sm_90a -c "$unit" -o /dev/null 2>&1) || { echo "$log"; exit 1; }
-  serialised=$(grep -c "C7518" <<<"$log" || true)
+  serialised=$(grep -c "wgmma.mma_async instructions are serialized" <<<"$log" || true)
   echo "${unit#$root/}: kernels with serialised wgmma: $serialised"
   if [ "$serialised" -ne 0 ]; then
-    grep "C7518" <<<"$log" | head -5
+    grep "wgmma.mma_async instructions are serialized" <<<"$log" | head -5
     status=1
   fi
 done

@@ -46,9 +46,9 @@ done
 
 # ptxas serialises every wgmma of a kernel (a wait after each) when it cannot prove the accumulators idle where
 # they are read; it says so only in an info line.
-serialised=$(grep -c "C7518" /tmp/nmkit_build.log || true)
-echo "kernels whose wgmma ptxas serialised (C7518): $serialised"
-summary+=("ptxas wgmma serialisation warnings (C7518): $serialised")
+serialised=$(grep -c "wgmma.mma_async instructions are serialized" /tmp/nmkit_build.log || true)
+echo "kernels whose wgmma ptxas serialised (C7513-C7520): $serialised"
+summary+=("ptxas wgmma serialisation warnings (C7513-C7520): $serialised")
 
 step "GPU tests"
 # A time limit, so that a kernel that hangs costs minutes of device time, not the whole call.

@@ -25,7 +25,7 @@ if ! cmake --build $BUILD -j "$(nproc)" --target nmkit_gpu_tests nmkit_bench >/t
   grep -E "error" -A3 /tmp/nmkit_build.log | head -60
   exit 1
 fi
-echo "ptxas wgmma serialisation warnings (C7518): $(grep -c "C7518" /tmp/nmkit_build.log || true)"
+echo "ptxas wgmma serialisation warnings (C7513-C7520): $(grep -c "wgmma.mma_async instructions are serialized" /tmp/nmkit_build.log || true)"
 read -ra bench_args <<<"${NMKIT_EXPERIMENT_BENCH:---suite llm --dtype both --iters 24 --no-cusparselt}"
 
 summary=()
