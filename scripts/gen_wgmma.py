@@ -31,51 +31,67 @@ struct WgmmaSS;
 '''
 
 
-def dense_macro(n):
+def wrapper_macro(macro, struct, n, comment, signature, instruction, operands, inputs, template=None):
+    """One `#define macro_N<n>(ELEMENT, PTX_TYPE)` specialising struct<n, ELEMENT> with an mma() around the instruction.
+
+    The accumulators are operands %0..%(n/2 - 1); `inputs` are the rest, numbered from n/2, and `operands(n/2)`
+    writes the instruction's operands after the accumulators. The input "r"(scale_d) sets the predicate p.
+    """
     regs = n // 2
     d_list = ", ".join(f"%{i}" for i in range(regs))
-    a, b, scale = regs, regs + 1, regs + 2
+    scale = regs + inputs.index('"r"(scale_d)')
     d_ops = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     lines = [
-        f"#define NMKIT_WGMMA_SS_N{n}(ELEMENT, PTX_TYPE)",
+        f"#define {macro}_N{n}(ELEMENT, PTX_TYPE)",
         "template <>",
-        f"struct WgmmaSS<{n}, ELEMENT> {{",
+        f"struct {struct}<{n}, ELEMENT> {{",
         f"  static constexpr int kAccumulators = {regs};",
-        "  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates. */",
-        f"  __device__ __forceinline__ static void mma(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{",
-        "    NMKIT_WGMMA_ASM(",
+        *comment,
+        *([template] if template else []),
+        f"  __device__ __forceinline__ static void mma(float (&d)[{regs}], {signature}) {{",
+        "    ASM_MACRO(",  # emit() names the file's asm macro
         '        "{\\n"',
         '        ".reg .pred p;\\n"',
         f'        "setp.ne.b32 p, %{scale}, 0;\\n"',
-        f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32." PTX_TYPE "." PTX_TYPE " "',
+        f'        "{instruction}." PTX_TYPE "." PTX_TYPE " "',
         f'        "{{{d_list}}}, "',
-        f'        "%{a}, %{b}, p, 1, 1, 0, 0;\\n"',
+        f'        "{operands(regs)};\\n"',
         '        "}\\n"',
         f"        : {d_ops}",
-        '        : "l"(desc_a), "l"(desc_b), "r"(scale_d));',
+        "        : " + ", ".join(inputs) + ");",
         "  }",
         "};",
     ]
     return " \\\n".join(lines) + "\n"
 
 
-def dense():
-    out = [DENSE_HEADER]
-    out.append("""
+def emit(header, macro, asm_macro, widths, make):
+    out = [header]
+    out.append(f"""
 // The instruction exists only in sm_90a code; other passes compile an empty body.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define NMKIT_WGMMA_ASM(...) asm volatile(__VA_ARGS__)
+#define {asm_macro}(...) asm volatile(__VA_ARGS__)
 #else
-#define NMKIT_WGMMA_ASM(...)
+#define {asm_macro}(...)
 #endif
 """)
-    for n in DENSE_WIDTHS:
-        out.append("\n" + dense_macro(n))
+    for n in widths:
+        out.append("\n" + make(n).replace("ASM_MACRO(", asm_macro + "("))
         for element, ptx_type in TYPES.items():
-            out.append(f'NMKIT_WGMMA_SS_N{n}({element}, "{ptx_type}")\n')
-        out.append(f"#undef NMKIT_WGMMA_SS_N{n}\n")
-    out.append("\n#undef NMKIT_WGMMA_ASM\n\n}  // namespace nmkit::ptx\n")
+            out.append(f'{macro}_N{n}({element}, "{ptx_type}")\n')
+        out.append(f"#undef {macro}_N{n}\n")
+    out.append(f"\n#undef {asm_macro}\n\n}}  // namespace nmkit::ptx\n")
     print("".join(out), end="")
+
+
+SCALE_D_COMMENT = "  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates."
+
+
+def dense():
+    emit(DENSE_HEADER, "NMKIT_WGMMA_SS", "NMKIT_WGMMA_ASM", DENSE_WIDTHS, lambda n: wrapper_macro(
+        "NMKIT_WGMMA_SS", "WgmmaSS", n, [SCALE_D_COMMENT + " */"],
+        "uint64_t desc_a, uint64_t desc_b, int scale_d", f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32",
+        lambda r: f"%{r}, %{r + 1}, p, 1, 1, 0, 0", ['"l"(desc_a)', '"l"(desc_b)', '"r"(scale_d)']))
 
 
 SPARSE_HEADER = '''#pragma once
@@ -97,53 +113,13 @@ struct WgmmaSpSS;
 '''
 
 
-def sparse_macro(n):
-    regs = n // 2
-    d_list = ", ".join(f"%{i}" for i in range(regs))
-    a, b, e, scale, trans = regs, regs + 1, regs + 2, regs + 3, regs + 4
-    d_ops = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    lines = [
-        f"#define NMKIT_WGMMA_SP_SS_N{n}(ELEMENT, PTX_TYPE)",
-        "template <>",
-        f"struct WgmmaSpSS<{n}, ELEMENT> {{",
-        f"  static constexpr int kAccumulators = {regs};",
-        "  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates.",
-        "     kTransB = 1 reads B MN-major (N contiguous: B row-major) instead of K-major. */",
-        "  template <int kTransB = 0>",
-        f"  __device__ __forceinline__ static void mma(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, uint32_t e, int scale_d) {{",
-        "    NMKIT_WGMMA_SP_ASM(",
-        '        "{\\n"',
-        '        ".reg .pred p;\\n"',
-        f'        "setp.ne.b32 p, %{scale}, 0;\\n"',
-        f'        "wgmma.mma_async.sp.sync.aligned.m64n{n}k32.f32." PTX_TYPE "." PTX_TYPE " "',
-        f'        "{{{d_list}}}, "',
-        f'        "%{a}, %{b}, %{e}, 0, p, 1, 1, 0, %{trans};\\n"',
-        '        "}\\n"',
-        f"        : {d_ops}",
-        '        : "l"(desc_a), "l"(desc_b), "r"(e), "r"(scale_d), "n"(kTransB));',
-        "  }",
-        "};",
-    ]
-    return " \\\n".join(lines) + "\n"
-
-
 def sparse():
-    out = [SPARSE_HEADER]
-    out.append("""
-// The instruction exists only in sm_90a code; other passes compile an empty body.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define NMKIT_WGMMA_SP_ASM(...) asm volatile(__VA_ARGS__)
-#else
-#define NMKIT_WGMMA_SP_ASM(...)
-#endif
-""")
-    for n in WIDTHS:
-        out.append("\n" + sparse_macro(n))
-        for element, ptx_type in TYPES.items():
-            out.append(f'NMKIT_WGMMA_SP_SS_N{n}({element}, "{ptx_type}")\n')
-        out.append(f"#undef NMKIT_WGMMA_SP_SS_N{n}\n")
-    out.append("\n#undef NMKIT_WGMMA_SP_ASM\n\n}  // namespace nmkit::ptx\n")
-    print("".join(out), end="")
+    emit(SPARSE_HEADER, "NMKIT_WGMMA_SP_SS", "NMKIT_WGMMA_SP_ASM", WIDTHS, lambda n: wrapper_macro(
+        "NMKIT_WGMMA_SP_SS", "WgmmaSpSS", n,
+        [SCALE_D_COMMENT, "     kTransB = 1 reads B MN-major (N contiguous: B row-major) instead of K-major. */"],
+        "uint64_t desc_a, uint64_t desc_b, uint32_t e, int scale_d", f"wgmma.mma_async.sp.sync.aligned.m64n{n}k32.f32",
+        lambda r: f"%{r}, %{r + 1}, %{r + 2}, 0, p, 1, 1, 0, %{r + 4}",
+        ['"l"(desc_a)', '"l"(desc_b)', '"r"(e)', '"r"(scale_d)', '"n"(kTransB)'], "  template <int kTransB = 0>"))
 
 
 if __name__ == "__main__":

@@ -10,16 +10,23 @@ namespace nmkit::ptx {
 // Swizzle modes of the descriptor's bits [62, 64).
 enum class SmemSwizzle : uint64_t { none = 0, bytes128 = 1, bytes64 = 2, bytes32 = 3 };
 
-// Descriptor of a K-major operand tile: rows of 128 bytes (64 halves) swizzled in 1024-byte atoms of
-// 8 rows. Leading byte offset is unused with swizzling; stride byte offset = one atom (8 rows).
-__device__ __forceinline__ uint64_t make_smem_desc_k_major_sw128(uint32_t smem_address) {
-  constexpr uint64_t kAtomBytes = 8 * 128;
+// A descriptor from its fields: start address, leading and stride byte offsets (16-byte units, 14 bits each) and
+// swizzle mode; what the offsets mean depends on the operand's major-ness and swizzle (§9.7.15.5.1.2).
+__device__ __forceinline__ uint64_t make_smem_desc(uint32_t smem_address, uint32_t leading_bytes, uint32_t stride_bytes,
+                                                   SmemSwizzle swizzle) {
   uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((smem_address & 0x3ffff) >> 4);     // start address, bits [0, 14)
-  desc |= static_cast<uint64_t>(1) << 16;                           // leading byte offset (unused), bits [16, 30)
-  desc |= static_cast<uint64_t>(kAtomBytes >> 4) << 32;             // stride byte offset, bits [32, 46)
-  desc |= static_cast<uint64_t>(SmemSwizzle::bytes128) << 62;       // swizzle mode
+  desc |= static_cast<uint64_t>((smem_address & 0x3ffff) >> 4);            // start address, bits [0, 14)
+  desc |= static_cast<uint64_t>((leading_bytes >> 4) & 0x3fff) << 16;      // leading byte offset, bits [16, 30)
+  desc |= static_cast<uint64_t>((stride_bytes >> 4) & 0x3fff) << 32;       // stride byte offset, bits [32, 46)
+  desc |= static_cast<uint64_t>(swizzle) << 62;                            // swizzle mode, bits [62, 64)
   return desc;
+}
+
+// Descriptor of a K-major operand tile: rows of 128 bytes (64 halves) swizzled in 1024-byte atoms of
+// 8 rows. Leading byte offset is unused with swizzling (16: one unit); stride byte offset = one atom (8 rows).
+__device__ __forceinline__ uint64_t make_smem_desc_k_major_sw128(uint32_t smem_address) {
+  constexpr uint32_t kAtomBytes = 8 * 128;
+  return make_smem_desc(smem_address, 16, kAtomBytes, SmemSwizzle::bytes128);
 }
 
 // Descriptor of an MN-major operand tile (B row-major, N contiguous) with the 128-byte swizzle: atoms of
@@ -27,12 +34,7 @@ __device__ __forceinline__ uint64_t make_smem_desc_k_major_sw128(uint32_t smem_a
 // byte offset), `k_group_stride` bytes between groups of 8 k-rows (stride byte offset).
 __device__ __forceinline__ uint64_t make_smem_desc_mn_major_sw128(uint32_t smem_address, uint32_t mn_atom_stride,
                                                                   uint32_t k_group_stride) {
-  uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((smem_address & 0x3ffff) >> 4);
-  desc |= static_cast<uint64_t>((mn_atom_stride >> 4) & 0x3fff) << 16;
-  desc |= static_cast<uint64_t>((k_group_stride >> 4) & 0x3fff) << 32;
-  desc |= static_cast<uint64_t>(SmemSwizzle::bytes128) << 62;
-  return desc;
+  return make_smem_desc(smem_address, mn_atom_stride, k_group_stride, SmemSwizzle::bytes128);
 }
 
 // Descriptor of a K-major operand tile without swizzle: core matrices of 8 rows x 16 bytes, each 128 contiguous
@@ -40,12 +42,7 @@ __device__ __forceinline__ uint64_t make_smem_desc_mn_major_sw128(uint32_t smem_
 // those adjacent along M/N (stride byte offset).
 __device__ __forceinline__ uint64_t make_smem_desc_k_major_interleave(uint32_t smem_address, uint32_t k_stride,
                                                                       uint32_t row_group_stride) {
-  uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((smem_address & 0x3ffff) >> 4);
-  desc |= static_cast<uint64_t>((k_stride >> 4) & 0x3fff) << 16;
-  desc |= static_cast<uint64_t>((row_group_stride >> 4) & 0x3fff) << 32;
-  desc |= static_cast<uint64_t>(SmemSwizzle::none) << 62;
-  return desc;
+  return make_smem_desc(smem_address, k_stride, row_group_stride, SmemSwizzle::none);
 }
 
 // Orders this thread's generic-proxy shared-memory accesses (st.shared, cp.async) before later async-proxy
