@@ -440,8 +440,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   // A stage's k-tile as one wgmma group: its metadata registers and its A and B descriptors, all written before the
   // group's first wgmma (ptxas serialises wgmma whose input registers are defined between them, C7513), then two k32
   // steps.
-  using Fragments = uint32_t[kKBlocksPerTile];  // metadata
-  const auto mma_stage = [&](uint32_t stage, Fragments& meta) {
+  using MetadataWords = uint32_t[kKBlocksPerTile];  // one register per k32 step
+  const auto mma_stage = [&](uint32_t stage, MetadataWords& meta) {
     const uint32_t a_stage = stage + kBTiles * Shape::kBBytes, b_tile = stage + my_b_tile * Shape::kBBytes;
     uint64_t a_desc[kKBlocksPerTile], b_desc[kKBlocksPerTile];
 #pragma unroll
@@ -474,12 +474,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     }
   };
   // One k-tile: wait for its stage, issue its group, and hand the previous stage back once that group is done.
-  const auto consume_stage = [&](Fragments& a) {
+  const auto consume_stage = [&](MetadataWords& meta) {
     const int s = ring.stage;
     ptx::mbarrier_wait(&full[s], ring.phase);
     // cp.async writes through the generic proxy: order them before this thread's wgmma reads.
     if constexpr (kSource == BSource::gather_rows) ptx::fence_proxy_async_shared();
-    mma_stage(stages_base + s * Shape::kStageBytes, a);
+    mma_stage(stages_base + s * Shape::kStageBytes, meta);
     // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
     ptx::wgmma_wait_group<1>();
     release_in_flight_stage();
@@ -495,13 +495,13 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     // reloaded only after wait_group<1> retired the group that read it). Renaming them is not left to ptxas: with
     // a branch in this loop (an experiment with two k-tiles per stage, docs/performance.md) it reused the
     // registers of the group in flight and the products came out wrong.
-    Fragments fragments_even, fragments_odd;
+    MetadataWords metadata_even, metadata_odd;
     int kt = 0;
     for (; kt + 2 <= k_tiles; kt += 2) {
-      consume_stage(fragments_even);
-      consume_stage(fragments_odd);
+      consume_stage(metadata_even);
+      consume_stage(metadata_odd);
     }
-    if (kt < k_tiles) consume_stage(fragments_even);
+    if (kt < k_tiles) consume_stage(metadata_even);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
 
