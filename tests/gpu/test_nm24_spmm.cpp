@@ -188,6 +188,112 @@ TEST(Nm24Gpu, EverySm90ScheduleAgreesWithTheOracle) {
   }
 }
 
+// Stream-K (KernelConfig::stream_k_tiles), taken wherever the kernel can (NMKIT_SM90_STREAM_K=1): a last wave of
+// tiles cut over all CTAs (with the wave before it where the tail is short), and every tile cut where there are
+// fewer tiles than SMs; the register epilogue only (the GELU and beta cases, and narrow tiles, check that the staged
+// one is left alone). Each plan runs three times on fresh, poisoned outputs, so that every count a run leaves must
+// have been zeroed for the next one. R, K and C tails; pieces of 1 to ~60 k-tiles, tiles cut in 2 to ~16 pieces.
+TEST(Nm24Gpu, StreamKAgainstTheOracle) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  const ScopedEnv stream_k("NMKIT_SM90_STREAM_K", "1");
+  const int sms = [] {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return count;
+  }();
+  struct Shape {
+    int64_t r, k, c;
+    int block_n;
+  };
+  // Tiles of 128 x block_n: more than SMs with a short tail (sms + 12) and a long one (2 sms - 20), an exact wave
+  // (no stream-K), fewer tiles than SMs (8 tall ones, 32 k-tiles each; 64 narrow decode tiles; 9 tiles of 3 k-tiles).
+  const int64_t short_tail_cols = ceil_div(sms + 12, 4) * 256, long_tail_rows = (2 * sms - 20) * 128;
+  const Shape shapes[] = {{4 * 128 - 40, 1000, short_tail_cols - 96, 256},
+                          {long_tail_rows - 8, 520, 56, 64},
+                          {int64_t{sms} * 128, 200, 128, 128},
+                          {1000, 2048, 120, 128},
+                          {8192, 1000, 16, 16},
+                          {300, 192, 520, 256}};
+  uint32_t seed = 2100;
+  for (const Shape& s : shapes)
+    for (Layout b_layout : {Layout::col_major, Layout::row_major})
+      for (Layout d_layout : {Layout::col_major, Layout::row_major})
+        for (int epilogue = 0; epilogue < 3; ++epilogue) {  // plain; bias and ReLU; beta, bias and GELU (staged)
+          if (b_layout == Layout::row_major && (s.block_n % 64 != 0 || s.c % 8 != 0)) continue;  // whole MN-major boxes
+          const DType dtype = (seed / 10) % 2 ? DType::bf16 : DType::f16;
+          const Activation act = epilogue == 0 ? Activation::none : epilogue == 1 ? Activation::relu : Activation::gelu;
+          Case t{{s.r, s.k, s.c, dtype, dtype, b_layout, d_layout, 0.75f, epilogue == 2 ? -0.5f : 0.0f, epilogue != 0, act},
+                 Nm24Kernel::sm90_wgmma_sp};
+          t.block_n = s.block_n;
+          const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
+          const NmMatrix a = compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4);
+          const DeviceNm24 da = DeviceNm24::upload(pack_nm24(a));
+          const Nm24SpmmPlan plan = Nm24SpmmPlan::create(t.desc(), t.kernel, t.block_n);
+          const int64_t tiles = ceil_div(t.r, 128) * ceil_div(t.c, t.block_n);
+          const bool registers = plan.config().register_epilogue;
+          // Pieces end in the register epilogue; an exact wave needs nothing cut.
+          const bool expected = registers && (tiles < sms || tiles % sms != 0);
+          EXPECT_EQ(plan.config().stream_k_tiles > 0, expected) << describe(t) << " " << plan.config();
+          if (plan.config().stream_k_tiles > 0) EXPECT_GT(plan.workspace_bytes(), 0u);
+          for (int run = 0; run < 3; ++run)
+            EXPECT_LE(error_against_oracle(SparseMatrix{a}, t, seed + 100 * run,
+                                           [&](const void* b, const void* c, void* d, const float* bias) { plan.run(nullptr, da, b, c, d, bias); }),
+                      tolerance(t.dtype))
+                << describe(t) << " run " << run << " " << plan.config();
+          seed += 10;
+        }
+}
+
+// What the plan takes by default: stream-K where a last wave would idle >= 2 % of the launch's SM time, or where
+// fewer tiles than SMs leave >= 15 % of the SMs idle, with the register epilogue; never when the environment turns it
+// off or asks for one CTA per tile; a bad switch is an error.
+TEST(Nm24Gpu, StreamKIsTakenWhereItPays) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  const int sms = [] {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return count;
+  }();
+  const auto config = [](int64_t r, int64_t k, int64_t c, int block_n) {
+    return Nm24SpmmPlan::create(SpmmDesc{r, k, c}, Nm24Kernel::sm90_wgmma_sp, block_n).config();
+  };
+  // Between one and two waves of 128 x 256 tiles: the tail's tiles are cut, and the wave before them too where the
+  // tail is under half a wave.
+  const int64_t rows = 128 * int64_t{sms} * 3 / 2 / 16 + 128, cols_c = 16 * 256;
+  const KernelConfig tail = config(rows, 4096, cols_c, 256);
+  const int64_t tiles = ceil_div(rows, 128) * 16;
+  ASSERT_GT(tiles % sms, 0);
+  EXPECT_EQ(tail.stream_k_tiles, tiles % sms + (2 * (tiles % sms) < sms ? sms : 0));
+  EXPECT_EQ(tail.persistent_ctas, sms);
+  EXPECT_TRUE(tail.register_epilogue);
+  // Whole waves and a last one within 2 % of full: nothing to cut.
+  EXPECT_EQ(config(128 * int64_t{sms}, 4096, 8 * 256, 256).stream_k_tiles, 0);
+  // Decode at C = 128: fewer tiles than SMs, every tile cut over as many CTAs as leave each two k-tiles or more.
+  const KernelConfig decode = config(128 * 40, 4096, 128, 128);
+  EXPECT_EQ(decode.stream_k_tiles, 40);
+  EXPECT_EQ(decode.persistent_ctas, std::min<int64_t>(sms, 40 * 64 / 2));
+  EXPECT_EQ(config(128 * int64_t{sms} * 9 / 10, 4096, 128, 128).stream_k_tiles, 0);  // 10 % of the SMs idle: not worth it
+  EXPECT_EQ(config(128 * 40, 4096, 16, 16).stream_k_tiles, 0);  // n16 keeps the staged epilogue, one tile per CTA
+  {
+    const ScopedEnv off("NMKIT_SM90_STREAM_K", "0");
+    EXPECT_EQ(config(128 * 40, 4096, 128, 128).stream_k_tiles, 0);
+    EXPECT_EQ(config(rows, 4096, cols_c, 256).stream_k_tiles, 0);
+  }
+  for (const char* one_per_tile : {"staged", "registers"}) {
+    const ScopedEnv env("NMKIT_SM90_SCHEDULE", one_per_tile);
+    EXPECT_EQ(config(128 * 40, 4096, 128, 128).stream_k_tiles, 0) << one_per_tile;
+    EXPECT_EQ(config(rows, 4096, cols_c, 256).persistent_ctas, 0) << one_per_tile;
+  }
+  {
+    const ScopedEnv bad("NMKIT_SM90_STREAM_K", "yes");
+    EXPECT_THROW(config(128 * 40, 4096, 128, 128), Error);
+  }
+}
+
 TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
@@ -199,8 +305,12 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
     EXPECT_TRUE(config.register_epilogue);
     EXPECT_GT(config.persistent_ctas, 0) << many_tiles.cols;
   }
-  // Fewer tiles than SMs: one CTA per tile. n-tiles of 16 and 32 (small C) keep the staged epilogue.
-  const KernelConfig one_per_tile = Nm24SpmmPlan::create(SpmmDesc{256, 512, 512}, Nm24Kernel::sm90_wgmma_sp, 256).config();
+  // Fewer tiles than SMs: one CTA per tile, without stream-K (StreamKIsTakenWhereItPays). n-tiles of 16 and 32
+  // (small C) keep the staged epilogue.
+  const KernelConfig one_per_tile = [] {
+    const ScopedEnv no_stream_k("NMKIT_SM90_STREAM_K", "0");
+    return Nm24SpmmPlan::create(SpmmDesc{256, 512, 512}, Nm24Kernel::sm90_wgmma_sp, 256).config();
+  }();
   EXPECT_TRUE(one_per_tile.register_epilogue);
   EXPECT_EQ(one_per_tile.persistent_ctas, 0);
   for (int narrow : {16, 32}) EXPECT_FALSE(Nm24SpmmPlan::create(desc, Nm24Kernel::sm90_wgmma_sp, narrow).config().register_epilogue);

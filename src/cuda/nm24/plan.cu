@@ -130,26 +130,78 @@ bool overlap_launch_wanted(bool fallback) {
 // (docs/performance.md, 2:4 item 29). A trigger earlier in the kernel lost 3-15 %.
 constexpr bool kSm90OverlapLaunch = true;
 
-void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config) {
-  config.register_epilogue = false, config.persistent_ctas = 0;
-  config.overlap_launch = config.kernel == Nm24Kernel::sm90_wgmma_sp && config.cluster == 1 && overlap_launch_wanted(kSm90OverlapLaunch);
-  const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
-  // The register epilogue stores 64-column parts of the tile: n-tiles of 16 and 32 (decode) keep the staged one.
-  if (config.kernel != Nm24Kernel::sm90_wgmma_sp || config.block_n % 64 != 0 ||
-      !sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride))
-    return;
-  const int sms = sm_count();
-  const int64_t tiles = ceil_div(desc.rows, config.block_m) * ceil_div(desc.n, config.block_n);
-  const bool persistent_pays = tiles > sms;
-  const Sm90Schedule schedule =
-      sm90_schedule_override(persistent_pays ? Sm90Schedule::persistent : Sm90Schedule::registers);
-  config.register_epilogue = schedule != Sm90Schedule::staged;
-  if (schedule == Sm90Schedule::persistent) config.persistent_ctas = sms;
+// Stream-K (KernelConfig::stream_k_tiles; docs/performance.md, 2:4 item 31). A last partial wave of tail tiles
+// leaves (sms - tail) SMs idle for a tile's time; where there are fewer tiles than SMs, (sms - tiles) SMs idle
+// throughout. Cutting those tiles along K gives every SM work, at the cost of the pieces' round trip through L2
+// (fp32, 128 x block_n each) and of shorter wgmma runs, so it is taken where the idle share is worth it. The pieces
+// end in the register epilogue (a CTA may end several cut tiles, while its producer streams on).
+constexpr double kStreamKMinTailIdle = 0.02;   // more tiles than SMs: idle slots of the last wave over all slots
+constexpr double kStreamKMinFillIdle = 0.15;   // fewer tiles than SMs: idle SMs over all SMs
+constexpr int64_t kStreamKMinRangeKTiles = 2;  // k-tiles per CTA at least
+
+enum class StreamKMode { off, automatic, everywhere };
+StreamKMode stream_k_mode() {
+  const char* env = std::getenv("NMKIT_SM90_STREAM_K");
+  if (!env || !*env) return StreamKMode::automatic;
+  const std::string value(env);
+  require(value == "0" || value == "1", ErrorCode::invalid_argument, "NMKIT_SM90_STREAM_K must be 0 or 1, got '" + value + "'");
+  return value == "1" ? StreamKMode::everywhere : StreamKMode::off;
 }
 
-void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
+struct StreamKChoice {
+  int64_t tiles = 0;
+  int ctas = 0;
+};
+StreamKChoice choose_stream_k(int64_t tiles, int64_t k_tiles, int sms, bool register_epilogue, StreamKMode mode) {
+  if (mode == StreamKMode::off || !register_epilogue || tiles == sms) return {};
+  const bool automatic = mode == StreamKMode::automatic;
+  if (tiles > sms) {
+    // The last wave's tiles, cut over all CTAs; with the wave before them where the tail alone would give a CTA
+    // under half a tile, so that few tiles are cut into three pieces or more.
+    const int64_t tail = tiles % sms;
+    if (tail == 0) return {};
+    const double idle = static_cast<double>(sms - tail) / static_cast<double>(ceil_div(tiles, sms) * sms);
+    if (automatic && idle < kStreamKMinTailIdle) return {};
+    const int64_t cut = 2 * tail < sms ? tail + sms : tail;  // tiles >= sms + tail
+    if (cut * k_tiles < sms * kStreamKMinRangeKTiles) return {};
+    return {cut, sms};
+  }
+  // Fewer tiles than SMs: every tile cut, over as many CTAs as give each kStreamKMinRangeKTiles.
+  if (automatic && 1.0 - static_cast<double>(tiles) / sms < kStreamKMinFillIdle) return {};
+  const int64_t ctas = std::min<int64_t>(sms, tiles * k_tiles / kStreamKMinRangeKTiles);
+  if (ctas <= tiles) return {};
+  return {tiles, static_cast<int>(ctas)};
+}
+
+void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, bool stream_k_allowed) {
+  config.register_epilogue = false, config.persistent_ctas = 0, config.stream_k_tiles = 0;
+  config.overlap_launch = config.kernel == Nm24Kernel::sm90_wgmma_sp && config.cluster == 1 && overlap_launch_wanted(kSm90OverlapLaunch);
+  if (config.kernel != Nm24Kernel::sm90_wgmma_sp) return;
+  const StreamKMode stream_k = stream_k_mode();  // checked before any device query, whatever the plan takes
+  const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
+  const int sms = sm_count();
+  const int64_t tiles = ceil_div(desc.rows, config.block_m) * ceil_div(desc.n, config.block_n);
+  // The register epilogue stores 64-column parts of the tile: n-tiles of 16 and 32 (decode) keep the staged one.
+  const bool registers_apply = config.block_n % 64 == 0 &&
+      sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride);
+  Sm90Schedule schedule = Sm90Schedule::staged;
+  if (registers_apply) {
+    const bool persistent_pays = tiles > sms;
+    schedule = sm90_schedule_override(persistent_pays ? Sm90Schedule::persistent : Sm90Schedule::registers);
+    config.register_epilogue = schedule != Sm90Schedule::staged;
+    if (schedule == Sm90Schedule::persistent) config.persistent_ctas = sms;
+  }
+  // An environment that asks for one CTA per tile (NMKIT_SM90_SCHEDULE=staged or registers) gets it.
+  const bool one_cta_per_tile_asked = std::getenv("NMKIT_SM90_SCHEDULE") && schedule != Sm90Schedule::persistent;
+  if (!stream_k_allowed || config.cluster != 1 || one_cta_per_tile_asked) return;
+  const StreamKChoice cut = choose_stream_k(tiles, ceil_div(desc.cols, kPackKAlign), sms, config.register_epilogue, stream_k);
+  if (cut.tiles > 0) config.stream_k_tiles = cut.tiles, config.persistent_ctas = cut.ctas;
+}
+
+int64_t apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
   p.register_epilogue = config.register_epilogue && aligned16(d);
   p.persistent_ctas = p.register_epilogue ? config.persistent_ctas : 0;
+  return p.register_epilogue ? config.stream_k_tiles : 0;  // stream-K pieces end in the register epilogue
 }
 
 // Overlapping launches order themselves by the stream; the legacy default stream's implicit order with other
@@ -200,6 +252,7 @@ std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
      << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "")
      << (c.register_epilogue ? " register epilogue" : "") << (c.overlap_launch ? " overlapped launch" : "");
   if (c.persistent_ctas > 0) os << " persistent " << c.persistent_ctas << " CTAs";
+  if (c.stream_k_tiles > 0) os << " stream-K over " << c.stream_k_tiles << " tiles";
   return os;
 }
 
@@ -285,7 +338,14 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && b_col_major && t.block_n >= 128 &&
       ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
     plan.config_.cluster = 2;
-  nm24::choose_sm90_schedule(desc, plan.config_);
+  nm24::choose_sm90_schedule(desc, plan.config_, /*stream_k_allowed=*/true);
+  if (plan.config_.stream_k_tiles > 0) {
+    // Two fp32 slots of a whole tile per CTA, then a count per cut tile and consumer warpgroup, zero between launches.
+    const auto counts = static_cast<std::size_t>(plan.config_.stream_k_tiles) * nm24::kSm90Consumers;
+    auto workspace = std::make_shared<DeviceBuffer>(plan.stream_k_part_floats() * sizeof(float) + counts * sizeof(int));
+    NMKIT_CUDA_CHECK(cudaMemset(workspace->data(), 0, workspace->size()));
+    plan.workspace_ = std::move(workspace);
+  }
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
   return plan;
@@ -359,6 +419,13 @@ Nm24SpmmPlan Nm24SpmmPlan::autotune(const SpmmDesc& desc) {
   return create(desc, Nm24Kernel::sm90_wgmma_sp, best);
 }
 
+std::size_t Nm24SpmmPlan::workspace_bytes() const noexcept { return workspace_ ? workspace_->size() : 0; }
+
+std::size_t Nm24SpmmPlan::stream_k_part_floats() const noexcept {
+  constexpr std::size_t kSlotsPerCta = 2;  // a range's first piece and its last one
+  return kSlotsPerCta * static_cast<std::size_t>(config_.persistent_ctas) * static_cast<std::size_t>(config_.block_m * config_.block_n);
+}
+
 void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias) const {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype, ErrorCode::invalid_argument,
           "nm24 run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " + dtype_name(a.dtype()) +
@@ -368,12 +435,17 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
   nm24::check_operands(desc_, b, c, d, bias, "nm24 run");
 
   nm24::Params p = nm24::make_params(desc_, a, b, c, d, bias);
-  nm24::apply_sm90_schedule(config_, d, p);
+  nm24::StreamK stream_k;
+  stream_k.tiles = nm24::apply_sm90_schedule(config_, d, p);
+  if (stream_k.tiles > 0) {
+    stream_k.partials = static_cast<float*>(workspace_->data());
+    stream_k.counts = reinterpret_cast<int*>(stream_k.partials + stream_k_part_floats());
+  }
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, nm24::sm90_launch_on(config_, stream));
+    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, nm24::sm90_launch_on(config_, stream), stream_k);
     else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });
 }

@@ -31,6 +31,7 @@
 #include "../common/tensor_map.cuh"
 #include "../ptx/cluster.cuh"
 #include "../ptx/cp_async.cuh"
+#include "../ptx/flag.cuh"
 #include "../ptx/griddep.cuh"
 #include "../ptx/mbarrier.cuh"
 #include "../ptx/tma.cuh"
@@ -46,7 +47,7 @@ namespace {
 
 constexpr int kBlockM = 128;
 constexpr int kBlockK = 64;                     // one 128-byte swizzle row of halves
-constexpr int kConsumers = 2;                   // warpgroups doing math
+constexpr int kConsumers = kSm90Consumers;      // warpgroups doing math
 constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
@@ -277,6 +278,94 @@ struct TileOrder {
   }
 };
 
+// One CTA's work, in order: its range of the stream-K tiles' k-tiles (StreamK), piece by piece, then its whole tiles
+// (tiles sk.tiles + blockIdx.x, + gridDim.x, ...). Without stream-K that is tile blockIdx.x, + gridDim.x, ...
+// 32-bit throughout (launch() checks the counts): the consumers keep this across their k-tile loop, where 64-bit
+// positions made ptxas spill the n128-n256 consumers.
+struct WorkUnit {
+  int tile;            // in TileOrder's raster
+  int k_begin, k_end;  // its k-tiles [k_begin, k_end)
+};
+struct WorkUnits {
+  int next_k, end_k;  // what is left of the range, in k-tiles over the stream-K tiles (tile t's k at t * k_tiles + k)
+  int next_tile;
+  int k_tiles;
+
+  // Range c of `ctas` over `total` k-tiles: equal to within one, the first total % ctas ranges one longer.
+  __device__ static int range_begin(int total, int cta, int ctas) { return total / ctas * cta + min(cta, total % ctas); }
+  __device__ WorkUnits(const StreamK& sk, int k_tiles_per_tile) : k_tiles(k_tiles_per_tile) {
+    const int total = static_cast<int>(sk.tiles) * k_tiles;
+    next_k = range_begin(total, blockIdx.x, gridDim.x), end_k = range_begin(total, blockIdx.x + 1, gridDim.x);
+    next_tile = static_cast<int>(sk.tiles) + blockIdx.x;
+  }
+  __device__ bool next(int tiles, WorkUnit& unit) {
+    if (next_k < end_k) {
+      const int tile = next_k / k_tiles, k_begin = next_k - tile * k_tiles;
+      const int k_end = min(k_tiles, k_begin + (end_k - next_k));
+      unit = {tile, k_begin, k_end};
+      next_k += k_end - k_begin;
+      return true;
+    }
+    if (next_tile >= tiles) return false;
+    unit = {next_tile, 0, k_tiles};
+    next_tile += gridDim.x;
+    return true;
+  }
+};
+
+// Stream-K parts: every piece of a cut tile is left in memory, then counted; the piece counted last sums them all,
+// in k order, and stores the tile. So no CTA ever waits for another (a grid that the GPU cannot hold at once, as
+// under MPS, still finishes), and the sum's order, hence D, is the same in every run whichever piece ends last.
+// A part is a consumer warpgroup's accumulators in register order, float4 by float4, the warpgroup's 128 threads
+// side by side (coalesced; every warpgroup holds the same elements of a tile). A CTA leaves at most two parts: its
+// range's first piece (slot 2c) and its last one, the start of a tile (slot 2c + 1).
+template <int kAccumulators>
+struct StreamKParts {
+  static constexpr int kVectors = kAccumulators / 4;
+  static_assert(kAccumulators % 4 == 0, "whole float4s");
+  float* partials;
+  int* counts;
+  int total, ctas, warpgroup, thread;
+
+  __device__ float4* slot(int index) const {
+    return reinterpret_cast<float4*>(partials) + static_cast<int64_t>(index * kConsumers + warpgroup) * kVectors * kWarpgroupThreads + thread;
+  }
+  // The CTA whose range holds k-tile position k (WorkUnits::range_begin inverted).
+  __device__ int owner(int k) const {
+    const int q = total / ctas, r = total % ctas, long_ranges = r * (q + 1);
+    return k < long_ranges ? k / (q + 1) : r + (k - long_ranges) / q;
+  }
+  // Leaves this piece of `unit` and counts it; true for the piece counted last, which then holds the tile's sum in
+  // `acc` (`barrier`: the warpgroup's named barrier).
+  __device__ bool arrive(const WorkUnit& unit, int k_tiles, float (&acc)[kAccumulators], int barrier) const {
+    const int cta = blockIdx.x;
+    float4* mine = slot(2 * cta + (unit.k_begin == 0 ? 1 : 0));
+#pragma unroll
+    for (int v = 0; v < kVectors; ++v)
+      __stcg(mine + v * kWarpgroupThreads, make_float4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]));
+    const int first = owner(unit.tile * k_tiles), last = owner((unit.tile + 1) * k_tiles - 1);
+    int* count = counts + unit.tile * kConsumers + warpgroup;
+    sm90_epilogue::warpgroup_barrier(barrier);  // the warpgroup's part written, then released by one thread's count
+    bool counted_last = false;
+    if (thread == 0) {
+      counted_last = ptx::atom_add_acq_rel_gpu(count, 1) == last - first;
+      if (counted_last) ptx::st_relaxed_gpu(count, 0);  // every piece is in: zero for the next launch
+    }
+    if (!sm90_epilogue::warpgroup_any(barrier, counted_last)) return false;  // (the acquire, before every thread's loads)
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+    for (int c = first; c <= last; ++c) {  // the tile's start is its first CTA's last piece, the others' first
+      const float4* part = slot(2 * c + (c == first ? 1 : 0));
+#pragma unroll
+      for (int v = 0; v < kVectors; ++v) {
+        const float4 x = __ldcg(part + v * kWarpgroupThreads);
+        acc[4 * v] += x.x, acc[4 * v + 1] += x.y, acc[4 * v + 2] += x.z, acc[4 * v + 3] += x.w;
+      }
+    }
+    return true;
+  }
+};
+
 // kMulticast: two CTAs of a cluster (consecutive tiles: same columns, neighbouring rows) each load half of the
 // shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
 // it is released to a producer only when the consumers of both CTAs are done with it: every local consumer thread
@@ -284,7 +373,7 @@ struct TileOrder {
 // per thread made the release cost more than the multicast saved, docs/performance.md 2:4 item 8).
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
 __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
-                                                                 const __grid_constant__ CUtensorMap d_map) {
+                                                                 const __grid_constant__ CUtensorMap d_map, const StreamK sk) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Shape = Sm90Shape<kBlockN, kBTiles>;
   using Traits = BSourceTraits<kSource>;
@@ -346,13 +435,14 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     // their producers wait for it before their first copy: all they read (B) or let the consumers write (D) may be
     // that kernel's. The consumers need no wait of their own: they touch C and D only after stages posted after it.
     ptx::grid_dependency_wait();
-    for (int64_t tile = blockIdx.x; streams && tile < order.tiles; tile += gridDim.x) {
-      const auto [m0, n0] = order.origin(p, tile);
+    WorkUnits units(kMulticast ? StreamK{} : sk, k_tiles);  // multicast pairs take whole tiles
+    for (WorkUnit unit; streams && units.next(static_cast<int>(order.tiles), unit);) {
+      const auto [m0, n0] = order.origin(p, unit.tile);
       const int64_t row_tile = m0 / kBlockM;
       const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
       const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
       if constexpr (!Traits::kGather) {
-        for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        for (int64_t kt = unit.k_begin; kt < unit.k_end; ++kt, ring.advance()) {
           const int s = ring.stage;
           unsigned char* stage = smem + s * Shape::kStageBytes;
           wait_for_free_stage();
@@ -385,13 +475,13 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         };
         Rows next[kBTiles];
 #pragma unroll
-        for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, 0);
-        for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, unit.k_begin);
+        for (int64_t kt = unit.k_begin; kt < unit.k_end; ++kt, ring.advance()) {
           Rows rows[kBTiles];
 #pragma unroll
           for (int t = 0; t < kBTiles; ++t) {
             rows[t] = next[t];
-            if (kt + 1 < k_tiles) next[t] = load_rows(t, kt + 1);
+            if (kt + 1 < unit.k_end) next[t] = load_rows(t, kt + 1);
           }
           const int s = ring.stage;
           unsigned char* stage = smem + s * Shape::kStageBytes;
@@ -486,8 +576,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     in_flight_stage = s;
     ring.advance();
   };
-  for (int64_t tile = blockIdx.x; tile < order.tiles; tile += gridDim.x) {
-    const auto [m0, n0] = order.origin(p, tile);
+  const int thread_in_group = tid % kWarpgroupThreads;
+  const int part_barrier = kOutputBarrier + warpgroup;  // this warpgroup's named barrier (parts, output parts)
+  WorkUnits units(kMulticast ? StreamK{} : sk, k_tiles);
+  for (WorkUnit unit; units.next(static_cast<int>(order.tiles), unit);) {
+    const auto [m0, n0] = order.origin(p, unit.tile);
 #pragma unroll
     for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
     // wgmma reads its metadata registers until its group completes, so the next k-tile's must not land in the
@@ -496,15 +589,24 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     // a branch in this loop (an experiment with two k-tiles per stage, docs/performance.md) it reused the
     // registers of the group in flight and the products came out wrong.
     MetadataWords metadata_even, metadata_odd;
+    const int steps = unit.k_end - unit.k_begin;
     int kt = 0;
-    for (; kt + 2 <= k_tiles; kt += 2) {
+    for (; kt + 2 <= steps; kt += 2) {
       consume_stage(metadata_even);
       consume_stage(metadata_odd);
     }
-    if (kt < k_tiles) consume_stage(metadata_even);
+    if (kt < steps) consume_stage(metadata_even);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
 
+    if (steps != k_tiles) {  // a piece of a stream-K tile (the register epilogue only: launch() checks)
+      // Its last stage goes back first: the producer streams the next unit meanwhile.
+      release_in_flight_stage();
+      in_flight_stage = -1;
+      const StreamKParts<Wgmma::kAccumulators> parts{sk.partials, sk.counts, static_cast<int>(sk.tiles) * k_tiles,
+                                                     static_cast<int>(gridDim.x), warpgroup, thread_in_group};
+      if (!parts.arrive(unit, k_tiles, acc, part_barrier)) continue;
+    }
     if (register_epilogue) {
       // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
       release_in_flight_stage();
@@ -514,14 +616,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         // boxes) into its two part buffers in turn, and one of its threads has the copy engine store them: the
         // consumers wait only until the engine has read the part before last, never for D's writes, and go on to
         // the next tile.
-        const int thread_in_group = tid % kWarpgroupThreads;
         uint32_t pairs[Wgmma::kAccumulators / 2];
         sm90_epilogue::pack_outputs<Out>(p, acc, m0, warpgroup * kRowsPerConsumer, thread_in_group, pairs);
         constexpr int kPart = Shape::kPartColumns, kPartPairs = kPart / 4;  // a thread's pairs per part
         constexpr int kParts = kBlockN / kPart, kBuffers = Shape::kPartBuffers;
         static_assert(kBuffers == 1 || kBuffers == 2, "the waits below count one store in flight at most");
         const uint32_t buffers = ptx::smem_address(outputs) + warpgroup * kBuffers * Shape::kOutputPartBytes;
-        const int part_barrier = kOutputBarrier + warpgroup;
 #pragma unroll
         for (int c = 0; c < kParts; ++c) {
           // Part c's buffer was last filled kBuffers parts ago, so all but the latest kBuffers - 1 stores must have
@@ -581,7 +681,7 @@ CUtensorMap make_b_rows_map(const Params& p) {
 }
 
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
-void launch(const Params& p, const LaunchOn& on) {
+void launch(const Params& p, const LaunchOn& on, const StreamK& sk = {}) {
   constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
   auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kMulticast>;
   // Once per instantiation and process (thread-safe static), not on every run().
@@ -611,9 +711,18 @@ void launch(const Params& p, const LaunchOn& on) {
   require(p.kblocks / kKBlocksPerTile < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 k-tiles");
   // A persistent launch keeps one CTA per SM (the pipeline takes the SM's shared memory); its tiles must end in
   // the register epilogue, which leaves the stages to the producer.
+  const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
+  // Stream-K: a grid of persistent_ctas CTAs, one range of the stream-K tiles' k-tiles each, ending cut tiles in
+  // the register epilogue (a CTA may end several, while its producer streams on).
+  if (sk.tiles > 0)
+    require(!kMulticast && p.register_epilogue && p.persistent_ctas > 0 && sk.tiles <= tiles && sk.partials && sk.counts &&
+                sk.tiles * k_tiles >= p.persistent_ctas && sk.tiles * k_tiles < (int64_t{1} << 31),
+            ErrorCode::invalid_argument,
+            "sm90 sparse kernel: stream-K needs the register epilogue, a persistent grid without multicast, at most all "
+            "tiles, a k-tile per CTA at least and fewer than 2^31 k-tiles to cut, and its workspace");
   require(p.persistent_ctas == 0 || p.register_epilogue, ErrorCode::invalid_argument,
           "sm90 sparse kernel: a persistent launch needs the register epilogue");
-  int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
+  int64_t grid = sk.tiles > 0 ? p.persistent_ctas : p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
   if constexpr (kMulticast) {
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(grid));
@@ -637,10 +746,10 @@ void launch(const Params& p, const LaunchOn& on) {
       grid = std::min<int64_t>(grid, int64_t{max_clusters} * kMulticastCtas) / kMulticastCtas * kMulticastCtas;
       config.gridDim = dim3(static_cast<unsigned>(std::max<int64_t>(grid, kMulticastCtas)));
     }
-    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map, sk));
   } else {
     const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, on.stream, on.overlap);
-    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map));
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map, sk));
   }
 }
 
