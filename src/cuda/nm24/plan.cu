@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <span>
 #include <cstdlib>
 #include <map>
@@ -130,54 +131,45 @@ bool overlap_launch_wanted(bool fallback) {
 // (docs/performance.md, 2:4 item 29). A trigger earlier in the kernel lost 3-15 %.
 constexpr bool kSm90OverlapLaunch = true;
 
-// Stream-K (KernelConfig::stream_k_tiles; docs/performance.md, 2:4 item 31). A last partial wave of tail tiles
-// leaves (sms - tail) SMs idle for a tile's time; where there are fewer tiles than SMs, (sms - tiles) SMs idle
-// throughout. Cutting those tiles along K gives every SM work, at the cost of the pieces' round trip through L2
-// (fp32, 128 x block_n each) and of shorter wgmma runs, so it is taken where the idle share is worth it. The pieces
-// end in the register epilogue (a CTA may end several cut tiles, while its producer streams on).
-constexpr double kStreamKMinTailIdle = 0.02;   // more tiles than SMs: idle slots of the last wave over all slots
-constexpr double kStreamKMinFillIdle = 0.15;   // fewer tiles than SMs: idle SMs over all SMs
-constexpr int64_t kStreamKMinRangeKTiles = 2;  // k-tiles per CTA at least
+// A split tail (KernelConfig::split_tail_tiles; docs/performance.md, 2:4 item 31). A last partial wave of `tail`
+// tiles leaves (sms - tail) SMs idle for a tile's time. Cut into `pieces` pieces each (sms / tail rounded down to a
+// power of two, at most 8; aligned along K, all started at once), it takes 1 / pieces of that time, at the cost of the pieces' round trip through L2 (fp32,
+// 128 x block_n each) and of shorter wgmma runs; so it is taken where the time it saves is worth that. With at most
+// half as many tiles as SMs the same cut applies to every tile (tests; the plan leaves it off by default there,
+// unmeasured).
+constexpr double kSplitTailMinSaving = 0.02;  // of the launch's time: (1 - 1 / pieces) tiles over the waves'
+constexpr int64_t kSplitTailMaxPieces = 8;    // more pieces add their sum's reads for ever less time saved
 
-enum class StreamKMode { off, automatic, everywhere };
-StreamKMode stream_k_mode() {
-  const char* env = std::getenv("NMKIT_SM90_STREAM_K");
-  if (!env || !*env) return StreamKMode::automatic;
+enum class SplitTailMode { off, automatic, everywhere };
+SplitTailMode split_tail_mode() {
+  const char* env = std::getenv("NMKIT_SM90_SPLIT_TAIL");
+  if (!env || !*env) return SplitTailMode::automatic;
   const std::string value(env);
-  require(value == "0" || value == "1", ErrorCode::invalid_argument, "NMKIT_SM90_STREAM_K must be 0 or 1, got '" + value + "'");
-  return value == "1" ? StreamKMode::everywhere : StreamKMode::off;
+  require(value == "0" || value == "1", ErrorCode::invalid_argument, "NMKIT_SM90_SPLIT_TAIL must be 0 or 1, got '" + value + "'");
+  return value == "1" ? SplitTailMode::everywhere : SplitTailMode::off;
 }
 
-struct StreamKChoice {
-  int64_t tiles = 0;
-  int ctas = 0;
+struct SplitTailChoice {
+  int tiles = 0, pieces = 0, ctas = 0;
 };
-StreamKChoice choose_stream_k(int64_t tiles, int64_t k_tiles, int sms, bool register_epilogue, StreamKMode mode) {
-  if (mode == StreamKMode::off || !register_epilogue || tiles == sms) return {};
-  const bool automatic = mode == StreamKMode::automatic;
-  if (tiles > sms) {
-    // The last wave's tiles, cut over all CTAs; with the wave before them where the tail alone would give a CTA
-    // under half a tile, so that few tiles are cut into three pieces or more.
-    const int64_t tail = tiles % sms;
-    if (tail == 0) return {};
-    const double idle = static_cast<double>(sms - tail) / static_cast<double>(ceil_div(tiles, sms) * sms);
-    if (automatic && idle < kStreamKMinTailIdle) return {};
-    const int64_t cut = 2 * tail < sms ? tail + sms : tail;  // tiles >= sms + tail
-    if (cut * k_tiles < sms * kStreamKMinRangeKTiles) return {};
-    return {cut, sms};
-  }
-  // Fewer tiles than SMs: every tile cut, over as many CTAs as give each kStreamKMinRangeKTiles.
-  if (automatic && 1.0 - static_cast<double>(tiles) / sms < kStreamKMinFillIdle) return {};
-  const int64_t ctas = std::min<int64_t>(sms, tiles * k_tiles / kStreamKMinRangeKTiles);
-  if (ctas <= tiles) return {};
-  return {tiles, static_cast<int>(ctas)};
+SplitTailChoice choose_split_tail(int64_t tiles, int64_t k_tiles, int sms, bool register_epilogue, SplitTailMode mode) {
+  if (mode == SplitTailMode::off || !register_epilogue) return {};
+  const bool automatic = mode == SplitTailMode::automatic;
+  const int64_t tail = tiles > sms ? tiles % sms : tiles;
+  if (tail == 0 || (automatic && tiles < sms)) return {};
+  // A power of two (the kernel's pieces are shifts and masks: its producer has 40 registers).
+  const int pieces = static_cast<int>(std::bit_floor(static_cast<uint64_t>(std::min<int64_t>({sms / tail, kSplitTailMaxPieces, k_tiles}))));
+  if (pieces < 2) return {};
+  const double saving = (1.0 - 1.0 / pieces) / static_cast<double>(ceil_div(tiles, sms));
+  if (automatic && saving < kSplitTailMinSaving) return {};
+  return {static_cast<int>(tail), pieces, tiles > sms ? sms : static_cast<int>(tail * pieces)};
 }
 
-void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, bool stream_k_allowed) {
-  config.register_epilogue = false, config.persistent_ctas = 0, config.stream_k_tiles = 0;
+void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, bool split_tail_allowed) {
+  config.register_epilogue = false, config.persistent_ctas = 0, config.split_tail_tiles = 0, config.split_tail_pieces = 0;
   config.overlap_launch = config.kernel == Nm24Kernel::sm90_wgmma_sp && config.cluster == 1 && overlap_launch_wanted(kSm90OverlapLaunch);
   if (config.kernel != Nm24Kernel::sm90_wgmma_sp) return;
-  const StreamKMode stream_k = stream_k_mode();  // checked before any device query, whatever the plan takes
+  const SplitTailMode split_tail = split_tail_mode();  // checked before any device query, whatever the plan takes
   const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
   const int sms = sm_count();
   const int64_t tiles = ceil_div(desc.rows, config.block_m) * ceil_div(desc.n, config.block_n);
@@ -193,15 +185,15 @@ void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, bool strea
   }
   // An environment that asks for one CTA per tile (NMKIT_SM90_SCHEDULE=staged or registers) gets it.
   const bool one_cta_per_tile_asked = std::getenv("NMKIT_SM90_SCHEDULE") && schedule != Sm90Schedule::persistent;
-  if (!stream_k_allowed || config.cluster != 1 || one_cta_per_tile_asked) return;
-  const StreamKChoice cut = choose_stream_k(tiles, ceil_div(desc.cols, kPackKAlign), sms, config.register_epilogue, stream_k);
-  if (cut.tiles > 0) config.stream_k_tiles = cut.tiles, config.persistent_ctas = cut.ctas;
+  if (!split_tail_allowed || config.cluster != 1 || one_cta_per_tile_asked) return;
+  const SplitTailChoice cut = choose_split_tail(tiles, ceil_div(desc.cols, kPackKAlign), sms, config.register_epilogue, split_tail);
+  if (cut.tiles > 0) config.split_tail_tiles = cut.tiles, config.split_tail_pieces = cut.pieces, config.persistent_ctas = cut.ctas;
 }
 
-int64_t apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
+bool apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
   p.register_epilogue = config.register_epilogue && aligned16(d);
   p.persistent_ctas = p.register_epilogue ? config.persistent_ctas : 0;
-  return p.register_epilogue ? config.stream_k_tiles : 0;  // stream-K pieces end in the register epilogue
+  return p.register_epilogue && config.split_tail_tiles > 0;  // the pieces end in the register epilogue
 }
 
 // Overlapping launches order themselves by the stream; the legacy default stream's implicit order with other
@@ -252,7 +244,7 @@ std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
      << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "")
      << (c.register_epilogue ? " register epilogue" : "") << (c.overlap_launch ? " overlapped launch" : "");
   if (c.persistent_ctas > 0) os << " persistent " << c.persistent_ctas << " CTAs";
-  if (c.stream_k_tiles > 0) os << " stream-K over " << c.stream_k_tiles << " tiles";
+  if (c.split_tail_tiles > 0) os << " split tail " << c.split_tail_tiles << " tiles x " << c.split_tail_pieces << " pieces";
   return os;
 }
 
@@ -338,11 +330,11 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && b_col_major && t.block_n >= 128 &&
       ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
     plan.config_.cluster = 2;
-  nm24::choose_sm90_schedule(desc, plan.config_, /*stream_k_allowed=*/true);
-  if (plan.config_.stream_k_tiles > 0) {
-    // Two fp32 slots of a whole tile per CTA, then a count per cut tile and consumer warpgroup, zero between launches.
-    const auto counts = static_cast<std::size_t>(plan.config_.stream_k_tiles) * nm24::kSm90Consumers;
-    auto workspace = std::make_shared<DeviceBuffer>(plan.stream_k_part_floats() * sizeof(float) + counts * sizeof(int));
+  nm24::choose_sm90_schedule(desc, plan.config_, /*split_tail_allowed=*/true);
+  if (plan.config_.split_tail_tiles > 0) {
+    // An fp32 slot of a whole tile per piece, then a count per split tile and consumer warpgroup, zero between launches.
+    const auto counts = static_cast<std::size_t>(plan.config_.split_tail_tiles) * nm24::kSm90Consumers;
+    auto workspace = std::make_shared<DeviceBuffer>(plan.split_tail_piece_floats() * sizeof(float) + counts * sizeof(int));
     NMKIT_CUDA_CHECK(cudaMemset(workspace->data(), 0, workspace->size()));
     plan.workspace_ = std::move(workspace);
   }
@@ -421,9 +413,9 @@ Nm24SpmmPlan Nm24SpmmPlan::autotune(const SpmmDesc& desc) {
 
 std::size_t Nm24SpmmPlan::workspace_bytes() const noexcept { return workspace_ ? workspace_->size() : 0; }
 
-std::size_t Nm24SpmmPlan::stream_k_part_floats() const noexcept {
-  constexpr std::size_t kSlotsPerCta = 2;  // a range's first piece and its last one
-  return kSlotsPerCta * static_cast<std::size_t>(config_.persistent_ctas) * static_cast<std::size_t>(config_.block_m * config_.block_n);
+std::size_t Nm24SpmmPlan::split_tail_piece_floats() const noexcept {
+  const auto pieces = static_cast<std::size_t>(config_.split_tail_tiles) * static_cast<std::size_t>(config_.split_tail_pieces);
+  return pieces * static_cast<std::size_t>(config_.block_m * config_.block_n);
 }
 
 void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias) const {
@@ -435,17 +427,17 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
   nm24::check_operands(desc_, b, c, d, bias, "nm24 run");
 
   nm24::Params p = nm24::make_params(desc_, a, b, c, d, bias);
-  nm24::StreamK stream_k;
-  stream_k.tiles = nm24::apply_sm90_schedule(config_, d, p);
-  if (stream_k.tiles > 0) {
-    stream_k.partials = static_cast<float*>(workspace_->data());
-    stream_k.counts = reinterpret_cast<int*>(stream_k.partials + stream_k_part_floats());
+  nm24::SplitTail split;
+  if (nm24::apply_sm90_schedule(config_, d, p)) {
+    split.tiles = config_.split_tail_tiles, split.pieces_log2 = std::countr_zero(static_cast<unsigned>(config_.split_tail_pieces));
+    split.partials = static_cast<float*>(workspace_->data());
+    split.counts = reinterpret_cast<int*>(split.partials + split_tail_piece_floats());
   }
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, nm24::sm90_launch_on(config_, stream), stream_k);
+    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, nm24::sm90_launch_on(config_, stream), split);
     else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });
 }

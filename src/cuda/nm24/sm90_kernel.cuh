@@ -278,32 +278,35 @@ struct TileOrder {
   }
 };
 
-// One CTA's work, in order: its range of the stream-K tiles' k-tiles (StreamK), piece by piece, then its whole tiles
-// (tiles sk.tiles + blockIdx.x, + gridDim.x, ...). Without stream-K that is tile blockIdx.x, + gridDim.x, ...
-// 32-bit throughout (launch() checks the counts): the consumers keep this across their k-tile loop, where 64-bit
-// positions made ptxas spill the n128-n256 consumers.
+// One CTA's work, in order: its piece of a split tile (SplitTail: CTA c < tiles x pieces takes piece c % pieces of
+// tile c / pieces, pieces = 2^pieces_log2), then its whole tiles (tiles split.tiles + blockIdx.x, + gridDim.x, ...). Without a split that is
+// tile blockIdx.x, + gridDim.x, ... The pieces of all split tiles start at the same time and each covers an equal
+// share of K, so the CTAs stream the same few k-slabs of A and B at once, as whole tiles do (docs/performance.md,
+// 2:4 item 31: pieces skewed along K, as stream-K's ranges are, read all of K at once and ran 10-37 % slower).
+// 32-bit throughout (launch() checks the counts): the consumers keep this across their k-tile loop.
 struct WorkUnit {
   int tile;            // in TileOrder's raster
   int k_begin, k_end;  // its k-tiles [k_begin, k_end)
 };
 struct WorkUnits {
-  int next_k, end_k;  // what is left of the range, in k-tiles over the stream-K tiles (tile t's k at t * k_tiles + k)
   int next_tile;
-  int k_tiles;
+  bool piece_left;  // its piece (split.tiles x split.pieces CTAs have one), before its whole tiles
 
-  // Range c of `ctas` over `total` k-tiles: equal to within one, the first total % ctas ranges one longer.
-  __device__ static int range_begin(int total, int cta, int ctas) { return total / ctas * cta + min(cta, total % ctas); }
-  __device__ WorkUnits(const StreamK& sk, int k_tiles_per_tile) : k_tiles(k_tiles_per_tile) {
-    const int total = static_cast<int>(sk.tiles) * k_tiles;
-    next_k = range_begin(total, blockIdx.x, gridDim.x), end_k = range_begin(total, blockIdx.x + 1, gridDim.x);
-    next_tile = static_cast<int>(sk.tiles) + blockIdx.x;
+  // Piece j of 2^log2 over k_tiles: equal to within one k-tile, the first ones one longer. Powers of two, so that the
+  // producer's few registers (40) hold this without spilling, as divisions by any count did not.
+  __device__ static int piece_begin(int k_tiles, int j, int log2) {
+    return (k_tiles >> log2) * j + min(j, k_tiles & ((1 << log2) - 1));
   }
-  __device__ bool next(int tiles, WorkUnit& unit) {
-    if (next_k < end_k) {
-      const int tile = next_k / k_tiles, k_begin = next_k - tile * k_tiles;
-      const int k_end = min(k_tiles, k_begin + (end_k - next_k));
-      unit = {tile, k_begin, k_end};
-      next_k += k_end - k_begin;
+  __device__ explicit WorkUnits(const SplitTail& split)
+      : next_tile(split.tiles + blockIdx.x), piece_left(static_cast<int>(blockIdx.x) < split.tiles << split.pieces_log2) {}
+  // The split is read from the kernel's parameters again here rather than kept: the consumers hold this across their
+  // k-tile loop, where every register counts.
+  __device__ bool next(const SplitTail& split, int tiles, int k_tiles, WorkUnit& unit) {
+    if (piece_left) {
+      piece_left = false;
+      const int j = blockIdx.x & ((1u << split.pieces_log2) - 1);
+      unit = {static_cast<int>(blockIdx.x >> split.pieces_log2), piece_begin(k_tiles, j, split.pieces_log2),
+              piece_begin(k_tiles, j + 1, split.pieces_log2)};
       return true;
     }
     if (next_tile >= tiles) return false;
@@ -313,52 +316,44 @@ struct WorkUnits {
   }
 };
 
-// Stream-K parts: every piece of a cut tile is left in memory, then counted; the piece counted last sums them all,
-// in k order, and stores the tile. So no CTA ever waits for another (a grid that the GPU cannot hold at once, as
-// under MPS, still finishes), and the sum's order, hence D, is the same in every run whichever piece ends last.
-// A part is a consumer warpgroup's accumulators in register order, float4 by float4, the warpgroup's 128 threads
-// side by side (coalesced; every warpgroup holds the same elements of a tile). A CTA leaves at most two parts: its
-// range's first piece (slot 2c) and its last one, the start of a tile (slot 2c + 1).
+// A split tile's pieces: each is left in memory, then counted; the piece counted last sums them all, in k order,
+// and stores the tile. So no CTA ever waits for another (a grid that the GPU cannot hold at once, as under MPS,
+// still finishes), and the sum's order, hence D, is the same in every run whichever piece ends last. A piece is a
+// consumer warpgroup's accumulators in register order, float4 by float4, the warpgroup's 128 threads side by side
+// (coalesced; every warpgroup holds the same elements of a tile), in its CTA's slot.
 template <int kAccumulators>
-struct StreamKParts {
+struct SplitTailPieces {
   static constexpr int kVectors = kAccumulators / 4;
   static_assert(kAccumulators % 4 == 0, "whole float4s");
   float* partials;
   int* counts;
-  int total, ctas, warpgroup, thread;
+  int pieces_log2, warpgroup, thread;
 
-  __device__ float4* slot(int index) const {
-    return reinterpret_cast<float4*>(partials) + static_cast<int64_t>(index * kConsumers + warpgroup) * kVectors * kWarpgroupThreads + thread;
+  __device__ float4* slot(int cta) const {
+    return reinterpret_cast<float4*>(partials) + static_cast<int64_t>(cta * kConsumers + warpgroup) * kVectors * kWarpgroupThreads + thread;
   }
-  // The CTA whose range holds k-tile position k (WorkUnits::range_begin inverted).
-  __device__ int owner(int k) const {
-    const int q = total / ctas, r = total % ctas, long_ranges = r * (q + 1);
-    return k < long_ranges ? k / (q + 1) : r + (k - long_ranges) / q;
-  }
-  // Leaves this piece of `unit` and counts it; true for the piece counted last, which then holds the tile's sum in
-  // `acc` (`barrier`: the warpgroup's named barrier).
-  __device__ bool arrive(const WorkUnit& unit, int k_tiles, float (&acc)[kAccumulators], int barrier) const {
-    const int cta = blockIdx.x;
-    float4* mine = slot(2 * cta + (unit.k_begin == 0 ? 1 : 0));
+  // Leaves this CTA's piece of tile `tile` and counts it; true for the piece counted last, which then holds the
+  // tile's sum in `acc` (`barrier`: the warpgroup's named barrier).
+  __device__ bool arrive(int tile, float (&acc)[kAccumulators], int barrier) const {
+    float4* mine = slot(blockIdx.x);
 #pragma unroll
     for (int v = 0; v < kVectors; ++v)
       __stcg(mine + v * kWarpgroupThreads, make_float4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]));
-    const int first = owner(unit.tile * k_tiles), last = owner((unit.tile + 1) * k_tiles - 1);
-    int* count = counts + unit.tile * kConsumers + warpgroup;
-    sm90_epilogue::warpgroup_barrier(barrier);  // the warpgroup's part written, then released by one thread's count
+    int* count = counts + tile * kConsumers + warpgroup;
+    sm90_epilogue::warpgroup_barrier(barrier);  // the warpgroup's piece written, then released by one thread's count
     bool counted_last = false;
     if (thread == 0) {
-      counted_last = ptx::atom_add_acq_rel_gpu(count, 1) == last - first;
+      counted_last = ptx::atom_add_acq_rel_gpu(count, 1) == (1 << pieces_log2) - 1;
       if (counted_last) ptx::st_relaxed_gpu(count, 0);  // every piece is in: zero for the next launch
     }
     if (!sm90_epilogue::warpgroup_any(barrier, counted_last)) return false;  // (the acquire, before every thread's loads)
 #pragma unroll
     for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
-    for (int c = first; c <= last; ++c) {  // the tile's start is its first CTA's last piece, the others' first
-      const float4* part = slot(2 * c + (c == first ? 1 : 0));
+    for (int j = 0; j < 1 << pieces_log2; ++j) {
+      const float4* piece = slot((tile << pieces_log2) + j);
 #pragma unroll
       for (int v = 0; v < kVectors; ++v) {
-        const float4 x = __ldcg(part + v * kWarpgroupThreads);
+        const float4 x = __ldcg(piece + v * kWarpgroupThreads);
         acc[4 * v] += x.x, acc[4 * v + 1] += x.y, acc[4 * v + 2] += x.z, acc[4 * v + 3] += x.w;
       }
     }
@@ -373,7 +368,7 @@ struct StreamKParts {
 // per thread made the release cost more than the multicast saved, docs/performance.md 2:4 item 8).
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
 __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
-                                                                 const __grid_constant__ CUtensorMap d_map, const StreamK sk) {
+                                                                 const __grid_constant__ CUtensorMap d_map, const SplitTail split) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Shape = Sm90Shape<kBlockN, kBTiles>;
   using Traits = BSourceTraits<kSource>;
@@ -435,14 +430,15 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     // their producers wait for it before their first copy: all they read (B) or let the consumers write (D) may be
     // that kernel's. The consumers need no wait of their own: they touch C and D only after stages posted after it.
     ptx::grid_dependency_wait();
-    WorkUnits units(kMulticast ? StreamK{} : sk, k_tiles);  // multicast pairs take whole tiles
-    for (WorkUnit unit; streams && units.next(static_cast<int>(order.tiles), unit);) {
+    const SplitTail my_split = kMulticast ? SplitTail{} : split;  // multicast pairs take whole tiles
+    WorkUnits units(my_split);
+    for (WorkUnit unit; streams && units.next(my_split, static_cast<int>(order.tiles), k_tiles, unit);) {
       const auto [m0, n0] = order.origin(p, unit.tile);
       const int64_t row_tile = m0 / kBlockM;
       const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
       const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
       if constexpr (!Traits::kGather) {
-        for (int64_t kt = unit.k_begin; kt < unit.k_end; ++kt, ring.advance()) {
+        for (int kt = unit.k_begin; kt < unit.k_end; ++kt, ring.advance()) {  // < 2^31 k-tiles (launch checks)
           const int s = ring.stage;
           unsigned char* stage = smem + s * Shape::kStageBytes;
           wait_for_free_stage();
@@ -459,8 +455,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
               ptx::tma_load_2d(stage + a * kMnAtomBytes, &b_map, &full[s], static_cast<int32_t>(n0 + a * kMnAtomHalves),
                                static_cast<int32_t>(kt * kBlockK));
           }
-          ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
-          ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
+          ptx::bulk_load(stage + Shape::kBBytes, a_values + int64_t{kt} * kAValueBytes, kAValueBytes, &full[s]);
+          ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + int64_t{kt} * kAMetaBytes, kAMetaBytes, &full[s]);
         }
       } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
         const int32_t* gather = p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride;
@@ -578,8 +574,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   };
   const int thread_in_group = tid % kWarpgroupThreads;
   const int part_barrier = kOutputBarrier + warpgroup;  // this warpgroup's named barrier (parts, output parts)
-  WorkUnits units(kMulticast ? StreamK{} : sk, k_tiles);
-  for (WorkUnit unit; units.next(static_cast<int>(order.tiles), unit);) {
+  const SplitTail my_split = kMulticast ? SplitTail{} : split;
+  WorkUnits units(my_split);
+  for (WorkUnit unit; units.next(my_split, static_cast<int>(order.tiles), k_tiles, unit);) {
     const auto [m0, n0] = order.origin(p, unit.tile);
 #pragma unroll
     for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
@@ -599,13 +596,12 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
 
-    if (steps != k_tiles) {  // a piece of a stream-K tile (the register epilogue only: launch() checks)
-      // Its last stage goes back first: the producer streams the next unit meanwhile.
+    if (steps != k_tiles) {  // a piece of a split tile (the register epilogue only: launch() checks)
+      // Its last stage goes back first: the producer streams the next tile meanwhile.
       release_in_flight_stage();
       in_flight_stage = -1;
-      const StreamKParts<Wgmma::kAccumulators> parts{sk.partials, sk.counts, static_cast<int>(sk.tiles) * k_tiles,
-                                                     static_cast<int>(gridDim.x), warpgroup, thread_in_group};
-      if (!parts.arrive(unit, k_tiles, acc, part_barrier)) continue;
+      const SplitTailPieces<Wgmma::kAccumulators> pieces{split.partials, split.counts, split.pieces_log2, warpgroup, thread_in_group};
+      if (!pieces.arrive(unit.tile, acc, part_barrier)) continue;
     }
     if (register_epilogue) {
       // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
@@ -681,7 +677,7 @@ CUtensorMap make_b_rows_map(const Params& p) {
 }
 
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
-void launch(const Params& p, const LaunchOn& on, const StreamK& sk = {}) {
+void launch(const Params& p, const LaunchOn& on, const SplitTail& split = {}) {
   constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
   auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kMulticast>;
   // Once per instantiation and process (thread-safe static), not on every run().
@@ -712,17 +708,18 @@ void launch(const Params& p, const LaunchOn& on, const StreamK& sk = {}) {
   // A persistent launch keeps one CTA per SM (the pipeline takes the SM's shared memory); its tiles must end in
   // the register epilogue, which leaves the stages to the producer.
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
-  // Stream-K: a grid of persistent_ctas CTAs, one range of the stream-K tiles' k-tiles each, ending cut tiles in
-  // the register epilogue (a CTA may end several, while its producer streams on).
-  if (sk.tiles > 0)
-    require(!kMulticast && p.register_epilogue && p.persistent_ctas > 0 && sk.tiles <= tiles && sk.partials && sk.counts &&
-                sk.tiles * k_tiles >= p.persistent_ctas && sk.tiles * k_tiles < (int64_t{1} << 31),
+  // A split tail: its pieces, one per CTA of a persistent grid, end in the register epilogue (a CTA may end its piece's
+  // tile and then its whole ones, while its producer streams on).
+  if (split.tiles > 0)
+    require(!kMulticast && p.register_epilogue && p.persistent_ctas > 0 && split.tiles <= tiles && split.pieces_log2 >= 1 &&
+                (int64_t{1} << split.pieces_log2) <= k_tiles && (int64_t{split.tiles} << split.pieces_log2) <= p.persistent_ctas &&
+                split.partials && split.counts,
             ErrorCode::invalid_argument,
-            "sm90 sparse kernel: stream-K needs the register epilogue, a persistent grid without multicast, at most all "
-            "tiles, a k-tile per CTA at least and fewer than 2^31 k-tiles to cut, and its workspace");
+            "sm90 sparse kernel: a split tail needs the register epilogue, a persistent grid without multicast, one CTA "
+            "per piece, 2, 4 or 8 pieces per tile of at least a k-tile each, and its workspace");
   require(p.persistent_ctas == 0 || p.register_epilogue, ErrorCode::invalid_argument,
           "sm90 sparse kernel: a persistent launch needs the register epilogue");
-  int64_t grid = sk.tiles > 0 ? p.persistent_ctas : p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
+  int64_t grid = split.tiles > 0 ? p.persistent_ctas : p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
   if constexpr (kMulticast) {
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(grid));
@@ -746,10 +743,10 @@ void launch(const Params& p, const LaunchOn& on, const StreamK& sk = {}) {
       grid = std::min<int64_t>(grid, int64_t{max_clusters} * kMulticastCtas) / kMulticastCtas * kMulticastCtas;
       config.gridDim = dim3(static_cast<unsigned>(std::max<int64_t>(grid, kMulticastCtas)));
     }
-    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map, sk));
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map, split));
   } else {
     const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, on.stream, on.overlap);
-    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map, sk));
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map, split));
   }
 }
 
