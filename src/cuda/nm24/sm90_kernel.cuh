@@ -278,11 +278,12 @@ struct TileOrder {
   }
 };
 
-// One CTA's work, in order: its piece of a split tile (SplitTail: CTA c < tiles x pieces takes piece c % pieces of
-// tile c / pieces, pieces = 2^pieces_log2), then its whole tiles (tiles split.tiles + blockIdx.x, + gridDim.x, ...). Without a split that is
-// tile blockIdx.x, + gridDim.x, ... The pieces of all split tiles start at the same time and each covers an equal
-// share of K, so the CTAs stream the same few k-slabs of A and B at once, as whole tiles do (docs/performance.md,
-// 2:4 item 31: pieces skewed along K, as stream-K's ranges are, read all of K at once and ran 10-37 % slower).
+// One CTA's work, in order: its whole tiles (blockIdx.x, + gridDim.x, ... below the split ones), then its piece of a
+// split tile (SplitTail: the last split.tiles tiles of the raster; CTA c < tiles x pieces takes piece c % pieces of
+// split tile c / pieces, pieces = 2^pieces_log2). The whole tiles run in step as without a split, and then the
+// pieces of all split tiles start at once, each an equal share of K, so the CTAs stream the same few k-slabs of A
+// and B at once (docs/performance.md, 2:4 item 31: pieces skewed along K, as stream-K's ranges are, read all of K at
+// once and ran 10-37 % slower; pieces first put the CTAs out of step for the whole tiles after them).
 // 32-bit throughout (launch() checks the counts): the consumers keep this across their k-tile loop.
 struct WorkUnit {
   int tile;            // in TileOrder's raster
@@ -290,7 +291,7 @@ struct WorkUnit {
 };
 struct WorkUnits {
   int next_tile;
-  bool piece_left;  // its piece (split.tiles x split.pieces CTAs have one), before its whole tiles
+  bool piece_left;
 
   // Piece j of 2^log2 over k_tiles: equal to within one k-tile, the first ones one longer. Powers of two, so that the
   // producer's few registers (40) hold this without spilling, as divisions by any count did not.
@@ -298,20 +299,21 @@ struct WorkUnits {
     return (k_tiles >> log2) * j + min(j, k_tiles & ((1 << log2) - 1));
   }
   __device__ explicit WorkUnits(const SplitTail& split)
-      : next_tile(split.tiles + blockIdx.x), piece_left(static_cast<int>(blockIdx.x) < split.tiles << split.pieces_log2) {}
+      : next_tile(blockIdx.x), piece_left(static_cast<int>(blockIdx.x) < split.tiles << split.pieces_log2) {}
   // The split is read from the kernel's parameters again here rather than kept: the consumers hold this across their
   // k-tile loop, where every register counts.
   __device__ bool next(const SplitTail& split, int tiles, int k_tiles, WorkUnit& unit) {
-    if (piece_left) {
-      piece_left = false;
-      const int j = blockIdx.x & ((1u << split.pieces_log2) - 1);
-      unit = {static_cast<int>(blockIdx.x >> split.pieces_log2), piece_begin(k_tiles, j, split.pieces_log2),
-              piece_begin(k_tiles, j + 1, split.pieces_log2)};
+    const int whole_tiles = tiles - split.tiles;
+    if (next_tile < whole_tiles) {
+      unit = {next_tile, 0, k_tiles};
+      next_tile += gridDim.x;
       return true;
     }
-    if (next_tile >= tiles) return false;
-    unit = {next_tile, 0, k_tiles};
-    next_tile += gridDim.x;
+    if (!piece_left) return false;
+    piece_left = false;
+    const int j = blockIdx.x & ((1u << split.pieces_log2) - 1);
+    unit = {whole_tiles + static_cast<int>(blockIdx.x >> split.pieces_log2), piece_begin(k_tiles, j, split.pieces_log2),
+            piece_begin(k_tiles, j + 1, split.pieces_log2)};
     return true;
   }
 };
@@ -332,8 +334,8 @@ struct SplitTailPieces {
   __device__ float4* slot(int cta) const {
     return reinterpret_cast<float4*>(partials) + static_cast<int64_t>(cta * kConsumers + warpgroup) * kVectors * kWarpgroupThreads + thread;
   }
-  // Leaves this CTA's piece of tile `tile` and counts it; true for the piece counted last, which then holds the
-  // tile's sum in `acc` (`barrier`: the warpgroup's named barrier).
+  // Leaves this CTA's piece of split tile `tile` (0 .. split.tiles - 1) and counts it; true for the piece counted
+  // last, which then holds the tile's sum in `acc` (`barrier`: the warpgroup's named barrier).
   __device__ bool arrive(int tile, float (&acc)[kAccumulators], int barrier) const {
     float4* mine = slot(blockIdx.x);
 #pragma unroll
@@ -601,7 +603,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
       release_in_flight_stage();
       in_flight_stage = -1;
       const SplitTailPieces<Wgmma::kAccumulators> pieces{split.partials, split.counts, split.pieces_log2, warpgroup, thread_in_group};
-      if (!pieces.arrive(unit.tile, acc, part_barrier)) continue;
+      if (!pieces.arrive(unit.tile - (static_cast<int>(order.tiles) - split.tiles), acc, part_barrier)) continue;
     }
     if (register_epilogue) {
       // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
