@@ -12,8 +12,6 @@ def schedule(row):
     config = row.get("nmkit_config", "")
     if "sm90" not in config:
         return "-"
-    if "split tail" in config:
-        return "split tail"
     if "persistent" in config:
         return "persistent"
     return "registers" if "register epilogue" in config else "staged"

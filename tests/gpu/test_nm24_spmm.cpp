@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
@@ -186,115 +185,6 @@ TEST(Nm24Gpu, EverySm90ScheduleAgreesWithTheOracle) {
             EXPECT_EQ(config.persistent_ctas > 0, applies && std::string(schedule) == "persistent") << schedule;
             EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " schedule " << schedule;
           }
-  }
-}
-
-int sm_count_here() {
-  int device = 0, count = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-  return count;
-}
-
-// A split tail (KernelConfig::split_tail_tiles), taken wherever the kernel can (NMKIT_SM90_SPLIT_TAIL=1): a last wave
-// of tiles each cut into 2, 4 or 8 pieces, and every tile cut where there are at most half as many tiles as SMs; the
-// register epilogue only (the GELU and beta cases, and narrow tiles, check that the staged one is left alone). Each
-// plan runs twice on fresh, poisoned outputs, so that every count a run leaves must have been zeroed for the next.
-// R, K and C tails; pieces of 1 to 11 k-tiles.
-TEST(Nm24Gpu, SplitTailAgainstTheOracle) {
-  SKIP_WITHOUT_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  const ScopedEnv split_tail("NMKIT_SM90_SPLIT_TAIL", "1");
-  const int sms = sm_count_here();
-  struct Shape {
-    int64_t r, k, c;
-    int block_n;
-  };
-  // Tiles of 128 x block_n: a short tail (sms + 12 tiles: 8 pieces each), a longer one (sms + 50: 2 pieces), an exact
-  // wave (nothing to split), fewer tiles than SMs (8 tall ones of 32 k-tiles; 64 narrow decode tiles, staged; 9
-  // tiles of 3 k-tiles, one per piece).
-  const int64_t short_tail_rows = ceil_div(sms + 12, 4) * 128, long_tail_rows = (int64_t{sms} + 50) * 128;
-  const Shape shapes[] = {{short_tail_rows - 40, 520, 4 * 256 - 96, 256},
-                          {long_tail_rows - 8, 520, 56, 64},
-                          {int64_t{sms} * 128, 200, 128, 128},
-                          {1000, 2048, 120, 128},
-                          {8192, 1000, 16, 16},
-                          {300, 192, 520, 256}};
-  uint32_t seed = 2100;
-  for (const Shape& s : shapes)
-    for (Layout b_layout : {Layout::col_major, Layout::row_major})
-      for (Layout d_layout : {Layout::col_major, Layout::row_major})
-        for (int epilogue = 0; epilogue < 3; ++epilogue) {  // plain; bias and ReLU; beta, bias and GELU (staged)
-          if (b_layout == Layout::row_major && (s.block_n % 64 != 0 || s.c % 8 != 0)) continue;  // whole MN-major boxes
-          const DType dtype = (seed / 10) % 2 ? DType::bf16 : DType::f16;
-          const Activation act = epilogue == 0 ? Activation::none : epilogue == 1 ? Activation::relu : Activation::gelu;
-          Case t{{s.r, s.k, s.c, dtype, dtype, b_layout, d_layout, 0.75f, epilogue == 2 ? -0.5f : 0.0f, epilogue != 0, act},
-                 Nm24Kernel::sm90_wgmma_sp};
-          t.block_n = s.block_n;
-          const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
-          const NmMatrix a = compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4);
-          const DeviceNm24 da = DeviceNm24::upload(pack_nm24(a));
-          const Nm24SpmmPlan plan = Nm24SpmmPlan::create(t.desc(), t.kernel, t.block_n);
-          const int64_t tiles = ceil_div(t.r, 128) * ceil_div(t.c, t.block_n), k_tiles = ceil_div(t.k, 64);
-          const int64_t tail = tiles > sms ? tiles % sms : tiles;
-          const int64_t pieces = tail == 0 ? 0 : static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(std::min<int64_t>({sms / tail, 8, k_tiles}))));
-          // Pieces end in the register epilogue; an exact wave has nothing to split.
-          const bool expected = plan.config().register_epilogue && pieces >= 2;
-          EXPECT_EQ(plan.config().split_tail_tiles > 0, expected) << describe(t) << " " << plan.config();
-          if (expected) {
-            EXPECT_EQ(plan.config().split_tail_tiles, tail);
-            EXPECT_EQ(plan.config().split_tail_pieces, pieces);
-            EXPECT_GT(plan.workspace_bytes(), 0u);
-          }
-          for (int run = 0; run < 2; ++run)
-            EXPECT_LE(error_against_oracle(SparseMatrix{a}, t, seed + 100 * run,
-                                           [&](const void* b, const void* c, void* d, const float* bias) { plan.run(nullptr, da, b, c, d, bias); }),
-                      tolerance(t.dtype))
-                << describe(t) << " run " << run << " " << plan.config();
-          seed += 10;
-        }
-}
-
-// What the plan takes by default: a split tail where the pieces (SMs / tail tiles of them, rounded down to 2, 4 or 8)
-// save >= 2 % of
-// the launch's time, with the register epilogue and more tiles than SMs; never when the environment turns it off or
-// asks for one CTA per tile; a bad switch is an error.
-TEST(Nm24Gpu, SplitTailIsTakenWhereItPays) {
-  SKIP_WITHOUT_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  const int sms = sm_count_here();
-  const auto config = [](int64_t r, int64_t k, int64_t c, int block_n) {
-    return Nm24SpmmPlan::create(SpmmDesc{r, k, c}, Nm24Kernel::sm90_wgmma_sp, block_n).config();
-  };
-  const auto rows_for = [](int64_t tiles) { return tiles * 128; };  // C = 256: one column of 128 x 256 tiles
-  const KernelConfig tail = config(rows_for(sms + 20), 4096, 256, 256);
-  EXPECT_EQ(tail.split_tail_tiles, 20);
-  EXPECT_EQ(tail.split_tail_pieces, static_cast<int>(std::bit_floor(static_cast<unsigned>(std::min(sms / 20, 8)))));
-  EXPECT_EQ(tail.persistent_ctas, sms);
-  EXPECT_TRUE(tail.register_epilogue);
-  EXPECT_EQ(config(rows_for(sms + sms * 3 / 4), 4096, 256, 256).split_tail_tiles, 0);  // one piece per tile only
-  EXPECT_EQ(config(rows_for(4 * sms), 4096, 256, 256).split_tail_tiles, 0);            // whole waves
-  EXPECT_EQ(config(rows_for(60 * sms + 20), 4096, 256, 256).split_tail_tiles, 0);      // saves ~1.4 % of 61 waves
-  EXPECT_EQ(config(128 * 40, 4096, 128, 128).split_tail_tiles, 0);  // fewer tiles than SMs: not by default
-  {
-    const ScopedEnv everywhere("NMKIT_SM90_SPLIT_TAIL", "1");
-    const KernelConfig few = config(128 * 40, 4096, 128, 128);
-    EXPECT_EQ(few.split_tail_tiles, 40);
-    EXPECT_EQ(few.split_tail_pieces, static_cast<int>(std::bit_floor(static_cast<unsigned>(std::min(sms / 40, 8)))));
-    EXPECT_EQ(few.persistent_ctas, 40 * few.split_tail_pieces);
-    EXPECT_EQ(config(128 * 40, 4096, 16, 16).split_tail_tiles, 0);  // n16 keeps the staged epilogue, one tile per CTA
-  }
-  {
-    const ScopedEnv off("NMKIT_SM90_SPLIT_TAIL", "0");
-    EXPECT_EQ(config(rows_for(sms + 20), 4096, 256, 256).split_tail_tiles, 0);
-  }
-  for (const char* one_per_tile : {"staged", "registers"}) {
-    const ScopedEnv env("NMKIT_SM90_SCHEDULE", one_per_tile);
-    EXPECT_EQ(config(rows_for(sms + 20), 4096, 256, 256).persistent_ctas, 0) << one_per_tile;
-  }
-  {
-    const ScopedEnv bad("NMKIT_SM90_SPLIT_TAIL", "yes");
-    EXPECT_THROW(config(rows_for(sms + 20), 4096, 256, 256), Error);
   }
 }
 

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "nmkit/format/nm.hpp"
-#include "nmkit/gpu/device_buffer.hpp"
 #include "nmkit/matrix.hpp"
 
 struct CUstream_st;
@@ -147,16 +146,6 @@ struct KernelConfig {
   // products (a model's layers) its CTAs start while the kernel before it finishes; their producers wait for it
   // before their first copy. The kernel launched just before run() must not write the weight.
   bool overlap_launch = false;
-  // sm90 with the register epilogue and without multicast, > 0: a split tail. The split_tail_tiles tiles of a last
-  // partial wave are each cut along K into split_tail_pieces equal pieces (SMs / tiles rounded down to 2, 4 or 8), one per
-  // CTA of the persistent grid, all started at once, so that SMs do not idle through the last wave; each piece goes to
-  // the plan's workspace as fp32, and the piece that ends last adds them in k order (the same D in every run) and
-  // stores the tile; no CTA waits for another. Taken where the time it saves is >= 2 % of the launch's
-  // (docs/performance.md, 2:4 item 31, which also has the stream-K version that was measured and not kept).
-  // NMKIT_SM90_SPLIT_TAIL=0 turns it off, =1 takes it wherever the kernel can (also on every tile where there are at
-  // most half as many tiles as SMs: tests); NMKIT_SM90_SCHEDULE=staged or registers (one CTA per tile) leaves it off.
-  int split_tail_tiles = 0;
-  int split_tail_pieces = 0;
 };
 std::ostream& operator<<(std::ostream& os, const KernelConfig& c);
 
@@ -174,20 +163,14 @@ class Nm24SpmmPlan {
   // Device pointers: b (K x C), c (R x C, only when beta != 0), d (R x C), bias (R floats, when the desc
   // says so). Leading dimensions are dense (K or C for B, R or C for C/D). Throws Error on mismatched
   // weights, null or misaligned pointers; never synchronises.
-  // A plan with a split tail (config().split_tail_tiles > 0) owns a workspace (workspace_bytes(): an fp32 tile per
-  // piece and a count per split tile), which its copies share: its runs must not overlap in time, so run it on one
-  // stream, or make one plan per concurrent stream (or turn the split off with NMKIT_SM90_SPLIT_TAIL=0).
   void run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
 
   const SpmmDesc& desc() const noexcept { return desc_; }
   const KernelConfig& config() const noexcept { return config_; }
-  std::size_t workspace_bytes() const noexcept;
 
  private:
   SpmmDesc desc_;
   KernelConfig config_;
-  std::shared_ptr<const DeviceBuffer> workspace_;  // a split tail's pieces, then its counts
-  std::size_t split_tail_piece_floats() const noexcept;
 };
 
 // True when a CUDA device is usable; `why_not` says why not otherwise.

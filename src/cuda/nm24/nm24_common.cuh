@@ -16,8 +16,6 @@ namespace nmkit::gpu::nm24 {
 // Row tiles per raster group of the sm90 kernel (2:4): a wave then reuses ~16 row tiles of A and ~8 column tiles
 // of B from L2 instead of streaming A from HBM per column tile (docs/performance.md, 2:4 item 5).
 inline constexpr int kSm90GroupRows = 16;
-// The sm90 kernel's consumer warpgroups (each owns 64 rows of a CTA tile, and counts its own pieces of a split tile).
-inline constexpr int kSm90Consumers = 2;
 
 // Everything a kernel needs; built by the plan, passed by value.
 struct Params {
@@ -54,19 +52,6 @@ struct Params {
 struct LaunchOn {
   cudaStream_t stream;
   bool overlap = false;
-};
-// A split tail for the sm90 kernel (KernelConfig::split_tail_tiles; docs/performance.md, 2:4 item 31): the first
-// `tiles` tiles of the raster, those of a last partial wave (or all of them, where there are at most half as many
-// tiles as SMs), are each cut along K into `pieces` equal pieces, one per CTA, which all start at once; the tiles
-// after them go round-robin, whole. Each piece is left, fp32, in its CTA's slot of `partials` (kBlockM x block_n
-// floats) and counted in `counts` (one per split tile and consumer warpgroup, zero between launches); the piece
-// counted last adds all of them in k order, stores the tile and zeroes the count. Not a Params field, for LaunchOn's
-// reason.
-struct SplitTail {
-  int tiles = 0;
-  int pieces_log2 = 0;
-  float* partials = nullptr;
-  int* counts = nullptr;
 };
 
 template <class Element>
@@ -223,10 +208,8 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias);
 // The sm90 kernel's epilogue, grid and launch for a plan of `desc` (config.register_epilogue, persistent_ctas,
 // overlap_launch), and for one run: the plan's choice where this D and this stream allow it (known only then).
-// split_tail_allowed: whether the plan can give the kernel a workspace for a split tail (KernelConfig::split_tail_tiles);
-// apply_sm90_schedule returns whether this run splits it (not where D's alignment takes the register epilogue away).
-void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, bool split_tail_allowed);
-bool apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
+void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config);
+void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
 LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream);
 // Whether plans launch their kernels overlapping the kernel before them: `fallback` (the plan's setting) unless
 // the environment variable NMKIT_OVERLAP_LAUNCH is 0 or 1 (an experiment switch; anything else is an error).
@@ -237,10 +220,9 @@ bool b_vector_loads(const SpmmDesc& desc, const void* b);
 // Launchers, one per kernel family (explicitly instantiated in their .cu files).
 template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream);
-// The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned); `split` its split tail
-// and workspace (none with multicast).
+// The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned).
 template <class Element, class Out>
-void launch_sm90(const Params& p, int block_n, bool multicast, const LaunchOn& on, const SplitTail& split);
+void launch_sm90(const Params& p, int block_n, bool multicast, const LaunchOn& on);
 // V:N:M on sm90 (p.b_gather set, p.gather_block_rows 64 or 128): B row-major needs 16-byte aligned rows and
 // C % 8 == 0; B col-major has no alignment needs. block_n in {256, 128, 64} (one B tile per stage) or
 // {128, 64} (two, V = 64).

@@ -2,7 +2,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <bit>
 #include <span>
 #include <cstdlib>
 #include <map>
@@ -131,69 +130,26 @@ bool overlap_launch_wanted(bool fallback) {
 // (docs/performance.md, 2:4 item 29). A trigger earlier in the kernel lost 3-15 %.
 constexpr bool kSm90OverlapLaunch = true;
 
-// A split tail (KernelConfig::split_tail_tiles; docs/performance.md, 2:4 item 31). A last partial wave of `tail`
-// tiles leaves (sms - tail) SMs idle for a tile's time. Cut into `pieces` pieces each (sms / tail rounded down to a
-// power of two, at most 8; aligned along K, all started at once), it takes 1 / pieces of that time, at the cost of the pieces' round trip through L2 (fp32,
-// 128 x block_n each) and of shorter wgmma runs; so it is taken where the time it saves is worth that. With at most
-// half as many tiles as SMs the same cut applies to every tile (tests; the plan leaves it off by default there,
-// unmeasured).
-constexpr double kSplitTailMinSaving = 0.02;  // of the launch's time: (1 - 1 / pieces) tiles over the waves'
-constexpr int64_t kSplitTailMaxPieces = 8;    // more pieces add their sum's reads for ever less time saved
-
-enum class SplitTailMode { off, automatic, everywhere };
-SplitTailMode split_tail_mode() {
-  const char* env = std::getenv("NMKIT_SM90_SPLIT_TAIL");
-  if (!env || !*env) return SplitTailMode::automatic;
-  const std::string value(env);
-  require(value == "0" || value == "1", ErrorCode::invalid_argument, "NMKIT_SM90_SPLIT_TAIL must be 0 or 1, got '" + value + "'");
-  return value == "1" ? SplitTailMode::everywhere : SplitTailMode::off;
-}
-
-struct SplitTailChoice {
-  int tiles = 0, pieces = 0, ctas = 0;
-};
-SplitTailChoice choose_split_tail(int64_t tiles, int64_t k_tiles, int sms, bool register_epilogue, SplitTailMode mode) {
-  if (mode == SplitTailMode::off || !register_epilogue) return {};
-  const bool automatic = mode == SplitTailMode::automatic;
-  const int64_t tail = tiles > sms ? tiles % sms : tiles;
-  if (tail == 0 || (automatic && tiles < sms)) return {};
-  // A power of two (the kernel's pieces are shifts and masks: its producer has 40 registers).
-  const int pieces = static_cast<int>(std::bit_floor(static_cast<uint64_t>(std::min<int64_t>({sms / tail, kSplitTailMaxPieces, k_tiles}))));
-  if (pieces < 2) return {};
-  const double saving = (1.0 - 1.0 / pieces) / static_cast<double>(ceil_div(tiles, sms));
-  if (automatic && saving < kSplitTailMinSaving) return {};
-  return {static_cast<int>(tail), pieces, tiles > sms ? sms : static_cast<int>(tail * pieces)};
-}
-
-void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config, bool split_tail_allowed) {
-  config.register_epilogue = false, config.persistent_ctas = 0, config.split_tail_tiles = 0, config.split_tail_pieces = 0;
+void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config) {
+  config.register_epilogue = false, config.persistent_ctas = 0;
   config.overlap_launch = config.kernel == Nm24Kernel::sm90_wgmma_sp && config.cluster == 1 && overlap_launch_wanted(kSm90OverlapLaunch);
-  if (config.kernel != Nm24Kernel::sm90_wgmma_sp) return;
-  const SplitTailMode split_tail = split_tail_mode();  // checked before any device query, whatever the plan takes
   const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
+  // The register epilogue stores 64-column parts of the tile: n-tiles of 16 and 32 (decode) keep the staged one.
+  if (config.kernel != Nm24Kernel::sm90_wgmma_sp || config.block_n % 64 != 0 ||
+      !sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride))
+    return;
   const int sms = sm_count();
   const int64_t tiles = ceil_div(desc.rows, config.block_m) * ceil_div(desc.n, config.block_n);
-  // The register epilogue stores 64-column parts of the tile: n-tiles of 16 and 32 (decode) keep the staged one.
-  const bool registers_apply = config.block_n % 64 == 0 &&
-      sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride);
-  Sm90Schedule schedule = Sm90Schedule::staged;
-  if (registers_apply) {
-    const bool persistent_pays = tiles > sms;
-    schedule = sm90_schedule_override(persistent_pays ? Sm90Schedule::persistent : Sm90Schedule::registers);
-    config.register_epilogue = schedule != Sm90Schedule::staged;
-    if (schedule == Sm90Schedule::persistent) config.persistent_ctas = sms;
-  }
-  // An environment that asks for one CTA per tile (NMKIT_SM90_SCHEDULE=staged or registers) gets it.
-  const bool one_cta_per_tile_asked = std::getenv("NMKIT_SM90_SCHEDULE") && schedule != Sm90Schedule::persistent;
-  if (!split_tail_allowed || config.cluster != 1 || one_cta_per_tile_asked) return;
-  const SplitTailChoice cut = choose_split_tail(tiles, ceil_div(desc.cols, kPackKAlign), sms, config.register_epilogue, split_tail);
-  if (cut.tiles > 0) config.split_tail_tiles = cut.tiles, config.split_tail_pieces = cut.pieces, config.persistent_ctas = cut.ctas;
+  const bool persistent_pays = tiles > sms;
+  const Sm90Schedule schedule =
+      sm90_schedule_override(persistent_pays ? Sm90Schedule::persistent : Sm90Schedule::registers);
+  config.register_epilogue = schedule != Sm90Schedule::staged;
+  if (schedule == Sm90Schedule::persistent) config.persistent_ctas = sms;
 }
 
-bool apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
+void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
   p.register_epilogue = config.register_epilogue && aligned16(d);
   p.persistent_ctas = p.register_epilogue ? config.persistent_ctas : 0;
-  return p.register_epilogue && config.split_tail_tiles > 0;  // the pieces end in the register epilogue
 }
 
 // Overlapping launches order themselves by the stream; the legacy default stream's implicit order with other
@@ -244,7 +200,6 @@ std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
      << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "")
      << (c.register_epilogue ? " register epilogue" : "") << (c.overlap_launch ? " overlapped launch" : "");
   if (c.persistent_ctas > 0) os << " persistent " << c.persistent_ctas << " CTAs";
-  if (c.split_tail_tiles > 0) os << " split tail " << c.split_tail_tiles << " tiles x " << c.split_tail_pieces << " pieces";
   return os;
 }
 
@@ -330,14 +285,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && b_col_major && t.block_n >= 128 &&
       ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
     plan.config_.cluster = 2;
-  nm24::choose_sm90_schedule(desc, plan.config_, /*split_tail_allowed=*/true);
-  if (plan.config_.split_tail_tiles > 0) {
-    // An fp32 slot of a whole tile per piece, then a count per split tile and consumer warpgroup, zero between launches.
-    const auto counts = static_cast<std::size_t>(plan.config_.split_tail_tiles) * nm24::kSm90Consumers;
-    auto workspace = std::make_shared<DeviceBuffer>(plan.split_tail_piece_floats() * sizeof(float) + counts * sizeof(int));
-    NMKIT_CUDA_CHECK(cudaMemset(workspace->data(), 0, workspace->size()));
-    plan.workspace_ = std::move(workspace);
-  }
+  nm24::choose_sm90_schedule(desc, plan.config_);
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
   return plan;
@@ -411,13 +359,6 @@ Nm24SpmmPlan Nm24SpmmPlan::autotune(const SpmmDesc& desc) {
   return create(desc, Nm24Kernel::sm90_wgmma_sp, best);
 }
 
-std::size_t Nm24SpmmPlan::workspace_bytes() const noexcept { return workspace_ ? workspace_->size() : 0; }
-
-std::size_t Nm24SpmmPlan::split_tail_piece_floats() const noexcept {
-  const auto pieces = static_cast<std::size_t>(config_.split_tail_tiles) * static_cast<std::size_t>(config_.split_tail_pieces);
-  return pieces * static_cast<std::size_t>(config_.block_m * config_.block_n);
-}
-
 void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias) const {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype, ErrorCode::invalid_argument,
           "nm24 run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " + dtype_name(a.dtype()) +
@@ -427,17 +368,12 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
   nm24::check_operands(desc_, b, c, d, bias, "nm24 run");
 
   nm24::Params p = nm24::make_params(desc_, a, b, c, d, bias);
-  nm24::SplitTail split;
-  if (nm24::apply_sm90_schedule(config_, d, p)) {
-    split.tiles = config_.split_tail_tiles, split.pieces_log2 = std::countr_zero(static_cast<unsigned>(config_.split_tail_pieces));
-    split.partials = static_cast<float*>(workspace_->data());
-    split.counts = reinterpret_cast<int*>(split.partials + split_tail_piece_floats());
-  }
+  nm24::apply_sm90_schedule(config_, d, p);
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, nm24::sm90_launch_on(config_, stream), split);
+    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, nm24::sm90_launch_on(config_, stream));
     else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });
 }

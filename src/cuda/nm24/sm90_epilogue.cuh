@@ -263,15 +263,5 @@ __device__ __forceinline__ void issue_staged_store(const void* d_map, const Outp
 __device__ __forceinline__ void warpgroup_barrier(int id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(128) : "memory");
 }
-// The same barrier, returning to every thread whether any thread's `vote` was true (PTX ISA §9.7.13.1, bar.red.or).
-__device__ __forceinline__ bool warpgroup_any(int id, bool vote) {
-  uint32_t any;
-  asm volatile(
-      "{\n .reg .pred vote, any;\n setp.ne.u32 vote, %1, 0;\n bar.red.or.pred any, %2, %3, vote;\n selp.u32 %0, 1, 0, any;\n}\n"
-      : "=r"(any)
-      : "r"(static_cast<uint32_t>(vote)), "r"(id), "n"(128)
-      : "memory");
-  return any != 0;
-}
 
 }  // namespace nmkit::gpu::sm90_epilogue

@@ -31,7 +31,6 @@
 #include "../common/tensor_map.cuh"
 #include "../ptx/cluster.cuh"
 #include "../ptx/cp_async.cuh"
-#include "../ptx/flag.cuh"
 #include "../ptx/griddep.cuh"
 #include "../ptx/mbarrier.cuh"
 #include "../ptx/tma.cuh"
@@ -47,7 +46,7 @@ namespace {
 
 constexpr int kBlockM = 128;
 constexpr int kBlockK = 64;                     // one 128-byte swizzle row of halves
-constexpr int kConsumers = kSm90Consumers;      // warpgroups doing math
+constexpr int kConsumers = 2;                   // warpgroups doing math
 constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
@@ -278,91 +277,6 @@ struct TileOrder {
   }
 };
 
-// One CTA's work, in order: its whole tiles (blockIdx.x, + gridDim.x, ... below the split ones), then its piece of a
-// split tile (SplitTail: the last split.tiles tiles of the raster; CTA c < tiles x pieces takes piece c % pieces of
-// split tile c / pieces, pieces = 2^pieces_log2). The whole tiles run in step as without a split, and then the
-// pieces of all split tiles start at once, each an equal share of K, so the CTAs stream the same few k-slabs of A
-// and B at once (docs/performance.md, 2:4 item 31: pieces skewed along K, as stream-K's ranges are, read all of K at
-// once and ran 10-37 % slower; pieces first put the CTAs out of step for the whole tiles after them).
-// 32-bit throughout (launch() checks the counts): the consumers keep this across their k-tile loop.
-struct WorkUnit {
-  int tile;            // in TileOrder's raster
-  int k_begin, k_end;  // its k-tiles [k_begin, k_end)
-};
-struct WorkUnits {
-  int next_tile;
-  bool piece_left;
-
-  // Piece j of 2^log2 over k_tiles: equal to within one k-tile, the first ones one longer. Powers of two, so that the
-  // producer's few registers (40) hold this without spilling, as divisions by any count did not.
-  __device__ static int piece_begin(int k_tiles, int j, int log2) {
-    return (k_tiles >> log2) * j + min(j, k_tiles & ((1 << log2) - 1));
-  }
-  __device__ explicit WorkUnits(const SplitTail& split)
-      : next_tile(blockIdx.x), piece_left(static_cast<int>(blockIdx.x) < split.tiles << split.pieces_log2) {}
-  // The split is read from the kernel's parameters again here rather than kept: the consumers hold this across their
-  // k-tile loop, where every register counts.
-  __device__ bool next(const SplitTail& split, int tiles, int k_tiles, WorkUnit& unit) {
-    const int whole_tiles = tiles - split.tiles;
-    if (next_tile < whole_tiles) {
-      unit = {next_tile, 0, k_tiles};
-      next_tile += gridDim.x;
-      return true;
-    }
-    if (!piece_left) return false;
-    piece_left = false;
-    const int j = blockIdx.x & ((1u << split.pieces_log2) - 1);
-    unit = {whole_tiles + static_cast<int>(blockIdx.x >> split.pieces_log2), piece_begin(k_tiles, j, split.pieces_log2),
-            piece_begin(k_tiles, j + 1, split.pieces_log2)};
-    return true;
-  }
-};
-
-// A split tile's pieces: each is left in memory, then counted; the piece counted last sums them all, in k order,
-// and stores the tile. So no CTA ever waits for another (a grid that the GPU cannot hold at once, as under MPS,
-// still finishes), and the sum's order, hence D, is the same in every run whichever piece ends last. A piece is a
-// consumer warpgroup's accumulators in register order, float4 by float4, the warpgroup's 128 threads side by side
-// (coalesced; every warpgroup holds the same elements of a tile), in its CTA's slot.
-template <int kAccumulators>
-struct SplitTailPieces {
-  static constexpr int kVectors = kAccumulators / 4;
-  static_assert(kAccumulators % 4 == 0, "whole float4s");
-  float* partials;
-  int* counts;
-  int pieces_log2, warpgroup, thread;
-
-  __device__ float4* slot(int cta) const {
-    return reinterpret_cast<float4*>(partials) + static_cast<int64_t>(cta * kConsumers + warpgroup) * kVectors * kWarpgroupThreads + thread;
-  }
-  // Leaves this CTA's piece of split tile `tile` (0 .. split.tiles - 1) and counts it; true for the piece counted
-  // last, which then holds the tile's sum in `acc` (`barrier`: the warpgroup's named barrier).
-  __device__ bool arrive(int tile, float (&acc)[kAccumulators], int barrier) const {
-    float4* mine = slot(blockIdx.x);
-#pragma unroll
-    for (int v = 0; v < kVectors; ++v)
-      __stcg(mine + v * kWarpgroupThreads, make_float4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]));
-    int* count = counts + tile * kConsumers + warpgroup;
-    sm90_epilogue::warpgroup_barrier(barrier);  // the warpgroup's piece written, then released by one thread's count
-    bool counted_last = false;
-    if (thread == 0) {
-      counted_last = ptx::atom_add_acq_rel_gpu(count, 1) == (1 << pieces_log2) - 1;
-      if (counted_last) ptx::st_relaxed_gpu(count, 0);  // every piece is in: zero for the next launch
-    }
-    if (!sm90_epilogue::warpgroup_any(barrier, counted_last)) return false;  // (the acquire, before every thread's loads)
-#pragma unroll
-    for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
-    for (int j = 0; j < 1 << pieces_log2; ++j) {
-      const float4* piece = slot((tile << pieces_log2) + j);
-#pragma unroll
-      for (int v = 0; v < kVectors; ++v) {
-        const float4 x = __ldcg(piece + v * kWarpgroupThreads);
-        acc[4 * v] += x.x, acc[4 * v + 1] += x.y, acc[4 * v + 2] += x.z, acc[4 * v + 3] += x.w;
-      }
-    }
-    return true;
-  }
-};
-
 // kMulticast: two CTAs of a cluster (consecutive tiles: same columns, neighbouring rows) each load half of the
 // shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
 // it is released to a producer only when the consumers of both CTAs are done with it: every local consumer thread
@@ -370,7 +284,7 @@ struct SplitTailPieces {
 // per thread made the release cost more than the multicast saved, docs/performance.md 2:4 item 8).
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
 __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
-                                                                 const __grid_constant__ CUtensorMap d_map, const SplitTail split) {
+                                                                 const __grid_constant__ CUtensorMap d_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Shape = Sm90Shape<kBlockN, kBTiles>;
   using Traits = BSourceTraits<kSource>;
@@ -432,15 +346,13 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     // their producers wait for it before their first copy: all they read (B) or let the consumers write (D) may be
     // that kernel's. The consumers need no wait of their own: they touch C and D only after stages posted after it.
     ptx::grid_dependency_wait();
-    const SplitTail my_split = kMulticast ? SplitTail{} : split;  // multicast pairs take whole tiles
-    WorkUnits units(my_split);
-    for (WorkUnit unit; streams && units.next(my_split, static_cast<int>(order.tiles), k_tiles, unit);) {
-      const auto [m0, n0] = order.origin(p, unit.tile);
+    for (int64_t tile = blockIdx.x; streams && tile < order.tiles; tile += gridDim.x) {
+      const auto [m0, n0] = order.origin(p, tile);
       const int64_t row_tile = m0 / kBlockM;
       const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
       const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
       if constexpr (!Traits::kGather) {
-        for (int kt = unit.k_begin; kt < unit.k_end; ++kt, ring.advance()) {  // < 2^31 k-tiles (launch checks)
+        for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
           const int s = ring.stage;
           unsigned char* stage = smem + s * Shape::kStageBytes;
           wait_for_free_stage();
@@ -457,8 +369,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
               ptx::tma_load_2d(stage + a * kMnAtomBytes, &b_map, &full[s], static_cast<int32_t>(n0 + a * kMnAtomHalves),
                                static_cast<int32_t>(kt * kBlockK));
           }
-          ptx::bulk_load(stage + Shape::kBBytes, a_values + int64_t{kt} * kAValueBytes, kAValueBytes, &full[s]);
-          ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + int64_t{kt} * kAMetaBytes, kAMetaBytes, &full[s]);
+          ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
+          ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
         }
       } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
         const int32_t* gather = p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride;
@@ -473,13 +385,13 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         };
         Rows next[kBTiles];
 #pragma unroll
-        for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, unit.k_begin);
-        for (int64_t kt = unit.k_begin; kt < unit.k_end; ++kt, ring.advance()) {
+        for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, 0);
+        for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
           Rows rows[kBTiles];
 #pragma unroll
           for (int t = 0; t < kBTiles; ++t) {
             rows[t] = next[t];
-            if (kt + 1 < unit.k_end) next[t] = load_rows(t, kt + 1);
+            if (kt + 1 < k_tiles) next[t] = load_rows(t, kt + 1);
           }
           const int s = ring.stage;
           unsigned char* stage = smem + s * Shape::kStageBytes;
@@ -574,12 +486,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     in_flight_stage = s;
     ring.advance();
   };
-  const int thread_in_group = tid % kWarpgroupThreads;
-  const int part_barrier = kOutputBarrier + warpgroup;  // this warpgroup's named barrier (parts, output parts)
-  const SplitTail my_split = kMulticast ? SplitTail{} : split;
-  WorkUnits units(my_split);
-  for (WorkUnit unit; units.next(my_split, static_cast<int>(order.tiles), k_tiles, unit);) {
-    const auto [m0, n0] = order.origin(p, unit.tile);
+  for (int64_t tile = blockIdx.x; tile < order.tiles; tile += gridDim.x) {
+    const auto [m0, n0] = order.origin(p, tile);
 #pragma unroll
     for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
     // wgmma reads its metadata registers until its group completes, so the next k-tile's must not land in the
@@ -588,23 +496,15 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     // a branch in this loop (an experiment with two k-tiles per stage, docs/performance.md) it reused the
     // registers of the group in flight and the products came out wrong.
     MetadataWords metadata_even, metadata_odd;
-    const int steps = unit.k_end - unit.k_begin;
     int kt = 0;
-    for (; kt + 2 <= steps; kt += 2) {
+    for (; kt + 2 <= k_tiles; kt += 2) {
       consume_stage(metadata_even);
       consume_stage(metadata_odd);
     }
-    if (kt < steps) consume_stage(metadata_even);
+    if (kt < k_tiles) consume_stage(metadata_even);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
 
-    if (steps != k_tiles) {  // a piece of a split tile (the register epilogue only: launch() checks)
-      // Its last stage goes back first: the producer streams the next tile meanwhile.
-      release_in_flight_stage();
-      in_flight_stage = -1;
-      const SplitTailPieces<Wgmma::kAccumulators> pieces{split.partials, split.counts, split.pieces_log2, warpgroup, thread_in_group};
-      if (!pieces.arrive(unit.tile - (static_cast<int>(order.tiles) - split.tiles), acc, part_barrier)) continue;
-    }
     if (register_epilogue) {
       // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
       release_in_flight_stage();
@@ -614,12 +514,14 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         // boxes) into its two part buffers in turn, and one of its threads has the copy engine store them: the
         // consumers wait only until the engine has read the part before last, never for D's writes, and go on to
         // the next tile.
+        const int thread_in_group = tid % kWarpgroupThreads;
         uint32_t pairs[Wgmma::kAccumulators / 2];
         sm90_epilogue::pack_outputs<Out>(p, acc, m0, warpgroup * kRowsPerConsumer, thread_in_group, pairs);
         constexpr int kPart = Shape::kPartColumns, kPartPairs = kPart / 4;  // a thread's pairs per part
         constexpr int kParts = kBlockN / kPart, kBuffers = Shape::kPartBuffers;
         static_assert(kBuffers == 1 || kBuffers == 2, "the waits below count one store in flight at most");
         const uint32_t buffers = ptx::smem_address(outputs) + warpgroup * kBuffers * Shape::kOutputPartBytes;
+        const int part_barrier = kOutputBarrier + warpgroup;
 #pragma unroll
         for (int c = 0; c < kParts; ++c) {
           // Part c's buffer was last filled kBuffers parts ago, so all but the latest kBuffers - 1 stores must have
@@ -679,7 +581,7 @@ CUtensorMap make_b_rows_map(const Params& p) {
 }
 
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
-void launch(const Params& p, const LaunchOn& on, const SplitTail& split = {}) {
+void launch(const Params& p, const LaunchOn& on) {
   constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
   auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kMulticast>;
   // Once per instantiation and process (thread-safe static), not on every run().
@@ -709,19 +611,9 @@ void launch(const Params& p, const LaunchOn& on, const SplitTail& split = {}) {
   require(p.kblocks / kKBlocksPerTile < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 k-tiles");
   // A persistent launch keeps one CTA per SM (the pipeline takes the SM's shared memory); its tiles must end in
   // the register epilogue, which leaves the stages to the producer.
-  const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
-  // A split tail: its pieces, one per CTA of a persistent grid, end in the register epilogue (a CTA may end its piece's
-  // tile and then its whole ones, while its producer streams on).
-  if (split.tiles > 0)
-    require(!kMulticast && p.register_epilogue && p.persistent_ctas > 0 && split.tiles <= tiles && split.pieces_log2 >= 1 &&
-                (int64_t{1} << split.pieces_log2) <= k_tiles && (int64_t{split.tiles} << split.pieces_log2) <= p.persistent_ctas &&
-                split.partials && split.counts,
-            ErrorCode::invalid_argument,
-            "sm90 sparse kernel: a split tail needs the register epilogue, a persistent grid without multicast, one CTA "
-            "per piece, 2, 4 or 8 pieces per tile of at least a k-tile each, and its workspace");
   require(p.persistent_ctas == 0 || p.register_epilogue, ErrorCode::invalid_argument,
           "sm90 sparse kernel: a persistent launch needs the register epilogue");
-  int64_t grid = split.tiles > 0 ? p.persistent_ctas : p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
+  int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
   if constexpr (kMulticast) {
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(grid));
@@ -745,10 +637,10 @@ void launch(const Params& p, const LaunchOn& on, const SplitTail& split = {}) {
       grid = std::min<int64_t>(grid, int64_t{max_clusters} * kMulticastCtas) / kMulticastCtas * kMulticastCtas;
       config.gridDim = dim3(static_cast<unsigned>(std::max<int64_t>(grid, kMulticastCtas)));
     }
-    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map, split));
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
   } else {
     const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, on.stream, on.overlap);
-    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map, split));
+    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map));
   }
 }
 

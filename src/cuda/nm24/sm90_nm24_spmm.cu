@@ -7,7 +7,7 @@ namespace nmkit::gpu::nm24 {
 using sm90::BSource;
 
 template <class Element, class Out>
-void launch_sm90(const Params& p, int block_n, bool multicast, const LaunchOn& on, const SplitTail& split) {
+void launch_sm90(const Params& p, int block_n, bool multicast, const LaunchOn& on) {
   using sm90::launch;
   // A cluster's two CTAs take consecutive tiles of the raster, which share their columns only where every group of
   // row tiles has an even number of them.
@@ -18,22 +18,22 @@ void launch_sm90(const Params& p, int block_n, bool multicast, const LaunchOn& o
   if (!p.b_col_major) {  // B row-major: MN-major boxes of 64 columns
     constexpr BSource kRows = BSource::tma_rows;
     switch (block_n) {
-      case 256: return launch<Element, Out, 256, kRows, 1, false>(p, on, split);
-      case 192: return launch<Element, Out, 192, kRows, 1, false>(p, on, split);
-      case 128: return launch<Element, Out, 128, kRows, 1, false>(p, on, split);
-      case 64: return launch<Element, Out, 64, kRows, 1, false>(p, on, split);
+      case 256: return launch<Element, Out, 256, kRows, 1, false>(p, on);
+      case 192: return launch<Element, Out, 192, kRows, 1, false>(p, on);
+      case 128: return launch<Element, Out, 128, kRows, 1, false>(p, on);
+      case 64: return launch<Element, Out, 64, kRows, 1, false>(p, on);
       default: throw Error(ErrorCode::invalid_argument, "sm90 nm24: B row-major needs block_n 64, 128, 192 or 256, got " +
                                                             std::to_string(block_n));
     }
   }
   constexpr BSource kTma = BSource::tma;
   switch (block_n) {
-    case 256: multicast ? launch<Element, Out, 256, kTma, 1, true>(p, on) : launch<Element, Out, 256, kTma, 1, false>(p, on, split); break;
-    case 192: multicast ? launch<Element, Out, 192, kTma, 1, true>(p, on) : launch<Element, Out, 192, kTma, 1, false>(p, on, split); break;
-    case 128: multicast ? launch<Element, Out, 128, kTma, 1, true>(p, on) : launch<Element, Out, 128, kTma, 1, false>(p, on, split); break;
-    case 64: launch<Element, Out, 64, kTma, 1, false>(p, on, split); break;
-    case 32: launch<Element, Out, 32, kTma, 1, false>(p, on, split); break;
-    case 16: launch<Element, Out, 16, kTma, 1, false>(p, on, split); break;
+    case 256: multicast ? launch<Element, Out, 256, kTma, 1, true>(p, on) : launch<Element, Out, 256, kTma, 1, false>(p, on); break;
+    case 192: multicast ? launch<Element, Out, 192, kTma, 1, true>(p, on) : launch<Element, Out, 192, kTma, 1, false>(p, on); break;
+    case 128: multicast ? launch<Element, Out, 128, kTma, 1, true>(p, on) : launch<Element, Out, 128, kTma, 1, false>(p, on); break;
+    case 64: launch<Element, Out, 64, kTma, 1, false>(p, on); break;
+    case 32: launch<Element, Out, 32, kTma, 1, false>(p, on); break;
+    case 16: launch<Element, Out, 16, kTma, 1, false>(p, on); break;
     default: throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
   }
 }
@@ -51,9 +51,9 @@ TileShape sm90_tile_shape(int block_n) {
   throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
 }
 
-template void launch_sm90<__half, __half>(const Params&, int, bool, const LaunchOn&, const SplitTail&);
-template void launch_sm90<__half, float>(const Params&, int, bool, const LaunchOn&, const SplitTail&);
-template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Params&, int, bool, const LaunchOn&, const SplitTail&);
-template void launch_sm90<__nv_bfloat16, float>(const Params&, int, bool, const LaunchOn&, const SplitTail&);
+template void launch_sm90<__half, __half>(const Params&, int, bool, const LaunchOn&);
+template void launch_sm90<__half, float>(const Params&, int, bool, const LaunchOn&);
+template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Params&, int, bool, const LaunchOn&);
+template void launch_sm90<__nv_bfloat16, float>(const Params&, int, bool, const LaunchOn&);
 
 }  // namespace nmkit::gpu::nm24

@@ -90,7 +90,7 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel
     t.smem_bytes *= b_tiles;  // one gathered B tile per row block of the CTA
   }
   KernelConfig config{kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
-  nm24::choose_sm90_schedule(desc, config, /*split_tail_allowed=*/false);  // the gathering kernels: not yet
+  nm24::choose_sm90_schedule(desc, config);
   return config;
 }
 
