@@ -9,7 +9,8 @@
 # V:N:M suite (e.g. "--suite vnm --dtype both"; any nmkit_bench arguments, "--suite tile" too); NMKIT_BENCH_SKIP=1
 # skips the 2:4 benchmark; NMKIT_SANITIZE_TESTS / NMKIT_SANITIZE_TOOLS override the sanitizer's tests and tools;
 # NMKIT_GPU_TEST_TIMEOUT / NMKIT_BENCH_TIMEOUT (seconds) bound the GPU tests and each extra benchmark run;
-# NMKIT_COPY_PROBE=1 also runs nmkit_copy_probe (copy_probe.txt).
+# NMKIT_COPY_PROBE=1 also runs nmkit_copy_probe (copy_probe.txt); NMKIT_BENCH_REPEAT=N runs the 2:4 benchmark N
+# times (bench2.json ...) and ends with the per-row medians of its ratios.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -19,6 +20,8 @@ BUILD=build/gpu
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
 bench_args=("$@")
+repeats=${NMKIT_BENCH_REPEAT:-1}
+[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "NMKIT_BENCH_REPEAT must be a positive integer, got '$repeats'"; exit 1; }
 [ ${#bench_args[@]} -eq 0 ] && bench_args=(--suite all)
 [ $quick -eq 1 ] && [ $# -eq 0 ] && bench_args=(--suite llm)
 summary=()
@@ -89,6 +92,15 @@ if [ -z "${NMKIT_BENCH_SKIP:-}" ]; then
   step "benchmark ${bench_args[*]}"
   timeout 900 $BUILD/bench/nmkit_bench "${bench_args[@]}" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
   python3 bench/plot_speedup.py "$OUT/bench.json" "$OUT/speedup.png" || echo "plot failed"
+  # NMKIT_BENCH_REPEAT=N: the same benchmark N times in all (bench2.json ... benchN.json; their tables appended to
+  # bench.txt), and the per-row medians of the ratios printed last (bench/median_ratios.py).
+  bench_jsons=("$OUT/bench.json")
+  for ((run = 2; run <= repeats; ++run)); do
+    step "benchmark ${bench_args[*]}, run $run of $repeats"
+    echo "=== run $run of $repeats" >>"$OUT/bench.txt"
+    timeout 900 $BUILD/bench/nmkit_bench "${bench_args[@]}" --json "$OUT/bench$run.json" 2>&1 | tee -a "$OUT/bench.txt"
+    bench_jsons+=("$OUT/bench$run.json")
+  done
 fi
 
 if [ -n "${NMKIT_BENCH_VNM:-}" ]; then
@@ -118,5 +130,9 @@ step "summary"
 printf '%s\n' "${summary[@]}"
 echo
 [ -f "$OUT/bench.txt" ] && grep -v "^cuSPARSELt skipped" "$OUT/bench.txt"
+if [ "$repeats" -gt 1 ] && [ -z "${NMKIT_BENCH_SKIP:-}" ]; then
+  echo; echo "medians over $repeats runs:"
+  python3 bench/median_ratios.py "${bench_jsons[@]}"
+fi
 for f in "$OUT"/vnm*.txt; do [ -f "$f" ] && grep -E "^vnm" "$f" | awk '{print $2, $3, $4, $5, $8, "ideal", $10, $NF}'; done
 exit 0

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Per-row medians of the side-by-side ratios over repeated nmkit_bench runs (2:4 suites' JSON).
+
+A single run's ratio against cuSPARSELt moves by a few per cent from run to run (identical configurations timed in
+the same rounds differed by up to 3 %: docs/performance.md, 2:4 item 31), so an acceptance line such as "nmkit >=
+cuSPARSELt on every shape" is judged on the median of several runs, each ratio still measured within its own run.
+
+Usage: median_ratios.py run1.json run2.json [...]   (scripts/gpu_check.sh with NMKIT_BENCH_REPEAT=N writes them)
+
+Prints one markdown row per (suite, shape, dtype): the runs that have it, the median nmkit x cuBLAS, the median
+nmkit x cuSPARSELt with its range ("default cfg" where any run fell back to cuSPARSELt's default configuration,
+its searched one having failed the check), and, for runs made with --variant-env, the median of the variant's time
+over nmkit's. Exits with 1 when a file has no rows.
+"""
+import json
+import statistics
+import sys
+
+
+def row_key(row):
+    return (row["suite"], row["r"], row["k"], row["c"], row["dtype"])
+
+
+def collect(paths):
+    """{key: [row of run 1, row of run 2, ...]} in the order the rows first appear."""
+    rows = {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        if not data.get("rows"):
+            raise ValueError(f"{path}: no benchmark rows")
+        for row in data["rows"]:
+            rows.setdefault(row_key(row), []).append(row)
+    return rows
+
+
+def summary(runs):
+    """The medians of one row over its runs, as table cells."""
+    vs_cublas = statistics.median(r["speedup_vs_cublas"] for r in runs)
+    lt = [r["nmkit_vs_cusparselt"] for r in runs if "nmkit_vs_cusparselt" in r]
+    if lt:
+        vs_lt = f"{statistics.median(lt):.3f}x ({min(lt):.3f}-{max(lt):.3f})"
+        if any(r.get("cusparselt_searched") is False for r in runs if "nmkit_vs_cusparselt" in r):
+            vs_lt += " default cfg"
+    else:
+        vs_lt = "n/a"
+    variant = [r["variant_ms"] / r["nmkit_ms"] for r in runs if "variant_ms" in r]
+    variant_cell = f"{statistics.median(variant):.3f}x" if variant else "n/a"
+    return len(runs), f"{vs_cublas:.2f}x", vs_lt, variant_cell
+
+
+def main(paths):
+    if not paths:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    try:
+        rows = collect(paths)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"median_ratios: {e}", file=sys.stderr)
+        return 1
+    print("| suite | R x K x C | dtype | runs | nmkit x cuBLAS | nmkit x cuSPARSELt, median (range) | variant's time x nmkit's |")
+    print("|---|---|---|---|---|---|---|")
+    for (suite, r, k, c, dtype), runs in rows.items():
+        n, vs_cublas, vs_lt, variant = summary(runs)
+        print(f"| {suite} | {r}x{k}x{c} | {dtype} | {n} | {vs_cublas} | {vs_lt} | {variant} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# bench/median_ratios.py on three synthetic runs with known ratios: medians, ranges, the default-configuration mark,
+# the variant column, rows missing from some runs, and the errors for no arguments and for a file without rows.
+#   tests/bench/test_median_ratios.sh <repository root>
+set -euo pipefail
+root=$1
+script="$root/bench/median_ratios.py"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# run i: nmkit 1 ms; cuSPARSELt (ratio) ms; cuBLAS 1.5 ms; a variant at (variant) ms; the decode row only in run 1.
+write_run() {  # file, cuSPARSELt ms, searched (true/false), variant ms
+  cat >"$1" <<JSON
+{"rows": [
+ {"suite": "llm", "r": 11008, "k": 4096, "c": 4096, "dtype": "bf16", "cublas_ms": 1.5, "nmkit_ms": 1.0,
+  "speedup_vs_cublas": 1.5, "cusparselt_ms": $2, "nmkit_vs_cusparselt": $2, "cusparselt_searched": $3,
+  "variant_ms": $4, "nmkit_rel_error": 1e-5, "nmkit_config": "sm90_wgmma_sp"}$5
+]}
+JSON
+}
+decode=',
+ {"suite": "decode", "r": 11008, "k": 4096, "c": 1, "dtype": "bf16", "cublas_ms": 0.03, "nmkit_ms": 0.02,
+  "speedup_vs_cublas": 1.5, "nmkit_rel_error": 1e-5, "nmkit_config": "sm90_wgmma_sp"}'
+write_run "$dir/a.json" 0.97 true 1.02 "$decode"
+write_run "$dir/b.json" 1.04 true 0.99 ""
+write_run "$dir/c.json" 1.01 false 1.00 ""
+
+out=$(python3 "$script" "$dir/a.json" "$dir/b.json" "$dir/c.json")
+echo "$out"
+fail() { echo "FAILED: $*"; exit 1; }
+grep -qF "| llm | 11008x4096x4096 | bf16 | 3 | 1.50x | 1.010x (0.970-1.040) default cfg | 1.000x |" <<<"$out" || fail "the llm row's medians"
+grep -qF "| decode | 11008x4096x1 | bf16 | 1 | 1.50x | n/a | n/a |" <<<"$out" || fail "a row of one run without cuSPARSELt"
+
+if python3 "$script" >/dev/null 2>&1; then fail "no arguments must be an error"; fi
+echo '{"rows": []}' >"$dir/empty.json"
+if msg=$(python3 "$script" "$dir/empty.json" 2>&1); then fail "a file without rows must be an error"; fi
+grep -q "no benchmark rows" <<<"$msg" || fail "the error names the empty file: $msg"
+echo "median_ratios.py: every check passed"
