@@ -2,7 +2,7 @@
 """Per-row medians of the side-by-side ratios over repeated nmkit_bench runs (2:4 suites' JSON).
 
 A single run's ratio against cuSPARSELt moves by a few per cent from run to run (identical configurations timed in
-the same rounds differed by up to 3 %: docs/performance.md, 2:4 item 31), so an acceptance line such as "nmkit >=
+the same rounds differed by up to 5 %: docs/performance.md, 2:4 item 31), so an acceptance line such as "nmkit >=
 cuSPARSELt on every shape" is judged on the median of several runs, each ratio still measured within its own run.
 
 Usage: median_ratios.py run1.json run2.json [...]   (scripts/gpu_check.sh with NMKIT_BENCH_REPEAT=N writes them)
