@@ -10,7 +10,7 @@ Usage: median_ratios.py run1.json run2.json [...]   (scripts/gpu_check.sh with N
 Prints one markdown row per (suite, shape, dtype): the runs that have it, the median nmkit x cuBLAS, the median
 nmkit x cuSPARSELt with its range ("default cfg" where any run fell back to cuSPARSELt's default configuration,
 its searched one having failed the check), and, for runs made with --variant-env, the median of the variant's time
-over nmkit's. Exits with 1 when a file has no rows.
+over nmkit's. Exits with 1 when a file cannot be read, has no rows, or a row lacks a field it needs.
 """
 import json
 import statistics
@@ -53,15 +53,14 @@ def main(paths):
     if not paths:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    try:
-        rows = collect(paths)
+    try:  # a row without the fields nmkit_bench writes is named by its missing field, not a traceback
+        table = [(key, summary(runs)) for key, runs in collect(paths).items()]
     except (OSError, ValueError, KeyError) as e:
-        print(f"median_ratios: {e}", file=sys.stderr)
+        print(f"median_ratios: {e!r}" if isinstance(e, KeyError) else f"median_ratios: {e}", file=sys.stderr)
         return 1
     print("| suite | R x K x C | dtype | runs | nmkit x cuBLAS | nmkit x cuSPARSELt, median (range) | variant's time x nmkit's |")
     print("|---|---|---|---|---|---|---|")
-    for (suite, r, k, c, dtype), runs in rows.items():
-        n, vs_cublas, vs_lt, variant = summary(runs)
+    for (suite, r, k, c, dtype), (n, vs_cublas, vs_lt, variant) in table:
         print(f"| {suite} | {r}x{k}x{c} | {dtype} | {n} | {vs_cublas} | {vs_lt} | {variant} |")
     return 0
 

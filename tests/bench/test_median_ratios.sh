@@ -8,8 +8,9 @@ script="$root/bench/median_ratios.py"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-# run i: nmkit 1 ms; cuSPARSELt (ratio) ms; cuBLAS 1.5 ms; a variant at (variant) ms; the decode row only in run 1.
-write_run() {  # file, cuSPARSELt ms, searched (true/false), variant ms
+# Every run: nmkit 1 ms and cuBLAS 1.5 ms, so that cuSPARSELt's time is also nmkit's ratio against it; the decode
+# row only in run 1.
+write_run() {  # file, cuSPARSELt ms, searched (true/false), variant ms, more rows
   cat >"$1" <<JSON
 {"rows": [
  {"suite": "llm", "r": 11008, "k": 4096, "c": 4096, "dtype": "bf16", "cublas_ms": 1.5, "nmkit_ms": 1.0,
@@ -35,4 +36,7 @@ if python3 "$script" >/dev/null 2>&1; then fail "no arguments must be an error";
 echo '{"rows": []}' >"$dir/empty.json"
 if msg=$(python3 "$script" "$dir/empty.json" 2>&1); then fail "a file without rows must be an error"; fi
 grep -q "no benchmark rows" <<<"$msg" || fail "the error names the empty file: $msg"
+echo '{"rows": [{"suite": "llm", "r": 1, "k": 1, "c": 1, "dtype": "f16"}]}' >"$dir/partial.json"
+if msg=$(python3 "$script" "$dir/partial.json" 2>&1); then fail "a row without its ratios must be an error"; fi
+grep -q "speedup_vs_cublas" <<<"$msg" || fail "the error names the missing field: $msg"
 echo "median_ratios.py: every check passed"
