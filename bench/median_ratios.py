@@ -8,8 +8,8 @@ cuSPARSELt on every shape" is judged on the median of several runs, each ratio s
 Usage: median_ratios.py run1.json run2.json [...]   (scripts/gpu_check.sh with NMKIT_BENCH_REPEAT=N writes them)
 
 Prints one markdown row per (suite, shape, dtype): the runs that have it, the median nmkit x cuBLAS, the median
-nmkit x cuSPARSELt with its range ("default cfg" where any run fell back to cuSPARSELt's default configuration,
-its searched one having failed the check), and, for runs made with --variant-env, the median of the variant's time
+nmkit x cuSPARSELt with its range (over the runs whose searched configuration passed the check; "default cfg" where
+every run fell back to cuSPARSELt's default configuration, its searched one having failed the check), and, for runs made with --variant-env, the median of the variant's time
 over nmkit's. Exits with 1 when a file cannot be read, has no rows, or a row lacks a field it needs.
 """
 import json
@@ -37,11 +37,17 @@ def collect(paths):
 def summary(runs):
     """The medians of one row over its runs, as table cells."""
     vs_cublas = statistics.median(r["speedup_vs_cublas"] for r in runs)
-    lt = [r["nmkit_vs_cusparselt"] for r in runs if "nmkit_vs_cusparselt" in r]
+    timed = [r for r in runs if "nmkit_vs_cusparselt" in r]
+    searched = [r["nmkit_vs_cusparselt"] for r in timed if r.get("cusparselt_searched") is not False]
+    default = [r["nmkit_vs_cusparselt"] for r in timed if r.get("cusparselt_searched") is False]
+    # The two baselines are different kernels: the searched one where any run has it, the default one otherwise.
+    lt = searched or default
     if lt:
         vs_lt = f"{statistics.median(lt):.3f}x ({min(lt):.3f}-{max(lt):.3f})"
-        if any(r.get("cusparselt_searched") is False for r in runs if "nmkit_vs_cusparselt" in r):
+        if not searched:
             vs_lt += " default cfg"
+        elif default:
+            vs_lt += f" searched in {len(searched)} of {len(timed)} runs"
     else:
         vs_lt = "n/a"
     variant = [r["variant_ms"] / r["nmkit_ms"] for r in runs if "variant_ms" in r]

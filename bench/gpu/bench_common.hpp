@@ -92,8 +92,28 @@ class QueueHold {
 
 // Median kernel time in ms of `launch(set)` over `iters` launches after `warmup`, rotating operand sets; the timed
 // launches are queued behind a QueueHold.
+// Under sustained load the H200's clocks fall from boost by 10-20 % within the first ~30 ms (power and heat), so a
+// row timed straight after its warm-up launches straddles that fall, and whichever library ran in the boost window
+// gains (docs/performance.md, "How a row is timed"). Before timing, every library therefore runs in rotating rounds
+// for this long (wall clock) first; --steady-warmup-ms sets it, 0 turns it off.
+inline constexpr double kSteadyWarmupMs = 300.0;
+inline double& steady_warmup_ms() {
+  static double ms = kSteadyWarmupMs;
+  return ms;
+}
+
+inline void warm_to_steady_state(const std::vector<std::function<void(int)>>& launches, int sets, cudaStream_t s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed_ms = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  for (int round = 0; elapsed_ms() < steady_warmup_ms(); ++round) {
+    for (std::size_t turn = 0; turn < launches.size(); ++turn) launches[(round + turn) % launches.size()](round % sets);
+    NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+}
+
 inline double time_median_ms(const std::function<void(int)>& launch, int sets, int warmup, int iters, cudaStream_t s) {
   for (int i = 0; i < warmup; ++i) launch(i % sets);
+  warm_to_steady_state({launch}, sets, s);
   std::vector<cudaEvent_t> events(2 * iters);
   for (auto& e : events) NMKIT_CUDA_CHECK(cudaEventCreate(&e));
   QueueHold::instance().hold(s);
@@ -116,11 +136,14 @@ inline double time_median_ms(const std::function<void(int)>& launch, int sets, i
 // heat. (A library timed alone in its own burst is at the mercy of what ran before it: on the H200 the bursts of
 // one process gave cuSPARSELt 4-10 % more over nmkit than sustained runs of both did; docs/performance.md,
 // "How a row is timed".) Returns each library's median launch time in ms.
+// launch_ms, if given, receives every timed launch's time per library, in launch order (--launch-times).
 inline std::vector<double> time_interleaved_ms(const std::vector<std::function<void(int)>>& launches, int sets,
-                                               int warmup, int rounds, int iters_per_round, cudaStream_t s) {
+                                               int warmup, int rounds, int iters_per_round, cudaStream_t s,
+                                               std::vector<std::vector<float>>* launch_ms = nullptr) {
   const int libraries = static_cast<int>(launches.size());
   for (const auto& launch : launches)
     for (int i = 0; i < warmup; ++i) launch(i % sets);
+  warm_to_steady_state(launches, sets, s);
   const int per_library = rounds * iters_per_round;
   std::vector<cudaEvent_t> events(2 * libraries * per_library);
   for (auto& e : events) NMKIT_CUDA_CHECK(cudaEventCreate(&e));
@@ -145,9 +168,11 @@ inline std::vector<double> time_interleaved_ms(const std::vector<std::function<v
   NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<double> medians(libraries);
   std::vector<float> ms(per_library);
+  if (launch_ms) launch_ms->assign(libraries, {});
   for (int library = 0; library < libraries; ++library) {
     for (int i = 0; i < per_library; ++i)
       NMKIT_CUDA_CHECK(cudaEventElapsedTime(&ms[i], event(library, i, 0), event(library, i, 1)));
+    if (launch_ms) (*launch_ms)[library] = ms;
     std::nth_element(ms.begin(), ms.begin() + per_library / 2, ms.end());
     medians[library] = ms[per_library / 2];
   }

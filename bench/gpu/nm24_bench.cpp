@@ -159,6 +159,7 @@ struct Options {
   int warmup = 5, iters = 30;
   bool cusparselt = true;
   bool autotune = false;
+  bool launch_times = false;  // JSON: every timed launch per library (cublas, nmkit, [cusparselt,] [variant])
   double power_ms = 0;  // > 0: sustained runs with the SM clock and power sampled (2:4 suites)
   std::string variant_env;  // NAME=VALUE[,...]: a second nmkit plan made with these variables set, timed beside the first
   int chain = 0;  // > 0: also chains of this many back-to-back launches per library (2:4 suites)
@@ -385,8 +386,9 @@ int run(const Options& o) {
         variant_index = launches.size();
         launches.push_back(variant_launch);
       }
-      const std::vector<double> medians =
-          time_interleaved_ms(launches, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
+      std::vector<std::vector<float>> launch_ms;
+      const std::vector<double> medians = time_interleaved_ms(launches, sets, o.warmup, interleaved_rounds(o.iters),
+                                                              kLaunchesPerRound, stream, o.launch_times ? &launch_ms : nullptr);
       const double dense_ms = medians[0], nmkit_ms = medians[1];
       if (lt_index) lt_ms = medians[*lt_index];
       // --chain: each library's launches back to back, as a model's layers run: each launch then waits only for the
@@ -458,6 +460,11 @@ int run(const Options& o) {
       }
       if (variant_index)
         row["variant_env"] = o.variant_env, row["variant_ms"] = medians[*variant_index], row["variant_rel_error"] = *variant_err;
+      if (!launch_ms.empty()) {
+        row["launch_ms"] = {{"cublas", launch_ms[0]}, {"nmkit", launch_ms[1]}};
+        if (lt_index) row["launch_ms"]["cusparselt"] = launch_ms[*lt_index];
+        if (variant_index) row["launch_ms"]["variant"] = launch_ms[*variant_index];
+      }
       if (power) {
         row["sustained_ms"] = o.power_ms;
         row["cublas_sustained"] = sustained_json(*dense_power), row["nmkit_sustained"] = sustained_json(*nmkit_power);
@@ -527,6 +534,12 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "f16 | bf16 | both")->capture_default_str();
   app.add_option("--json", o.json_path, "Write the results as JSON");
   app.add_option("--warmup", o.warmup, "Warm-up launches")->capture_default_str();
+  app.add_option("--steady-warmup-ms", steady_warmup_ms(),
+                 "Before each row's timing, run its libraries in rotating rounds for this many ms, so that every "
+                 "library is timed at the clocks sustained load settles to (0: off, the timing before the "
+                 "twenty-sixth session)")
+      ->check(CLI::Range(0.0, 60000.0))
+      ->capture_default_str();
   app.add_option("--iters", o.iters, "Timed launches (median)")->capture_default_str();
   app.add_flag("!--no-cusparselt", o.cusparselt, "Skip cuSPARSELt");
   app.add_flag("!--no-hold-queue", o.hold_queue,
@@ -543,6 +556,8 @@ int main(int argc, char** argv) {
   app.add_option("--variant-env", o.variant_env,
                  "2:4 suites: NAME=VALUE[,NAME=VALUE...]; also time a second nmkit plan made with these environment "
                  "variables set, in the same rounds (kernel experiments such as NMKIT_SM90_MULTICAST=1)");
+  app.add_flag("--launch-times", o.launch_times,
+               "2:4 suites: also write every timed launch's ms per library to the JSON (launch_ms), in launch order");
   app.add_flag("--autotune", o.autotune, "Choose nmkit's tile by timing (Nm24SpmmPlan::autotune) instead of the heuristic");
   CLI11_PARSE(app, argc, argv);
   try {

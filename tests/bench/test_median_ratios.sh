@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/median_ratios.py on three synthetic runs with known ratios: medians, ranges, the default-configuration mark,
+# bench/median_ratios.py on synthetic runs with known ratios: medians, ranges, searched and default baselines kept apart,
 # the variant column, rows missing from some runs, and the errors for no arguments and for a file without rows.
 #   tests/bench/test_median_ratios.sh <repository root>
 set -euo pipefail
@@ -29,8 +29,14 @@ write_run "$dir/c.json" 1.01 false 1.00 ""
 out=$(python3 "$script" "$dir/a.json" "$dir/b.json" "$dir/c.json")
 echo "$out"
 fail() { echo "FAILED: $*"; exit 1; }
-grep -qF "| llm | 11008x4096x4096 | bf16 | 3 | 1.50x | 1.010x (0.970-1.040) default cfg | 1.000x |" <<<"$out" || fail "the llm row's medians"
+grep -qF "| llm | 11008x4096x4096 | bf16 | 3 | 1.50x | 1.005x (0.970-1.040) searched in 2 of 3 runs | 1.000x |" <<<"$out" ||
+  fail "the llm row's medians, over the searched runs only"
 grep -qF "| decode | 11008x4096x1 | bf16 | 1 | 1.50x | n/a | n/a |" <<<"$out" || fail "a row of one run without cuSPARSELt"
+write_run "$dir/d.json" 1.20 false 1.00 ""
+write_run "$dir/e.json" 1.30 false 1.00 ""
+out=$(python3 "$script" "$dir/d.json" "$dir/e.json")
+grep -qF "| llm | 11008x4096x4096 | bf16 | 2 | 1.50x | 1.250x (1.200-1.300) default cfg | 1.000x |" <<<"$out" ||
+  fail "a row whose every run fell back to the default configuration"
 
 if python3 "$script" >/dev/null 2>&1; then fail "no arguments must be an error"; fi
 echo '{"rows": []}' >"$dir/empty.json"

@@ -134,6 +134,36 @@ TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
   }
 }
 
+// NMKIT_SM90_GROUP_ROWS (an experiment knob, docs/performance.md 2:4 item 32) reorders the tiles only: every group
+// size, including one that does not divide the row tiles, gives the oracle's product; bad values are named.
+TEST(Nm24Gpu, ARasterGroupOverrideIsCorrectAndChecked) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  const ScopedEnv persistent("NMKIT_SM90_SCHEDULE", "persistent");
+  uint32_t seed = 1300;
+  for (const char* rows : {"1", "3", "8", "64"}) {
+    const ScopedEnv env("NMKIT_SM90_GROUP_ROWS", rows);
+    for (DType dtype : {DType::f16, DType::bf16}) {
+      Case t{{2200, 200, 2104, dtype, dtype, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
+             Nm24Kernel::sm90_wgmma_sp};
+      EXPECT_EQ(Nm24SpmmPlan::create(t.desc(), t.kernel).config().raster_rows, std::atoi(rows));
+      EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " raster rows " << rows;
+    }
+  }
+  const SpmmDesc desc{2200, 200, 2104};
+  for (const char* bad : {"0", "-4", "12x", "", "2000"}) {
+    const ScopedEnv env("NMKIT_SM90_GROUP_ROWS", bad);
+    if (*bad == '\0') {  // empty: unset, the kernel's default
+      EXPECT_EQ(Nm24SpmmPlan::create(desc, Nm24Kernel::sm90_wgmma_sp).config().raster_rows, 0);
+      continue;
+    }
+    EXPECT_THROW(Nm24SpmmPlan::create(desc, Nm24Kernel::sm90_wgmma_sp), Error) << "NMKIT_SM90_GROUP_ROWS=" << bad;
+  }
+  const ScopedEnv multicast("NMKIT_SM90_MULTICAST", "1"), odd("NMKIT_SM90_GROUP_ROWS", "5");
+  EXPECT_THROW(Nm24SpmmPlan::create(SpmmDesc{2048, 512, 2048}, Nm24Kernel::sm90_wgmma_sp, 256), Error)
+      << "an odd raster group with B multicast";
+}
+
 TEST(Nm24Gpu, AutotunedPlansAreCorrectAndCached) {
   SKIP_WITHOUT_GPU();
   const SpmmDesc desc{640, 512, 300};

@@ -134,6 +134,9 @@ struct KernelConfig {
   int threads = 0;
   int smem_bytes = 0;
   int cluster = 1;  // 2: two CTAs share each B tile through TMA multicast
+  // sm90: row tiles per raster group (the CTAs' tiles go in groups of this many row tiles that sweep all column
+  // tiles, for L2 reuse); 0 keeps the kernel's default.
+  int raster_rows = 0;
   // sm90: D's final 16-bit values go from the accumulators to D by TMA stores of 64-column parts (16-bit D,
   // beta == 0, no GELU, D's leading dimension a multiple of 8, an n-tile of 64-256) instead of the fp32 round trip
   // through the pipeline's stages; run() falls back to that staged epilogue for a D not 16-byte aligned.

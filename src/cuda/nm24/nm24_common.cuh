@@ -185,6 +185,7 @@ int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<
 // B, so column tiles of B are shared across row tiles only weakly and taller groups (more row tiles, fewer
 // column tiles per wave) keep more of B in L2, as long as the group's rows of A fit in half of it.
 int sm90_gather_group_rows(int64_t cols);
+int raster_rows_override(int cluster);
 int sm_count();
 bool device_is_sm90();
 // Throw Error (invalid_argument / unsupported) naming `who` and what is wrong.

@@ -147,7 +147,21 @@ void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config) {
   if (schedule == Sm90Schedule::persistent) config.persistent_ctas = sms;
 }
 
+// NMKIT_SM90_GROUP_ROWS overrides the raster group for experiments (even with multicast: a cluster's two CTAs take
+// consecutive tiles of one group, which must share their column tile).
+int raster_rows_override(int cluster) {
+  const char* env = std::getenv("NMKIT_SM90_GROUP_ROWS");
+  if (!env || !*env) return 0;
+  const std::string value(env);
+  char* end = nullptr;
+  const long rows = std::strtol(value.c_str(), &end, 10);
+  require(*end == '\0' && rows >= 1 && rows <= 1024 && (cluster == 1 || rows % 2 == 0), ErrorCode::invalid_argument,
+          "NMKIT_SM90_GROUP_ROWS must be a row-tile count in 1..1024 (even with B multicast), got '" + value + "'");
+  return static_cast<int>(rows);
+}
+
 void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
+  if (config.raster_rows > 0) p.group_rows = config.raster_rows;
   p.register_epilogue = config.register_epilogue && aligned16(d);
   p.persistent_ctas = p.register_epilogue ? config.persistent_ctas : 0;
 }
@@ -200,6 +214,7 @@ std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
      << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "")
      << (c.register_epilogue ? " register epilogue" : "") << (c.overlap_launch ? " overlapped launch" : "");
   if (c.persistent_ctas > 0) os << " persistent " << c.persistent_ctas << " CTAs";
+  if (c.raster_rows > 0) os << " raster " << c.raster_rows << " row tiles";
   return os;
 }
 
@@ -285,6 +300,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && b_col_major && t.block_n >= 128 &&
       ceil_div(desc.rows, kPackRowAlign) % 2 == 0)
     plan.config_.cluster = 2;
+  if (kernel == Nm24Kernel::sm90_wgmma_sp) plan.config_.raster_rows = nm24::raster_rows_override(plan.config_.cluster);
   nm24::choose_sm90_schedule(desc, plan.config_);
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
