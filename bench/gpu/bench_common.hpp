@@ -90,9 +90,7 @@ class QueueHold {
   volatile int32_t* device_flags_ = nullptr;  // the same memory, as the device sees it
 };
 
-// Median kernel time in ms of `launch(set)` over `iters` launches after `warmup`, rotating operand sets; the timed
-// launches are queued behind a QueueHold.
-// Under sustained load the H200's clocks fall from boost by 10-20 % within the first ~30 ms (power and heat), so a
+// Under sustained load the H200's clocks fall from boost by 6-25 % within the first ~30 ms (power and heat), so a
 // row timed straight after its warm-up launches straddles that fall, and whichever library ran in the boost window
 // gains (docs/performance.md, "How a row is timed"). Before timing, every library therefore runs in rotating rounds
 // for this long (wall clock) first; --steady-warmup-ms sets it, 0 turns it off.
@@ -111,6 +109,8 @@ inline void warm_to_steady_state(const std::vector<std::function<void(int)>>& la
   }
 }
 
+// Median kernel time in ms of `launch(set)` over `iters` launches after `warmup`, rotating operand sets; the timed
+// launches are queued behind a QueueHold.
 inline double time_median_ms(const std::function<void(int)>& launch, int sets, int warmup, int iters, cudaStream_t s) {
   for (int i = 0; i < warmup; ++i) launch(i % sets);
   warm_to_steady_state({launch}, sets, s);
