@@ -11,12 +11,19 @@ expect_error() {  # expect_error "fragment" cmd...: non-zero exit and one line o
   grep -q -- "$fragment" "$work/err" || fail "'$*' stderr lacks '$fragment': $(cat "$work/err")"
 }
 
+# Outputs go to a file before grep reads them: `cmd | grep -q` lets grep exit at its first match, and under
+# pipefail the writer's SIGPIPE on its next line then fails the test (seen under a loaded CTest run).
 "$NMKIT" --help >/dev/null
-for sub in info prune inspect demo eval; do "$NMKIT" $sub --help | grep -qi usage || fail "$sub --help"; done
+for sub in info prune inspect demo eval; do
+  "$NMKIT" $sub --help >"$work/help.txt" || fail "$sub --help exited with $?"
+  grep -qi usage "$work/help.txt" || fail "$sub --help"
+done
 if [ -x "$(dirname "$NMKIT")/../../bench/nmkit_bench" ]; then  # CUDA builds: bench hands its arguments to the driver
-  "$NMKIT" bench --help | grep -q -- "--suite" || fail "bench --help does not show the driver's options"
+  "$NMKIT" bench --help >"$work/help.txt" || fail "bench --help exited with $?"
+  grep -q -- "--suite" "$work/help.txt" || fail "bench --help does not show the driver's options"
 fi
-"$NMKIT" info | grep -q "^nmkit " || fail "info prints no version"
+"$NMKIT" info >"$work/info.txt" || fail "info exited with $?"
+grep -q "^nmkit " "$work/info.txt" || fail "info prints no version"
 
 for format in 2:4 vnm:64:2:8 vnm:128:2:8 tile:64x64:0.25; do
   out="$work/pruned.safetensors"
