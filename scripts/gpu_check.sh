@@ -10,7 +10,8 @@
 # skips the 2:4 benchmark; NMKIT_SANITIZE_TESTS / NMKIT_SANITIZE_TOOLS override the sanitizer's tests and tools;
 # NMKIT_GPU_TEST_TIMEOUT / NMKIT_BENCH_TIMEOUT (seconds) bound the GPU tests and each extra benchmark run;
 # NMKIT_COPY_PROBE=1 also runs nmkit_copy_probe (copy_probe.txt); NMKIT_BENCH_REPEAT=N runs the 2:4 benchmark N
-# times (bench2.json ...) and ends with the per-row medians of its ratios.
+# times (bench2.json ...) and ends with the per-row medians of its ratios; several ';'-separated NMKIT_BENCH_VNM
+# runs end with the medians over their JSON too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -135,4 +136,11 @@ if [ "$repeats" -gt 1 ] && [ -z "${NMKIT_BENCH_SKIP:-}" ]; then
   python3 bench/median_ratios.py "${bench_jsons[@]}"
 fi
 for f in "$OUT"/vnm*.txt; do [ -f "$f" ] && grep -E "^vnm" "$f" | awk '{print $2, $3, $4, $5, $8, "ideal", $10, $NF}'; done
+# Several NMKIT_BENCH_VNM runs (the same arguments repeated, e.g. "--suite tile ...;--suite tile ..."): the per-row
+# medians over them, each pattern a row of its own.
+vnm_jsons=("$OUT"/vnm*.json)
+if [ ${#vnm_jsons[@]} -gt 1 ] && [ -f "${vnm_jsons[0]}" ]; then
+  echo; echo "medians over the ${#vnm_jsons[@]} NMKIT_BENCH_VNM runs:"
+  python3 bench/median_ratios.py "${vnm_jsons[@]}"
+fi
 exit 0

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # bench/median_ratios.py on synthetic runs with known ratios: medians, ranges, searched and default baselines kept apart,
+# tile rows of one shape told apart by their pattern,
 # the variant column, rows missing from some runs, and the errors for no arguments and for a file without rows.
 #   tests/bench/test_median_ratios.sh <repository root>
 set -euo pipefail
@@ -37,6 +38,22 @@ write_run "$dir/e.json" 1.30 false 1.00 ""
 out=$(python3 "$script" "$dir/d.json" "$dir/e.json")
 grep -qF "| llm | 11008x4096x4096 | bf16 | 2 | 1.50x | 1.250x (1.200-1.300) default cfg | 1.000x |" <<<"$out" ||
   fail "a row whose every run fell back to the default configuration"
+
+# Tile rows: one shape and dtype, two densities, kept apart; the cuSPARSE BSR column appears with its median.
+tile_row() {  # density, nmkit x cuBLAS, nmkit x BSR
+  echo "{\"suite\": \"tile\", \"r\": 4096, \"k\": 4096, \"c\": 32, \"dtype\": \"f16\", \"tile\": 64, \"density\": $1,
+   \"distribution\": \"uniform\", \"speedup_vs_cublas\": $2, \"nmkit_vs_cusparse_bsr\": $3}"
+}
+echo "{\"rows\": [$(tile_row 0.5 1.2 10), $(tile_row 0.25 1.5 20)]}" >"$dir/t1.json"
+echo "{\"rows\": [$(tile_row 0.5 1.4 30), $(tile_row 0.25 1.7 40)]}" >"$dir/t2.json"
+out=$(python3 "$script" "$dir/t1.json" "$dir/t2.json")
+echo "$out"
+grep -qF "| tile | 4096x4096x32 tile=64 density=0.5 distribution=uniform | f16 | 2 | 1.30x | n/a | n/a | 20.00x |" <<<"$out" ||
+  fail "the tile row at density 0.5"
+grep -qF "| tile | 4096x4096x32 tile=64 density=0.25 distribution=uniform | f16 | 2 | 1.60x | n/a | n/a | 30.00x |" <<<"$out" ||
+  fail "the tile row at density 0.25, apart from 0.5"
+grep -qF "nmkit x cuSPARSE BSR |" <<<"$out" || fail "the BSR column's header"
+if grep -qF "fixed indices" <<<"$out"; then fail "no V:N:M column without V:N:M rows"; fi
 
 if python3 "$script" >/dev/null 2>&1; then fail "no arguments must be an error"; fi
 echo '{"rows": []}' >"$dir/empty.json"
