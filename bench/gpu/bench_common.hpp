@@ -8,8 +8,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../src/cuda/common/check.cuh"
@@ -89,6 +92,23 @@ class QueueHold {
   volatile int32_t* flags_ = nullptr;         // [0] the last ticket released, [1] a hold timed out
   volatile int32_t* device_flags_ = nullptr;  // the same memory, as the device sees it
 };
+
+// Makes a plan with the environment variables of `assignments` set, restoring their previous state after.
+template <class Make>
+inline auto plan_with_env(const std::vector<std::pair<std::string, std::string>>& assignments, const Make& make) {
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  for (const auto& [name, value] : assignments) {
+    const char* old = std::getenv(name.c_str());
+    saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+    setenv(name.c_str(), value.c_str(), 1);
+  }
+  auto plan = make();
+  for (const auto& [name, previous] : saved) {
+    if (previous) setenv(name.c_str(), previous->c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+  return plan;
+}
 
 // Under sustained load the H200's clocks fall from boost by 6-25 % within the first ~30 ms (power and heat), so a
 // row timed straight after its warm-up launches straddles that fall, and whichever library ran in the boost window

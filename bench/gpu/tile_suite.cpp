@@ -208,6 +208,8 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                                                  " takes automatic, sm80_mma, sm90_wgmma, stream_mma or warp_stream_mma, got " + name);
   };
   const gpu::TileKernel kernel = kernel_named(o.kernel, "--tile-kernel");
+  std::string variant_label;  // --variant-env's assignments, as given
+  for (const auto& [name, value] : o.variant_env) variant_label += (variant_label.empty() ? "" : ",") + name + "=" + value;
   std::optional<gpu::TileKernel> compare;
   if (!o.compare_kernel.empty()) compare = kernel_named(o.compare_kernel, "--tile-compare");
   std::printf("\n%-5s %-18s %-5s %-7s %-7s %-7s %9s %9s %8s %10s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "tile",
@@ -251,8 +253,10 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             std::optional<gpu::TileSpmmPlan> variant;
             double variant_err = 0;
             const gpu::TileKernel kernel_run = plan.kernel_for(weights[0]);  // what run() launches for this weight
-            if (compare && *compare != kernel_run) {
-              variant = gpu::TileSpmmPlan::create(desc, side, side, *compare, launch);
+            const bool compared = compare && *compare != kernel_run;
+            if (compared || (!compare && !o.variant_env.empty())) {
+              variant = compared ? gpu::TileSpmmPlan::create(desc, side, side, *compare, launch)
+                                 : plan_with_env(o.variant_env, [&] { return gpu::TileSpmmPlan::create(desc, side, side, kernel, launch); });
               const auto variant_launch = [&](int i) { variant->run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); };
               variant_err = check_output(variant_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
               launches.push_back(variant_launch);
@@ -334,8 +338,8 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                         dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, kernel_text);
             if (ell) std::printf("  | Blocked-ELL %.3f ms (%.2fx, err %.1e)", ell->ms, ell->ms / nmkit_ms, ell->rel_error);
             if (variant)
-              std::printf("  | %s %.3f ms (%.3fx nmkit's time, err %.1e)", gpu::kernel_name(variant->kernel()), medians[2],
-                          medians[2] / nmkit_ms, variant_err);
+              std::printf("  | %s %.3f ms (%.3fx nmkit's time, err %.1e)", compared ? gpu::kernel_name(variant->kernel()) : variant_label.c_str(),
+                          medians[2], medians[2] / nmkit_ms, variant_err);
             if (chain_ms)
               std::printf("  | chain of %d, us per product: %.2f overlapped, %.2f not, cuBLAS %.2f (%.2fx / %.2fx cuBLAS)", o.chain,
                           1e3 * (*chain_ms)[0], 1e3 * (*chain_ms)[1], 1e3 * (*chain_ms)[2], (*chain_ms)[2] / (*chain_ms)[0],
@@ -350,6 +354,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             {"persistent", plan.persistent()}, {"deferred_store", plan.deferred_store()}});
             if (kernel_run == gpu::TileKernel::stream_mma || kernel_run == gpu::TileKernel::warp_stream_mma)
               rows.back()["stream_ctas"] = plan.stream_ctas(weights[0]);
+            if (variant && !compared) rows.back()["variant_env"] = variant_label;
             if (variant)
               rows.back()["variant_kernel"] = gpu::kernel_name(variant->kernel()), rows.back()["variant_ms"] = medians[2],
               rows.back()["variant_rel_error"] = variant_err, rows.back()["variant_speedup_vs_cublas"] = dense_ms / medians[2];

@@ -29,6 +29,9 @@ struct TileSuiteOptions {
   // Also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma), in the same rounds as the
   // default plan ("variant" in the JSON rows); empty: none.
   std::string compare_kernel;
+  // Or time the plan made again with these environment variables set (--variant-env: a kernel experiment that a
+  // plan reads at creation), in the same rounds; with compare_kernel, that one wins.
+  std::vector<std::pair<std::string, std::string>> variant_env;
   std::string kernel = "automatic";  // the measured plan's kernel (automatic: the plan's choice)
 };
 
