@@ -2,9 +2,9 @@
 """How each library's launch times move through a row's timing (nmkit_bench --launch-times).
 
 The H200's clocks fall from boost under sustained load within the first tens of milliseconds, so the launches of a
-row's first rounds can be 6-25 % faster than the rest (H200, twenty-sixth session). This prints, per row and library, the median of the first
-round's launches, the median of the second half of the launches (the settled state) and their ratio, which shows
-whether a row was timed across that fall (docs/performance.md, "How a row is timed").
+row's first rounds can be 6-25 % faster than the rest (twenty-sixth session). This prints, per row and library, the
+median of the first round's launches, the median of the second half of the launches (the settled state) and their
+ratio, which shows whether a row was timed across that fall (docs/performance.md, "How a row is timed").
 
 Usage: launch_times.py run.json [...]   (JSON written by nmkit_bench with --launch-times)
 
