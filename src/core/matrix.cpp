@@ -19,6 +19,12 @@ const char* activation_name(Activation a) noexcept {
   return "?";
 }
 
+Activation parse_activation(std::string_view name) {
+  for (Activation a : {Activation::none, Activation::relu, Activation::gelu})
+    if (name == activation_name(a)) return a;
+  throw Error(ErrorCode::invalid_argument, "unknown activation '" + std::string(name) + "' (expected none, relu or gelu)");
+}
+
 float apply_activation(Activation a, float x) noexcept {
   switch (a) {
     case Activation::none: return x;

@@ -1,0 +1,116 @@
+"""nmkit.torch: sparse linear layers for PyTorch on nmkit's GPU kernels (inference).
+
+    import torch, nmkit.torch
+    dense = torch.nn.Linear(4096, 11008, dtype=torch.float16, device="cuda")
+    sparse = nmkit.torch.SparseLinear.from_linear(dense, "2:4")      # prunes by magnitude, packs, uploads
+    y = sparse(x)                                                     # x [..., 4096] f16 on the GPU
+
+The layer computes y = act(x W^T + b) for x row-major (the layout nn.Linear takes, no transpose), on the current
+CUDA stream, with one kernel launch and no synchronisation; each token count gets its plan on first use. Formats:
+"2:4", "vnm:V:2:M" (V:N:M; the 2:4 kernel over all of K where M % 4 == 0, the gathering kernel otherwise) and
+"tile:RxC:DENSITY". It has no backward: inputs that require grad are refused while grad mode is on.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import SparseWeight, _nmkit, prune
+
+__all__ = ["SparseLinear"]
+
+_DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
+_ALIGNMENT = 16  # bytes: the Hopper kernels' TMA needs 16-byte aligned rows and bases
+
+
+class SparseLinear(torch.nn.Module):
+    """y = act(x W^T + bias) with W a pruned weight on nmkit's sparse kernels."""
+
+    def __init__(self, weight: SparseWeight, bias: Optional[torch.Tensor] = None, activation: str = "none",
+                 device=None):
+        super().__init__()
+        if weight.dtype not in _DTYPES.values():
+            raise TypeError(f"SparseLinear needs an f16 or bf16 weight, got {weight.dtype} (prune with dtype='f16')")
+        device = torch.device("cuda" if device is None else device)
+        if device.type != "cuda":
+            raise ValueError(f"SparseLinear runs on a CUDA device, got {device}")
+        self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+        self.out_features, self.in_features = weight.shape
+        self.dtype = next(t for t, name in _DTYPES.items() if name == weight.dtype)
+        self.format = weight.format
+        with torch.cuda.device(self.device):
+            self._layer = _nmkit._SparseLinear(weight, activation, bias is not None)
+        if bias is not None:
+            if tuple(bias.shape) != (self.out_features,):
+                raise ValueError(f"bias must have shape ({self.out_features},), got {tuple(bias.shape)}")
+            bias = bias.detach().to(device=self.device, dtype=torch.float32).contiguous()
+        self.register_buffer("bias", bias)
+        self.activation = activation
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, format: str = "2:4", activation: str = "none",
+                    dtype: Optional[torch.dtype] = None) -> "SparseLinear":
+        """Prunes `linear`'s weight by magnitude into `format` and builds the layer on its device (or the current
+        CUDA device); dtype defaults to the weight's own (f16 or bf16)."""
+        dtype = dtype or linear.weight.dtype
+        if dtype not in _DTYPES:
+            raise TypeError(f"SparseLinear computes in float16 or bfloat16, got {dtype} (pass dtype=torch.float16)")
+        weight = prune(linear.weight.detach().float().cpu().numpy(), format, _DTYPES[dtype])
+        device = linear.weight.device if linear.weight.is_cuda else None
+        return cls(weight, linear.bias, activation, device)
+
+    def kernel(self, tokens: int) -> str:
+        """The kernel a call with `tokens` rows of x launches (its plan is made if there is none yet)."""
+        with torch.cuda.device(self.device):
+            return self._layer.kernel(tokens)
+
+    def forward(self, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        self._check_input(x)
+        tokens = x.numel() // self.in_features
+        x2 = x.reshape(tokens, self.in_features)
+        if not x2.is_contiguous() or x2.data_ptr() % _ALIGNMENT:
+            x2 = x2.clone(memory_format=torch.contiguous_format)  # a fresh allocation is aligned
+        if out is None:
+            y = torch.empty((tokens, self.out_features), dtype=self.dtype, device=self.device)
+        else:
+            self._check_output(out, tokens)
+            y = out.view(tokens, self.out_features)
+        bias = self._bias_pointer()
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        self._layer.run(x2.data_ptr(), y.data_ptr(), tokens, bias, stream)
+        return y.view(*x.shape[:-1], self.out_features) if out is None else out
+
+    def _bias_pointer(self) -> int:
+        if self.bias is None:
+            return 0
+        if self.bias.device != self.device:
+            raise RuntimeError(f"SparseLinear's weight stays on {self.device}; its bias was moved to {self.bias.device}")
+        if self.bias.dtype != torch.float32:  # the kernels add an fp32 bias (module.half() casts buffers)
+            self.bias = self.bias.float()
+        return self.bias.data_ptr()
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.device != self.device:
+            raise ValueError(f"x is on {x.device}, the layer on {self.device}")
+        if x.dtype != self.dtype:
+            raise TypeError(f"x is {x.dtype}, the layer computes in {self.dtype}")
+        if x.dim() < 1 or x.shape[-1] != self.in_features:
+            raise ValueError(f"x must have {self.in_features} features in its last dimension, got shape {tuple(x.shape)}")
+        if x.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError("SparseLinear is inference-only (no backward); call it under torch.no_grad() or "
+                               "torch.inference_mode()")
+
+    def _check_output(self, out: torch.Tensor, tokens: int) -> None:
+        if out.device != self.device or out.dtype != self.dtype:
+            raise TypeError(f"out must be {self.dtype} on {self.device}, got {out.dtype} on {out.device}")
+        if out.numel() != tokens * self.out_features or out.shape[-1] != self.out_features:
+            raise ValueError(f"out must hold {tokens} x {self.out_features} values, got shape {tuple(out.shape)}")
+        if not out.is_contiguous() or out.data_ptr() % _ALIGNMENT:
+            raise ValueError("out must be contiguous and 16-byte aligned")
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, format='{self.format}', "
+                f"dtype={self.dtype}, bias={self.bias is not None}, activation='{self.activation}'")

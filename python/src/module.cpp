@@ -1,0 +1,221 @@
+// nmkit._nmkit: the nanobind extension behind the nmkit Python package. Thin: it converts arrays and strings,
+// calls the library, and turns nmkit::Error into Python exceptions. The Python layer (nmkit/__init__.py,
+// nmkit/torch.py) holds the user-facing API and checks tensors before their pointers reach run().
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "nmkit/cpu/spmm.hpp"
+#include "nmkit/device.hpp"
+#include "nmkit/error.hpp"
+#include "nmkit/format/spec.hpp"
+#include "nmkit/io/model.hpp"
+#include "nmkit/prune/magnitude.hpp"
+#include "nmkit/util/overloaded.hpp"
+#ifdef NMKIT_PYTHON_CUDA
+#include "nmkit/gpu/sparse_linear.hpp"
+#endif
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace nmkit::python {
+namespace {
+
+using HostMatrix = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+using HostVector = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using NumpyMatrix = nb::ndarray<nb::numpy, float, nb::ndim<2>>;
+
+// A compressed weight in its logical format (docs/formats.md) and, when it came from pruning, the energy kept.
+struct SparseWeight {
+  SparseMatrix matrix;
+  std::optional<double> energy;
+};
+
+// A float32 numpy array that owns `values` (rows x cols, row-major).
+NumpyMatrix to_numpy(std::vector<float> values, int64_t rows, int64_t cols) {
+  auto* owned = new std::vector<float>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return NumpyMatrix(owned->data(), {static_cast<size_t>(rows), static_cast<size_t>(cols)}, owner);
+}
+
+DenseMatrix to_dense_matrix(const HostMatrix& weight, DType dtype) {
+  const auto rows = static_cast<int64_t>(weight.shape(0)), cols = static_cast<int64_t>(weight.shape(1));
+  return DenseMatrix::from_float(rows, cols, std::span<const float>(weight.data(), weight.size()), dtype);
+}
+
+// The fraction of the dense entries that the format may keep: N/M, or the stored tiles over the grid.
+double format_density(const SparseMatrix& a) {
+  return std::visit(overloaded{
+                        [](const NmMatrix& m) { return static_cast<double>(m.n) / m.m; },
+                        [](const VnmMatrix& m) { return static_cast<double>(m.n) / m.m; },
+                        [](const TileMatrix& m) { return m.density(); },
+                    },
+                    a);
+}
+
+void translate_errors(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const Error& e) {
+    PyObject* type = PyExc_RuntimeError;  // cuda_error
+    switch (e.code()) {
+      case ErrorCode::invalid_argument:
+      case ErrorCode::pattern_violation: type = PyExc_ValueError; break;
+      case ErrorCode::unsupported: type = PyExc_NotImplementedError; break;
+      case ErrorCode::io_error: type = PyExc_OSError; break;
+      case ErrorCode::cuda_error: break;
+    }
+    PyErr_SetString(type, e.what());
+  }
+}
+
+void bind_formats(nb::module_& m) {
+  nb::class_<SparseWeight>(m, "SparseWeight",
+                           "A pruned weight in nmkit's logical format (2:4 / N:M, vnm:V:N:M or tile:RxC).")
+      .def_prop_ro("format", [](const SparseWeight& w) { return format_name(w.matrix); })
+      .def_prop_ro("shape", [](const SparseWeight& w) { return std::make_tuple(rows_of(w.matrix), cols_of(w.matrix)); })
+      .def_prop_ro("dtype", [](const SparseWeight& w) { return std::string(dtype_name(dtype_of(w.matrix))); })
+      .def_prop_ro("density", [](const SparseWeight& w) { return format_density(w.matrix); },
+                   "Fraction of the dense entries the format keeps (N/M, or stored tiles over all tiles).")
+      .def_prop_ro("storage_bytes", [](const SparseWeight& w) { return storage_bytes(w.matrix); },
+                   "Bytes of the compressed arrays (values and indices).")
+      .def_prop_ro("dense_bytes", [](const SparseWeight& w) {
+        return static_cast<int64_t>(rows_of(w.matrix) * cols_of(w.matrix) * dtype_size(dtype_of(w.matrix)));
+      })
+      .def_prop_ro("energy", [](const SparseWeight& w) { return w.energy; },
+                   "Kept L1 over total L1 of the weight it was pruned from (None when not pruned by nmkit).")
+      .def("to_dense", [](const SparseWeight& w) {
+        const DenseMatrix d = decompress(w.matrix);
+        return to_numpy(d.to_float(), d.rows, d.cols);
+      }, "The weight expanded to a dense float32 array (pruned entries are zero).")
+      .def("validate", [](const SparseWeight& w) { validate(w.matrix); },
+           "Checks every invariant of the format; raises ValueError naming the first violation.")
+      .def("__repr__", [](const SparseWeight& w) {
+        return "SparseWeight(format='" + format_name(w.matrix) + "', shape=(" + std::to_string(rows_of(w.matrix)) + ", " +
+               std::to_string(cols_of(w.matrix)) + "), dtype=" + dtype_name(dtype_of(w.matrix)) + ")";
+      });
+
+  m.def(
+      "prune",
+      [](const HostMatrix& weight, const std::string& format, const std::string& dtype) {
+        const FormatSpec spec = parse_format_spec(format);
+        DenseMatrix dense = to_dense_matrix(weight, parse_dtype(dtype));
+        nb::gil_scoped_release released;  // pruning large weights takes seconds
+        PruneResult r = prune_magnitude(dense, spec);
+        return SparseWeight{std::move(r.compressed), r.energy};
+      },
+      "weight"_a, "format"_a, "dtype"_a = "f16",
+      "Prunes a float32 (R, K) array by magnitude into `format` (\"2:4\", \"vnm:128:2:8\", \"tile:64x64:0.25\") and\n"
+      "compresses it with values stored as `dtype` (f32, f16 or bf16).");
+  m.def(
+      "compress",
+      [](const HostMatrix& weight, const std::string& format, const std::string& dtype) {
+        const DenseMatrix dense = to_dense_matrix(weight, parse_dtype(dtype));
+        return std::visit(overloaded{
+                              [&](const NmSpec& s) { return SparseWeight{compress_nm(dense, s.n, s.m), std::nullopt}; },
+                              [&](const VnmSpec& s) { return SparseWeight{compress_vnm(dense, s.v, s.n, s.m), std::nullopt}; },
+                              [&](const TileSpec& s) {
+                                return SparseWeight{compress_tiles(dense, s.tile_rows, s.tile_cols), std::nullopt};
+                              },
+                          },
+                          parse_format_spec(format));
+      },
+      "weight"_a, "format"_a, "dtype"_a = "f16",
+      "Compresses a float32 (R, K) array that already satisfies `format` (a tile spec's density is ignored: every\n"
+      "tile holding a non-zero is kept). Raises ValueError naming the first row and group that break the pattern.");
+  m.def(
+      "spmm",
+      [](const SparseWeight& a, const HostMatrix& b, std::optional<HostVector> bias, float alpha, const std::string& activation) {
+        const int64_t rows = rows_of(a.matrix), k = cols_of(a.matrix);
+        require(static_cast<int64_t>(b.shape(0)) == k, ErrorCode::invalid_argument,
+                "spmm: B has " + std::to_string(b.shape(0)) + " rows, the weight " + std::to_string(k) + " columns");
+        require(!bias || static_cast<int64_t>(bias->shape(0)) == rows, ErrorCode::invalid_argument,
+                "spmm: the bias has " + std::to_string(bias ? bias->shape(0) : 0) + " values, the weight " +
+                    std::to_string(rows) + " rows");
+        const auto n = static_cast<int64_t>(b.shape(1));
+        std::vector<float> d(static_cast<size_t>(rows * n));
+        Epilogue epilogue{alpha, 0.0f, bias ? bias->data() : nullptr, parse_activation(activation)};
+        {
+          nb::gil_scoped_release released;
+          spmm(a.matrix, ConstMatrixRef{b.data(), k, n}, ConstMatrixRef{}, MatrixRef{d.data(), rows, n}, epilogue);
+        }
+        return to_numpy(std::move(d), rows, n);
+      },
+      "a"_a, "b"_a, "bias"_a = nb::none(), "alpha"_a = 1.0f, "activation"_a = "none",
+      "The CPU reference product act(alpha * A @ B + bias): A a SparseWeight (R, K), B float32 (K, C); returns\n"
+      "float32 (R, C). The oracle nmkit's GPU kernels are tested against.");
+  m.def(
+      "load_file",
+      [](const std::string& path) {
+        ModelFile model = load_model(path);
+        nb::dict out;
+        for (NamedWeight& w : model.weights)
+          if (auto* sparse = std::get_if<SparseMatrix>(&w.weight))
+            out[nb::str(w.name.c_str())] = nb::cast(SparseWeight{std::move(*sparse), std::nullopt});
+        return out;
+      },
+      "path"_a,
+      "The compressed weights of a file written by `nmkit prune`, by name (validated; dense tensors are left to\n"
+      "the safetensors package).");
+}
+
+void bind_device(nb::module_& m) {
+  m.def("build_info", [] {
+    const BuildInfo b = build_info();
+    nb::dict d;
+    d["version"] = b.version;
+    d["cuda"] = b.cuda;
+    d["cuda_architectures"] = b.cuda_architectures;
+    d["compiler"] = b.compiler;
+    return d;
+  });
+  m.def("cuda_devices", [] {
+    const DeviceQuery q = query_cuda_devices();
+    nb::list devices;
+    for (const DeviceInfo& d : q.devices)
+      devices.append(nb::make_tuple(d.index, d.name, nb::make_tuple(d.cc_major, d.cc_minor), d.sm_count, d.memory_bytes));
+    return nb::make_tuple(devices, q.why_none);
+  }, "([(index, name, (major, minor), sm_count, memory_bytes)], why_none): the CUDA devices this process sees.");
+
+#ifdef NMKIT_PYTHON_CUDA
+  nb::class_<gpu::SparseLinear>(m, "_SparseLinear")
+      .def(nb::new_([](const SparseWeight& w, const std::string& activation, bool bias) {
+             return gpu::SparseLinear::create(w.matrix, parse_activation(activation), bias);
+           }),
+           "weight"_a, "activation"_a = "none", "bias"_a = false)
+      // Raw device pointers and a cudaStream_t as integers: nmkit.torch checks the tensors they come from.
+      .def(
+          "run",
+          [](gpu::SparseLinear& self, uintptr_t x, uintptr_t y, int64_t tokens, uintptr_t bias, uintptr_t stream) {
+            self.run(reinterpret_cast<gpu::Stream>(stream), reinterpret_cast<const void*>(x), reinterpret_cast<void*>(y),
+                     tokens, reinterpret_cast<const float*>(bias));
+          },
+          "x"_a, "y"_a, "tokens"_a, "bias"_a, "stream"_a)
+      .def("kernel", &gpu::SparseLinear::kernel, "tokens"_a)
+      .def_prop_ro("in_features", &gpu::SparseLinear::in_features)
+      .def_prop_ro("out_features", &gpu::SparseLinear::out_features)
+      .def_prop_ro("dtype", [](const gpu::SparseLinear& s) { return std::string(dtype_name(s.dtype())); })
+      .def_prop_ro("activation", [](const gpu::SparseLinear& s) { return std::string(activation_name(s.activation())); })
+      .def_prop_ro("has_bias", &gpu::SparseLinear::has_bias)
+      .def_prop_ro("format", &gpu::SparseLinear::format);
+#endif
+}
+
+}  // namespace
+}  // namespace nmkit::python
+
+NB_MODULE(_nmkit, m) {
+  m.doc() = "nmkit's C++ core (formats, pruning, the CPU reference and the GPU layers); use the nmkit package.";
+  nb::register_exception_translator(nmkit::python::translate_errors);
+  nmkit::python::bind_formats(m);
+  nmkit::python::bind_device(m);
+}

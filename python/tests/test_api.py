@@ -1,0 +1,155 @@
+"""The nmkit package on numpy arrays: pruning, compression, the CPU reference and its errors (no GPU needed)."""
+import json
+import os
+import struct
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+
+import nmkit
+
+
+def random_weight(rows, cols, seed=0):
+    return np.random.default_rng(seed).standard_normal((rows, cols), dtype=np.float32)
+
+
+def relative_error(got, want):
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+class Pruning(unittest.TestCase):
+    def test_2_4_keeps_the_two_largest_of_every_four(self):
+        w = random_weight(64, 96)  # K = 96: 24 groups
+        sw = nmkit.prune(w, "2:4", dtype="f32")
+        self.assertEqual((sw.format, sw.shape, sw.dtype, sw.density), ("2:4", (64, 96), "f32", 0.5))
+        dense = sw.to_dense()
+        groups = np.abs(w).reshape(64, 24, 4)
+        kept = np.sort(np.argsort(-groups, axis=2)[:, :, :2], axis=2)
+        expected = np.zeros_like(w).reshape(64, 24, 4)
+        np.put_along_axis(expected, kept, np.take_along_axis(w.reshape(64, 24, 4), kept, axis=2), axis=2)
+        np.testing.assert_array_equal(dense, expected.reshape(64, 96))
+        kept_l1 = np.abs(dense).sum() / np.abs(w).sum()
+        self.assertAlmostEqual(sw.energy, kept_l1, places=5)
+
+    def test_every_format_with_tails_round_trips(self):
+        w = random_weight(200, 333, seed=1)  # tails in R and K for every format below
+        for spec, density in [("2:4", 0.5), ("1:4", 0.25), ("vnm:64:2:8", 0.25), ("vnm:128:2:10", 0.2),
+                              ("vnm:32:1:8", 0.125), ("tile:32x32:0.25", None), ("tile:64x16:0.5", None)]:
+            with self.subTest(spec=spec):
+                sw = nmkit.prune(w, spec)
+                sw.validate()
+                self.assertEqual(sw.shape, (200, 333))
+                self.assertEqual(sw.dtype, "f16")
+                if density is not None:
+                    self.assertAlmostEqual(sw.density, density)
+                dense = sw.to_dense()
+                nonzero = dense != 0
+                # Every kept value is the weight's own, rounded to f16.
+                np.testing.assert_array_equal(dense[nonzero], w[nonzero].astype(np.float16).astype(np.float32))
+                self.assertLess(sw.storage_bytes, sw.dense_bytes)
+                # Compressing the pruned matrix again gives the same weight.
+                again = nmkit.compress(dense, spec if not spec.startswith("tile") else spec.rsplit(":", 1)[0] + ":1")
+                np.testing.assert_array_equal(again.to_dense(), dense)
+
+    def test_accepts_float16_and_integer_arrays(self):
+        w16 = random_weight(8, 16).astype(np.float16)
+        self.assertEqual(nmkit.prune(w16, "2:4").shape, (8, 16))
+        self.assertEqual(nmkit.prune(np.arange(32).reshape(4, 8), "2:4").to_dense()[0, 6], 6.0)
+        # A non-contiguous view is copied, not misread.
+        w = random_weight(16, 32)
+        np.testing.assert_array_equal(nmkit.prune(w.T, "2:4").to_dense(), nmkit.prune(w.T.copy(), "2:4").to_dense())
+
+
+class ReferenceProduct(unittest.TestCase):
+    def test_spmm_matches_the_dense_product_with_bias_and_activations(self):
+        rng = np.random.default_rng(2)
+        w = random_weight(130, 70, seed=3)
+        b = rng.standard_normal((70, 33), dtype=np.float32)
+        bias = rng.standard_normal(130, dtype=np.float32)
+        for spec in ["2:4", "vnm:64:2:8", "tile:16x16:0.5"]:
+            sw = nmkit.prune(w, spec, dtype="f32")
+            want = sw.to_dense().astype(np.float64) @ b
+            with self.subTest(spec=spec):
+                self.assertLess(relative_error(nmkit.spmm(sw, b), want), 1e-5)
+                got = nmkit.spmm(sw, b, bias=bias, alpha=0.5, activation="relu")
+                self.assertLess(relative_error(got, np.maximum(0.5 * want + bias[:, None], 0)), 1e-5)
+
+
+class Errors(unittest.TestCase):
+    def test_bad_input_raises_an_error_that_names_it(self):
+        w = random_weight(8, 16)
+        with self.assertRaisesRegex(ValueError, "N < M, got 3:2"):
+            nmkit.prune(w, "3:2")
+        with self.assertRaisesRegex(ValueError, "tile"):
+            nmkit.prune(w, "tile:64x64:1.5")
+        with self.assertRaisesRegex(ValueError, "dtype"):
+            nmkit.prune(w, "2:4", dtype="f8")
+        with self.assertRaisesRegex(TypeError, "2-D"):
+            nmkit.prune(w[0], "2:4")
+        with self.assertRaisesRegex(TypeError, "real numbers"):
+            nmkit.prune(w.astype(np.complex64), "2:4")
+        with self.assertRaisesRegex(ValueError, "row 0"):
+            nmkit.compress(np.ones((4, 8), np.float32), "2:4")  # four non-zeros per group
+        sw = nmkit.prune(w, "2:4")
+        with self.assertRaisesRegex(ValueError, "rows"):
+            nmkit.spmm(sw, np.ones((15, 4), np.float32))
+        with self.assertRaisesRegex(ValueError, "bias"):
+            nmkit.spmm(sw, np.ones((16, 4), np.float32), bias=np.ones(7, np.float32))
+        with self.assertRaisesRegex(ValueError, "activation"):
+            nmkit.spmm(sw, np.ones((16, 4), np.float32), activation="tanh")
+
+    def test_files_are_validated_before_they_are_trusted(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "broken.safetensors")
+            with open(path, "wb") as f:
+                f.write(b"\xff" * 8 + b"{not json")
+            with self.assertRaises(OSError):
+                nmkit.load_file(path)
+            with self.assertRaises(OSError):
+                nmkit.load_file(os.path.join(tmp, "missing.safetensors"))
+
+
+def write_safetensors(path, tensors):
+    """A minimal safetensors file of float32 arrays (the format's spec: length, JSON header, data)."""
+    header, offset, blobs = {}, 0, []
+    for name, array in tensors.items():
+        blob = np.ascontiguousarray(array, dtype=np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+@unittest.skipUnless(os.environ.get("NMKIT_CLI"), "NMKIT_CLI (the nmkit tool) is not set")
+class FilesFromTheCommandLine(unittest.TestCase):
+    def test_a_file_pruned_by_the_cli_loads_as_the_same_weights(self):
+        w = random_weight(96, 200, seed=4)
+        with tempfile.TemporaryDirectory() as tmp:
+            dense_path, sparse_path = os.path.join(tmp, "dense.safetensors"), os.path.join(tmp, "sparse.safetensors")
+            write_safetensors(dense_path, {"layer.weight": w, "embeddings.weight": w[:4]})
+            subprocess.run([os.environ["NMKIT_CLI"], "prune", dense_path, "-o", sparse_path, "--format", "vnm:32:2:8"],
+                           check=True, capture_output=True)
+            weights = nmkit.load_file(sparse_path)
+        self.assertEqual(list(weights), ["layer.weight"])  # embeddings are excluded by default and stay dense
+        loaded = weights["layer.weight"]
+        self.assertEqual((loaded.format, loaded.shape), ("vnm:32:2:8", (96, 200)))
+        np.testing.assert_array_equal(loaded.to_dense(), nmkit.prune(w, "vnm:32:2:8", dtype="f32").to_dense())
+
+
+class Build(unittest.TestCase):
+    def test_build_info_and_devices(self):
+        info = nmkit.build_info()
+        self.assertEqual(nmkit.__version__, info["version"])
+        devices, why_none = nmkit.cuda_devices()
+        self.assertEqual(nmkit.cuda_available(), bool(devices))
+        if not devices:
+            self.assertTrue(why_none)  # says why there is none
+
+
+if __name__ == "__main__":
+    unittest.main()

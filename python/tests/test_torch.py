@@ -1,0 +1,102 @@
+"""nmkit.torch.SparseLinear on the GPU against the same pruned weight through torch (skipped without PyTorch+CUDA)."""
+import unittest
+
+import numpy as np
+
+import nmkit
+
+try:
+    import torch
+    import torch.nn.functional as F
+
+    import nmkit.torch as nmt
+    WHY_SKIP = None if torch.cuda.is_available() and nmkit.cuda_available() else "no CUDA device for PyTorch and nmkit"
+    if WHY_SKIP is None and not hasattr(nmkit._nmkit, "_SparseLinear"):
+        WHY_SKIP = "nmkit was built without CUDA"
+except ImportError as e:
+    WHY_SKIP = f"PyTorch is not installed ({e})"
+
+TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}  # relative Frobenius error, as the C++ GPU tests
+
+
+def relative_error(got, want):
+    return ((got.float() - want.float()).norm() / want.float().norm()).item()
+
+
+@unittest.skipIf(WHY_SKIP, WHY_SKIP or "")
+class SparseLinearOnTheGpu(unittest.TestCase):
+    def reference(self, layer, weight, x, bias, activation):
+        """The same pruned weight through torch, in fp32."""
+        w = torch.from_numpy(weight.to_dense()).to(x.device)
+        y = F.linear(x.float(), w, None if bias is None else bias.float())
+        return {"none": y, "relu": F.relu(y), "gelu": F.gelu(y)}[activation]
+
+    def check(self, spec, rows, cols, token_shapes, dtype, bias=True, activation="none"):
+        torch.manual_seed(rows + cols)
+        dense = torch.nn.Linear(cols, rows, bias=bias, device="cuda", dtype=dtype)
+        layer = nmt.SparseLinear.from_linear(dense, spec, activation=activation)
+        weight = nmkit.prune(dense.weight.detach().float().cpu().numpy(), spec, {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype])
+        for shape in token_shapes:
+            x = torch.randn(*shape, cols, device="cuda", dtype=dtype)
+            out = torch.full((int(np.prod(shape)), rows), float("nan"), device="cuda", dtype=dtype)  # poisoned
+            with torch.no_grad():
+                y = layer(x)
+                layer(x, out=out)
+            torch.cuda.synchronize()
+            want = self.reference(layer, weight, x, dense.bias, activation)
+            label = f"{spec} {rows}x{cols} x{tuple(shape)} {dtype} bias={bias} {activation} ({layer.kernel(int(np.prod(shape)))})"
+            self.assertEqual(tuple(y.shape), (*shape, rows), label)
+            self.assertEqual(y.dtype, dtype, label)
+            self.assertFalse(torch.isnan(out).any().item(), label)
+            self.assertLess(relative_error(y, want), TOLERANCE[str(dtype).split(".")[1]], label)
+            torch.testing.assert_close(out.view_as(y), y, rtol=0, atol=0)
+
+    def test_2_4_with_tails_bias_and_activations(self):
+        for dtype in (torch.float16, torch.bfloat16):
+            self.check("2:4", 1000, 520, [(1,), (7,), (3, 43), (2, 129)], dtype)
+            self.check("2:4", 256, 1024, [(64,)], dtype, bias=False, activation="relu")
+            self.check("2:4", 384, 256, [(5, 33)], dtype, activation="gelu")
+
+    def test_vnm_both_forms(self):
+        for dtype in (torch.float16, torch.bfloat16):
+            self.check("vnm:128:2:8", 512, 1024, [(17,), (256,)], dtype)   # full 2:4 form for x[T, K]
+            self.check("vnm:64:2:10", 300, 520, [(9,), (40,)], dtype)      # condensed (M % 4 != 0)
+
+    def test_tiles_at_few_and_many_tokens(self):
+        for dtype in (torch.float16, torch.bfloat16):
+            self.check("tile:64x64:0.25", 1024, 1024, [(32,), (300,)], dtype)
+            self.check("tile:32x32:0.5", 200, 96, [(3,), (70,)], dtype, activation="relu")
+
+    def test_empty_batch_and_non_contiguous_input(self):
+        dense = torch.nn.Linear(128, 256, device="cuda", dtype=torch.float16)
+        layer = nmt.SparseLinear.from_linear(dense, "2:4")
+        with torch.no_grad():
+            self.assertEqual(tuple(layer(torch.empty(0, 128, device="cuda", dtype=torch.float16)).shape), (0, 256))
+            x = torch.randn(128, 40, device="cuda", dtype=torch.float16).t()  # a transposed view
+            torch.testing.assert_close(layer(x), layer(x.contiguous()), rtol=0, atol=0)
+            offset = torch.randn(40 * 128 + 1, device="cuda", dtype=torch.float16)[1:].view(40, 128)  # 2-byte aligned
+            torch.testing.assert_close(layer(offset), layer(offset.clone()), rtol=0, atol=0)
+
+    def test_bad_inputs_are_refused_with_a_reason(self):
+        dense = torch.nn.Linear(64, 128, device="cuda", dtype=torch.float16)
+        layer = nmt.SparseLinear.from_linear(dense, "2:4")
+        with torch.no_grad():
+            with self.assertRaisesRegex(TypeError, "float16"):
+                layer(torch.randn(4, 64, device="cuda", dtype=torch.bfloat16))
+            with self.assertRaisesRegex(ValueError, "64 features"):
+                layer(torch.randn(4, 63, device="cuda", dtype=torch.float16))
+            with self.assertRaisesRegex(ValueError, "cuda"):
+                layer(torch.randn(4, 64, dtype=torch.float16))
+            with self.assertRaisesRegex(ValueError, "hold"):
+                layer(torch.randn(4, 64, device="cuda", dtype=torch.float16),
+                      out=torch.empty(3, 128, device="cuda", dtype=torch.float16))
+        with self.assertRaisesRegex(RuntimeError, "inference-only"):
+            layer(torch.randn(4, 64, device="cuda", dtype=torch.float16, requires_grad=True))
+        with self.assertRaisesRegex(NotImplementedError, "2:4"):
+            nmt.SparseLinear.from_linear(dense, "2:8")  # N:M other than 2:4 has no GPU kernel
+        with self.assertRaisesRegex(TypeError, "float16"):
+            nmt.SparseLinear.from_linear(torch.nn.Linear(64, 128), "2:4")  # fp32 module, no dtype given
+
+
+if __name__ == "__main__":
+    unittest.main()
