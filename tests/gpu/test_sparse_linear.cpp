@@ -34,6 +34,7 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
         EXPECT_EQ(layer.out_features(), c.rows);
         EXPECT_EQ(layer.format(), format_name(w));
         for (int64_t tokens : {1, 33, 300, 33}) {  // 33 twice: the cached plan
+          EXPECT_FALSE(layer.kernel(tokens).empty());
           // y[T, R] = x[T, K] W^T: the oracle's B is x as a col-major K x T matrix, D y as a col-major R x T one.
           const Problem t{c.rows, c.cols, tokens, dtype, dtype, Layout::col_major, Layout::col_major, 1.0f, 0.0f, bias, act};
           const double err = error_against_oracle(w, t, 5, [&](const void* x, const void*, void* y, const float* b) {
