@@ -6,6 +6,8 @@
 Per shape and library: the GPU time of a call (CUDA events around `iters` back-to-back calls, median over
 interleaved rounds, the order rotating) and the host time to issue one (wall clock of the same loop before it
 synchronises). Where the host time exceeds the GPU time, the loop is host-bound and the event time is the host's.
+Then the same `iters` calls captured in one CUDA graph and replayed ("graph ms" per call): the kernels' own time,
+with no host cost, where a library's call can be captured.
 Each library's output is checked against F.linear on the pruned weight in fp32 first.
 """
 import argparse
@@ -43,6 +45,26 @@ def time_loop(call, iters):
     return start.elapsed_time(end) / iters, host / iters * 1e6
 
 
+def capture(call, iters):
+    """`iters` calls captured in one CUDA graph (after a warm-up on a side stream), or why they could not be."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            call()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(iters):
+                call()
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        torch.cuda.synchronize()
+        return f"{type(e).__name__}: {e}"
+
+
 def relative_error(got, want):
     return ((got.float() - want).norm() / want.norm()).item()
 
@@ -78,15 +100,21 @@ def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s):
                 time_loop(call, 4)
         samples = {name: [] for name in libraries}
         names = list(libraries)
+        graphs = {name: capture(call, iters) for name, call in libraries.items()}
+        replays = {name: [] for name, g in graphs.items() if not isinstance(g, str)}
         for r in range(rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 samples[name].append(time_loop(libraries[name], iters))
+                if name in replays:
+                    replays[name].append(time_loop(graphs[name].replay, 1)[0] / iters)
     result = {"shape": [rows, cols, tokens], "dtype": str(dtype).split(".")[1], "errors": errors, "libraries": {}}
     dense_ms = statistics.median(s[0] for s in samples["cuBLAS (F.linear)"])
     for name, runs in samples.items():
         gpu_ms = statistics.median(s[0] for s in runs)
+        graph_ms = statistics.median(replays[name]) if name in replays else None
         result["libraries"][name] = {"gpu_ms": gpu_ms, "host_us": statistics.median(s[1] for s in runs),
-                                     "speedup_vs_dense": dense_ms / gpu_ms, "rel_err": checked[name]}
+                                     "speedup_vs_dense": dense_ms / gpu_ms, "rel_err": checked[name],
+                                     "graph_ms": graph_ms, "graph_error": graphs[name] if graph_ms is None else None}
     result["nmkit_kernel"] = layer.kernel(tokens)
     return result
 
@@ -101,14 +129,20 @@ def main():
     args = parser.parse_args()
     dtypes = {"f16": [torch.float16], "bf16": [torch.bfloat16], "both": [torch.float16, torch.bfloat16]}[args.dtype]
     results = []
-    print(f"{'shape RxKxT':22} {'dtype':8} {'library':30} {'GPU ms':>9} {'host us':>8} {'x dense':>8} {'rel.err':>8}")
+    print(f"{'shape RxKxT':22} {'dtype':8} {'library':30} {'GPU ms':>9} {'host us':>8} {'x dense':>8} {'rel.err':>8} "
+          f"{'graph ms':>9} {'x dense':>8}")
     for dtype in dtypes:
         for rows, cols, tokens in SHAPES:
             r = bench_shape(rows, cols, tokens, dtype, args.iters, args.rounds, args.warmup_s)
             results.append(r)
+            dense_graph = r["libraries"]["cuBLAS (F.linear)"]["graph_ms"]
             for name, lib in r["libraries"].items():
+                graph = (f"{lib['graph_ms']:9.4f} {dense_graph / lib['graph_ms']:7.2f}x" if lib["graph_ms"] and dense_graph
+                         else f"{'n/a':>9} {'':8}")
                 print(f"{rows}x{cols}x{tokens:<9} {r['dtype']:8} {name:30} {lib['gpu_ms']:9.4f} {lib['host_us']:8.1f} "
-                      f"{lib['speedup_vs_dense']:7.2f}x {lib['rel_err']:8.1e}")
+                      f"{lib['speedup_vs_dense']:7.2f}x {lib['rel_err']:8.1e} {graph}")
+                if lib["graph_error"]:
+                    print(f"{'':41}{name} not captured: {lib['graph_error'][:100]}")
             for name, why in r["errors"].items():
                 print(f"{rows}x{cols}x{tokens:<9} {r['dtype']:8} {name:30} not timed: {why[:120]}")
     if args.json:

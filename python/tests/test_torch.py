@@ -77,6 +77,28 @@ class SparseLinearOnTheGpu(unittest.TestCase):
             offset = torch.randn(40 * 128 + 1, device="cuda", dtype=torch.float16)[1:].view(40, 128)  # 2-byte aligned
             torch.testing.assert_close(layer(offset), layer(offset.clone()), rtol=0, atol=0)
 
+    def test_captured_in_a_cuda_graph(self):
+        # After a warm-up call (which makes the plan), a call is one launch on the current stream: capturable.
+        for spec in ("2:4", "vnm:128:2:8", "tile:64x64:0.5"):
+            dense = torch.nn.Linear(512, 384, device="cuda", dtype=torch.float16)
+            layer = nmt.SparseLinear.from_linear(dense, spec, activation="relu")
+            x = torch.randn(96, 512, device="cuda", dtype=torch.float16)
+            with torch.no_grad():
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    layer(x)  # the plan for 96 tokens, outside the capture
+                torch.cuda.current_stream().wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    y = layer(x)
+                x.copy_(torch.randn_like(x))
+                y.fill_(float("nan"))
+                graph.replay()
+                torch.cuda.synchronize()
+                want = layer(x)
+            torch.testing.assert_close(y, want, rtol=0, atol=0, msg=f"{spec}: a replayed graph gives the eager result")
+
     def test_bad_inputs_are_refused_with_a_reason(self):
         dense = torch.nn.Linear(64, 128, device="cuda", dtype=torch.float16)
         layer = nmt.SparseLinear.from_linear(dense, "2:4")
