@@ -52,16 +52,6 @@ DenseMatrix to_dense_matrix(const HostMatrix& weight, DType dtype) {
   return DenseMatrix::from_float(rows, cols, std::span<const float>(weight.data(), weight.size()), dtype);
 }
 
-// The fraction of the dense entries that the format may keep: N/M, or the stored tiles over the grid.
-double format_density(const SparseMatrix& a) {
-  return std::visit(overloaded{
-                        [](const NmMatrix& m) { return static_cast<double>(m.n) / m.m; },
-                        [](const VnmMatrix& m) { return static_cast<double>(m.n) / m.m; },
-                        [](const TileMatrix& m) { return m.density(); },
-                    },
-                    a);
-}
-
 void translate_errors(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);

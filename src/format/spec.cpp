@@ -120,4 +120,13 @@ DType dtype_of(const SparseMatrix& a) noexcept {
   return std::visit([](const auto& x) { return x.dtype(); }, a);
 }
 
+double format_density(const SparseMatrix& a) noexcept {
+  return std::visit(overloaded{
+                        [](const NmMatrix& m) { return static_cast<double>(m.n) / m.m; },
+                        [](const VnmMatrix& m) { return static_cast<double>(m.n) / m.m; },
+                        [](const TileMatrix& m) { return m.density(); },
+                    },
+                    a);
+}
+
 }  // namespace nmkit

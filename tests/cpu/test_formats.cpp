@@ -208,6 +208,15 @@ TEST(TileFormat, ValidateRejectsInconsistentEncoding) {
 }
 
 // ---------------------------------------------------------------- specs
+TEST(FormatSpec, FormatDensityIsWhatTheFormatMayKeep) {
+  const DenseMatrix dense = random_matrix(256, 64, DType::f16, 13);
+  EXPECT_DOUBLE_EQ(format_density(compress_nm(dense, prune_nm_magnitude(dense, 1, 4), 1, 4)), 0.25);
+  EXPECT_DOUBLE_EQ(format_density(compress_vnm(dense, prune_vnm_magnitude(dense, 128, 2, 8), 128, 2, 8)), 0.25);
+  DenseMatrix corner = DenseMatrix::zeros(40, 50, DType::f16);
+  corner.set(39, 49, 2.0f);  // one of the 3 x 4 tiles of 16
+  EXPECT_DOUBLE_EQ(format_density(compress_tiles(corner, 16, 16)), 1.0 / 12.0);
+}
+
 TEST(FormatSpec, ParsesAndPrints) {
   EXPECT_EQ(to_string(parse_format_spec("2:4")), "2:4");
   EXPECT_EQ(to_string(parse_format_spec("vnm:128:2:8")), "vnm:128:2:8");

@@ -4,22 +4,8 @@
 
 #include "commands.hpp"
 #include "nmkit/io/model.hpp"
-#include "nmkit/util/overloaded.hpp"
 
 namespace nmkit::cli {
-namespace {
-
-// Fraction of entries the format can hold non-zero.
-double format_density(const SparseMatrix& s) {
-  return std::visit(overloaded{
-                        [](const NmMatrix& a) { return static_cast<double>(a.n) / a.m; },
-                        [](const VnmMatrix& a) { return static_cast<double>(a.n) / a.m; },
-                        [](const TileMatrix& a) { return a.density(); },
-                    },
-                    s);
-}
-
-}  // namespace
 
 Action add_inspect(CLI::App& app) {
   auto path = std::make_shared<std::string>();

@@ -43,5 +43,7 @@ std::size_t storage_bytes(const SparseMatrix& a) noexcept;
 int64_t rows_of(const SparseMatrix& a) noexcept;
 int64_t cols_of(const SparseMatrix& a) noexcept;
 DType dtype_of(const SparseMatrix& a) noexcept;
+// The fraction of the dense entries the format may keep: N/M, or the stored tiles over all tiles of the grid.
+double format_density(const SparseMatrix& a) noexcept;
 
 }  // namespace nmkit
