@@ -68,7 +68,8 @@ summary+=("gpu tests: $([ $tests_rc -eq 0 ] && echo passed || echo FAILED) ($(gr
 
 step "Python package (nmkit, nmkit.torch) against PyTorch on the GPU"
 if compgen -G "$BUILD/python/nmkit/_nmkit*.so" >/dev/null; then
-  PYTHONPATH=$BUILD/python timeout 600 python3 -m unittest discover -v -s python/tests >"$OUT/python_tests.log" 2>&1
+  PYTHONPATH=$BUILD/python NMKIT_CLI=$BUILD/tools/nmkit/nmkit timeout 600 python3 -m unittest discover -v -s python/tests \
+    >"$OUT/python_tests.log" 2>&1
   py_rc=$?
   grep -E "^(Ran|OK|FAILED)|skipped|Error|FAIL:" "$OUT/python_tests.log" | head -20
   summary+=("python tests: $([ $py_rc -eq 0 ] && echo passed || echo FAILED) ($(grep -cE ' \.\.\. ok$' "$OUT/python_tests.log") ok, $(grep -c 'skipped' "$OUT/python_tests.log") skipped)")

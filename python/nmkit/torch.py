@@ -16,9 +16,9 @@ from typing import Optional
 
 import torch
 
-from . import SparseWeight, _nmkit, prune
+from . import SparseWeight, _nmkit, load_file, prune
 
-__all__ = ["SparseLinear"]
+__all__ = ["SparseLinear", "sparsify", "load_sparse"]
 
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 _ALIGNMENT = 16  # bytes: the Hopper kernels' TMA needs 16-byte aligned rows and bases
@@ -133,3 +133,53 @@ class SparseLinear(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, format='{self.format}', "
                 f"dtype={self.dtype}, bias={self.bias is not None}, activation='{self.activation}'")
+
+
+def _replace(model: torch.nn.Module, name: str, layer: torch.nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
+
+
+def _linears(model: torch.nn.Module, include: str, exclude: Optional[str]):
+    import re
+    keep, drop = re.compile(include), re.compile(exclude) if exclude else None
+    return [(name, m) for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and keep.search(name) and not (drop and drop.search(name))]
+
+
+def sparsify(model: torch.nn.Module, format: str = "2:4", include: str = "", exclude: Optional[str] = None,
+             dtype: Optional[torch.dtype] = None) -> list:
+    """Replaces every nn.Linear of `model` whose qualified name matches the regex `include` (default: all) and not
+    `exclude` by a SparseLinear pruned by magnitude into `format`, on the Linear's device (or the current CUDA
+    device). Returns the names replaced. Pruning runs on the CPU, once per layer."""
+    replaced = []
+    for name, linear in _linears(model, include, exclude):
+        _replace(model, name, SparseLinear.from_linear(linear, format, dtype=dtype))
+        replaced.append(name)
+    return replaced
+
+
+def load_sparse(model: torch.nn.Module, path: str, strict: bool = True) -> list:
+    """Replaces each nn.Linear `name` of `model` for which the file at `path` (written by `nmkit prune`) holds a
+    compressed `name.weight` by a SparseLinear with that weight and the Linear's own bias. Every pair is checked
+    before any layer is replaced: shapes must match, and with `strict` every compressed weight of the file must find
+    its Linear. Returns the names replaced."""
+    linears = dict(_linears(model, "", None))
+    pairs = []
+    for key, weight in load_file(path).items():
+        name = key[:-len(".weight")] if key.endswith(".weight") else None
+        linear = linears.get(name)
+        if linear is None:
+            if strict:
+                raise KeyError(f"{path}: the compressed weight '{key}' has no nn.Linear '{name}' in the model")
+            continue
+        if weight.shape != (linear.out_features, linear.in_features):
+            raise ValueError(f"{path}: '{key}' is {weight.shape[0]}x{weight.shape[1]}, the model's Linear "
+                             f"'{name}' {linear.out_features}x{linear.in_features}")
+        pairs.append((name, linear, weight))
+    for name, linear, weight in pairs:
+        if weight.dtype not in _DTYPES.values():  # a file pruned from fp32 weights: the GPU kernels take 16 bits
+            weight = weight.astype(_DTYPES.get(linear.weight.dtype, "f16"))
+        device = linear.weight.device if linear.weight.is_cuda else None
+        _replace(model, name, SparseLinear(weight, linear.bias, device=device))
+    return [name for name, _, _ in pairs]

@@ -87,6 +87,9 @@ void bind_formats(nb::module_& m) {
         const DenseMatrix d = decompress(w.matrix);
         return to_numpy(d.to_float(), d.rows, d.cols);
       }, "The weight expanded to a dense float32 array (pruned entries are zero).")
+      .def("astype", [](const SparseWeight& w, const std::string& dtype) {
+        return SparseWeight{convert_values(w.matrix, parse_dtype(dtype)), w.energy};
+      }, "dtype"_a, "The same weight with its values rounded to `dtype` (f32, f16 or bf16).")
       .def("validate", [](const SparseWeight& w) { validate(w.matrix); },
            "Checks every invariant of the format; raises ValueError naming the first violation.")
       .def("__repr__", [](const SparseWeight& w) {

@@ -1,7 +1,5 @@
 """The nmkit package on numpy arrays: pruning, compression, the CPU reference and its errors (no GPU needed)."""
-import json
 import os
-import struct
 import subprocess
 import tempfile
 import unittest
@@ -9,6 +7,7 @@ import unittest
 import numpy as np
 
 import nmkit
+from helpers import write_safetensors
 
 
 def random_weight(rows, cols, seed=0):
@@ -52,6 +51,19 @@ class Pruning(unittest.TestCase):
                 # Compressing the pruned matrix again gives the same weight.
                 again = nmkit.compress(dense, spec if not spec.startswith("tile") else spec.rsplit(":", 1)[0] + ":1")
                 np.testing.assert_array_equal(again.to_dense(), dense)
+
+    def test_astype_rounds_the_values_and_keeps_the_pattern(self):
+        w = random_weight(64, 80, seed=5)
+        for spec in ["2:4", "vnm:64:2:8", "tile:16x16:0.5"]:
+            sw = nmkit.prune(w, spec, dtype="f32")
+            half = sw.astype("bf16")
+            half.validate()
+            self.assertEqual((half.format, half.shape, half.dtype), (sw.format, sw.shape, "bf16"))
+            dense, rounded = sw.to_dense(), half.to_dense()
+            np.testing.assert_array_equal(rounded != 0, dense != 0)
+            self.assertLess(relative_error(rounded, dense), 4e-3)  # bf16's 8-bit mantissa
+        with self.assertRaisesRegex(ValueError, "dtype"):
+            sw.astype("int8")
 
     def test_accepts_float16_and_integer_arrays(self):
         w16 = random_weight(8, 16).astype(np.float16)
@@ -109,20 +121,6 @@ class Errors(unittest.TestCase):
                 nmkit.load_file(path)
             with self.assertRaises(OSError):
                 nmkit.load_file(os.path.join(tmp, "missing.safetensors"))
-
-
-def write_safetensors(path, tensors):
-    """A minimal safetensors file of float32 arrays (the format's spec: length, JSON header, data)."""
-    header, offset, blobs = {}, 0, []
-    for name, array in tensors.items():
-        blob = np.ascontiguousarray(array, dtype=np.float32).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 @unittest.skipUnless(os.environ.get("NMKIT_CLI"), "NMKIT_CLI (the nmkit tool) is not set")

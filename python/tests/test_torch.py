@@ -1,9 +1,13 @@
 """nmkit.torch.SparseLinear on the GPU against the same pruned weight through torch (skipped without PyTorch+CUDA)."""
+import os
+import subprocess
+import tempfile
 import unittest
 
 import numpy as np
 
 import nmkit
+from helpers import write_safetensors
 
 try:
     import torch
@@ -98,6 +102,52 @@ class SparseLinearOnTheGpu(unittest.TestCase):
                 torch.cuda.synchronize()
                 want = layer(x)
             torch.testing.assert_close(y, want, rtol=0, atol=0, msg=f"{spec}: a replayed graph gives the eager result")
+
+    def model(self, dtype=None):
+        torch.manual_seed(7)
+        dtype = dtype or torch.float16
+        return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 200, bias=False),
+                                   torch.nn.ReLU(), torch.nn.Linear(200, 64)).to("cuda", dtype)
+
+    def test_sparsify_replaces_the_chosen_linears(self):
+        model, x = self.model(), torch.randn(3, 37, 256, device="cuda", dtype=torch.float16)
+        reference = self.model()
+        with torch.no_grad():  # the reference: the same weights pruned in place, run densely by torch
+            for name in ("0", "2"):
+                linear = reference.get_submodule(name)
+                pruned = nmkit.prune(linear.weight.float().cpu().numpy(), "vnm:64:2:8")
+                linear.weight.copy_(torch.from_numpy(pruned.to_dense()))
+        self.assertEqual(nmt.sparsify(model, "vnm:64:2:8", exclude="^4$"), ["0", "2"])
+        self.assertIsInstance(model[0], nmt.SparseLinear)
+        self.assertIsInstance(model[4], torch.nn.Linear)
+        with torch.no_grad():
+            got, want = model(x), reference(x)
+        self.assertLess(relative_error(got, want), 5 * TOLERANCE["float16"])  # three layers, f16 between them
+
+    @unittest.skipUnless(os.environ.get("NMKIT_CLI"), "NMKIT_CLI (the nmkit tool) is not set")
+    def test_load_sparse_takes_the_weights_the_cli_pruned(self):
+        model = self.model(torch.bfloat16)
+        with tempfile.TemporaryDirectory() as tmp:
+            dense_path, sparse_path = os.path.join(tmp, "dense.safetensors"), os.path.join(tmp, "sparse.safetensors")
+            write_safetensors(dense_path, {k: v.float().cpu().numpy() for k, v in model.state_dict().items()})
+            subprocess.run([os.environ["NMKIT_CLI"], "prune", dense_path, "-o", sparse_path, "--format", "2:4",
+                            "--include", "^(0|2)\\."], check=True, capture_output=True)
+            x = torch.randn(50, 256, device="cuda", dtype=torch.bfloat16)
+            weights = nmkit.load_file(sparse_path)
+            with torch.no_grad():
+                for name in ("0", "2"):  # the reference: the file's pruned weights, run densely by torch
+                    model.get_submodule(name).weight.copy_(torch.from_numpy(weights[name + ".weight"].to_dense()))
+                want = model(x)
+            self.assertEqual(nmt.load_sparse(model, sparse_path), ["0", "2"])
+            with torch.no_grad():
+                got = model(x)
+            self.assertIsInstance(model[2], nmt.SparseLinear)
+            self.assertLess(relative_error(got, want), 5 * TOLERANCE["bfloat16"])
+            with self.assertRaisesRegex(ValueError, "512x256, the model's Linear '0' 512x64"):  # another model
+                nmt.load_sparse(torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(),
+                                                    torch.nn.Linear(200, 64)), sparse_path)
+            with self.assertRaisesRegex(KeyError, "no nn.Linear"):
+                nmt.load_sparse(torch.nn.Sequential(torch.nn.Linear(256, 512)), sparse_path)
 
     def test_bad_inputs_are_refused_with_a_reason(self):
         dense = torch.nn.Linear(64, 128, device="cuda", dtype=torch.float16)

@@ -120,6 +120,25 @@ DType dtype_of(const SparseMatrix& a) noexcept {
   return std::visit([](const auto& x) { return x.dtype(); }, a);
 }
 
+namespace {
+TypedBuffer converted(const TypedBuffer& values, DType dtype) {
+  TypedBuffer out(dtype, values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) out.set(i, values.get(i));
+  return out;
+}
+}  // namespace
+
+SparseMatrix convert_values(const SparseMatrix& a, DType dtype) {
+  SparseMatrix out = a;
+  std::visit(overloaded{
+                 [&](NmMatrix& m) { m.values = converted(m.values, dtype); },
+                 [&](VnmMatrix& m) { m.values = converted(m.values, dtype); },
+                 [&](TileMatrix& m) { m.data = converted(m.data, dtype); },
+             },
+             out);
+  return out;
+}
+
 double format_density(const SparseMatrix& a) noexcept {
   return std::visit(overloaded{
                         [](const NmMatrix& m) { return static_cast<double>(m.n) / m.m; },

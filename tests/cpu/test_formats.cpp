@@ -217,6 +217,21 @@ TEST(FormatSpec, FormatDensityIsWhatTheFormatMayKeep) {
   EXPECT_DOUBLE_EQ(format_density(compress_tiles(corner, 16, 16)), 1.0 / 12.0);
 }
 
+TEST(FormatSpec, ConvertValuesRoundsAndKeepsThePattern) {
+  const DenseMatrix dense = random_matrix(128, 72, DType::f32, 14);
+  for (const char* spec : {"2:4", "vnm:64:2:8", "tile:16x16:0.5"}) {
+    const SparseMatrix a = prune_magnitude(dense, parse_format_spec(spec)).compressed;
+    const SparseMatrix half = convert_values(a, DType::bf16);
+    validate(half);
+    EXPECT_EQ(dtype_of(half), DType::bf16) << spec;
+    EXPECT_EQ(format_name(half), format_name(a)) << spec;
+    const DenseMatrix want = decompress(a), got = decompress(half);
+    for (int64_t r = 0; r < want.rows; ++r)
+      for (int64_t c = 0; c < want.cols; ++c)
+        ASSERT_EQ(got.at(r, c), round_to(DType::bf16, want.at(r, c))) << spec << " (" << r << ", " << c << ")";
+  }
+}
+
 TEST(FormatSpec, ParsesAndPrints) {
   EXPECT_EQ(to_string(parse_format_spec("2:4")), "2:4");
   EXPECT_EQ(to_string(parse_format_spec("vnm:128:2:8")), "vnm:128:2:8");

@@ -43,6 +43,8 @@ std::size_t storage_bytes(const SparseMatrix& a) noexcept;
 int64_t rows_of(const SparseMatrix& a) noexcept;
 int64_t cols_of(const SparseMatrix& a) noexcept;
 DType dtype_of(const SparseMatrix& a) noexcept;
+// The same weight with its stored values rounded to `dtype` (the pattern and indices unchanged).
+SparseMatrix convert_values(const SparseMatrix& a, DType dtype);
 // The fraction of the dense entries the format may keep: N/M, or the stored tiles over all tiles of the grid.
 double format_density(const SparseMatrix& a) noexcept;
 
