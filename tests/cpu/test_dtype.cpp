@@ -6,6 +6,7 @@
 
 #include "nmkit/dtype.hpp"
 #include "nmkit/error.hpp"
+#include "nmkit/matrix.hpp"
 #include "test_util.hpp"
 
 namespace nmkit {
@@ -53,6 +54,12 @@ TEST(DType, ParseAndSizes) {
   EXPECT_EQ(dtype_size(DType::f32), 4u);
   EXPECT_EQ(dtype_size(DType::bf16), 2u);
   EXPECT_NMKIT_ERROR(parse_dtype("int7"), ErrorCode::invalid_argument, "int7");
+}
+
+TEST(Activation, ParsesWhatItPrints) {
+  for (Activation a : {Activation::none, Activation::relu, Activation::gelu})
+    EXPECT_EQ(parse_activation(activation_name(a)), a);
+  EXPECT_NMKIT_ERROR(parse_activation("tanh"), ErrorCode::invalid_argument, "tanh");
 }
 
 TEST(TypedBuffer, StoresSixteenBitWords) {
