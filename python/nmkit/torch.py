@@ -12,6 +12,7 @@ CUDA stream, with one kernel launch and no synchronisation; each token count get
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import torch
@@ -141,7 +142,6 @@ def _replace(model: torch.nn.Module, name: str, layer: torch.nn.Module) -> None:
 
 
 def _linears(model: torch.nn.Module, include: str, exclude: Optional[str]):
-    import re
     keep, drop = re.compile(include), re.compile(exclude) if exclude else None
     return [(name, m) for name, m in model.named_modules()
             if isinstance(m, torch.nn.Linear) and keep.search(name) and not (drop and drop.search(name))]

@@ -19,7 +19,6 @@
 #include "nmkit/format/spec.hpp"
 #include "nmkit/io/model.hpp"
 #include "nmkit/prune/magnitude.hpp"
-#include "nmkit/util/overloaded.hpp"
 #ifdef NMKIT_PYTHON_CUDA
 #include "nmkit/gpu/sparse_linear.hpp"
 #endif
@@ -112,15 +111,7 @@ void bind_formats(nb::module_& m) {
   m.def(
       "compress",
       [](const HostMatrix& weight, const std::string& format, const std::string& dtype) {
-        const DenseMatrix dense = to_dense_matrix(weight, parse_dtype(dtype));
-        return std::visit(overloaded{
-                              [&](const NmSpec& s) { return SparseWeight{compress_nm(dense, s.n, s.m), std::nullopt}; },
-                              [&](const VnmSpec& s) { return SparseWeight{compress_vnm(dense, s.v, s.n, s.m), std::nullopt}; },
-                              [&](const TileSpec& s) {
-                                return SparseWeight{compress_tiles(dense, s.tile_rows, s.tile_cols), std::nullopt};
-                              },
-                          },
-                          parse_format_spec(format));
+        return SparseWeight{compress(to_dense_matrix(weight, parse_dtype(dtype)), parse_format_spec(format)), std::nullopt};
       },
       "weight"_a, "format"_a, "dtype"_a = "f16",
       "Compresses a float32 (R, K) array that already satisfies `format` (a tile spec's density is ignored: every\n"

@@ -128,6 +128,15 @@ TypedBuffer converted(const TypedBuffer& values, DType dtype) {
 }
 }  // namespace
 
+SparseMatrix compress(const DenseMatrix& dense, const FormatSpec& spec) {
+  return std::visit(overloaded{
+                        [&](const NmSpec& s) -> SparseMatrix { return compress_nm(dense, s.n, s.m); },
+                        [&](const VnmSpec& s) -> SparseMatrix { return compress_vnm(dense, s.v, s.n, s.m); },
+                        [&](const TileSpec& s) -> SparseMatrix { return compress_tiles(dense, s.tile_rows, s.tile_cols); },
+                    },
+                    spec);
+}
+
 SparseMatrix convert_values(const SparseMatrix& a, DType dtype) {
   SparseMatrix out = a;
   std::visit(overloaded{

@@ -217,6 +217,17 @@ TEST(FormatSpec, FormatDensityIsWhatTheFormatMayKeep) {
   EXPECT_DOUBLE_EQ(format_density(compress_tiles(corner, 16, 16)), 1.0 / 12.0);
 }
 
+TEST(FormatSpec, CompressBySpecGivesEachFormat) {
+  const DenseMatrix dense = random_matrix(128, 72, DType::f16, 15);
+  for (const char* spec : {"2:4", "vnm:64:2:8", "tile:16x16:0.5"}) {
+    const PruneResult pruned = prune_magnitude(dense, parse_format_spec(spec));
+    const SparseMatrix again = compress(decompress(pruned.compressed), parse_format_spec(spec));
+    EXPECT_EQ(format_name(again), format_name(pruned.compressed)) << spec;
+    expect_same_matrix(decompress(again), decompress(pruned.compressed));
+  }
+  EXPECT_NMKIT_ERROR(compress(dense, parse_format_spec("2:4")), ErrorCode::pattern_violation, "row 0");
+}
+
 TEST(FormatSpec, ConvertValuesRoundsAndKeepsThePattern) {
   const DenseMatrix dense = random_matrix(128, 72, DType::f32, 14);
   for (const char* spec : {"2:4", "vnm:64:2:8", "tile:16x16:0.5"}) {

@@ -43,6 +43,9 @@ std::size_t storage_bytes(const SparseMatrix& a) noexcept;
 int64_t rows_of(const SparseMatrix& a) noexcept;
 int64_t cols_of(const SparseMatrix& a) noexcept;
 DType dtype_of(const SparseMatrix& a) noexcept;
+// Compresses a matrix that already satisfies `spec` (a tile spec's density is not used: every tile holding a
+// non-zero is kept). Throws pattern_violation naming the first offending row and group.
+SparseMatrix compress(const DenseMatrix& dense, const FormatSpec& spec);
 // The same weight with its stored values rounded to `dtype` (the pattern and indices unchanged).
 SparseMatrix convert_values(const SparseMatrix& a, DType dtype);
 // The fraction of the dense entries the format may keep: N/M, or the stored tiles over all tiles of the grid.
