@@ -246,13 +246,78 @@ PackedTiles packed_pattern(int64_t rows, int64_t cols, int tile_side, std::vecto
 
 TEST(TilePack, BlockScheduleMergesTheRowsOfEachBlock) {
   // 64-row tiles, three tile rows (two 128-row blocks, the second one tile row): row 0 stores columns {0, 2}
-  // (tiles 0, 1), row 1 {1, 2, 3} (tiles 2-4), row 2 {1} (tile 5).
+  // (tiles 0, 1), row 1 {1, 2, 3} (tiles 2-4), row 2 {1} (tile 5). Row 1 (most tiles) shares one column with
+  // each of the others and takes the first of them by tile count, row 0; row 2 is left alone. The neighbours'
+  // pairs (0, 1) and (2) would share as many columns, and win the tie.
   const PackedTiles p = packed_pattern(150, 256, 64, {0, 2, 5, 6}, {0, 2, 1, 2, 3, 1});
+  EXPECT_EQ(pair_tile_rows(p), (std::vector<int32_t>{0, 1, 2, -1}));
   const TileBlockSchedule s = tile_block_schedule(p);
   EXPECT_EQ(s.block, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(s.block_groups, (std::vector<int32_t>{0, 1, 2, 3}));  // group 3 = ceil(150 / 64): no rows
   EXPECT_EQ(s.step_ptr, (std::vector<int32_t>{0, 4, 5}));
   const std::vector<TileStep> expected = {{0, {0, -1}, 1}, {1, {-1, 2}, 2}, {2, {1, 3}, 3}, {3, {-1, 4}, 2}, {1, {5, -1}, 1}};
   EXPECT_EQ(s.steps, expected);
+}
+
+TEST(TilePack, BlockSchedulePairsTileRowsThatShareColumns) {
+  // Five 64-row tile rows: rows 0 and 2 store columns {0, 1, 2}, rows 1 and 3 {4, 5}, row 4 {3}. Neighbours
+  // share nothing (11 steps); rows 0 + 2 and 1 + 3 share everything (3 + 2 + 1 = 6 steps).
+  const PackedTiles p = packed_pattern(300, 384, 64, {0, 3, 5, 8, 10, 11}, {0, 1, 2, 4, 5, 0, 1, 2, 4, 5, 3});
+  EXPECT_EQ(pair_tile_rows(p), (std::vector<int32_t>{0, 2, 1, 3, 4, -1}));
+  const TileBlockSchedule s = tile_block_schedule(p);
+  EXPECT_EQ(s.block_groups, (std::vector<int32_t>{0, 2, 1, 3, 4, 5}));
+  EXPECT_EQ(s.block, (std::vector<int32_t>{0, 1, 2}));  // 3, 2 and 1 steps
+  EXPECT_EQ(s.step_ptr, (std::vector<int32_t>{0, 3, 5, 6}));
+  const std::vector<TileStep> expected = {{0, {0, 5}, 3}, {1, {1, 6}, 3}, {2, {2, 7}, 3},
+                                          {4, {3, 8}, 3}, {5, {4, 9}, 3}, {3, {10, -1}, 1}};
+  EXPECT_EQ(s.steps, expected);
+  // 128-row tiles: a block is one tile row, its halves the row's two 64-row groups.
+  EXPECT_EQ(tile_block_schedule(packed_pattern(300, 256, 128, {0, 1, 1, 2}, {0, 1})).block_groups,
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(TilePack, PairedTileRowsNeverTakeMoreStepsThanNeighbours) {
+  // On random patterns (uniform and with a few dense rows), every tile row in exactly one pair, and the pairs'
+  // steps (tiles minus shared columns) at most the neighbours'; on uniform random 64 x 64-tile grids, fewer.
+  std::mt19937 rng(5);
+  for (double density : {0.05, 0.25, 0.5, 0.9})
+    for (int64_t grid_rows : {1, 7, 64}) {
+      const int64_t grid_cols = 64;
+      std::vector<int32_t> row_ptr{0}, col_index;
+      for (int64_t r = 0; r < grid_rows; ++r) {
+        const double d = r % 9 == 4 ? 1.0 : density;
+        for (int32_t j = 0; j < grid_cols; ++j)
+          if (std::uniform_real_distribution<double>(0, 1)(rng) < d) col_index.push_back(j);
+        row_ptr.push_back(static_cast<int32_t>(col_index.size()));
+      }
+      const PackedTiles p = packed_pattern(grid_rows * 64 - 10, grid_cols * 64, 64, row_ptr, col_index);
+      const std::vector<int32_t> pairs = pair_tile_rows(p);
+      ASSERT_EQ(pairs.size(), static_cast<std::size_t>(2 * ceil_div(grid_rows, int64_t{2})));
+      std::vector<int> seen(static_cast<std::size_t>(grid_rows), 0);
+      for (const int32_t r : pairs)
+        if (r >= 0) ++seen[static_cast<std::size_t>(r)];
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+      const auto steps = [&](int32_t a, int32_t b) {
+        std::vector<char> used(static_cast<std::size_t>(grid_cols), 0);
+        for (const int32_t r : {a, b})
+          if (r >= 0)
+            for (int32_t t = row_ptr[static_cast<std::size_t>(r)]; t < row_ptr[static_cast<std::size_t>(r) + 1]; ++t)
+              used[static_cast<std::size_t>(col_index[static_cast<std::size_t>(t)])] = 1;
+        return std::count(used.begin(), used.end(), 1);
+      };
+      int64_t paired = 0, neighbours = 0;
+      for (std::size_t i = 0; i < pairs.size(); i += 2) paired += steps(pairs[i], pairs[i + 1]);
+      for (int32_t r = 0; r < grid_rows; r += 2) neighbours += steps(r, r + 1 < grid_rows ? r + 1 : -1);
+      EXPECT_LE(paired, neighbours) << "density " << density << ", " << grid_rows << " tile rows";
+      int64_t longest_paired = 0, longest_neighbours = 0;  // and the longest block no longer
+      for (std::size_t i = 0; i < pairs.size(); i += 2) longest_paired = std::max<int64_t>(longest_paired, steps(pairs[i], pairs[i + 1]));
+      for (int32_t r = 0; r < grid_rows; r += 2)
+        longest_neighbours = std::max<int64_t>(longest_neighbours, steps(r, r + 1 < grid_rows ? r + 1 : -1));
+      EXPECT_LE(longest_paired, longest_neighbours) << "density " << density << ", " << grid_rows << " tile rows";
+      if (grid_rows == 64 && density <= 0.5) EXPECT_LT(paired, neighbours) << "density " << density;
+      const TileBlockSchedule s = tile_block_schedule(p);
+      EXPECT_EQ(s.steps.size(), static_cast<std::size_t>(paired));
+    }
 }
 
 TEST(TilePack, BlockScheduleOfWholeTilesPutsLongestBlocksFirst) {
@@ -288,7 +353,11 @@ TEST(TilePack, BlockScheduleCoversEveryTileOnce) {
             for (int w = 0; w < rows_per_block; ++w) {
               if (!(step.mask >> w & 1)) continue;
               const int32_t tile = step.tile[w];
-              const int64_t row = int64_t{s.block[i]} * rows_per_block + w;  // the tile's row and column match
+              // The tile's row and column match: the half's 64-row group is the tile row (64-row tiles), or the
+              // block is (128-row tiles).
+              const int64_t group = s.block_groups[2 * static_cast<std::size_t>(s.block[i]) + static_cast<std::size_t>(w)];
+              const int64_t row = rows_per_block == 2 ? group : s.block[i];
+              if (rows_per_block == 1) EXPECT_EQ(group, 2 * row + w);
               ASSERT_GE(tile, p.row_ptr[static_cast<std::size_t>(row)]);
               ASSERT_LT(tile, p.row_ptr[static_cast<std::size_t>(row) + 1]);
               EXPECT_EQ(p.col_index[static_cast<std::size_t>(tile)], step.column);

@@ -53,7 +53,9 @@ std::vector<int32_t> tile_row_of_tiles(const std::vector<int32_t>& row_ptr);
 // The Hopper kernel's work list, built once at upload so that its producer walks no lists per step. A 128-row
 // block (kTileBlockRows: one 128-row tile row or two 64-row ones) computes one step per tile column that any of
 // its rows stores, in ascending column order; a step names the stored tile that feeds each consumer warpgroup
-// (rows 0-63 and 64-127 of the block). Byte layout: docs/formats.md.
+// (the block's first and second 64 rows). Each step costs a slab of x whether one or both rows use it, so the two
+// 64-row tile rows of a block are not neighbours but pairs that share many tile columns (pair_tile_rows). Byte
+// layout: docs/formats.md.
 struct TileStep {
   int32_t column;   // tile column
   int32_t tile[2];  // packed tile index for rows 0-63 / 64-127, -1 where that tile row stores none; a 128-row
@@ -63,6 +65,9 @@ struct TileStep {
 };
 static_assert(sizeof(TileStep) == 16, "one 16-byte load per step");
 struct TileBlockSchedule {
+  // (2 x blocks): the 64-row groups of D (rows 64 g .. 64 g + 63) that the block's first and second 64 rows are;
+  // a group >= ceil(R / 64) (a block of one 64-row tile row) stands for no rows
+  std::vector<int32_t> block_groups;
   std::vector<int32_t> block;     // (blocks): the 128-row block at position i, most steps first
   std::vector<int32_t> step_ptr;  // (blocks + 1): position i owns steps [step_ptr[i], step_ptr[i + 1])
   std::vector<TileStep> steps;
@@ -77,6 +82,14 @@ struct TileBlockSchedule {
 };
 // For tile rows of 64 or 128 (unsupported otherwise); p must pass check_packed_tiles.
 TileBlockSchedule tile_block_schedule(const PackedTiles& p);
+// The tile rows of a weight in 64-row tiles as blocks of two, {first, second} per block (-1: none, for an odd count),
+// chosen to share many tile columns: greedily, the row with the most tiles first, each with the unpaired row (of the
+// next kPairWindow by tile count) it shares the most columns with, among those whose pair takes no more steps than
+// the longest pair of neighbours (rows 2b, 2b + 1: on skewed patterns the longest block bounds the product); where
+// neighbours would take as few steps in all, those instead. Every tile row once. 4096^2 at random, density 0.5 / 0.25 / 0.1 / 0.05: 9 /
+// 13 / 14 / 18 % fewer steps than neighbours (docs/performance.md, tile item 52).
+inline constexpr int kPairWindow = 512;
+std::vector<int32_t> pair_tile_rows(const PackedTiles& p);
 
 // The warp-stream kernel's CTA ranges over a weight's 32-column chunks (tile rows of 32, CSR order), made at upload.
 // A range costs its chunks plus kCutCost where it starts or ends inside a tile row: such a row is summed through
@@ -152,6 +165,7 @@ class DeviceTiles {
   const int32_t* tile_row() const noexcept { return static_cast<const int32_t*>(tile_row_.data()); }
   // tile_block_schedule's arrays (empty buffers unless both tile sides are 64 or 128).
   const int32_t* schedule_block() const noexcept { return static_cast<const int32_t*>(schedule_block_.data()); }
+  const int32_t* schedule_block_groups() const noexcept { return static_cast<const int32_t*>(schedule_block_groups_.data()); }
   const int32_t* schedule_step_ptr() const noexcept { return static_cast<const int32_t*>(schedule_step_ptr_.data()); }
   const TileStep* schedule_steps() const noexcept { return static_cast<const TileStep*>(schedule_steps_.data()); }
   bool schedule_balanced() const noexcept { return schedule_balanced_; }  // TileBlockSchedule::balanced
@@ -175,7 +189,7 @@ class DeviceTiles {
   DeviceTiles() = default;
   static DeviceTiles upload_arrays(const PackedTiles& packed);  // the arrays and schedules, without the copies
   DeviceBuffer row_ptr_, col_index_, data_, row_order_, tile_row_;
-  DeviceBuffer schedule_block_, schedule_step_ptr_, schedule_steps_;
+  DeviceBuffer schedule_block_, schedule_block_groups_, schedule_step_ptr_, schedule_steps_;
   bool schedule_balanced_ = false;
   DeviceBuffer warp_stream_leads_;
   int64_t warp_stream_ctas_ = 0, warp_stream_rows_cut_ = 0;

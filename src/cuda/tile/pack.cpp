@@ -1,6 +1,7 @@
 // pack_tiles / unpack_tiles: the CSC-of-tiles logical format <-> the CSR-of-tiles layout the tile kernels read.
 // Host code only (no CUDA), so that CI tests it.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -274,20 +275,91 @@ std::vector<WarpStreamLead> warp_stream_leads(const WarpStreamSchedule& s, const
   return leads;
 }
 
+std::vector<int32_t> pair_tile_rows(const PackedTiles& p) {
+  check_csr(p, "pair_tile_rows");
+  const int64_t rows = p.grid_rows(), words = ceil_div(p.grid_cols(), int64_t{64});
+  const auto count = [&](int64_t r) { return p.row_ptr[static_cast<std::size_t>(r) + 1] - p.row_ptr[static_cast<std::size_t>(r)]; };
+  std::vector<uint64_t> columns(static_cast<std::size_t>(rows * words), 0);  // each row's tile columns as a bit set
+  for (int64_t r = 0; r < rows; ++r)
+    for (int32_t t = p.row_ptr[static_cast<std::size_t>(r)]; t < p.row_ptr[static_cast<std::size_t>(r) + 1]; ++t) {
+      const int32_t j = p.col_index[static_cast<std::size_t>(t)];
+      columns[static_cast<std::size_t>(r * words + j / 64)] |= uint64_t{1} << (j % 64);
+    }
+  const auto shared = [&](int64_t a, int64_t b) {
+    int64_t n = 0;
+    for (int64_t w = 0; w < words; ++w)
+      n += std::popcount(columns[static_cast<std::size_t>(a * words + w)] & columns[static_cast<std::size_t>(b * words + w)]);
+    return n;
+  };
+  // No pair may take more steps than the neighbours' longest: on skewed patterns that block bounds the product's
+  // time (its unit runs last), and two heavy rows sharing many columns would make it longer.
+  int64_t neighbour_shared = 0, longest = 0;
+  for (int64_t r = 0; r < rows; r += 2) {
+    const int64_t n = r + 1 < rows ? shared(r, r + 1) : 0;
+    neighbour_shared += n, longest = std::max<int64_t>(longest, count(r) + (r + 1 < rows ? count(r + 1) : 0) - n);
+  }
+  std::vector<int32_t> order(static_cast<std::size_t>(rows));  // most tiles first (ties: ascending row)
+  for (int64_t r = 0; r < rows; ++r) order[static_cast<std::size_t>(r)] = static_cast<int32_t>(r);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return count(a) > count(b); });
+  std::vector<char> paired(static_cast<std::size_t>(rows), 0);
+  std::vector<int32_t> pairs;
+  pairs.reserve(static_cast<std::size_t>(rows + 1));
+  int64_t greedy_shared = 0, greedy_longest = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const int32_t a = order[i];
+    if (paired[static_cast<std::size_t>(a)]) continue;
+    paired[static_cast<std::size_t>(a)] = 1;
+    // The partner that shares the most columns within the bound, else the one whose pair takes the fewest steps.
+    int32_t best = -1;
+    int64_t best_shared = -1, best_steps = 0;
+    int scanned = 0;
+    for (std::size_t k = i + 1; k < order.size() && scanned < kPairWindow; ++k) {
+      const int32_t b = order[k];
+      if (paired[static_cast<std::size_t>(b)]) continue;
+      ++scanned;
+      const int64_t n = shared(a, b), steps = count(a) + count(b) - n;
+      const bool fits = steps <= longest, best_fits = best >= 0 && best_steps <= longest;
+      if (best < 0 || (fits && (!best_fits || n > best_shared)) || (!fits && !best_fits && steps < best_steps))
+        best = b, best_shared = n, best_steps = steps;
+    }
+    if (best >= 0) paired[static_cast<std::size_t>(best)] = 1, greedy_shared += best_shared;
+    greedy_longest = std::max<int64_t>(greedy_longest, best >= 0 ? best_steps : count(a));
+    pairs.push_back(a), pairs.push_back(best);
+  }
+  // Steps in all = tiles - shared columns: neighbours where they share as many (or the bound could not hold).
+  if (neighbour_shared >= greedy_shared || greedy_longest > longest) {
+    pairs.clear();
+    for (int64_t r = 0; r < rows; r += 2)
+      pairs.push_back(static_cast<int32_t>(r)), pairs.push_back(r + 1 < rows ? static_cast<int32_t>(r + 1) : -1);
+  }
+  return pairs;
+}
+
 TileBlockSchedule tile_block_schedule(const PackedTiles& p) {
   require(p.tile_rows == 64 || p.tile_rows == 128, ErrorCode::unsupported,
           "tile_block_schedule: 128-row blocks need tile rows of 64 or 128, got " + std::to_string(p.tile_rows));
   const int rows_per_block = kTileBlockRows / p.tile_rows;
   const int64_t grid_rows = p.grid_rows(), blocks = ceil_div(grid_rows, int64_t{rows_per_block});
   const auto ptr = [&](int64_t row) { return p.row_ptr[static_cast<std::size_t>(row)]; };
+  // The tile rows of each block: the pairs of 64-row tile rows, or one 128-row tile row (its two 64-row groups).
+  const std::vector<int32_t> block_rows = rows_per_block == 2 ? pair_tile_rows(p) : std::vector<int32_t>{};
+  const auto past_groups = static_cast<int32_t>(ceil_div(p.rows, int64_t{kTileBlockRows / 2}));  // no rows
+  TileBlockSchedule schedule;
+  schedule.block_groups.resize(static_cast<std::size_t>(2 * blocks));
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int w = 0; w < 2; ++w) {
+      const int32_t row = rows_per_block == 2 ? block_rows[static_cast<std::size_t>(2 * b + w)] : static_cast<int32_t>(2 * b + w);
+      schedule.block_groups[static_cast<std::size_t>(2 * b + w)] = row >= 0 ? row : past_groups;
+    }
   // Each block's steps in block order first: a merge of its (one or two) ascending column lists.
   std::vector<std::vector<TileStep>> per_block(static_cast<std::size_t>(blocks));
   std::vector<int32_t> natural_ptr(static_cast<std::size_t>(blocks) + 1, 0);
   for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t first_row = b * rows_per_block;
-    const int rows = static_cast<int>(std::min<int64_t>(rows_per_block, grid_rows - first_row));
-    int32_t next[2] = {ptr(first_row), rows == 2 ? ptr(first_row + 1) : 0};
-    const int32_t last[2] = {ptr(first_row + 1), rows == 2 ? ptr(first_row + 2) : 0};
+    const int64_t first_row = rows_per_block == 2 ? block_rows[static_cast<std::size_t>(2 * b)] : b;
+    const int64_t second_row = rows_per_block == 2 ? block_rows[static_cast<std::size_t>(2 * b + 1)] : -1;
+    const int rows = second_row >= 0 ? 2 : 1;
+    int32_t next[2] = {ptr(first_row), rows == 2 ? ptr(second_row) : 0};
+    const int32_t last[2] = {ptr(first_row + 1), rows == 2 ? ptr(second_row + 1) : 0};
     std::vector<TileStep>& steps = per_block[static_cast<std::size_t>(b)];
     for (;;) {
       int32_t column = INT32_MAX;
@@ -307,7 +379,6 @@ TileBlockSchedule tile_block_schedule(const PackedTiles& p) {
     natural_ptr[static_cast<std::size_t>(b) + 1] = natural_ptr[static_cast<std::size_t>(b)] + static_cast<int32_t>(steps.size());
   }
   // Then laid out longest first: the order in which units are handed to CTAs.
-  TileBlockSchedule schedule;
   schedule.block = tile_rows_longest_first(natural_ptr);
   schedule.step_ptr.reserve(static_cast<std::size_t>(blocks) + 1);
   schedule.step_ptr.push_back(0);

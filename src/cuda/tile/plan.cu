@@ -18,7 +18,8 @@ tile::TileParams tile_params(const SpmmDesc& desc, const DeviceTiles& w, const v
                              const float* bias) {
   tile::TileParams p{};
   p.row_ptr = w.row_ptr(), p.col_index = w.col_index(), p.tile_row = w.tile_row(), p.row_order = w.row_order();
-  p.schedule_block = w.schedule_block(), p.schedule_step_ptr = w.schedule_step_ptr();
+  p.schedule_block = w.schedule_block(), p.schedule_block_groups = w.schedule_block_groups();
+  p.schedule_step_ptr = w.schedule_step_ptr();
   p.schedule_steps = reinterpret_cast<const int4*>(w.schedule_steps());
   p.units_by_token_block = w.schedule_balanced();
   p.tiles = static_cast<const uint16_t*>(w.data());
@@ -73,6 +74,7 @@ DeviceTiles DeviceTiles::upload_arrays(const PackedTiles& packed) {
   if (packed.tile_rows >= kSm90MinTileSide && packed.tile_cols >= kSm90MinTileSide) {  // the Hopper kernel's work list
     const TileBlockSchedule schedule = tile_block_schedule(packed);
     upload_vector(w.schedule_block_, schedule.block);
+    upload_vector(w.schedule_block_groups_, schedule.block_groups);
     upload_vector(w.schedule_step_ptr_, schedule.step_ptr);
     upload_vector(w.schedule_steps_, schedule.steps);
     w.schedule_balanced_ = schedule.balanced();

@@ -1,8 +1,10 @@
 #pragma once
 // The split-K epilogue of the Hopper tile kernels: the CTAs of a cluster each hold a partial 128 x kBlockN tile of
 // one unit in their two consumer warpgroups' accumulators. Each stages its partial tile in its own (then idle)
-// pipeline memory, and every CTA writes a share of D from the sum of the cluster's staged tiles, read through
-// distributed shared memory: no workspace and no second launch. A launch without split is a cluster of one.
+// pipeline memory, a 64 x kBlockN tile per warpgroup, and every CTA writes a share of D from the sum of the
+// cluster's staged tiles, read through distributed shared memory: no workspace and no second launch. A launch
+// without split is a cluster of one. The two halves go to their own rows of D (a block's halves are paired tile
+// rows, not neighbours: tile_block_schedule).
 #include <cstdint>
 
 #include "../nm24/sm90_epilogue.cuh"
@@ -12,18 +14,26 @@ namespace nmkit::gpu::tile {
 
 inline constexpr int kMaxClusterSplit = 8;  // the portable cluster size
 
+struct BlockRows {
+  int64_t first[2];  // the first row of D of the block's first and second 64 rows
+  // Half h's (a runtime index without a local-memory copy of the array).
+  __device__ __forceinline__ int64_t of(int half) const { return half == 0 ? first[0] : first[1]; }
+};
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // Called by all 256 consumer threads (consumer_thread = 0..255) of every CTA of the cluster; the cluster's other
 // threads (the producer warpgroup) must meet its two cluster barriers with ptx::cluster_sync().
 template <class Out, int kBlockN, int kAccumulators, class P>
-__device__ __forceinline__ void write_cluster_sum(const P& p, float* staging, const float (&acc)[kAccumulators], int64_t m0,
-                                                  int64_t n0, int consumer_thread) {
+__device__ __forceinline__ void write_cluster_sum(const P& p, float* staging, const float (&acc)[kAccumulators],
+                                                  const BlockRows& rows, int64_t n0, int consumer_thread) {
   namespace epi = sm90_epilogue;
+  using Half = epi::EpilogueTile<epi::kWarpgroupRows, kBlockN>;
+  static_assert(Half::kBytes % 16 == 0, "each half's tile 16-byte aligned");
   const uint32_t split = ptx::cluster_nctarank(), rank = ptx::cluster_ctarank();
   const int warpgroup = consumer_thread / 128, thread_in_group = consumer_thread % 128;
+  const auto half_tile = [&](int half) { return Half{p.d_col_major, staging + half * (Half::kBytes / 4)}; };
   epi::consumer_sync();  // both warpgroups are done with the pipeline memory the partial tile overwrites
-  const epi::EpilogueTile<epi::kEpilogueRows, kBlockN> tile{p.d_col_major, staging};
-  epi::stage_accumulators(p, tile, acc, rank == 0 ? p.bias : nullptr, m0, warpgroup * epi::kWarpgroupRows, 0, thread_in_group);
+  epi::stage_accumulators(p, half_tile(warpgroup), acc, rank == 0 ? p.bias : nullptr, rows.of(warpgroup), 0, 0, thread_in_group);
   ptx::cluster_sync();  // every CTA's partial tile is staged
   const auto sum_of_cluster = [split](const float* staged) {
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -35,8 +45,10 @@ __device__ __forceinline__ void write_cluster_sum(const P& p, float* staging, co
       }
     return sum;
   };
-  epi::write_tile<Out>(p, tile, m0, n0, static_cast<int>(rank) * epi::kEpilogueThreads + consumer_thread,
-                       static_cast<int>(split) * epi::kEpilogueThreads, sum_of_cluster);
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+    epi::write_tile<Out>(p, half_tile(half), rows.first[half], n0, static_cast<int>(rank) * epi::kEpilogueThreads + consumer_thread,
+                         static_cast<int>(split) * epi::kEpilogueThreads, sum_of_cluster);
   ptx::cluster_sync();  // no CTA leaves while another still reads its tile
 }
 #endif

@@ -122,7 +122,7 @@ struct Shape {
   static_assert(kXBytes % kSwizzleAlign == 0 && kStageBytes % kSwizzleAlign == 0, "stages keep the swizzle alignment");
   static_assert(kEpilogueBytes % 16 == 0, "the barriers stay 8-byte aligned and the output tile 16-byte aligned");
   static_assert(kStages >= 2 && kSmemBytes <= cuda::kSm90SharedMemoryPerCta, "the pipeline must fit in shared memory");
-  static_assert(epi::EpilogueTile<kBlockRows, kBlockN>::kBytes <= kPipelineEnd, "a split's tile reuses the stages");
+  static_assert(kConsumers * epi::EpilogueTile<kWarpgroupRows, kBlockN>::kBytes <= kPipelineEnd, "a split's tiles reuse the stages");
 };
 
 // With kDeferred, lane 0 of the producer warpgroup's warp 1 has each staged part stored by TMA.
@@ -180,6 +180,37 @@ __device__ __forceinline__ Unit unit_from(const UnitLookup& l, uint32_t rank, ui
   const int64_t steps = l.end_step - l.first_step;
   return {{l.block, l.token_block}, static_cast<int32_t>(l.first_step + steps * rank / split),
           static_cast<int32_t>(l.first_step + steps * (rank + 1) / split)};
+}
+
+// The first rows of D of a block's two 64-row halves (TileBlockSchedule::block_groups; rows past R for a half
+// without rows): paired tile rows are not neighbours.
+__device__ __forceinline__ BlockRows block_rows(const TileParams& p, int32_t block) {
+  const int2 groups = __ldg(reinterpret_cast<const int2*>(p.schedule_block_groups) + block);
+  return {{int64_t{groups.x} * kWarpgroupRows, int64_t{groups.y} * kWarpgroupRows}};
+}
+
+// One thread: has the copy engine store a staged part of a unit (epi::OutputTile, kRows = 128) to D, each 64-row
+// half at its own rows, as one bulk group. D's tensor map has boxes of 64 rows: 64 x kCols (col-major D, a box per
+// half) or 64 x 64 (row-major D, two per 64 tokens, one per half).
+template <int kRows, int kCols>
+__device__ __forceinline__ void issue_staged_halves(const void* d_map, const epi::OutputTile<kRows, kCols>& tile, bool col_major,
+                                                    const BlockRows& rows, int64_t n0) {
+  static_assert(kRows == 2 * kWarpgroupRows && epi::OutputTile<kRows, kCols>::kWholeBoxes, "two halves of 64-element lines");
+  constexpr int kHalfLines = kWarpgroupRows * epi::kLineBytes;  // a half's rows in a row-major box
+  if (col_major) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      ptx::tma_store_2d(d_map, tile.base + half * epi::OutputTile<kRows, kCols>::box_bytes(true),
+                        static_cast<int32_t>(rows.first[half]), static_cast<int32_t>(n0));
+  } else {
+#pragma unroll
+    for (int box = 0; box < kCols / epi::kLineElements; ++box)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        ptx::tma_store_2d(d_map, tile.base + box * epi::OutputTile<kRows, kCols>::box_bytes(false) + half * kHalfLines,
+                          static_cast<int32_t>(n0 + box * epi::kLineElements), static_cast<int32_t>(rows.first[half]));
+  }
+  ptx::bulk_commit_group();
 }
 
 // v, opaque to the compiler: what derives from it is computed where it is used instead of hoisted out of the unit
@@ -336,8 +367,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           ptx::mbarrier_wait_suspended(staged, static_cast<uint32_t>(parts_stored & 1));
           const UnitOrigin origin = *staged_origin;
           if (origin.block < 0) break;
-          epi::issue_staged_store(&d_map, output_buffer(parts_stored), p.d_col_major, int64_t{origin.block} * kBlockRows,
-                                  int64_t{origin.token_block} * kBlockN + parts_stored % kStoreParts<kBlockN> * kPartN);
+          issue_staged_halves(&d_map, output_buffer(parts_stored), p.d_col_major, block_rows(p, origin.block),
+                              int64_t{origin.token_block} * kBlockN + parts_stored % kStoreParts<kBlockN> * kPartN);
           if constexpr (kStoreBuffers<kBlockN> == 1) ptx::bulk_wait_group_read<0>();
           else if (parts_stored > 0) ptx::bulk_wait_group_read<1>();
           ptx::mbarrier_arrive(stored);
@@ -414,7 +445,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       }
       break;
     }
-    const int64_t m0 = int64_t{origin.block} * kBlockRows, n0 = int64_t{origin.token_block} * kBlockN;
+    // This warpgroup's first row of D (its block's 64-row group), and the token block's first token.
+    const int64_t rows0 = block_rows(p, origin.block).of(warpgroup), n0 = int64_t{origin.token_block} * kBlockN;
 
     if constexpr (kDeferred) {  // stage each part of the final outputs once the copy engine has read its buffer
       constexpr int kParts = kStoreParts<kBlockN>, kPartAccumulators = Wgmma::kAccumulators / kParts;
@@ -426,7 +458,9 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         // last part's origin.
         if (parts_staged > 0) ptx::mbarrier_wait(stored, static_cast<uint32_t>((parts_staged - 1) & 1));
         const auto& part_acc = *reinterpret_cast<const float(*)[kPartAccumulators]>(acc + part * kPartAccumulators);
-        epi::stage_outputs<Out>(p, output_buffer(part), part_acc, m0, warpgroup * kWarpgroupRows, thread_in_group);
+        // Staged at the warpgroup's 64 rows of the part's buffer; m0 + row_offset = rows0 for the bias.
+        epi::stage_outputs<Out>(p, output_buffer(part), part_acc, rows0 - warpgroup * kWarpgroupRows,
+                                warpgroup * kWarpgroupRows, thread_in_group);
         if (tid == 0) *staged_origin = origin;
         ptx::mbarrier_arrive(staged);
         if (timeline && tid == 0 && part == 0 && units_done < TileTimeline::kUnits)
@@ -436,7 +470,6 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       continue;
     }
     if (split == 1) {  // this warpgroup's 64 rows, kChunkN tokens at a time, while the producer loads ahead
-      const int64_t rows0 = m0 + warpgroup * kWarpgroupRows;
 #pragma unroll
       for (int chunk = 0; chunk < kBlockN / kChunkN; ++chunk) {
         epi::warpgroup_barrier(kChunkBarrier + warpgroup);  // the previous chunk is written
@@ -449,7 +482,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       continue;
     }
     // Split K (one unit per CTA): the pipeline is idle now; the cluster sums its partial tiles there.
-    write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, m0, n0, opaque(tid));
+    write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, block_rows(p, origin.block), n0, opaque(tid));
     if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
   }
   if (!kDeferred && timeline && tid == 0)
@@ -494,7 +527,7 @@ void launch(const TileParams& params, int split, bool persistent, uint64_t* time
     const auto rows = static_cast<cuuint64_t>(p.rows), n = static_cast<cuuint64_t>(p.n);
     d_map = p.d_col_major
                 ? cuda::make_tensor_map_sw128<Out, 2>(p.d, {rows, n}, {rows * 2}, {epi::kLineElements, kBlockN / kStoreParts<kBlockN>})
-                : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {epi::kLineElements, kBlockRows});
+                : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {epi::kLineElements, kWarpgroupRows});
   }
   // One unit per CTA (per cluster when split), balanced by the hardware's CTA scheduler; or persistent: one CTA
   // per slot (ctas_per_sm per SM) at most, each striding over the units or claiming the next one as it nears the

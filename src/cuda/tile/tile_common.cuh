@@ -23,6 +23,7 @@ struct TileParams {
   // The sm90 kernel's work list (tile_block_schedule): blocks longest first, their step ranges, the steps
   // (TileStep as {column, tile[0], tile[1], mask}).
   const int32_t* schedule_block;
+  const int32_t* schedule_block_groups;  // (2 x blocks): the 64-row groups of D of each block's two halves
   const int32_t* schedule_step_ptr;
   const int4* schedule_steps;
   const uint16_t* tiles;     // (nnz_tiles, tile_rows, tile_cols), row-major 16-bit values
