@@ -1,13 +1,14 @@
 // The Hopper tile-sparse SpMM (sm_90a): wgmma on the stored tiles, both operands staged by TMA.
 //
-// A CTA computes a 128-row block of D for kBlockN tokens: one 128-row tile row, or two 64-row tile rows. Its
-// producer warp reads the block's steps, precomputed at upload (tile_block_schedule: the union of the rows' tile
-// columns, with the tile of each row), and per 64-column step posts on one mbarrier the step's slab of x (the
-// K-major B operand, 64 columns x kBlockN tokens) and the tiles of the rows that store that column; a step mask
-// tells each consumer warpgroup (64 rows, one m64nN wgmma per 16 columns) whether its row has a tile there. Two
+// A CTA computes a 128-row block of D for kBlockN tokens: one 128-row tile row, or two 64-row tile rows, paired at
+// upload by the tile columns they share (pair_tile_rows), so that each half's outputs go to rows of their own
+// (block_rows). Its producer warp reads the block's steps, precomputed at upload (tile_block_schedule: the union of
+// the rows' tile columns, with the tile of each row), and per 64-column step posts on one mbarrier the step's slab
+// of x (the K-major B operand, 64 columns x kBlockN tokens) and the tiles of the rows that store that column; a step
+// mask tells each consumer warpgroup (64 rows, one m64nN wgmma per 16 columns) whether its row has a tile there. Two
 // 64-row tile rows thus share each x slab that both need, which is where a tile-sparse product spends its L2
-// bandwidth. The producer's per-step work is a broadcast of the step and the copies; merging the rows' lists on
-// the device put shuffles, ballots and window loads on that path (docs/performance.md, tile item 22).
+// bandwidth. The producer's per-step work is a broadcast of the step and the copies; merging the rows' lists on the
+// device put shuffles, ballots and window loads on that path (docs/performance.md, tile item 22).
 //
 // A CTA walks work units (128-row block x kBlockN tokens, in the order unit_place gives): one unit per CTA, or, when
 // persistent, every gridDim-th unit (balanced schedules) or the next unit no CTA has claimed yet (blocks of
