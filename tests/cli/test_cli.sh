@@ -34,6 +34,13 @@ for format in 2:4 vnm:64:2:8 vnm:128:2:8 tile:64x64:0.25; do
   [ "$(grep -c "^encoder\.layer.*weight .* $name " "$work/inspect.txt")" -eq 36 ] || fail "$format: inspect lists the wrong tensors"
   grep -q "embeddings.word_embeddings.weight .* dense" "$work/inspect.txt" || fail "$format: embeddings were not kept dense"
 done
+# The Hopper tile kernel's steps on the last (tile) model: every pruned tensor has them, and pairing the tile rows
+# by shared columns never takes more than neighbouring rows.
+"$NMKIT" inspect --schedule "$out" >"$work/schedule.txt"
+[ "$(grep -cE "^encoder\.layer.*weight .* tile:64x64 .* [0-9]+ +[0-9]+ +[0-9.]+$" "$work/schedule.txt")" -eq 36 ] ||
+  fail "inspect --schedule lists the wrong tensors"
+awk '/^tile steps of the Hopper kernel/ { if ($12 > $7) exit 1; found = 1 } END { exit !found }' "$work/schedule.txt" ||
+  fail "inspect --schedule: $(tail -1 "$work/schedule.txt")"
 # 2:4 of fp32 weights: values 50 % + 2-bit indices = 53.125 % of the pruned tensors' bytes.
 "$NMKIT" prune "$NMKIT_MODEL" -o "$work/p24.safetensors" --format 2:4 --include 'layer\.0\.' >"$work/p24.txt"
 grep -q "53.12%" "$work/p24.txt" || fail "2:4 storage ratio: $(cat "$work/p24.txt")"
