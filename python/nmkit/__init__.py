@@ -12,13 +12,20 @@ PyTorch layers on the GPU are in ``nmkit.torch`` (``SparseLinear``).
 """
 from __future__ import annotations
 
+import errno as _errno
+import os as _os
+
 import numpy as _np
 
 from . import _nmkit
-from ._nmkit import SparseWeight, build_info, cuda_devices, load_file
+from ._nmkit import SparseWeight, build_info, cuda_devices
 
 __all__ = ["SparseWeight", "prune", "compress", "spmm", "load_file", "build_info", "cuda_devices", "cuda_available"]
 __version__ = build_info()["version"]
+
+
+_REAL_KINDS = "fiu"  # float, signed and unsigned integer: not bool, complex, object, strings, dates or durations
+_FLOAT32_MAX = float(_np.finfo(_np.float32).max)
 
 
 def _host_matrix(a, what: str) -> _np.ndarray:
@@ -26,7 +33,7 @@ def _host_matrix(a, what: str) -> _np.ndarray:
     array = _np.asarray(a)
     if array.ndim != 2:
         raise TypeError(f"{what} must be a 2-D array, got shape {array.shape}")
-    if not (_np.issubdtype(array.dtype, _np.floating) or _np.issubdtype(array.dtype, _np.integer)):
+    if array.dtype.kind not in _REAL_KINDS:  # numpy counts durations (timedelta64) as integers
         raise TypeError(f"{what} must hold real numbers, got dtype {array.dtype}")
     return _np.ascontiguousarray(array, dtype=_np.float32)
 
@@ -45,10 +52,64 @@ def compress(weight, format: str, dtype: str = "f16") -> SparseWeight:
     return _nmkit.compress(_host_matrix(weight, "weight"), format, dtype)
 
 
+def _real_float32(a, what: str, ndim: int, shape_text: str) -> _np.ndarray:
+    """`a` as a C-contiguous float32 array of `ndim` dimensions, or a TypeError/ValueError naming `what`: only real
+    numbers are taken (no bool, complex, object, strings, dates or durations), and none that float32 cannot hold."""
+    try:
+        array = _np.asarray(a)
+    except (ValueError, TypeError) as e:  # ragged nested lists
+        raise TypeError(f"{what} must be {shape_text} of real numbers, got {type(a).__name__} ({e})") from None
+    if array.dtype.kind not in _REAL_KINDS:
+        raise TypeError(f"{what} must hold real numbers (float or integer), got dtype {array.dtype}")
+    if array.ndim != ndim:
+        raise TypeError(f"{what} must be {shape_text}, got shape {array.shape}")
+    with _np.errstate(over="ignore"):
+        converted = _np.ascontiguousarray(array, dtype=_np.float32)
+    if array.dtype.kind == "f" and array.dtype.itemsize > 4:  # float64 and wider can exceed float32's range
+        overflowed = _np.isinf(converted) & ~_np.isinf(array)
+        if overflowed.any():
+            index = tuple(int(i) for i in _np.argwhere(overflowed)[0])
+            raise ValueError(f"{what}{list(index)} = {array[index]} is beyond float32's range (|x| <= {_FLOAT32_MAX:.4g})")
+    return converted
+
+
+def _real_scalar(value, what: str) -> float:
+    array = _np.asarray(value)
+    if array.ndim != 0 or array.dtype.kind not in _REAL_KINDS:
+        raise TypeError(f"{what} must be a real number, got {type(value).__name__} {value!r}")
+    number = float(array)
+    if not abs(number) <= _FLOAT32_MAX:  # NaN too
+        raise ValueError(f"{what} = {number} is not a finite float32")
+    return number
+
+
 def spmm(a: SparseWeight, b, bias=None, alpha: float = 1.0, activation: str = "none") -> _np.ndarray:
-    """CPU reference: act(alpha * a @ b + bias) in float32, a (R, K) sparse, b (K, C), bias (R,) or None."""
-    bias_array = None if bias is None else _np.ascontiguousarray(_np.asarray(bias), dtype=_np.float32).reshape(-1)
-    return _nmkit.spmm(a, _host_matrix(b, "b"), bias_array, float(alpha), activation)
+    """CPU reference: act(alpha * a @ b + bias) in float32, a (R, K) sparse, b (K, C), bias (R,) or None.
+
+    b and bias take real numbers (float or integer arrays, or nested lists of them); bool, complex, object and string
+    arrays are refused with a TypeError, as are arrays of other ranks; b with other than K rows, bias with other than R
+    values, and values beyond float32's range are refused with a ValueError."""
+    if not isinstance(a, SparseWeight):
+        raise TypeError(f"a must be an nmkit.SparseWeight (from nmkit.prune, compress or load_file), got {type(a).__name__}")
+    if not isinstance(activation, str):
+        raise TypeError(f"activation must be a string ('none', 'relu' or 'gelu'), got {type(activation).__name__}")
+    rows, k = a.shape
+    b_array = _real_float32(b, "b", 2, f"a 2-D array ({k}, C)")
+    bias_array = None if bias is None else _real_float32(bias, "bias", 1, f"a 1-D array of {rows} values")
+    return _nmkit.spmm(a, b_array, bias_array, _real_scalar(alpha, "alpha"), activation)
+
+
+def load_file(path) -> dict:
+    """The compressed weights of a file written by `nmkit prune` (safetensors), by name, as SparseWeights (each
+    validated; the file's dense tensors are left out). path: a str, bytes or os.PathLike; OSError when it cannot be
+    read, is a directory or is malformed."""
+    try:
+        path = _os.fsdecode(_os.fspath(path))
+    except TypeError:
+        raise TypeError(f"path must be a str, bytes or os.PathLike, got {type(path).__name__}") from None
+    if _os.path.isdir(path):
+        raise IsADirectoryError(_errno.EISDIR, "is a directory, not a file written by nmkit prune", path)
+    return _nmkit.load_file(path)
 
 
 def cuda_available() -> bool:

@@ -8,6 +8,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <span>
 #include <string>
@@ -140,6 +141,10 @@ void bind_formats(nb::module_& m) {
   m.def(
       "load_file",
       [](const std::string& path) {
+        // A directory reached the reader as a file and came back as a MemoryError (std::bad_alloc).
+        std::error_code ignored;
+        require(!std::filesystem::is_directory(path, ignored), ErrorCode::io_error,
+                path + ": is a directory, not a file written by nmkit prune");
         ModelFile model = load_model(path);
         nb::dict out;
         for (NamedWeight& w : model.weights)

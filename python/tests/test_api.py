@@ -1,5 +1,6 @@
 """The nmkit package on numpy arrays: pruning, compression, the CPU reference and its errors (no GPU needed)."""
 import os
+import pathlib
 import subprocess
 import tempfile
 import unittest
@@ -112,6 +113,69 @@ class Errors(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "activation"):
             nmkit.spmm(sw, np.ones((16, 4), np.float32), activation="tanh")
 
+    def test_spmm_refuses_what_is_not_a_real_matrix_or_vector(self):
+        # Each of these used to run: a complex bias lost its imaginary part, strings were parsed as numbers,
+        # [None] * R gave an all-NaN output, bool and durations counted as numbers, a (2, 4) bias was flattened.
+        sw = nmkit.prune(random_weight(8, 16), "2:4")
+        b = np.ones((16, 4), np.float32)
+        refused_types = {
+            "complex bias": dict(bias=np.full(8, 1 + 2j)),
+            "string bias": dict(bias=["1"] * 8),
+            "a bias of None": dict(bias=[None] * 8),
+            "bool bias": dict(bias=np.ones(8, bool)),
+            "object bias": dict(bias=np.array([1.0] * 8, dtype=object)),
+            "bias (8, 1)": dict(bias=np.ones((8, 1), np.float32)),
+            "bias (2, 4)": dict(bias=np.ones((2, 4), np.float32)),
+            "scalar bias": dict(bias=1.0),
+            "complex b": dict(b=b.astype(np.complex64)),
+            "bool b": dict(b=b.astype(bool)),
+            "object b": dict(b=b.astype(object)),
+            "string b": dict(b=b.astype(str)),
+            "duration b": dict(b=b.astype("timedelta64[s]")),
+            "b 1-D": dict(b=np.ones(16, np.float32)),
+            "b 3-D": dict(b=np.ones((16, 4, 1), np.float32)),
+            "ragged b": dict(b=[[1.0] * 4] * 15 + [[1.0]]),
+            "string alpha": dict(alpha="2"),
+            "complex alpha": dict(alpha=1j),
+            "array alpha": dict(alpha=np.ones(2)),
+            "activation None": dict(activation=None),
+        }
+        for label, kwargs in refused_types.items():
+            what = next(iter(kwargs))
+            with self.subTest(label), self.assertRaisesRegex(TypeError, what):
+                nmkit.spmm(sw, **{"b": b, **kwargs})
+        with self.assertRaisesRegex(TypeError, "SparseWeight"):
+            nmkit.spmm(random_weight(8, 16), b)
+        with self.assertRaisesRegex(ValueError, r"b\[3, 1\] = 1e\+300 is beyond float32's range"):
+            big = b.astype(np.float64)
+            big[3, 1] = 1e300
+            nmkit.spmm(sw, big)
+        with self.assertRaisesRegex(ValueError, r"bias\[5\] = -1e\+39"):
+            nmkit.spmm(sw, b, bias=[0.0] * 5 + [-1e39] + [0.0] * 2)
+        with self.assertRaisesRegex(ValueError, r"alpha = 1e\+300 is not a finite float32"):
+            nmkit.spmm(sw, b, alpha=1e300)
+        # What is real is still taken: integer arrays, nested lists, float64 within range, numpy scalars.
+        want = nmkit.spmm(sw, b, bias=np.arange(8, dtype=np.float32), alpha=2.0)
+        got = nmkit.spmm(sw, b.astype(np.int64).tolist(), bias=list(range(8)), alpha=np.float64(2))
+        np.testing.assert_array_equal(got, want)
+
+    def test_load_file_takes_path_likes_and_names_a_directory(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            # A directory used to come back as MemoryError (std::bad_alloc from the reader).
+            for path in (tmp, pathlib.Path(tmp)):
+                with self.assertRaisesRegex(IsADirectoryError, "is a directory") as caught:
+                    nmkit.load_file(path)
+                self.assertEqual(caught.exception.filename, tmp)
+            with self.assertRaisesRegex(OSError, "is a directory"):
+                nmkit._nmkit.load_file(tmp)  # the extension itself, for callers that bypass the wrapper
+            # pathlib.Path (any os.PathLike) and bytes are paths like str: a missing file is an OSError naming it.
+            missing = os.path.join(tmp, "missing.safetensors")
+            for path in (pathlib.Path(missing), missing.encode()):
+                with self.subTest(type(path).__name__), self.assertRaisesRegex(OSError, "missing.safetensors"):
+                    nmkit.load_file(path)
+            with self.assertRaisesRegex(TypeError, "os.PathLike, got int"):
+                nmkit.load_file(3)
+
     def test_files_are_validated_before_they_are_trusted(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "broken.safetensors")
@@ -133,6 +197,7 @@ class FilesFromTheCommandLine(unittest.TestCase):
             subprocess.run([os.environ["NMKIT_CLI"], "prune", dense_path, "-o", sparse_path, "--format", "vnm:32:2:8"],
                            check=True, capture_output=True)
             weights = nmkit.load_file(sparse_path)
+            self.assertEqual(list(nmkit.load_file(pathlib.Path(sparse_path))), ["layer.weight"])
         self.assertEqual(list(weights), ["layer.weight"])  # embeddings are excluded by default and stay dense
         loaded = weights["layer.weight"]
         self.assertEqual((loaded.format, loaded.shape), ("vnm:32:2:8", (96, 200)))
