@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compiles the Hopper kernels' translation units for sm_90a alone and fails if ptxas serialised any kernel's
 # wgmma (infos C7513-C7520, "wgmma.mma_async instructions are serialized ...": a wait after every wgmma, which
-# it reports without failing the build; docs/performance.md, tile item 9). Run by ctest (ptxas.no_serialised_wgmma); needs only nvcc, no GPU.
+# it reports without failing the build, and which leaves no two wgmma in flight; docs/notes/tile.md tells how it
+# was found). Run by ctest (ptxas.no_serialised_wgmma); needs only nvcc, no GPU.
 #   scripts/check_ptxas.sh <nvcc> <repository root>
 set -euo pipefail
 nvcc=$1

@@ -44,8 +44,8 @@ struct DeviceArray {
 // so that their events time the GPU's work and not the rate at which the host queues it. Without it, a launch
 // shorter than the host's cost of queueing it (its library's host work plus two event records: ~10 us at C = 32)
 // finds the GPU idle, and its start event is stamped before the launch has even been queued. (nvbench calls this
-// a blocking kernel.) Held by default; `nmkit_bench --no-hold-queue` times without it, as the suites did before
-// the nineteenth session. The spin gives up after kTimeoutNs, so that a library that blocks the host cannot hang
+// a blocking kernel.) Held by default; `nmkit_bench --no-hold-queue` times without it, as the launches are
+// queued. The spin gives up after kTimeoutNs, so that a library that blocks the host cannot hang
 // the benchmark; `timed_out()` reports it, and the suites print it.
 class QueueHold {
  public:
@@ -112,8 +112,8 @@ inline auto plan_with_env(const std::vector<std::pair<std::string, std::string>>
 
 // Under sustained load the H200's clocks fall from boost by 6-25 % within the first ~30 ms (power and heat), so a
 // row timed straight after its warm-up launches straddles that fall, and whichever library ran in the boost window
-// gains (docs/performance.md, "How a row is timed"). Before timing, every library therefore runs in rotating rounds
-// for this long (wall clock) first; --steady-warmup-ms sets it, 0 turns it off.
+// gains up to ~10 %. Before timing, every library therefore runs in rotating rounds for this long (wall clock)
+// first; --steady-warmup-ms sets it, 0 turns it off.
 inline constexpr double kSteadyWarmupMs = 300.0;
 inline double& steady_warmup_ms() {
   static double ms = kSteadyWarmupMs;
@@ -154,8 +154,8 @@ inline double time_median_ms(const std::function<void(int)>& launch, int sets, i
 // Side-by-side timing of several libraries on one product. Each round times `iters_per_round` launches of every
 // library, in an order that rotates from round to round, so all of them run under the same clocks and the same
 // heat. (A library timed alone in its own burst is at the mercy of what ran before it: on the H200 the bursts of
-// one process gave cuSPARSELt 4-10 % more over nmkit than sustained runs of both did; docs/performance.md,
-// "How a row is timed".) Returns each library's median launch time in ms.
+// one process gave cuSPARSELt 4-10 % more over nmkit than sustained runs of both did.) Returns each library's
+// median launch time in ms.
 // launch_ms, if given, receives every timed launch's time per library, in launch order (--launch-times).
 inline std::vector<double> time_interleaved_ms(const std::vector<std::function<void(int)>>& launches, int sets,
                                                int warmup, int rounds, int iters_per_round, cudaStream_t s,

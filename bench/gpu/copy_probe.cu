@@ -1,7 +1,6 @@
 // nmkit_copy_probe: how fast one SM streams global memory into shared memory through Hopper's copy paths, as a
 // function of the bytes and copies per pipeline round and of the rounds kept in flight. It answers "is a
-// pipeline step bound by its bytes, by its copies, or by the rounds themselves?" for the kernels' producers
-// (docs/performance.md, "What a copy round costs", quotes its output).
+// pipeline step bound by its bytes, by its copies, or by the rounds themselves?" for the kernels' producers.
 //
 // Each CTA streams `rounds` chunks from its own region of a 2 GiB buffer (or, L2-resident, all CTAs the same
 // 1 MiB) through a ring of `depth` stages, one mbarrier each: thread 0 posts a chunk's copies into a free stage
@@ -76,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Chunks are issued in order, so the issuing thread keeps running offsets and stage numbers: a division or a
   // 64-bit modulo per round would cost the single issuing thread more than the copy itself and be measured as
-  // the copy's cost (docs/performance.md, "What a copy round costs").
+  // the copy's cost.
   uint64_t next_offset = 0;
   int next_stage = 0;
   const auto issue = [&]() {

@@ -522,15 +522,15 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "Warm-up launches")->capture_default_str();
   app.add_option("--steady-warmup-ms", steady_warmup_ms(),
                  "Before each row's timing, run its libraries in rotating rounds for this many ms, so that every "
-                 "library is timed at the clocks sustained load settles to (0: off, the timing before the "
-                 "twenty-sixth session)")
+                 "library is timed at the clocks sustained load settles to (0: off: rows then straddle the "
+                 "clocks' fall from boost)")
       ->check(CLI::Range(0.0, 60000.0))
       ->capture_default_str();
   app.add_option("--iters", o.iters, "Timed launches (median)")->capture_default_str();
   app.add_flag("!--no-cusparselt", o.cusparselt, "Skip cuSPARSELt");
   app.add_flag("!--no-hold-queue", o.hold_queue,
-               "Time each round as the host queues it, without holding the stream until the round is queued (the "
-               "timing of the suites before the nineteenth session: short launches then include host time)");
+               "Time each round as the host queues it, without holding the stream until the round is queued (short "
+               "launches then include host time)");
   app.add_option("--power-ms", o.power_ms,
                  "2:4 suites: also run cuBLAS, cuSPARSELt and nmkit back to back for this many ms per row each, with the "
                  "SM clock and board power sampled through NVML (0: off)")

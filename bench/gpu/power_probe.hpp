@@ -1,7 +1,7 @@
 #pragma once
 // Sustained runs with the SM clock and the board power sampled through NVML. Under load the H200 does not hold its
-// boost clock (docs/performance.md, 2:4 "Floors and gaps", Clocks), so two kernels that need the same cycles can
-// differ in speed by the energy they spend per cycle; this measures the clock and the power each one holds.
+// boost clock (power and heat set it), so two kernels that need the same cycles can differ in speed by the energy
+// they spend per cycle; this measures the clock and the power each one holds.
 // NVML is loaded at run time (libnvidia-ml.so.1, part of the driver), so the benchmark builds and runs without it.
 #include <cuda_runtime.h>
 

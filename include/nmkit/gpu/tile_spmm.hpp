@@ -74,9 +74,9 @@ struct TileBlockSchedule {
 
   // No block has more than kBalancedStepRatio times the mean number of steps. The Hopper kernel then hands out
   // work units token block by token block, so that the CTAs running at once share x slabs in L2; otherwise the
-  // longest blocks of all token blocks first, so that skewed rows do not start last (docs/performance.md, tile
-  // item 24: token block order gained 5-11 % on the benchmark's uniform patterns, whose ratio stays under 1.3,
-  // and lost 5-15 % on its skewed ones, 1.4 and above).
+  // longest blocks of all token blocks first, so that skewed rows do not start last (token block order gained
+  // 5-11 % on the benchmark's uniform patterns, whose ratio stays under 1.3, and lost 5-15 % on its skewed ones,
+  // 1.4 and above).
   static constexpr double kBalancedStepRatio = 1.35;
   bool balanced() const noexcept;
 };
@@ -88,7 +88,7 @@ TileBlockSchedule tile_block_schedule(const PackedTiles& p);
 // steps than the longest pair of neighbours (rows 2b, 2b + 1: on skewed patterns the longest block bounds the
 // product); where neighbours would take as few steps in all, those instead. Every tile row once. On random 4096^2
 // patterns at density 0.5 / 0.25 / 0.1 / 0.05, 9 / 13 / 14 / 18 % fewer steps than neighbours (a model);
-// all-MiniLM-L6-v2 pruned to 64x64 tiles, 17-21 % (docs/performance.md, tile item 52).
+// all-MiniLM-L6-v2 pruned to 64x64 tiles, 17-21 %.
 inline constexpr int kPairWindow = 512;
 std::vector<int32_t> pair_tile_rows(const PackedTiles& p);
 
@@ -100,11 +100,11 @@ std::vector<int32_t> pair_tile_rows(const PackedTiles& p);
 // ranges take whole rows wherever the CTAs left allow, and rows are cut only where they must be (a row longer
 // than the bound, or uneven rows that whole-row ranges would spread over more than max_ctas CTAs). A range that
 // ends inside a row holds at least kMinCutChunks chunks, so that a row is not cut into many small parts. 4096^2 at
-// C = 32, 32x32 tiles, density 0.5: 17 us with one tile row per CTA against 22 us with the chunks cut evenly
-// (docs/performance.md, tile item 41); skewed rows: item 46. Byte layout: docs/formats.md.
+// C = 32, 32x32 tiles, density 0.5: 17 us with one tile row per CTA against 22 us with the chunks cut evenly.
+// Byte layout: docs/formats.md.
 struct WarpStreamSchedule {
   static constexpr double kRowSlack = 0.25;
-  static constexpr int64_t kCutCost = 24;       // chunks: what a cut row adds to a CTA's time (item 46)
+  static constexpr int64_t kCutCost = 24;       // chunks: a cut row's sum, ~1.4 us at ~0.06 us per chunk
   static constexpr int64_t kMinCutChunks = 16;  // two per warp
   std::vector<int32_t> cta_begin;  // (ctas + 1): CTA i takes chunks [cta_begin[i], cta_begin[i + 1])
   // (2 x tile rows): for a tile row that several CTAs hold, {2 x its first CTA + 1 if that CTA's range starts
@@ -138,7 +138,7 @@ std::vector<WarpStreamLead> warp_stream_leads(const WarpStreamSchedule& s, const
 // The Hopper kernel runs tile sides of 64 and 128. A weight whose tiles are narrower (16 or 32) along a side runs
 // it through a widened copy: each tile side below kSm90MinTileSide becomes kSm90MinTileSide, and a wide tile holds
 // the small tiles that fall into it with zeros around them. That costs bytes and math on the zeros (up to
-// (64 / tile_rows) x (64 / tile_cols) times the small tiles' at low density; docs/performance.md, tile item 25)
+// (64 / tile_rows) x (64 / tile_cols) times the small tiles' at low density)
 // and wins wherever the portable kernel is the alternative. p must pass check_packed_tiles.
 inline constexpr int kSm90MinTileSide = 64;
 PackedTiles widen_tiles(const PackedTiles& p);
@@ -214,7 +214,7 @@ class DeviceTiles {
 // `automatic` takes sm90_wgmma where it applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma; where it
 // takes sm90_wgmma for tiles 32, 64 or 128 rows high (32, 64 or 128 columns) and C <= 32, a weight that has a
 // warp-stream schedule (DeviceTiles::upload makes one, for taller tiles on their split copy, where the device fits
-// the kernel) runs warp_stream_mma instead (TileSpmmPlan::kernel_for; docs/performance.md, tile items 41, 43, 44).
+// the kernel) runs warp_stream_mma instead, which is faster there on every weight (TileSpmmPlan::kernel_for).
 enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma, stream_mma, warp_stream_mma };
 inline constexpr int64_t kStreamMaxTokens = 32;
 inline constexpr int kMaxStreamCtas = 1 << 20;
@@ -223,13 +223,12 @@ const char* kernel_name(TileKernel k) noexcept;
 // The sm90 kernel's launch: a CTA computes 128 rows of D for block_n tokens (32, 64, 128 or 256; 0 = by C); `split`
 // CTAs of a cluster share its tile columns (1..8; 0 = by grid size); `persistent` runs one CTA per SM (two at
 // block_n <= 64) over the work units (striding where the weight's blocks are balanced, else claiming the next
-// unit from a device counter), false one CTA per unit (ignored when split > 1).
-// docs/performance.md compares the two.
+// unit from a device counter), false one CTA per unit (ignored when split > 1); persistent is the default because
+// its producer streams the next unit's steps while the last unit's outputs are stored.
 // `deferred_store`: where D is f16/bf16 and final in registers (beta == 0, activation none or relu), split == 1,
 // block_n >= 64 and D's stride a multiple of 8 elements (and, at run time, D 16-byte aligned), the consumers stage
 // each unit's outputs (64 tokens at a time, two buffers in turn) and one producer lane has them stored by TMA
-// while the next unit runs; false keeps the chunked epilogue on the consumers' critical path (an ablation;
-// docs/performance.md).
+// while the next unit runs; false keeps the chunked epilogue on the consumers' critical path (an ablation).
 // `timeline` (diagnosis, sm90 kernel only; null in normal use): a device buffer of grid x TileTimeline::kWords
 // words where each CTA records SM clock cycles at the points below (nmkit_bench --tile-timeline reads it).
 // `stream_ctas` (stream and warp-stream kernels): CTAs per 32-token block, each (each warp) taking an equal range

@@ -32,8 +32,7 @@ bool vnm_kernel_supports_v(int v) noexcept;
 //              times less math than dense, but B's rows are gathered.
 //   full_2_4:  when M % 4 == 0 every aligned 4 columns of a V:N:M row hold at most 2 non-zeros, so the weight
 //              is also a plain 2:4 matrix over all of K: the nm24 kernels run it at 2:4 speed with B read by TMA.
-//   automatic: the form measured faster for the layout of the B the weight will be multiplied with
-//              (docs/performance.md, "The form"; H200, f16):
+//   automatic: the form measured faster for the layout of the B the weight will be multiplied with (H200, f16):
 //              - M % 4 != 0: condensed, the only form;
 //              - B col-major (x[T, K] row-major, SpmmDesc's default): full_2_4. The condensed kernel must gather x
 //                element by element along K (0.05-0.93x cuBLAS against 1.3-1.7x for full_2_4);

@@ -18,8 +18,8 @@
 namespace nmkit::gpu {
 namespace {
 
-// The sm90 kernel's n-tiles and their relative math rates. Rates are the measured ones of docs/performance.md;
-// only ratios matter. B row-major takes whole 64-column TMA boxes.
+// The sm90 kernel's n-tiles and their relative math rates, as measured on the H200; only ratios matter. B row-major
+// takes whole 64-column TMA boxes.
 constexpr nm24::BlockNChoice kColMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}, {64, 0.8}, {32, 0.6}, {16, 0.4}};
 constexpr nm24::BlockNChoice kRowMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}, {64, 0.8}};
 constexpr double kSmMathRate = 6.5e12;      // dense-equivalent FLOP/s of one SM in the wgmma.sp kernel
@@ -47,8 +47,9 @@ int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<
   return best;
 }
 
-// Measured on the V:N:M suite (docs/performance.md, V:N:M item 9): 64 rows gained up to 14 % at 2:32, and lost
-// 6-12 % where 64 row tiles of A overflowed L2 (36864x12288x4096 at 2:8).
+// Row blocks of a gathered weight each read their own rows of B, so a wider group shares little B but must keep
+// its A in L2: on the V:N:M suite 64 rows gained up to 14 % at 2:32, and lost 6-12 % where 64 row tiles of A
+// overflowed L2 (36864x12288x4096 at 2:8).
 constexpr int kMaxGatherGroupRows = 64;
 constexpr double kGatherGroupL2Share = 0.5;
 
@@ -122,12 +123,12 @@ bool overlap_launch_wanted(bool fallback) {
 // Persistent CTAs pay off where there are more tiles than SMs: the next tile's first copies stream in while the
 // last tile's outputs are stored. With one output part in flight per warpgroup they lost 1-7 % at 128-192 k-tiles
 // per tile (the static round-robin lets CTAs drift apart, and the raster's L2 reuse with them), so they were taken
-// at <= 64 k-tiles only; with two parts in flight (sm90_kernel.cuh) they measured 0-3 % faster on those shapes too
-// (docs/performance.md, 2:4 item 17). The gathering kernels follow the same rule (V:N:M item 10).
+// at <= 64 k-tiles only; with two parts in flight (sm90_kernel.cuh) they measured 0-3 % faster on those shapes too.
+// The gathering kernels follow the same rule.
 // Overlapping launches of the sm90 sparse kernel are the default (NMKIT_OVERLAP_LAUNCH=0 turns them off): the
 // producers wait for the kernel before them at their start and the consumers say launch_dependents when their last
-// tile is done, which keeps the plain launch's code; chains of dependent decode products ran 8-9 % faster
-// (docs/performance.md, 2:4 item 29). A trigger earlier in the kernel lost 3-15 %.
+// tile is done, which keeps the plain launch's code; chains of dependent decode products ran 8-9 % faster. A
+// trigger earlier in the kernel lost 3-15 %: the next kernel's CTAs took SMs this one still needed.
 constexpr bool kSm90OverlapLaunch = true;
 
 void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config) {
@@ -294,7 +295,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
           : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   // B multicast across a 2-CTA cluster (n-tiles of 128 and more, an even number of row tiles) is an experiment,
-  // off unless NMKIT_SM90_MULTICAST=1: it measured slower (docs/performance.md).
+  // off unless NMKIT_SM90_MULTICAST=1: halving B's L2 traffic measured level to 3 % slower (L2 does not bind).
   const char* multicast_env = std::getenv("NMKIT_SM90_MULTICAST");
   const bool multicast_allowed = multicast_env && std::string(multicast_env) == "1";
   if (kernel == Nm24Kernel::sm90_wgmma_sp && multicast_allowed && b_col_major && t.block_n >= 128 &&

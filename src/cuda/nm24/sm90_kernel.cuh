@@ -8,7 +8,7 @@
 //   - V:N:M (gather_rows / gather_cols): the rows of B named by the weight's gather table, copied by the whole
 //     producer warpgroup into the same swizzled layouts (MN-major for B row-major, K-major for B col-major).
 // Consumers hand wgmma.sp their A tile by shared-memory descriptor (the packed values are in its canonical layout;
-// an earlier version loaded them into registers, the RS form, 1-7 % slower: docs/performance.md, 2:4 item 30),
+// loading them into registers, the RS form, was 1-7 % slower: the wgmma waited on those loads),
 // load only the metadata registers, and keep one wgmma group in flight while the next stage is waited for.
 // Epilogue: the register epilogue (16-bit D final in registers, 64-column parts staged per warpgroup and stored by
 // TMA, the stages left to the producer), or the staged one (fp32 through the stages; one tile per CTA). With the
@@ -79,7 +79,7 @@ struct Sm90Shape {
   // The register epilogue's buffers, two 64 x 64 16-bit output parts per consumer warpgroup, after the stages
   // (n-tiles of whole 64-column parts only; the others always take the staged epilogue): a warpgroup stages one
   // part while the copy engine still reads the other. They cost n256 its fifth stage, which measured neutral
-  // against the register epilogue's gain (docs/performance.md, 2:4 item 16).
+  // against the register epilogue's gain.
   static constexpr int kPartColumns = sm90_epilogue::kLineElements;  // one 128-byte line of 16-bit outputs
   static constexpr bool kRegisterEpilogue = kBlockN % kPartColumns == 0;
   static constexpr int kOutputPartBytes = kRowsPerConsumer * kPartColumns * 2;
@@ -281,7 +281,7 @@ struct TileOrder {
 // shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
 // it is released to a producer only when the consumers of both CTAs are done with it: every local consumer thread
 // arrives on its own CTA's empty barrier, and one elected lane per consumer warp on the peer's (a remote arrival
-// per thread made the release cost more than the multicast saved, docs/performance.md 2:4 item 8).
+// per thread made the release cost more than the multicast saved).
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
 __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
                                                                  const __grid_constant__ CUtensorMap d_map) {
@@ -493,8 +493,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     // wgmma reads its metadata registers until its group completes, so the next k-tile's must not land in the
     // registers of the group in flight: two buffers, alternated by unrolling the loop by two (a buffer is
     // reloaded only after wait_group<1> retired the group that read it). Renaming them is not left to ptxas: with
-    // a branch in this loop (an experiment with two k-tiles per stage, docs/performance.md) it reused the
-    // registers of the group in flight and the products came out wrong.
+    // a branch in this loop (an experiment with two k-tiles per stage) it reused the registers of the group in
+    // flight and the products came out wrong.
     MetadataWords metadata_even, metadata_odd;
     int kt = 0;
     for (; kt + 2 <= k_tiles; kt += 2) {

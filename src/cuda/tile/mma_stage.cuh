@@ -6,7 +6,7 @@
 //
 // Both sides are worked out once per thread (StageCopier, FragmentOffsets), so that a tile's copies and fragment
 // loads need no index arithmetic of their own: worked out per copy and per load they took ~300 warp instructions
-// per tile, on the chain of every warp (docs/performance.md, tile item 39).
+// per tile, on the chain of every warp.
 #include <cstdint>
 
 #include "../ptx/cp_async.cuh"

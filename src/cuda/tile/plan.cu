@@ -119,13 +119,13 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   require(kernel != TileKernel::sm90_wgmma || sm90_possible, ErrorCode::unsupported,
           "tile plan: the sm90 wgmma kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
   // Tiles 32, 64 or 128 rows high at C <= 32: the warp-stream kernel (taller tiles through the weight's copy in
-  // tiles 32 rows high) beats the Hopper one, on weights whose schedule cuts rows over CTAs too (tile items 43 and
-  // 44); run() takes it for every weight that has a schedule (kernel_for).
+  // tiles 32 rows high) beats the Hopper one, on weights whose schedule cuts rows over CTAs too (1.01-1.50x its
+  // speed); run() takes it for every weight that has a schedule (kernel_for).
   const bool warp_stream_tiles = tile::warp_stream_runs(tile_rows, tile_cols);
   const bool warp_stream_by_weight = kernel == TileKernel::automatic && sm90_possible && warp_stream_tiles &&
                                      desc.n <= tile::kStreamBlockN && tile::warp_stream_fits_device();
   // The stream kernel beats the portable one wherever C is small (a grid that fills the GPU, not one CTA per tile
-  // row), but not the Hopper kernel (docs/performance.md, tile item 38).
+  // row: 1.1-7.2x at C = 32), but not the Hopper kernel.
   if (kernel == TileKernel::automatic)
     kernel = sm90_possible ? TileKernel::sm90_wgmma : desc.n <= kStreamMaxTokens ? TileKernel::stream_mma : TileKernel::sm80_mma;
   require(kernel != TileKernel::warp_stream_mma || warp_stream_tiles, ErrorCode::unsupported,

@@ -8,7 +8,7 @@
 // mask tells each consumer warpgroup (64 rows, one m64nN wgmma per 16 columns) whether its row has a tile there. Two
 // 64-row tile rows thus share each x slab that both need, which is where a tile-sparse product spends its L2
 // bandwidth. The producer's per-step work is a broadcast of the step and the copies; merging the rows' lists on the
-// device put shuffles, ballots and window loads on that path (docs/performance.md, tile item 22).
+// device put shuffles, ballots and window loads on that path, so the lists are merged once, at upload.
 //
 // A CTA walks work units (128-row block x kBlockN tokens, in the order unit_place gives): one unit per CTA, or, when
 // persistent, every gridDim-th unit (balanced schedules) or the next unit no CTA has claimed yet (blocks of
@@ -68,7 +68,7 @@ static_assert(kWarpgroupRows == 64, "a consumer warpgroup issues m64 wgmma");
 
 // CTAs per SM. Token blocks of up to 64 (decode-sized C) need few accumulators and short pipelines, and their
 // grids are small (split K over clusters): two per SM, so that clusters of 4 find room in one wave and twice as
-// many producers issue copies (docs/performance.md, tile item 17). Wider blocks take the whole SM.
+// many producers issue copies. Wider blocks take the whole SM.
 constexpr int ctas_per_sm(int block_n) { return block_n <= 64 ? 2 : 1; }
 
 // What a CTA may take of an SM: registers per thread of each role (setmaxnreg) and shared memory.
@@ -91,10 +91,9 @@ struct Budget {
 [[maybe_unused]] constexpr uint32_t kEndOfWork = kEndOfUnit | 1u << 30;
 
 // The deferred store stages a unit's 16-bit outputs in parts of at most 64 tokens (16 KiB per part) into two
-// buffers in turn, so that the consumers stage one part while the copy engine still reads the other
-// (docs/performance.md, tile item 37). The buffers take 32 KiB: at n256 a whole unit (64 KiB) would leave 3
-// pipeline stages instead of 4, and the fourth stage is worth ~18 % of a step (tile item 23). Units of one part
-// (n64) keep one buffer.
+// buffers in turn, so that the consumers stage one part while the copy engine still reads the other, instead of
+// waiting for each read. The buffers take 32 KiB: at n256 a whole unit (64 KiB) would leave 3 pipeline stages
+// instead of 4, and the fourth stage is worth ~18 % of a step. Units of one part (n64) keep one buffer.
 constexpr int kMaxStorePartN = 64;
 template <int kBlockN>
 constexpr int kStoreParts = kBlockN > kMaxStorePartN ? kBlockN / kMaxStorePartN : 1;
@@ -310,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       // producer does not stop on a load's result: its number (every gridDim-th by cluster, or with p.unit_claims
       // the next one no CTA has claimed: an atomicAdd by lane 0), its entries in the schedule, then its first 32
       // steps. It begins after the unit's first steps or, claiming, kClaimAheadSteps before its end (a claim made
-      // early is a static assignment). Done in one go, the dependent loads held the producer 1-2 us (item 34).
+      // early is a static assignment). Done in one go, the dependent loads held the producer 1-2 us per unit.
       constexpr int kLookaheadStep = 2, kClaimAheadSteps = 6;
       enum : int { kNotBegun, kNumbered, kLookedUp, kLoaded };
       int32_t unit = first_unit;
@@ -538,7 +537,7 @@ void launch(const TileParams& params, int split, bool persistent, uint64_t* time
   const int64_t blocks = persistent && split == 1 ? std::min<int64_t>(units, resident) : units * split;
   require(units * split < (int64_t{1} << 30), ErrorCode::unsupported, "sm90 tile: 2^30 or more work units x split");
   // Claimed only where blocks differ in length (the longest first): on balanced schedules, measured side by
-  // side, the static stride was 1-6 % faster (docs/performance.md, tile item 28).
+  // side, the static stride was 1-6 % faster.
   p.unit_claims = persistent && split == 1 && units > blocks && !p.units_by_token_block ? unit_claim_slot() : nullptr;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
@@ -605,7 +604,7 @@ Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_
   // Split K across a cluster when the grid would leave most CTA slots idle, as long as every CTA keeps a few tile
   // columns. Token blocks of up to 64 (two CTAs per SM) take the widest split, of any size up to 8, whose clusters
   // all run at once (4096^2 weights at C = 32, H200: split 7, 224 CTAs, beat 4 by 5-15 %, and 8 needs a second
-  // wave; docs/performance.md tile item 18). Wider blocks double the split while the grid stays under a quarter
+  // wave). Wider blocks double the split while the grid stays under a quarter
   // of the slots.
   const int64_t units = ceil_div(rows, int64_t{kBlockRows}) * ceil_div(n, int64_t{c.block_n});
   const int64_t grid_cols = ceil_div(cols, int64_t{tile_cols});

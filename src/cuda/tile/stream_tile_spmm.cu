@@ -37,13 +37,14 @@ constexpr int kMetaWindow = 256;  // tiles whose column and row a CTA holds in s
 // How a CTA's warps cover a tile row x kBlockN tokens: along the rows first (each A fragment is read by one warp),
 // then along the tokens. Eight warps for tile rows of 64 and 128: with few tiles per CTA a warp's own chain of
 // copies, mma and epilogue stores is the CTA's time, so shorter chains pay; four for 16 and 32, whose CTAs are
-// small enough that more of them share an SM (docs/performance.md, tile item 38).
+// small enough that more of them share an SM.
 template <int kTileRows>
 struct WarpTiling {
   static constexpr int kMBlocks = kTileRows / 16;
   static constexpr int kWarps = kTileRows >= 64 ? 8 : 4;
   static constexpr int kThreads = kWarps * 32;
-  // CTAs an SM must hold (registers permitting): as many as the pre-rewrite kernel held (item 39).
+  // CTAs an SM must hold (registers permitting), so that the register budget never costs the occupancy the
+  // kernel's timings were taken at.
   static constexpr int kMinCtasPerSm = kWarps == 8 ? 2 : 5;
   static constexpr int kWarpsM = kMBlocks < kWarps ? kMBlocks : kWarps;
   static constexpr int kWarpsN = kWarps / kWarpsM;

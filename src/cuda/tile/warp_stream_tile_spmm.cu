@@ -3,8 +3,8 @@
 // shared memory per CTA: H100 and H200 (sm_90) give it, A100 (163 KiB) does not (warp_stream_fits_device).
 //
 // Why not the stream kernel's CTA-wide ring (stream_tile_spmm.cu): a 32x32 tile is 2 KiB, and per tile that ring
-// pays a wait, a CTA barrier and its threads' copy addresses; with these tiles it streamed ~1.7 TB/s at C = 32
-// (docs/performance.md, tile item 39). Here each warp has a ring of its own in shared memory, and each lane copies
+// pays a wait, a CTA barrier and its threads' copy addresses; with these tiles it streamed ~1.7 TB/s at C = 32.
+// Here each warp has a ring of its own in shared memory, and each lane copies
 // (cp.async) and later reads exactly its own 16-byte pieces: no barrier, no ldmatrix, no copy arithmetic shared
 // across lanes. The CTA's warps share nothing but their SM until the rows they share are summed.
 //
@@ -52,7 +52,7 @@ constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kSlotFloat4s = kRows * kBlockN / 4;  // one partial tile row: kFragments float4 per lane
 // Chunks in flight per warp, each in a stage of the warp's ring in shared memory (A and B: 4 KiB). A wait per chunk
 // leaves the later stages' copies in flight (cp.async groups complete in order), where loads into registers all
-// shared one scoreboard, so that each ring of them was waited for whole (docs/performance.md, tile item 42). Three
+// shared one scoreboard, so that each ring of them was waited for whole. Three
 // stages ran as fast as four at density 0.5 and faster below it (more L1 beside 166 KiB of shared memory).
 constexpr int kStages = 3;
 constexpr int kMinCtasPerSm = 1;
@@ -124,7 +124,8 @@ struct LaneSources {
   }
   __device__ int32_t chunk_in_tile(int32_t chunk) const { return chunk & ((1 << chunk_shift) - 1); }
 
-  // Posts chunk `chunk`'s A into the lane's items 0..3 of a ring stage (32-bit shared address of item 0, lane 0).
+  // Posts chunk `chunk`'s A into the lane's items 0..3 of a ring stage (`stage`: 32-bit shared address of the
+  // stage's first item of lane 0).
   __device__ void post_a(uint32_t stage, int lane, int32_t chunk) const {
     const uint16_t* from = a + int64_t{chunk >> chunk_shift} * tile_elems + chunk_in_tile(chunk) * kChunkCols;
 #pragma unroll
@@ -321,7 +322,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
       reinterpret_cast<int2*>(warp_slots + kPartSlotFloat4s + kWarps * kRingFloat4s) + warp * kStages * 32 + lane;
 
   // Every load of the prologue is asked for before the first chunks' A is posted: the loads' answers would
-  // otherwise queue behind the whole GPU's burst of A copies (docs/performance.md, tile item 43).
+  // otherwise queue behind the whole GPU's burst of A copies, ~2 us later.
   // {column, row} of tiles window .. window + 31 (one per lane) and of the 32 after them; posting runs kStages chunks
   // ahead of the math, so the window follows the posts and each stage keeps its chunk's {row, column}.
   const auto load_meta = [&](int32_t tile) {

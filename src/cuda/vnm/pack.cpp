@@ -27,7 +27,8 @@ IndexPair pair_for_single(unsigned index) {
 
 bool vnm_kernel_supports_v(int v) noexcept { return v == 32 || v == 64 || (v > 0 && v % kPackRowAlign == 0); }
 
-// B row-major: the largest M that `automatic` runs in the full 2:4 form, by V (docs/performance.md, "The form").
+// B row-major: the largest M that `automatic` runs in the full 2:4 form, by V: up to it the gather costs more than
+// the condensed form's smaller math saves.
 // 8192^3 f16: 128:2:8 condensed 2.41x cuBLAS, 64:2:8 1.30x, full_2_4 1.66x; 128:2:4 condensed 1.31x.
 constexpr int kFullFormMaxMRowMajorV64 = 8;
 constexpr int kFullFormMaxMRowMajor = 4;

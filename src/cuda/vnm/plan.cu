@@ -80,7 +80,7 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel
   nm24::TileShape t = nm24::sm80_tile_shape();
   if (kernel == Nm24Kernel::sm90_wgmma_sp) {
     // The gathering kernels' n-tiles: narrow ones lose more than the 2:4 kernel's (the producer's copies and
-    // fill are per row), measured on 11008x4096x4096, f16, B row-major (docs/performance.md, V:N:M item 8).
+    // fill are per row), measured on 11008x4096x4096, f16, B row-major.
     constexpr nm24::BlockNChoice kOneTile[] = {{256, 1.0}, {128, 0.75}, {64, 0.45}};
     constexpr nm24::BlockNChoice kTwoTiles[] = {{128, 1.0}, {64, 0.6}};
     const auto choices = b_tiles == 1 ? std::span<const nm24::BlockNChoice>(kOneTile) : std::span<const nm24::BlockNChoice>(kTwoTiles);
