@@ -9,7 +9,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # Debian packages: build tools, test and CLI libraries. Only missing ones are installed.
 packages=(cmake ninja-build g++ make pkg-config python3 python3-pip
-          libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev libomp-dev libopenblas-dev liblapacke-dev)
+          libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev libomp-dev libopenblas-dev liblapacke-dev libre2-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -36,4 +36,26 @@ test -f "$model_dir/model.safetensors" || { echo "setup: model.safetensors not f
 if ! PYTHONPATH=.deps/py python3 -c "import nanobind, numpy" 2>/dev/null; then
   echo "setup: installing nanobind and numpy into .deps/py"
   python3 -m pip install -q --disable-pip-version-check --target .deps/py nanobind==2.9.2 numpy==2.2.6
+fi
+
+# ---- PyTorch for nmkit.torch's tests (only when asked: NMKIT_SETUP_TORCH=1; CI asks, .ci/run) ----
+# PyPI's torch, pinned, into a project-local folder that the python.api test puts on its PYTHONPATH
+# (python/CMakeLists.txt). It imports on machines without a GPU only with its nvidia-* dependencies, so it is
+# installed with them (about 5.3 GB, some 2 minutes). Skipped where the machine's python3 has a PyTorch already (the
+# GPU machine's environment) and where this version is in place; installed into a side folder and moved, so that an
+# interrupted install is not taken for a finished one.
+if [ "${NMKIT_SETUP_TORCH:-0}" = "1" ]; then
+  torch_version="2.15.0"
+  torch_dir=".deps/torch"
+  if python3 -c "import torch" 2>/dev/null; then
+    echo "setup: python3 has PyTorch $(python3 -c 'import torch; print(torch.__version__)'); not installing one"
+  elif [ ! -d "$torch_dir/torch-$torch_version.dist-info" ]; then
+    echo "setup: installing torch==$torch_version into $torch_dir (NMKIT_SETUP_TORCH=1)"
+    rm -rf "$torch_dir" "$torch_dir.partial"
+    python3 -m pip install -q --disable-pip-version-check --no-cache-dir --target "$torch_dir.partial" "torch==$torch_version"
+    mv "$torch_dir.partial" "$torch_dir"
+  fi
+  if [ -d "$torch_dir" ]; then
+    PYTHONPATH="$torch_dir:.deps/py" python3 -c "import torch" || { echo "setup: torch in $torch_dir does not import" >&2; exit 1; }
+  fi
 fi

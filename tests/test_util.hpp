@@ -2,6 +2,7 @@
 // Shared helpers of the tests: seeded random data (never zeros), matrix comparison.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -35,8 +36,35 @@ inline void expect_same_matrix(const DenseMatrix& got, const DenseMatrix& want) 
       ASSERT_EQ(got.at(r, c), want.at(r, c)) << "first mismatch at (" << r << ", " << c << ")";
 }
 
+// The tests' own error measures (never the library's, so that a bug there cannot hide one elsewhere).
+// ||got - want||_F / ||want||_F in double; the absolute norm when `want` is zero.
 inline double relative_frobenius(const std::vector<float>& got, const std::vector<float>& want) {
-  return relative_frobenius_error(got, want);
+  EXPECT_EQ(got.size(), want.size());
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    const double d = double{got[i]} - double{want[i]};
+    diff += d * d, norm += double{want[i]} * want[i];
+  }
+  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+// The worst element against its own allowance, rel * |want_i| + abs_of_rms * rms(want): a result above 1 names an
+// element outside it (`worst` gets its index). A norm alone would pass a small block of wrong values in a large output.
+inline double worst_element_excess(const std::vector<float>& got, const std::vector<float>& want, double rel, double abs_of_rms,
+                                   std::size_t* worst = nullptr) {
+  double sum_squares = 0.0;
+  for (const float w : want) sum_squares += double{w} * w;
+  const double rms = want.empty() ? 0.0 : std::sqrt(sum_squares / static_cast<double>(want.size()));
+  double excess = 0.0;
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    const double allowance = rel * std::fabs(double{want[i]}) + abs_of_rms * rms + 1e-30;
+    const double e = std::isfinite(got[i]) ? std::fabs(double{got[i]} - want[i]) / allowance : HUGE_VAL;
+    if (e > excess) {
+      excess = e;
+      if (worst) *worst = i;
+    }
+  }
+  return excess;
 }
 
 // Throws nmkit::Error whose code is `code` and whose message contains `fragment`.

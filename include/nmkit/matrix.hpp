@@ -50,7 +50,8 @@ struct DenseMatrix {
   TypedBuffer values;
 
   static DenseMatrix zeros(int64_t rows, int64_t cols, DType dtype);
-  // Rounds each float to `dtype`. `data` must hold rows*cols values, row-major.
+  // Rounds each float to `dtype`. `data` must hold rows*cols values, row-major. Throws Error (naming the row
+  // and column) when a finite value would round to infinity: storage must never invent an infinity.
   static DenseMatrix from_float(int64_t rows, int64_t cols, std::span<const float> data, DType dtype);
 
   DType dtype() const noexcept { return values.dtype(); }
@@ -71,6 +72,15 @@ struct Mask {
   void set(int64_t r, int64_t c, bool k) noexcept { keep[static_cast<std::size_t>(r * cols + c)] = k ? 1 : 0; }
   int64_t count() const noexcept;
 };
+
+// Throws Error(invalid_argument) naming `what`, the row and the column of the first NaN or infinity in `m`:
+// pruning scores, energies and Hessians are meaningless on non-finite data, so it is refused, never guessed at.
+void require_finite(const DenseMatrix& m, std::string_view what);
+// The same over a row-major rows x cols array of floats.
+void require_finite(std::span<const float> values, int64_t cols, std::string_view what);
+
+// How many non-zero values of `data` round to zero in `dtype` (below its smallest subnormal).
+int64_t count_flushed_to_zero(std::span<const float> data, DType dtype);
 
 // Mask of the non-zero entries of `dense`.
 Mask nonzero_mask(const DenseMatrix& dense);

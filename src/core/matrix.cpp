@@ -53,8 +53,50 @@ DenseMatrix DenseMatrix::from_float(int64_t rows, int64_t cols, std::span<const 
   require(data.size() == static_cast<std::size_t>(rows * cols), ErrorCode::invalid_argument,
           "from_float: " + std::to_string(data.size()) + " values given for a " + std::to_string(rows) + "x" +
               std::to_string(cols) + " matrix");
-  for (std::size_t i = 0; i < data.size(); ++i) out.values.set(i, data[i]);
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    out.values.set(i, data[i]);
+    require(!std::isinf(out.values.get(i)) || std::isinf(data[i]), ErrorCode::invalid_argument, [&] {
+      return "value " + std::to_string(data[i]) + " at row " + std::to_string(i / std::max<int64_t>(cols, 1)) + ", column " +
+             std::to_string(i % std::max<int64_t>(cols, 1)) + " overflows " + dtype_name(dtype) +
+             " (it would be stored as infinity); store it as f32 or scale the matrix";
+    });
+  }
   return out;
+}
+
+namespace {
+
+template <class Get>
+void require_finite_values(std::size_t count, int64_t cols, std::string_view what, Get&& get) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const float v = get(i);
+    require(std::isfinite(v), ErrorCode::invalid_argument, [&] {
+      const auto width = static_cast<std::size_t>(std::max<int64_t>(cols, 1));
+      return std::string(what) + " row " + std::to_string(i / width) + ", column " + std::to_string(i % width) + " is " +
+             (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + "; non-finite values cannot be pruned or measured";
+    });
+  }
+}
+
+}  // namespace
+
+void require_finite(const DenseMatrix& m, std::string_view what) {
+  require_finite_values(m.values.size(), m.cols, what, [&](std::size_t i) { return m.values.get(i); });
+}
+
+void require_finite(std::span<const float> values, int64_t cols, std::string_view what) {
+  require_finite_values(values.size(), cols, what, [&](std::size_t i) { return values[i]; });
+}
+
+int64_t count_flushed_to_zero(std::span<const float> data, DType dtype) {
+  TypedBuffer rounded(dtype, 1);
+  int64_t count = 0;
+  for (const float v : data) {
+    if (v == 0.0f) continue;
+    rounded.set(0, v);
+    count += rounded.get(0) == 0.0f ? 1 : 0;
+  }
+  return count;
 }
 
 int64_t Mask::count() const noexcept { return std::count(keep.begin(), keep.end(), uint8_t{1}); }

@@ -1,5 +1,6 @@
 #include "nmkit/format/spec.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <string>
@@ -45,7 +46,7 @@ double parse_density(std::string_view token, std::string_view spec) {
 
 FormatSpec parse_format_spec(std::string_view text) {
   const auto parts = split(text, ':');
-  const std::string usage = "' (expected N:M, vnm:V:N:M or tile:RxC:DENSITY)";
+  const std::string usage = "' (expected N:M (or nm:N:M), vnm:V:N:M, tile:RxC:DENSITY or tile:S:DENSITY for S x S tiles)";
   if (parts.size() == 2 || (parts.size() == 3 && parts[0] == "nm")) {
     NmSpec spec{parse_int(parts[parts.size() - 2], text), parse_int(parts.back(), text)};
     check_nm_pattern(spec.n, spec.m);
@@ -148,13 +149,40 @@ SparseMatrix convert_values(const SparseMatrix& a, DType dtype) {
   return out;
 }
 
+namespace {
+
+// Slots of a row-wise N:M or V:N:M matrix that land inside the matrix (a tail group's padding columns do not).
+template <class RowWise>
+int64_t kept_slots(const RowWise& a) noexcept {
+  int64_t kept = 0;
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t g = 0; g < a.groups(); ++g)
+      for (int s = 0; s < a.n; ++s) kept += a.column_of(r, g, s) < a.cols ? 1 : 0;
+  return kept;
+}
+
+int64_t kept_entries(const TileMatrix& a) noexcept {
+  int64_t kept = 0;
+  for (int64_t c = 0; c < a.grid_cols(); ++c) {
+    const int64_t width = std::min<int64_t>(a.tile_cols, a.cols - c * a.tile_cols);
+    for (int32_t i = a.ptr[c]; i < a.ptr[c + 1]; ++i)
+      kept += width * std::min<int64_t>(a.tile_rows, a.rows - int64_t{a.indices[i]} * a.tile_rows);
+  }
+  return kept;
+}
+
+}  // namespace
+
 double format_density(const SparseMatrix& a) noexcept {
-  return std::visit(overloaded{
-                        [](const NmMatrix& m) { return static_cast<double>(m.n) / m.m; },
-                        [](const VnmMatrix& m) { return static_cast<double>(m.n) / m.m; },
-                        [](const TileMatrix& m) { return m.density(); },
-                    },
-                    a);
+  const int64_t entries = rows_of(a) * cols_of(a);
+  if (entries == 0) return 1.0;
+  const int64_t kept = std::visit(overloaded{
+                                      [](const NmMatrix& m) { return kept_slots(m); },
+                                      [](const VnmMatrix& m) { return kept_slots(m); },
+                                      [](const TileMatrix& m) { return kept_entries(m); },
+                                  },
+                                  a);
+  return static_cast<double>(kept) / static_cast<double>(entries);
 }
 
 }  // namespace nmkit

@@ -69,14 +69,14 @@ class PartReader {
 
 TypedBuffer buffer_from(const StTensor& t, DType dtype) {
   TypedBuffer b(dtype, t.data.size() / dtype_size(dtype));
-  std::memcpy(b.data(), t.data.data(), t.data.size());
+  std::copy(t.data.begin(), t.data.end(), b.data());  // not memcpy: an empty part's data() is null
   return b;
 }
 
 template <class T>
 std::vector<T> array_from(const StTensor& t) {
   std::vector<T> v(t.data.size() / sizeof(T));
-  std::memcpy(v.data(), t.data.data(), t.data.size());
+  std::copy(t.data.begin(), t.data.end(), reinterpret_cast<std::byte*>(v.data()));
   return v;
 }
 
@@ -100,7 +100,16 @@ SparseMatrix read_compressed(const SafetensorsFile& file, const std::string& ori
   if (shape_it == d.end() || !shape_it->is_array() || shape_it->size() != 2 || !(*shape_it)[0].is_number_unsigned() ||
       !(*shape_it)[1].is_number_unsigned())
     reader.fail("description's 'shape' must be two non-negative integers");
-  const int64_t rows = (*shape_it)[0].get<int64_t>(), cols = (*shape_it)[1].get<int64_t>();
+  // Each side at most 2^24 (16,777,216; the largest vocabularies are near 2^18): the dense matrix's element and
+  // byte counts then stay far from overflow (2^40 a side did not: rows * cols overflowed in decompress), and the
+  // walks over rows that validation and decompression make stay short even for a matrix that stores nothing
+  // (N:M and V:N:M with no columns, tiles with no stored tile), whose rows no part's size bounds.
+  constexpr uint64_t kMaxSide = uint64_t{1} << 24;
+  const uint64_t rows_u = (*shape_it)[0].get<uint64_t>(), cols_u = (*shape_it)[1].get<uint64_t>();
+  if (rows_u > kMaxSide || cols_u > kMaxSide)
+    reader.fail("shape [" + std::to_string(rows_u) + ", " + std::to_string(cols_u) +
+                "] is implausibly large (each side must be at most 2^24)");
+  const auto rows = static_cast<int64_t>(rows_u), cols = static_cast<int64_t>(cols_u);
   const auto dtype_it = d.find("dtype");
   if (dtype_it == d.end() || !dtype_it->is_string()) reader.fail("description lacks a string 'dtype'");
   DType dtype;
@@ -110,8 +119,6 @@ SparseMatrix read_compressed(const SafetensorsFile& file, const std::string& ori
     reader.fail(e.what());
   }
   const std::vector<StDType> value_dtype{st_dtype_of(dtype)};
-  constexpr int64_t kMaxSide = int64_t{1} << 40;  // keeps every derived size far from overflow
-  if (rows > kMaxSide || cols > kMaxSide) reader.fail("shape is implausibly large");
 
   const std::string format = format_it->get<std::string>();
   try {

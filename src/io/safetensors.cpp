@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "nmkit/error.hpp"
+#include "nmkit/io/output_file.hpp"
 
 namespace nmkit {
 namespace {
@@ -121,13 +123,15 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, const std::st
 
     const auto shape_it = entry.find("shape");
     if (shape_it == entry.end() || !shape_it->is_array()) fail(origin, ctx + ": missing or non-array shape");
-    uint64_t numel = 1;
+    // The product of the non-zero dimensions must fit in int64_t: it bounds every partial product, so that
+    // numel() (int64_t, any zero dimension last) cannot overflow even when a zero makes the element count 0.
+    uint64_t numel = 1, nonzero_product = 1;
     for (const auto& dim : *shape_it) {
       if (!dim.is_number_unsigned()) fail(origin, ctx + ": shape holds a value that is not a non-negative integer");
       const uint64_t d = dim.get<uint64_t>();
-      if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          (d != 0 && numel > std::numeric_limits<uint64_t>::max() / d))
-        fail(origin, ctx + ": shape overflows 64 bits");
+      if (d != 0 && nonzero_product > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / d)
+        fail(origin, ctx + ": shape overflows 64 bits (its non-zero dimensions multiply past 2^63 - 1)");
+      if (d != 0) nonzero_product *= d;
       numel *= d;
       tensor.shape.push_back(static_cast<int64_t>(d));
     }
@@ -168,6 +172,8 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, const std::st
 }
 
 SafetensorsFile read_safetensors(const std::string& path, const SafetensorsLimits& limits) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(ErrorCode::io_error, path + ": is a directory, not a safetensors file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error(ErrorCode::io_error, path + ": cannot open for reading: " + std::strerror(errno));
   const std::streamoff size = in.tellg();
@@ -207,32 +213,7 @@ std::vector<std::byte> serialize_safetensors(const SafetensorsFile& file) {
 }
 
 void write_safetensors(const std::string& path, const SafetensorsFile& file) {
-  const std::vector<std::byte> bytes = serialize_safetensors(file);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(ErrorCode::io_error, tmp + ": cannot create: " + std::strerror(errno));
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string reason = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(ErrorCode::io_error, tmp + ": write failed: " + reason);
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error(ErrorCode::io_error, tmp + ": flush failed: " + reason);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error(ErrorCode::io_error, path + ": cannot rename the temporary file into place: " + reason);
-  }
+  write_file_atomically(path, serialize_safetensors(file));
 }
 
 DenseMatrix to_dense_matrix(const StTensor& tensor) {
@@ -251,7 +232,7 @@ DenseMatrix to_dense_matrix(const StTensor& tensor) {
   require(tensor.data.size() == m.values.size_bytes(), ErrorCode::invalid_argument,
           "tensor '" + tensor.name + "' holds " + std::to_string(tensor.data.size()) + " bytes, its shape needs " +
               std::to_string(m.values.size_bytes()));
-  std::memcpy(m.values.data(), tensor.data.data(), m.values.size_bytes());
+  std::copy(tensor.data.begin(), tensor.data.end(), m.values.data());  // not memcpy: an empty tensor's data() is null
   return m;
 }
 

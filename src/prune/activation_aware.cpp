@@ -23,6 +23,12 @@ void check_stats(const DenseMatrix& w, const LayerStatistics& s) {
           ErrorCode::invalid_argument,
           "calibration statistics are for " + std::to_string(s.in_features) + " input features over " +
               std::to_string(s.tokens) + " tokens, the weight has " + std::to_string(w.cols) + " columns");
+  require_finite(w, "weight");
+  for (std::size_t i = 0; i < s.xtx.size(); ++i)
+    require(std::isfinite(s.xtx[i]), ErrorCode::invalid_argument, [&] {
+      return "the calibration statistics (X^T X) are not finite at [" + std::to_string(i / s.in_features) + ", " +
+             std::to_string(i % s.in_features) + "]: the layer's calibration inputs hold NaN or infinity";
+    });
 }
 
 // U, the upper Cholesky factor of (H + damp * mean(diag H) * I)^-1, row-major K x K (lower part zero).
@@ -40,9 +46,9 @@ std::vector<double> inverse_hessian_factor(const LayerStatistics& s, double damp
   const auto n = static_cast<lapack_int>(k);
   // H = L L^T, then H^-1 from the factor (upper triangle of the row-major result holds it).
   if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0 || LAPACKE_dpotri(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0)
-    throw Error(ErrorCode::invalid_argument, "the calibration Hessian is not positive definite; raise the damping");
+    throw Error(ErrorCode::invalid_argument, "the calibration Hessian is not positive definite; raise the damping (--damp, ObsOptions::damp)");
   if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0)
-    throw Error(ErrorCode::invalid_argument, "the inverse Hessian is not positive definite; raise the damping");
+    throw Error(ErrorCode::invalid_argument, "the inverse Hessian is not positive definite; raise the damping (--damp, ObsOptions::damp)");
   for (int64_t i = 0; i < k; ++i)
     for (int64_t j = 0; j < i; ++j) h[i * k + j] = 0.0;
   return h;

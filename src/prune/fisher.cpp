@@ -16,6 +16,17 @@ namespace {
 
 }  // namespace
 
+void require_finite(const GradientSamples& grads, std::string_view what) {
+  const int64_t per_sample = std::max<int64_t>(grads.rows * grads.cols, 1), cols = std::max<int64_t>(grads.cols, 1);
+  for (std::size_t i = 0; i < grads.values.size(); ++i)
+    require(std::isfinite(grads.values[i]), ErrorCode::invalid_argument, [&] {
+      const auto at = static_cast<int64_t>(i);
+      return std::string(what) + " sample " + std::to_string(at / per_sample) + ", row " +
+             std::to_string(at % per_sample / cols) + ", column " + std::to_string(at % cols) + " is " +
+             (std::isnan(grads.values[i]) ? "NaN" : "infinite") + "; a Fisher estimate needs finite gradients";
+    });
+}
+
 GradientSamples read_gradients(const SafetensorsFile& file, const std::string& name, int64_t rows, int64_t cols) {
   const StTensor* t = file.find(name);
   require(t != nullptr, ErrorCode::io_error, "gradients file has no tensor '" + name + "'");
@@ -25,7 +36,9 @@ GradientSamples read_gradients(const SafetensorsFile& file, const std::string& n
           "gradients of '" + name + "' must be F32, F16 or BF16");
   StTensor flat = *t;
   flat.shape = {t->shape[0] * rows, cols};
-  return {t->shape[0], rows, cols, to_dense_matrix(flat).to_float()};
+  GradientSamples grads{t->shape[0], rows, cols, to_dense_matrix(flat).to_float()};
+  require_finite(grads, "gradients of '" + name + "'");
+  return grads;
 }
 
 std::vector<double> fisher_inverse(const float* grads, int64_t stride, int64_t m, int block, double damp) {
@@ -55,6 +68,8 @@ PruneResult prune_obs_fisher(const DenseMatrix& weight, const GradientSamples& g
   require(grads.rows == rows && grads.cols == cols && grads.samples >= 1 &&
               grads.values.size() == static_cast<std::size_t>(grads.samples * rows * cols),
           ErrorCode::invalid_argument, "Fisher OBS: the gradients do not match the weight's shape");
+  require_finite(weight, "weight");
+  require_finite(grads, "Fisher gradients");
   const int group = group_width(spec), block = options.block;
   require(block >= group && block % group == 0 && block <= 256, ErrorCode::invalid_argument,
           "Fisher OBS: the block (" + std::to_string(block) + ") must be a multiple of the group width " +

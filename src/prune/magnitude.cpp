@@ -299,6 +299,7 @@ ScoreMatrix restrict_scores(ScoreMatrix score, const Mask& allowed) {
 PruneResult prune_by_score(const DenseMatrix& weight, const ScoreMatrix& raw_score, const FormatSpec& spec, const Mask* allowed) {
   require(raw_score.rows == weight.rows && raw_score.cols == weight.cols, ErrorCode::invalid_argument,
           "prune_by_score: score shape differs from the weight shape");
+  require_finite(weight, "weight");
   const ScoreMatrix score = allowed ? restrict_scores(raw_score, *allowed) : raw_score;
   auto finish = [&](Mask mask) {
     if (allowed)

@@ -1,6 +1,9 @@
 #include "nmkit/prune/prune_model.hpp"
 
-#include <regex>
+#include <re2/re2.h>
+
+#include <memory>
+#include <set>
 
 #include "nmkit/error.hpp"
 #include "nmkit/prune/magnitude.hpp"
@@ -8,12 +11,21 @@
 namespace nmkit {
 namespace {
 
-std::regex compile_regex(const std::string& pattern, const char* option) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    throw Error(ErrorCode::invalid_argument, std::string(option) + " '" + pattern + "' is not a valid regex: " + e.what());
+// A name filter in RE2's syntax: matching takes time linear in the name and the compiler keeps no recursion
+// whose depth the pattern sets, so no pattern can crash or stall a run.
+std::unique_ptr<RE2> compile_name_filter(const std::string& pattern, const char* option) {
+  constexpr std::size_t kShownChars = 80;
+  RE2::Options re2_options;
+  re2_options.set_log_errors(false);
+  auto filter = std::make_unique<RE2>(pattern, re2_options);
+  if (!filter->ok()) {
+    const std::string shown =
+        pattern.size() <= kShownChars ? pattern : pattern.substr(0, kShownChars) + "... (" + std::to_string(pattern.size()) + " characters)";
+    std::string reason = filter->error();
+    if (reason.size() > kShownChars) reason = reason.substr(0, kShownChars) + "...";
+    throw Error(ErrorCode::invalid_argument, std::string(option) + " '" + shown + "' is not a valid regular expression: " + reason);
   }
+  return filter;
 }
 
 bool is_float_matrix(const StTensor& t) {
@@ -34,10 +46,7 @@ PruneResult prune_one(const std::string& name, const DenseMatrix& dense, const M
   if (options.method != PruneMethod::magnitude) {
     require(options.statistics != nullptr, ErrorCode::invalid_argument,
             std::string("pruning method ") + prune_method_name(options.method) + " needs calibration statistics");
-    const auto it = options.statistics->find(name);
-    require(it != options.statistics->end(), ErrorCode::invalid_argument,
-            "no calibration statistics for tensor '" + name + "' (is it a linear layer of the model?)");
-    stats = &it->second;
+    stats = &options.statistics->at(name);  // prune_model skips the weights that have none
   }
   try {
     const std::vector<ScheduleStep> schedule = structure_decay_schedule(options.spec, options.schedule_steps);
@@ -55,28 +64,48 @@ PruneResult prune_one(const std::string& name, const DenseMatrix& dense, const M
 
 }  // namespace
 
-ModelPruneReport prune_model(ModelFile& model, const ModelPruneOptions& options, const PruneProgress& progress) {
-  const std::regex include = compile_regex(options.include, "--include");
-  const std::regex exclude = compile_regex(options.exclude, "--exclude");
-  auto selected = [&](const NamedWeight& w) {
+std::vector<std::string> select_weights(const ModelFile& model, const ModelPruneOptions& options) {
+  const std::unique_ptr<RE2> include = compile_name_filter(options.include, "--include");
+  const std::unique_ptr<RE2> exclude = compile_name_filter(options.exclude, "--exclude");
+  std::vector<std::string> names;
+  for (const auto& w : model.weights) {
     const auto* t = std::get_if<StTensor>(&w.weight);
-    return t && is_float_matrix(*t) && std::regex_search(w.name, include) &&
-           (options.exclude.empty() || !std::regex_search(w.name, exclude));
-  };
-  std::size_t total = 0, done = 0;
-  for (const auto& w : model.weights) total += selected(w) ? 1 : 0;
+    if (!t || !is_float_matrix(*t) || !RE2::PartialMatch(w.name, *include) ||
+        (!options.exclude.empty() && RE2::PartialMatch(w.name, *exclude)))
+      continue;
+    try {
+      require_finite(to_dense_matrix(*t), "weight");
+    } catch (const Error& e) {
+      throw Error(e.code(), "tensor '" + w.name + "': " + e.what());
+    }
+    names.push_back(w.name);
+  }
+  return names;
+}
 
+ModelPruneReport prune_model(ModelFile& model, const ModelPruneOptions& options, const PruneProgress& progress) {
+  const std::vector<std::string> names = select_weights(model, options);
+  const bool needs_statistics = options.method != PruneMethod::magnitude && !options.fisher_gradients;
   ModelPruneReport report;
+  std::set<std::string> selected;
+  for (const std::string& name : names) {
+    if (needs_statistics && options.statistics && !options.statistics->count(name))
+      report.skipped.push_back(name);
+    else
+      selected.insert(name);
+  }
+  const std::size_t total = selected.size();
+  std::size_t done = 0;
   for (auto& w : model.weights) {
     TensorPruneReport row;
     row.name = w.name;
-    if (selected(w)) {
+    if (selected.count(w.name)) {
       if (progress) progress(done, total, w.name);
       const DenseMatrix dense = to_dense_matrix(std::get<StTensor>(w.weight));
       PruneResult result = prune_one(w.name, dense, options);
       row.shape = {dense.rows, dense.cols};
       row.format = format_name(result.compressed);
-      row.density = dense.rows * dense.cols == 0 ? 1.0 : static_cast<double>(result.mask.count()) / (dense.rows * dense.cols);
+      row.density = format_density(result.compressed);
       row.energy = result.energy;
       row.bytes_before = dense.storage_bytes();
       row.bytes_after = storage_bytes(result.compressed);

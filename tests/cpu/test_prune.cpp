@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "nmkit/error.hpp"
 #include "nmkit/prune/energy.hpp"
@@ -128,6 +129,20 @@ TEST(TileByNorm, KeepsTheLargestTiles) {
   EXPECT_NMKIT_ERROR(prune_tiles_by_norm(w, 16, 16, 0.0), ErrorCode::invalid_argument, "density");
 }
 
+TEST(Energy, IsKeptL1OverTotalL1) {
+  DenseMatrix w = DenseMatrix::zeros(2, 4, DType::f32);
+  const float values[] = {1, -2, 3, -4, 0.5f, 0, 0, -0.5f};
+  for (int i = 0; i < 8; ++i) w.set(i / 4, i % 4, values[i]);
+  // 2:4 keeps 3 and -4 of the first row, 0.5 and -0.5 of the second: (7 + 1) / (10 + 1).
+  EXPECT_DOUBLE_EQ(energy(w, prune_nm_magnitude(w, 2, 4)), 8.0 / 11.0);
+  EXPECT_DOUBLE_EQ(energy(DenseMatrix::zeros(3, 4, DType::f32), Mask::none(3, 4)), 1.0);  // nothing to lose
+  w.set(1, 1, std::numeric_limits<float>::quiet_NaN());
+  EXPECT_TRUE(std::isnan(energy(w, prune_nm_magnitude(w, 2, 4))));  // never a number for what was not measured
+  EXPECT_NMKIT_ERROR(prune_magnitude(w, NmSpec{2, 4}), ErrorCode::invalid_argument, "weight row 1, column 1 is NaN");
+  w.set(1, 1, -std::numeric_limits<float>::infinity());
+  EXPECT_NMKIT_ERROR(prune_magnitude(w, NmSpec{2, 4}), ErrorCode::invalid_argument, "row 1, column 1 is -inf");
+}
+
 TEST(Energy, FallsAsSparsityGrows) {
   const DenseMatrix w = random_matrix(128, 256, DType::f32, 61);
   const double e24 = energy(w, prune_nm_magnitude(w, 2, 4));
@@ -151,7 +166,13 @@ TEST(PruneMagnitude, EachFormatCompressesWhatItKeeps) {
   for (const char* spec : {"2:4", "vnm:32:2:10", "tile:32x16:0.3"}) {
     const PruneResult r = prune_magnitude(w, parse_format_spec(spec));
     test::expect_same_matrix(decompress(r.compressed), apply_mask(w, r.mask));
-    EXPECT_DOUBLE_EQ(r.energy, energy(w, r.mask));
+    double kept = 0.0, total = 0.0;  // the energy metric recomputed here: kept L1 over total L1
+    for (int64_t i = 0; i < w.rows; ++i)
+      for (int64_t j = 0; j < w.cols; ++j) {
+        total += std::fabs(w.at(i, j));
+        if (r.mask.at(i, j)) kept += std::fabs(w.at(i, j));
+      }
+    EXPECT_NEAR(r.energy, kept / total, 1e-12) << spec;
   }
 }
 

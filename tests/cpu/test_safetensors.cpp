@@ -209,5 +209,58 @@ TEST(Safetensors, ReadsTheRealModel) {
   EXPECT_NMKIT_ERROR(read_safetensors("/nonexistent/model.safetensors"), ErrorCode::io_error, "cannot open");
 }
 
+// Found by the fuzzers (fuzz/, docs/testing.md "Fuzzing"): the reader accepted a shape whose non-zero dimensions
+// overflow int64_t when a later dimension is 0 ([2^62, 2, 0] holds nothing, but numel() multiplied 2^62 * 2 first).
+TEST(Safetensors, ShapesWhoseDimensionsOverflowInt64AreRejectedEvenWhenEmpty) {
+  expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[4611686018427387904,2,0],"data_offsets":[0,0]}})", 0),
+                  "overflows 64 bits");
+  const SafetensorsFile ok =
+      parse_safetensors(raw_file(R"({"t":{"dtype":"F32","shape":[4611686018427387903,0,2],"data_offsets":[0,0]}})", 0), "ok");
+  ASSERT_EQ(ok.tensors.size(), 1u);
+  EXPECT_EQ(ok.tensors[0].numel(), 0);
+  // An empty 2-D tensor converts (its bytes were copied with memcpy from a null pointer).
+  const DenseMatrix empty = to_dense_matrix(StTensor{"e", StDType::F32, {0, 3}, {}});
+  EXPECT_EQ(empty.rows, 0);
+  EXPECT_EQ(empty.cols, 3);
+}
+
+// Found by the fuzzers: compressed weights whose shape no part bounds. A tile weight of 2^40 x 2^24 with no stored
+// tile loaded, and rows * cols then overflowed int64_t (format_density, decompress); an N:M weight of 2^40 rows and
+// no columns loaded only after validate() walked all its rows (hours); a side past 2^63 was read as negative.
+TEST(Safetensors, CompressedShapesTooLargeToUseAreRejected) {
+  SafetensorsFile tile;
+  tile.metadata["nmkit:w"] =
+      R"({"format":"tile","shape":[1099511627776,16777216],"dtype":"f32","tile_rows":1024,"tile_cols":1024})";
+  tile.tensors.push_back({"w.ptr", StDType::I32, {16385}, std::vector<std::byte>(16385 * 4)});
+  tile.tensors.push_back({"w.indices", StDType::I32, {0}, {}});
+  tile.tensors.push_back({"w.data", StDType::F32, {0, 1024, 1024}, {}});
+  EXPECT_NMKIT_ERROR(model_from_safetensors(tile, "m.safetensors"), ErrorCode::io_error, "implausibly large");
+
+  SafetensorsFile tall;
+  tall.metadata["nmkit:w"] = R"({"format":"nm","shape":[1099511627776,0],"dtype":"f32","n":2,"m":4})";
+  tall.tensors.push_back({"w.values", StDType::F32, {int64_t{1} << 40, 0}, {}});
+  tall.tensors.push_back({"w.indices", StDType::U8, {0}, {}});
+  EXPECT_NMKIT_ERROR(model_from_safetensors(tall, "m.safetensors"), ErrorCode::io_error, "implausibly large");
+
+  SafetensorsFile negative;
+  negative.metadata["nmkit:w"] =
+      R"({"format":"tile","shape":[4,18446744073709551615],"dtype":"f32","tile_rows":2,"tile_cols":2})";
+  negative.tensors.push_back({"w.ptr", StDType::I32, {1}, std::vector<std::byte>(4)});
+  negative.tensors.push_back({"w.indices", StDType::I32, {0}, {}});
+  negative.tensors.push_back({"w.data", StDType::F32, {0, 2, 2}, {}});
+  EXPECT_NMKIT_ERROR(model_from_safetensors(negative, "m.safetensors"), ErrorCode::io_error, "implausibly large");
+
+  // At the limit, and empty: loads (its empty parts copied without memcpy from a null pointer) and decompresses.
+  SafetensorsFile empty;
+  empty.metadata["nmkit:w"] = R"({"format":"nm","shape":[0,16777216],"dtype":"f16","n":2,"m":4})";
+  empty.tensors.push_back({"w.values", StDType::F16, {0, 8388608}, {}});
+  empty.tensors.push_back({"w.indices", StDType::U8, {0}, {}});
+  const ModelFile model = model_from_safetensors(empty, "m.safetensors");
+  ASSERT_EQ(model.weights.size(), 1u);
+  const DenseMatrix dense = decompress(std::get<SparseMatrix>(model.weights[0].weight));
+  EXPECT_EQ(dense.rows, 0);
+  EXPECT_EQ(dense.cols, 16777216);
+}
+
 }  // namespace
 }  // namespace nmkit

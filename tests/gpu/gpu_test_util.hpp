@@ -69,6 +69,10 @@ inline std::string describe(const Problem& t) {
          activation_name(t.act);
 }
 
+// Relative Frobenius error allowed against the fp32 CPU oracle (inputs are exact in the dtype; the GPU
+// accumulates in fp32 in another order and rounds the output).
+inline double tolerance(DType dtype) { return dtype == DType::bf16 ? 1e-2 : 2e-3; }
+
 // Every dtype pairing, B and D layout and epilogue on one R x K x C shape with tails (alpha 0.75; beta -0.5
 // with ReLU/GELU; a bias except with ReLU).
 inline std::vector<Problem> layout_and_epilogue_problems(int64_t r, int64_t k, int64_t c) {
@@ -114,6 +118,14 @@ double error_against_oracle(const SparseMatrix& a, const Problem& t, uint32_t se
       ADD_FAILURE() << describe(t) << ": element " << i << " not written or not finite";
       return 1.0;
     }
+  // Each element within its own allowance too: output rounding of its value, plus the norm tolerance of the RMS.
+  const double out_eps = t.out == DType::f32 ? 0x1p-23 : t.out == DType::bf16 ? 0x1p-8 : 0x1p-11;
+  std::size_t worst = 0;
+  if (test::worst_element_excess(got, want, 2.0 * out_eps, tolerance(t.dtype), &worst) > 1.0) {
+    const bool col_major = t.d_layout == Layout::col_major;
+    const auto row = col_major ? worst % t.r : worst / t.c, col = col_major ? worst / t.r : worst % t.c;
+    ADD_FAILURE() << describe(t) << ": D(" << row << ", " << col << ") is " << got[worst] << ", the oracle says " << want[worst];
+  }
   return test::relative_frobenius(got, want);
 }
 
@@ -129,9 +141,6 @@ struct ScopedEnv {
 // The sm90 kernel's schedules (NMKIT_SM90_SCHEDULE; KernelConfig::register_epilogue, persistent_ctas).
 inline constexpr const char* kSm90Schedules[] = {"staged", "registers", "persistent"};
 
-// Relative Frobenius error allowed against the fp32 CPU oracle (inputs are exact in the dtype; the GPU
-// accumulates in fp32 in another order and rounds the output).
-inline double tolerance(DType dtype) { return dtype == DType::bf16 ? 1e-2 : 2e-3; }
 
 
 // Two layers z = W2 (W1 x), f16, B and D col-major (each output is the next layer's B), run on a non-blocking

@@ -2,7 +2,8 @@
 // formats x methods table in memory.
 #include <fmt/core.h>
 
-#include <cmath>
+#include <filesystem>
+#include <optional>
 
 #include "commands.hpp"
 #include "nmkit/error.hpp"
@@ -20,9 +21,21 @@ void print_header() {
              "min cos", "NN agree");
 }
 
-void print_row(const std::string& format, const std::string& method, double energy, const EmbeddingComparison& c) {
-  fmt::print("{:<14} {:<10} {:>8.4f} {:>12.5f} {:>11.5f} {:>10.4f} {:>9.1f}%\n", format, method, energy,
-             1.0 - c.mean_cosine, c.mean_cosine, c.min_cosine, 100.0 * c.neighbour_agreement);
+// `energy` is empty where it was not measured (a file pruned elsewhere: eval never saw its masks).
+void print_row(const std::string& format, const std::string& method, std::optional<double> energy, const EmbeddingComparison& c) {
+  fmt::print("{:<14} {:<10} {:>8} {:>12.5f} {:>11.5f} {:>10.4f} {:>9.1f}%\n", format, method,
+             energy ? fmt::format("{:.4f}", *energy) : "-", 1.0 - c.mean_cosine, c.mean_cosine, c.min_cosine,
+             100.0 * c.neighbour_agreement);
+}
+
+// The dense model beside the pruned file (as `prune` calibrates on the model beside its input), else the default one.
+std::string default_dense_model_dir(const std::string& pruned) {
+  if (!pruned.empty()) {
+    const std::string beside = calibration_model_dir(pruned);
+    if (std::filesystem::exists(beside + "/config.json") && std::filesystem::exists(beside + "/model.safetensors"))
+      return beside;
+  }
+  return calibration_model_dir(default_model_path());
 }
 
 }  // namespace
@@ -40,8 +53,9 @@ Action add_eval(CLI::App& app) {
   };
   auto o = std::make_shared<Options>();
   app.add_option("pruned", o->pruned, "A pruned model file (nmkit prune); omit with --sweep");
-  app.add_option("--model-dir", o->model_dir, "Dense model directory (config.json, vocab.txt, model.safetensors)")
-      ->capture_default_str();
+  app.add_option("--model-dir", o->model_dir,
+                 "Dense model directory (config.json, vocab.txt, model.safetensors); default: the pruned file's "
+                 "directory when it holds them, else the bundled all-MiniLM-L6-v2");
   app.add_option("--corpus", o->corpus, "Text files or directories of sentences")->capture_default_str();
   app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences (--sweep)")->capture_default_str();
   app.add_option("--eval-sentences", o->eval_sentences, "Held-out sentences compared")->capture_default_str();
@@ -54,21 +68,22 @@ Action add_eval(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   return [o] {
-    const std::string dir = !o->model_dir.empty() ? o->model_dir : calibration_model_dir(default_model_path());
+    const std::string dir = !o->model_dir.empty() ? o->model_dir : default_dense_model_dir(o->pruned);
     require(o->sweep || !o->pruned.empty(), ErrorCode::invalid_argument, "eval needs a pruned model file or --sweep");
     const CorpusSplit split = split_corpus(load_sentences(o->corpus), 4, o->calibration_sentences, o->eval_sentences);
     const std::string dense_file = dir + "/model.safetensors";
     const ModelFile dense_weights = load_model(dense_file);
     const BertEncoder dense = BertEncoder::load(dir, dense_weights, dense_file);
     const auto reference = dense.embed_all(split.evaluation);
-    fmt::print("{} held-out sentences, {} calibration sentences, model {}\n", split.evaluation.size(),
-               split.calibration.size(), dir);
     if (!o->sweep) {
+      fmt::print("{} held-out sentences, model {}\n", split.evaluation.size(), dir);
       const BertEncoder pruned = BertEncoder::load(dir, o->pruned);
       print_header();
-      print_row("file", o->pruned, std::nan(""), compare_embeddings(reference, pruned.embed_all(split.evaluation)));
+      print_row("file", o->pruned, std::nullopt, compare_embeddings(reference, pruned.embed_all(split.evaluation)));
       return 0;
     }
+    fmt::print("{} held-out sentences, {} calibration sentences, model {}\n", split.evaluation.size(),
+               split.calibration.size(), dir);
     const auto stats = collect_statistics(dense, split.calibration);
     // One row: prune every encoder linear weight in memory, embed the held-out sentences, compare.
     auto evaluate = [&](const std::string& format, const std::string& method_name, const std::string& candidates, int steps) {

@@ -1,6 +1,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cctype>
 #include <iterator>
 
 #include "commands.hpp"
@@ -67,7 +68,10 @@ Action add_inspect(CLI::App& app) {
       double density = 1.0;
       std::size_t stored = 0, dense = 0;
       if (const auto* t = std::get_if<StTensor>(&w.weight)) {
-        shape = shape_string(t->shape), dtype = st_dtype_name(t->dtype), format = "dense";
+        // One spelling for dense and pruned tensors: nmkit's lower-case names ("f32", "bf16", "i64").
+        dtype = st_dtype_name(t->dtype);
+        std::transform(dtype.begin(), dtype.end(), dtype.begin(), [](unsigned char c) { return std::tolower(c); });
+        shape = shape_string(t->shape), format = "dense";
         stored = dense = t->data.size();
       } else {
         const auto& s = std::get<SparseMatrix>(w.weight);

@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "nmkit/format/spec.hpp"
 #include "nmkit/io/model.hpp"
+#include "nmkit/io/output_file.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/model/calibration.hpp"
 #include "nmkit/prune/prune_model.hpp"
@@ -60,7 +61,7 @@ Action add_prune(CLI::App& app) {
   auto o = std::make_shared<Options>();
   app.add_option("input", o->input, "Input safetensors file")->required()->check(CLI::ExistingFile);
   app.add_option("-o,--output", o->output, "Output safetensors file (written atomically)")->required();
-  app.add_option("-f,--format", o->format, "Target format: 2:4 | N:M | vnm:V:N:M | tile:RxC:DENSITY")->required();
+  app.add_option("-f,--format", o->format, "Target format: 2:4 | N:M | vnm:V:N:M | tile:RxC:DENSITY (tile:S:DENSITY for S x S tiles)")->required();
   app.add_option("--include", o->prune.include, "Regex: prune only 2-D weights whose name matches")
       ->capture_default_str();
   app.add_option("--exclude", o->prune.exclude, "Regex: never prune weights whose name matches ('' for none)")
@@ -74,6 +75,10 @@ Action add_prune(CLI::App& app) {
   app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  app.add_option("--damp", o->prune.obs.damp,
+                 "With --method obs: damping added to the calibration Hessian's diagonal, as a fraction of its mean")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--candidates", o->candidates, "OBS candidate sets: diagonal | pairwise | combinatorial")
       ->capture_default_str();
   app.add_option("--fisher", o->fisher,
@@ -95,7 +100,12 @@ Action add_prune(CLI::App& app) {
         fmt::print(" {}", to_string(step));
       fmt::print("\n");
     }
+    // Every check that can fail runs before calibration, which takes seconds to minutes.
+    std::vector<std::string> inputs{o->input};
+    if (!o->fisher.empty()) inputs.push_back(o->fisher);
+    resolve_output_path(o->output, inputs);
     ModelFile model = load_model(o->input);
+    select_weights(model, o->prune);
     std::map<std::string, LayerStatistics> stats;
     SafetensorsFile gradients;
     if (!o->fisher.empty()) {
@@ -112,7 +122,13 @@ Action add_prune(CLI::App& app) {
     }
     const bool tty = ::isatty(STDERR_FILENO) != 0;
     const ModelPruneReport report = prune_model(model, o->prune, tty ? PruneProgress(draw_progress) : PruneProgress{});
-    if (report.pruned_count == 0)
+    if (!report.skipped.empty()) {
+      fmt::print(stderr, "nmkit: warning: {} selected tensor(s) kept dense: the calibration forward never runs them, so {} has no statistics:",
+                 report.skipped.size(), prune_method_name(o->prune.method));
+      for (const std::string& name : report.skipped) fmt::print(stderr, " {}", name);
+      fmt::print(stderr, "\n");
+    }
+    if (report.pruned_count == 0 && report.skipped.empty())
       fmt::print(stderr, "nmkit: warning: no 2-D floating-point weight matched --include '{}' / --exclude '{}'\n",
                  o->prune.include, o->prune.exclude);
     save_model(o->output, model);

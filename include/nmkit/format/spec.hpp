@@ -48,7 +48,8 @@ DType dtype_of(const SparseMatrix& a) noexcept;
 SparseMatrix compress(const DenseMatrix& dense, const FormatSpec& spec);
 // The same weight with its stored values rounded to `dtype` (the pattern and indices unchanged).
 SparseMatrix convert_values(const SparseMatrix& a, DType dtype);
-// The fraction of the dense entries the format may keep: N/M, or the stored tiles over all tiles of the grid.
+// The density everywhere nmkit prints one: the fraction of the matrix's entries the compressed form keeps
+// (N/M for whole groups; a tail group keeps at most its real columns, an edge tile only its part inside).
 double format_density(const SparseMatrix& a) noexcept;
 
 }  // namespace nmkit

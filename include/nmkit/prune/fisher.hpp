@@ -22,8 +22,11 @@ struct GradientSamples {
   std::vector<float> values;
 };
 
-// Reads tensor `name` of a gradients file as [m, R, K]; Error naming the tensor when it is missing or its
-// shape does not match the weight's R x K.
+// Throws Error naming `what`, the sample, row and column of the first NaN or infinity in `grads`.
+void require_finite(const GradientSamples& grads, std::string_view what);
+
+// Reads tensor `name` of a gradients file as [m, R, K]; Error naming the tensor when it is missing, its
+// shape does not match the weight's R x K, or it holds NaN or infinity.
 GradientSamples read_gradients(const SafetensorsFile& file, const std::string& name, int64_t rows, int64_t cols);
 
 // (damp I + 1/m sum_i g_i g_i^T)^-1 for m gradients g_i of length `block` (g_i at grads + i * stride), by

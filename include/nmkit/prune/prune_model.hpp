@@ -16,7 +16,7 @@ namespace nmkit {
 
 struct ModelPruneOptions {
   FormatSpec spec = NmSpec{2, 4};
-  std::string include = ".*";          // ECMAScript regex, searched in the tensor name
+  std::string include = ".*";          // RE2 regular expression, searched in the tensor name
   std::string exclude = "embeddings";  // embedding tables are lookups, not products; "" excludes nothing
   PruneMethod method = PruneMethod::magnitude;
   // Input statistics per weight name, needed by wanda and obs (collect_statistics).
@@ -43,6 +43,9 @@ struct TensorPruneReport {
 struct ModelPruneReport {
   std::vector<TensorPruneReport> tensors;
   EnergyTally energy;  // over the pruned tensors
+  // Selected weights kept dense because the calibration saw no input for them (no statistics): a layer the
+  // calibration forward never runs, such as BERT's pooler.
+  std::vector<std::string> skipped;
   std::size_t bytes_before = 0;
   std::size_t bytes_after = 0;
   int pruned_count = 0;
@@ -50,7 +53,13 @@ struct ModelPruneReport {
 
 using PruneProgress = std::function<void(std::size_t done, std::size_t total, const std::string& name)>;
 
-// Replaces the selected dense 2-D floating-point weights of `model` by their compressed form.
+// The names of the dense 2-D floating-point weights that `options.include` / `exclude` select, each checked to
+// hold finite values (Error naming tensor, row and column otherwise). prune_model starts with it; a caller
+// calls it first to fail before costly calibration.
+std::vector<std::string> select_weights(const ModelFile& model, const ModelPruneOptions& options);
+
+// Replaces the selected dense 2-D floating-point weights of `model` by their compressed form. With wanda or
+// obs, a selected weight without calibration statistics is kept dense and listed in `skipped`.
 ModelPruneReport prune_model(ModelFile& model, const ModelPruneOptions& options, const PruneProgress& progress = {});
 
 }  // namespace nmkit
