@@ -158,6 +158,10 @@ void bind_formats(nb::module_& m) {
 }
 
 void bind_device(nb::module_& m) {
+  // For nmkit.torch, which checks a layer's arguments before it needs the device (and CUDA build) to make it.
+  m.def("_check_activation", [](const std::string& name) { return std::string(activation_name(parse_activation(name))); },
+        "name"_a, "The activation's name if the kernels know it; ValueError naming the ones they know otherwise.");
+
   m.def("build_info", [] {
     const BuildInfo b = build_info();
     nb::dict d;
