@@ -1,8 +1,22 @@
-"""nmkit.torch.SparseLinear on the GPU against the same pruned weight through torch (skipped without PyTorch+CUDA)."""
+"""nmkit.torch: its host side on the CPU, and SparseLinear on the GPU.
+
+On any machine with PyTorch (CPU-only included): every check of a layer's arguments and of a call's tensors with
+its message, sparsify and load_sparse on CPU models (files written by `nmkit prune` with NMKIT_CLI), and a call's
+own work (reshapes, copies of unaligned or strided x, out=, the fp32 bias) with nmkit's CPU reference product
+standing in for the GPU kernel: `nmkit.torch._device_layer`, the one function that needs CUDA, is replaced by a CPU
+layer with the same run(). On a GPU: the layers against the same pruned weight through torch (skipped without
+PyTorch+CUDA, with the reason). NMKIT_REQUIRE_TORCH=1 (set by CTest where scripts/setup.sh installed PyTorch)
+turns a missing PyTorch into a failure instead of a skip.
+"""
+import contextlib
+import copy
+import ctypes
 import os
+import pathlib
 import subprocess
 import tempfile
 import unittest
+from unittest import mock
 
 import numpy as np
 
@@ -14,11 +28,20 @@ try:
     import torch.nn.functional as F
 
     import nmkit.torch as nmt
-    WHY_SKIP = None if torch.cuda.is_available() and nmkit.cuda_available() else "no CUDA device for PyTorch and nmkit"
-    if WHY_SKIP is None and not hasattr(nmkit._nmkit, "_SparseLinear"):
-        WHY_SKIP = "nmkit was built without CUDA"
+    WHY_NO_TORCH = None
 except ImportError as e:
-    WHY_SKIP = f"PyTorch is not installed ({e})"
+    WHY_NO_TORCH = f"PyTorch is not installed ({e})"
+    if os.environ.get("NMKIT_REQUIRE_TORCH") == "1":
+        raise
+
+if WHY_NO_TORCH:
+    WHY_NO_GPU = WHY_NO_TORCH
+elif not hasattr(nmkit._nmkit, "_SparseLinear"):
+    WHY_NO_GPU = "nmkit was built without CUDA"
+elif not (torch.cuda.is_available() and nmkit.cuda_available()):
+    WHY_NO_GPU = "no CUDA device for PyTorch and nmkit"
+else:
+    WHY_NO_GPU = None
 
 TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}  # relative Frobenius error, as the C++ GPU tests
 
@@ -27,8 +50,317 @@ def relative_error(got, want):
     return ((got.float() - want.float()).norm() / want.float().norm()).item()
 
 
-@unittest.skipIf(WHY_SKIP, WHY_SKIP or "")
+def tensor_at(address, shape, dtype):
+    """A tensor over the memory at a raw CPU address (what the C++ layer's run() is given)."""
+    count = int(np.prod(shape))
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    return torch.frombuffer((ctypes.c_byte * (count * itemsize)).from_address(address), dtype=dtype).view(shape)
+
+
+class CpuLayer:
+    """The C++ GPU layer's stand-in on the CPU: the same run(x, y, tokens, bias, stream) on raw pointers, computed by
+    nmkit.spmm (the oracle the GPU kernels are tested against), with the C++ run()'s own refusals."""
+
+    def __init__(self, weight, activation, has_bias):
+        self.weight, self.activation, self.has_bias = weight, activation, has_bias
+        self.rows, self.cols = weight.shape
+        self.dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[weight.dtype]
+        self.runs = 0
+
+    def run(self, x, y, tokens, bias, stream):
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        if tokens == 0:
+            return
+        if not x or not y:
+            raise ValueError("x and y must not be null")
+        if self.has_bias != bool(bias):
+            raise ValueError("a bias given to a layer without one, or none to a layer with one")
+        if x % 16 or y % 16:  # what nmkit.torch promises the Hopper kernels
+            raise ValueError(f"x at {x:#x} or y at {y:#x} is not 16-byte aligned")
+        self.runs += 1
+        xs = tensor_at(x, (tokens, self.cols), self.dtype)
+        b = tensor_at(bias, (self.rows,), torch.float32).numpy() if bias else None
+        d = nmkit.spmm(self.weight, xs.float().numpy().T, bias=b, activation=self.activation)
+        tensor_at(y, (tokens, self.rows), self.dtype).copy_(torch.from_numpy(d.T))
+
+
+@contextlib.contextmanager
+def layers_on_the_cpu():
+    """nmkit.torch with its GPU layers made on the CPU (CpuLayer); yields the list of those made."""
+    made = []
+
+    def device_layer(weight, activation, has_bias, device):
+        assert device.type == "cuda", device  # what SparseLinear would have asked the GPU for
+        made.append(CpuLayer(weight, activation, has_bias))
+        return torch.device("cpu"), made[-1]
+
+    with mock.patch.object(nmt, "_device_layer", device_layer), mock.patch.object(nmt, "_current_stream", lambda i: 0):
+        yield made
+
+
+@contextlib.contextmanager
+def no_device_reached(test):
+    """Fails `test` if a layer gets as far as the device: what is wrong must be found before."""
+    def device_layer(*args):
+        test.fail("the layer reached the device before its arguments were refused")
+    with mock.patch.object(nmt, "_device_layer", device_layer):
+        yield
+
+
+def pruned_reference(model, weights):
+    """A float32 copy of `model` whose Linears named in `weights` hold those SparseWeights, dense."""
+    reference = copy.deepcopy(model).float()
+    with torch.no_grad():
+        for name, weight in weights.items():
+            reference.get_submodule(name).weight.copy_(torch.from_numpy(weight.to_dense()))
+    return reference
+
+
+def linear(rows, cols, dtype=None, bias=True, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Linear(cols, rows, bias=bias, dtype=dtype or torch.float16)
+
+
+@unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
+class LayerArgumentsOnTheCpu(unittest.TestCase):
+    """Every refusal of SparseLinear(...) and from_linear(...), each before the device is needed."""
+
+    def test_the_constructor_refuses_with_a_reason(self):
+        w = nmkit.prune(np.random.default_rng(0).standard_normal((64, 128), dtype=np.float32), "2:4")
+        with no_device_reached(self):
+            for args, kwargs, error, message in [
+                ((w.to_dense(),), {}, TypeError, "weight must be an nmkit.SparseWeight .*got ndarray"),
+                ((w.astype("f32"),), {}, TypeError, "f16 or bf16 weight, got f32"),
+                ((w,), dict(activation="tanh"), ValueError, "unknown activation 'tanh' \\(expected none, relu or gelu\\)"),
+                ((w,), dict(activation=None), TypeError, "activation must be a string"),
+                ((w,), dict(device="cpu"), ValueError, "runs on a CUDA device, got cpu"),
+                ((w,), dict(device="meta"), ValueError, "runs on a CUDA device, got meta"),
+                ((w, [0.0] * 64), {}, TypeError, "bias must be a torch.Tensor or None, got list"),
+                ((w, torch.zeros(64, dtype=torch.int32)), {}, TypeError, "floating-point values, got torch.int32"),
+                ((w, torch.zeros(63)), {}, ValueError, "bias must have shape \\(64,\\), got \\(63,\\)"),
+                ((w, torch.zeros(1, 64)), {}, ValueError, "bias must have shape \\(64,\\), got \\(1, 64\\)"),
+            ]:
+                with self.subTest(message), self.assertRaisesRegex(error, message):
+                    nmt.SparseLinear(*args, **kwargs)
+
+    def test_from_linear_refuses_before_pruning(self):
+        dense = linear(128, 64)
+        with no_device_reached(self), mock.patch.object(nmt, "prune", side_effect=AssertionError("pruned")):
+            with self.assertRaisesRegex(TypeError, "takes a torch.nn.Linear, got Conv1d"):
+                nmt.SparseLinear.from_linear(torch.nn.Conv1d(4, 4, 1))
+            with self.assertRaisesRegex(TypeError, "float16 or bfloat16, got torch.float32 \\(pass dtype"):
+                nmt.SparseLinear.from_linear(linear(128, 64, torch.float32), "2:4")  # fp32 module, no dtype given
+            with self.assertRaisesRegex(TypeError, "got torch.float64"):
+                nmt.SparseLinear.from_linear(dense, "2:4", dtype=torch.float64)
+            with self.assertRaisesRegex(ValueError, "unknown activation 'swish'"):
+                nmt.SparseLinear.from_linear(dense, "2:4", activation="swish")
+        with no_device_reached(self):  # pruning itself refuses a format it cannot make
+            with self.assertRaisesRegex(ValueError, "N < M, got 3:2"):
+                nmt.SparseLinear.from_linear(dense, "3:2")
+            with self.assertRaisesRegex(ValueError, "tile"):
+                nmt.SparseLinear.from_linear(dense, "tile:64x64:1.5")
+
+    @unittest.skipUnless(WHY_NO_GPU, "a CUDA device is present")
+    def test_without_a_gpu_a_layer_that_would_work_says_why_it_cannot(self):
+        with self.assertRaisesRegex(RuntimeError, "SparseLinear needs .*CUDA"):
+            nmt.SparseLinear.from_linear(linear(128, 64), "2:4")
+        model = torch.nn.Sequential(linear(128, 64), torch.nn.ReLU())
+        with self.assertRaisesRegex(RuntimeError, "CUDA"):
+            nmt.sparsify(model)
+        self.assertIsInstance(model[0], torch.nn.Linear)
+
+
+@unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
+class CallsOnTheCpu(unittest.TestCase):
+    """A call's checks and its own work, with the CPU stand-in for the kernel (layers_on_the_cpu)."""
+
+    def check(self, spec, rows, cols, token_shapes, dtype, bias=True, activation="none"):
+        dense = linear(rows, cols, dtype, bias, seed=rows + cols)
+        with layers_on_the_cpu() as made:
+            layer = nmt.SparseLinear.from_linear(dense, spec, activation=activation)
+            self.assertEqual((layer.device, layer.dtype, layer.format, layer.in_features, layer.out_features),
+                             (torch.device("cpu"), dtype, spec.rsplit(":", 1)[0] if spec.startswith("tile") else spec,
+                              cols, rows))
+            weight = made[0].weight  # the reference: the same pruned weight through torch, in fp32
+            w = torch.from_numpy(weight.to_dense())
+            for shape in token_shapes:
+                tokens = int(np.prod(shape))
+                x = torch.randn(*shape, cols, dtype=dtype)
+                out = torch.full((tokens, rows), float("nan"), dtype=dtype)  # poisoned
+                with torch.no_grad():
+                    y = layer(x)
+                    layer(x, out=out)
+                want = F.linear(x.float(), w, None if dense.bias is None else dense.bias.float())
+                want = {"none": want, "relu": F.relu(want), "gelu": F.gelu(want)}[activation]
+                label = f"{spec} {rows}x{cols} x{tuple(shape)} {dtype} bias={bias} {activation}"
+                self.assertEqual((tuple(y.shape), y.dtype), ((*shape, rows), dtype), label)
+                if tokens:
+                    self.assertFalse(torch.isnan(out).any().item(), label)
+                    self.assertLess(relative_error(y, want), TOLERANCE[str(dtype).split(".")[1]], label)
+                torch.testing.assert_close(out.view_as(y), y, rtol=0, atol=0)
+
+    def test_a_call_gives_the_pruned_weights_product(self):
+        for dtype in (torch.float16, torch.bfloat16):
+            self.check("2:4", 100, 52, [(1,), (7,), (3, 5), (0,)], dtype)
+            self.check("vnm:64:2:10", 96, 60, [(9,)], dtype, bias=False, activation="relu")
+            self.check("tile:16x16:0.5", 40, 48, [(2, 3)], dtype, activation="gelu")
+
+    def test_strided_and_unaligned_inputs_are_copied_not_misread(self):
+        with layers_on_the_cpu():
+            layer = nmt.SparseLinear.from_linear(linear(256, 128), "2:4")
+            with torch.no_grad():
+                x = torch.randn(128, 40, dtype=torch.float16).t()  # a transposed view
+                torch.testing.assert_close(layer(x), layer(x.contiguous()), rtol=0, atol=0)
+                offset = torch.randn(40 * 128 + 1, dtype=torch.float16)[1:].view(40, 128)  # 2-byte aligned
+                torch.testing.assert_close(layer(offset), layer(offset.clone()), rtol=0, atol=0)
+                batch = torch.randn(2, 128, 3, dtype=torch.float16).transpose(1, 2)  # [2, 3, 128], strided
+                torch.testing.assert_close(layer(batch), layer(batch.contiguous()), rtol=0, atol=0)
+
+    def test_the_bias_is_added_in_fp32_after_module_half(self):
+        with layers_on_the_cpu():
+            layer = nmt.SparseLinear.from_linear(linear(64, 32), "2:4")
+            x = torch.randn(5, 32, dtype=torch.float16)
+            with torch.no_grad():
+                want = layer(x)
+                layer.half()  # casts the bias buffer to f16; the call takes it back to fp32
+                self.assertEqual(layer.bias.dtype, torch.float16)
+                got = layer(x)
+            self.assertEqual(layer.bias.dtype, torch.float32)
+            torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+
+    def test_bad_calls_are_refused_with_a_reason(self):
+        with layers_on_the_cpu() as made:
+            layer = nmt.SparseLinear.from_linear(linear(128, 64), "2:4")
+            x = torch.randn(4, 64, dtype=torch.float16)
+            with torch.no_grad():
+                for args, kwargs, error, message in [
+                    (("x",), {}, TypeError, "x must be a torch.Tensor, got str"),
+                    ((x.bfloat16(),), {}, TypeError, "x is torch.bfloat16, the layer computes in torch.float16"),
+                    ((x[:, :63],), {}, ValueError, "64 features in its last dimension, got shape \\(4, 63\\)"),
+                    ((torch.tensor(1.0, dtype=torch.float16),), {}, ValueError, "64 features .*got shape \\(\\)"),
+                    ((x,), dict(out="y"), TypeError, "out must be a torch.Tensor, got str"),
+                    ((x,), dict(out=torch.empty(4, 128)), TypeError, "out must be torch.float16 on cpu, got torch.float32"),
+                    ((x,), dict(out=torch.empty(4, 128, dtype=torch.float16, device="meta")), TypeError,
+                     "out must be torch.float16 on cpu, got torch.float16 on meta"),
+                    ((x,), dict(out=torch.empty(3, 128, dtype=torch.float16)), ValueError, "hold 4 x 128 values"),
+                    ((x,), dict(out=torch.empty(4, 129, dtype=torch.float16)), ValueError, "hold 4 x 128 values"),
+                    ((x,), dict(out=torch.empty(128, 4, dtype=torch.float16).t()), ValueError, "contiguous"),
+                    ((x,), dict(out=torch.empty(4 * 128 + 1, dtype=torch.float16)[1:].view(4, 128)), ValueError,
+                     "16-byte aligned"),
+                ]:
+                    with self.subTest(message), self.assertRaisesRegex(error, message):
+                        layer(*args, **kwargs)
+                # Here x's device is checked as a call checks it when its cheap test fails: the stand-in's CPU and
+                # meta tensors share get_device() -1, so that test passes a meta x (a CUDA layer's index differs;
+                # SparseLinearOnTheGpu calls one with a CPU x).
+                with self.assertRaisesRegex(ValueError, "x is on meta, the layer on cpu"):
+                    nmt._check_input(x.to("meta"), layer.device, layer.dtype, layer.in_features)
+            with self.assertRaisesRegex(RuntimeError, "inference-only .*torch.no_grad"):
+                layer(torch.randn(4, 64, dtype=torch.float16, requires_grad=True))
+            self.assertEqual(made[0].runs, 0)  # none of them reached the kernel
+
+
+def block(dtype=None):
+    """A model with nested names: encoder.0 and encoder.2 (no bias), and heads.score in a ModuleDict."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(7)
+            self.encoder = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),
+                                               torch.nn.Linear(512, 200, bias=False), torch.nn.ReLU())
+            self.heads = torch.nn.ModuleDict({"score": torch.nn.Linear(200, 64)})
+
+        def forward(self, x):
+            return self.heads["score"](self.encoder(x))
+
+    return Block().to(dtype or torch.float16)
+
+
+@unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
+class ModelsOnTheCpu(unittest.TestCase):
+    """sparsify and load_sparse on CPU models, the layers made with the CPU stand-in (layers_on_the_cpu)."""
+
+    def test_sparsify_replaces_the_chosen_linears(self):
+        model, x = block(), torch.randn(3, 37, 256, dtype=torch.float16)
+        weights = {name: nmkit.prune(model.get_submodule(name).weight.detach().float().numpy(), "vnm:64:2:8")
+                   for name in ("encoder.0", "encoder.2")}
+        reference = pruned_reference(model, weights)
+        bias = model.encoder[0].bias.detach().clone()
+        with layers_on_the_cpu():
+            self.assertEqual(nmt.sparsify(model, "vnm:64:2:8", include="^encoder\\.", exclude="heads"),
+                             ["encoder.0", "encoder.2"])
+            self.assertIsInstance(model.encoder[0], nmt.SparseLinear)
+            self.assertIsInstance(model.encoder[2], nmt.SparseLinear)
+            self.assertIsInstance(model.heads["score"], torch.nn.Linear)
+            self.assertIsNone(model.encoder[2].bias)
+            torch.testing.assert_close(model.encoder[0].bias, bias.float(), rtol=0, atol=0)
+            with torch.no_grad():
+                got, want = model(x), reference(x.float())
+            self.assertLess(relative_error(got, want), 5 * TOLERANCE["float16"])  # three layers, f16 between them
+            self.assertEqual(nmt.sparsify(model, include="^nothing$"), [])
+            self.assertEqual(nmt.sparsify(model, "2:4", dtype=torch.bfloat16), ["heads.score"])  # what is left
+            self.assertEqual(model.heads["score"].dtype, torch.bfloat16)
+
+    def test_sparsify_refuses_before_it_replaces_anything(self):
+        with layers_on_the_cpu():
+            model = block()
+            model.heads["score"].float()  # the last Linear is fp32: the first two would work
+            with self.assertRaisesRegex(TypeError, "got torch.float32") as caught:
+                nmt.sparsify(model, "2:4")
+            if hasattr(caught.exception, "__notes__"):
+                self.assertIn("'heads.score'", caught.exception.__notes__[0])
+            for args, kwargs, error, message in [
+                ((model, "3:2"), {}, ValueError, "N < M, got 3:2"),
+                ((model,), dict(include="(encoder"), ValueError, "include must be a regular expression, got '\\(encoder'"),
+                ((model,), dict(exclude="[head"), ValueError, "exclude must be a regular expression"),
+                ((model.state_dict(),), {}, TypeError, "model must be a torch.nn.Module, got OrderedDict"),
+            ]:
+                with self.subTest(message), self.assertRaisesRegex(error, message):
+                    nmt.sparsify(*args, **kwargs)
+            self.assertEqual([type(m) for m in (model.encoder[0], model.encoder[2], model.heads["score"])],
+                             [torch.nn.Linear] * 3)
+
+    @unittest.skipUnless(os.environ.get("NMKIT_CLI"), "NMKIT_CLI (the nmkit tool) is not set")
+    def test_load_sparse_takes_the_weights_the_cli_pruned(self):
+        model = block(torch.bfloat16)
+        with tempfile.TemporaryDirectory() as tmp:
+            dense_path, sparse_path = os.path.join(tmp, "dense.safetensors"), os.path.join(tmp, "sparse.safetensors")
+            write_safetensors(dense_path, {k: v.float().numpy() for k, v in model.state_dict().items()})
+            subprocess.run([os.environ["NMKIT_CLI"], "prune", dense_path, "-o", sparse_path, "--format", "2:4",
+                            "--include", "^encoder\\."], check=True, capture_output=True)
+            weights = nmkit.load_file(sparse_path)
+            self.assertEqual(sorted(weights), ["encoder.0.weight", "encoder.2.weight"])
+            reference = pruned_reference(model, {k[:-len(".weight")]: w for k, w in weights.items()})
+            x = torch.randn(50, 256, dtype=torch.bfloat16)
+            with layers_on_the_cpu():
+                # Refused, each before any layer is replaced: another model's shapes, a weight without its Linear.
+                other = torch.nn.Module()
+                other.encoder = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.GELU(), torch.nn.Linear(512, 200))
+                with self.assertRaisesRegex(ValueError, "'encoder.0.weight' is 512x256, the model's Linear 'encoder.0' 512x64"):
+                    nmt.load_sparse(other, sparse_path)
+                partial = torch.nn.Module()
+                partial.encoder = torch.nn.Sequential(torch.nn.Linear(256, 512))
+                with self.assertRaisesRegex(KeyError, "'encoder.2.weight' has no nn.Linear 'encoder.2'"):
+                    nmt.load_sparse(partial, sparse_path)
+                self.assertIsInstance(partial.encoder[0], torch.nn.Linear)
+                with self.assertRaisesRegex(IsADirectoryError, "is a directory"):
+                    nmt.load_sparse(model, tmp)
+                self.assertEqual(nmt.load_sparse(partial.to(torch.float16), sparse_path, strict=False), ["encoder.0"])
+                self.assertEqual(partial.encoder[0].dtype, torch.float16)  # the f32 file rounded to the Linear's
+                # The model itself, its path as a pathlib.Path.
+                self.assertEqual(nmt.load_sparse(model, pathlib.Path(sparse_path)), ["encoder.0", "encoder.2"])
+            self.assertEqual([model.encoder[0].dtype, model.encoder[2].dtype], [torch.bfloat16] * 2)
+            self.assertIsInstance(model.heads["score"], torch.nn.Linear)
+            with layers_on_the_cpu(), torch.no_grad():
+                got, want = model(x), reference(x.float())
+            self.assertLess(relative_error(got, want), 5 * TOLERANCE["bfloat16"])
+
+
+@unittest.skipIf(WHY_NO_GPU, WHY_NO_GPU or "")
 class SparseLinearOnTheGpu(unittest.TestCase):
+    """The GPU product itself: the layers, sparsify and load_sparse on CUDA models against torch."""
+
     def reference(self, layer, weight, x, bias, activation):
         """The same pruned weight through torch, in fp32."""
         w = torch.from_numpy(weight.to_dense()).to(x.device)
@@ -164,6 +496,9 @@ class SparseLinearOnTheGpu(unittest.TestCase):
                       out=torch.empty(3, 128, device="cuda", dtype=torch.float16))
         with self.assertRaisesRegex(RuntimeError, "inference-only"):
             layer(torch.randn(4, 64, device="cuda", dtype=torch.float16, requires_grad=True))
+        layer.bias = layer.bias.cpu()
+        with self.assertRaisesRegex(RuntimeError, "its bias was moved to cpu"), torch.no_grad():
+            layer(torch.randn(4, 64, device="cuda", dtype=torch.float16))
         with self.assertRaisesRegex(NotImplementedError, "2:4"):
             nmt.SparseLinear.from_linear(dense, "2:8")  # N:M other than 2:4 has no GPU kernel
         with self.assertRaisesRegex(TypeError, "float16"):
