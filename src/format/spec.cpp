@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -124,7 +125,13 @@ DType dtype_of(const SparseMatrix& a) noexcept {
 namespace {
 TypedBuffer converted(const TypedBuffer& values, DType dtype) {
   TypedBuffer out(dtype, values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) out.set(i, values.get(i));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    out.set(i, values.get(i));
+    require(!std::isinf(out.get(i)) || std::isinf(values.get(i)), ErrorCode::invalid_argument, [&] {
+      return "stored value " + std::to_string(i) + " (" + std::to_string(values.get(i)) + ") overflows " + dtype_name(dtype) +
+             " (it would be stored as infinity); keep the weight in f32 or scale it";
+    });
+  }
   return out;
 }
 }  // namespace

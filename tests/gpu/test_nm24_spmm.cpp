@@ -164,11 +164,11 @@ TEST(Nm24Gpu, ARasterGroupOverrideIsCorrectAndChecked) {
       << "an odd raster group with B multicast";
 }
 
-TEST(Nm24Gpu, AutotunedPlansAreCorrectAndCached) {
+TEST(Nm24Gpu, AutotunedPlansAreCorrectAndRepeatable) {
   SKIP_WITHOUT_GPU();
   const SpmmDesc desc{640, 512, 300};
   const Nm24SpmmPlan first = Nm24SpmmPlan::autotune(desc);
-  const Nm24SpmmPlan again = Nm24SpmmPlan::autotune(desc);  // from the cache
+  const Nm24SpmmPlan again = Nm24SpmmPlan::autotune(desc);  // the same description gives the same tile
   EXPECT_EQ(first.config().block_n, again.config().block_n);
   Case t{{640, 512, 300, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
          first.config().kernel};
@@ -269,12 +269,13 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
   EXPECT_LE(err, tolerance(t.dtype));
 }
 
-TEST(Nm24Gpu, UnalignedLeadingDimensionsTakeTheScalarPath) {
+TEST(Nm24Gpu, UnalignedLeadingDimensionsTakeThePortableKernel) {
   SKIP_WITHOUT_GPU();
-  // K = 36 and C = 13: neither B layout allows 16-byte loads.
+  // K = 36 and C = 13: neither B layout gives the 16-byte rows TMA needs, so the plan must pick the portable kernel.
   for (Layout bl : {Layout::col_major, Layout::row_major}) {
     const Case t{{70, 36, 13, DType::f16, DType::f16, bl, Layout::row_major, 1.0f, 0.0f, false, Activation::none},
                  Nm24Kernel::automatic};
+    EXPECT_EQ(Nm24SpmmPlan::create(t.desc()).config().kernel, Nm24Kernel::sm80_mma_sp) << describe(t);
     EXPECT_LE(run_case(t, 77), tolerance(DType::f16)) << describe(t);
   }
 }

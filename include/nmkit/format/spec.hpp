@@ -46,7 +46,8 @@ DType dtype_of(const SparseMatrix& a) noexcept;
 // Compresses a matrix that already satisfies `spec` (a tile spec's density is not used: every tile holding a
 // non-zero is kept). Throws pattern_violation naming the first offending row and group.
 SparseMatrix compress(const DenseMatrix& dense, const FormatSpec& spec);
-// The same weight with its stored values rounded to `dtype` (the pattern and indices unchanged).
+// The same weight with its stored values rounded to `dtype` (the pattern and indices unchanged). Throws Error
+// when a finite value would round to infinity.
 SparseMatrix convert_values(const SparseMatrix& a, DType dtype);
 // The density everywhere nmkit prints one: the fraction of the matrix's entries the compressed form keeps
 // (N/M for whole groups; a tail group keeps at most its real columns, an edge tile only its part inside).
