@@ -127,7 +127,7 @@ class LayerArgumentsOnTheCpu(unittest.TestCase):
     """Every refusal of SparseLinear(...) and from_linear(...), each before the device is needed."""
 
     def test_the_constructor_refuses_with_a_reason(self):
-        w = nmkit.prune(np.random.default_rng(0).standard_normal((64, 128), dtype=np.float32), "2:4")
+        w = nmkit.prune(np.random.default_rng(0).standard_normal((64, 128), dtype=np.float32), "2:4", dtype="f16")
         with no_device_reached(self):
             for args, kwargs, error, message in [
                 ((w.to_dense(),), {}, TypeError, "weight must be an nmkit.SparseWeight .*got ndarray"),
@@ -283,7 +283,7 @@ class ModelsOnTheCpu(unittest.TestCase):
 
     def test_sparsify_replaces_the_chosen_linears(self):
         model, x = block(), torch.randn(3, 37, 256, dtype=torch.float16)
-        weights = {name: nmkit.prune(model.get_submodule(name).weight.detach().float().numpy(), "vnm:64:2:8")
+        weights = {name: nmkit.prune(model.get_submodule(name).weight.detach().float().numpy(), "vnm:64:2:8", dtype="f16")
                    for name in ("encoder.0", "encoder.2")}
         reference = pruned_reference(model, weights)
         bias = model.encoder[0].bias.detach().clone()
@@ -447,7 +447,7 @@ class SparseLinearOnTheGpu(unittest.TestCase):
         with torch.no_grad():  # the reference: the same weights pruned in place, run densely by torch
             for name in ("0", "2"):
                 linear = reference.get_submodule(name)
-                pruned = nmkit.prune(linear.weight.float().cpu().numpy(), "vnm:64:2:8")
+                pruned = nmkit.prune(linear.weight.float().cpu().numpy(), "vnm:64:2:8", dtype="f16")
                 linear.weight.copy_(torch.from_numpy(pruned.to_dense()))
         self.assertEqual(nmt.sparsify(model, "vnm:64:2:8", exclude="^4$"), ["0", "2"])
         self.assertIsInstance(model[0], nmt.SparseLinear)
