@@ -4,7 +4,7 @@ Formats, magnitude pruning and the CPU reference product work on numpy arrays::
 
     import numpy as np, nmkit
     w = np.random.default_rng(0).standard_normal((1024, 4096), dtype=np.float32)
-    sw = nmkit.prune(w, "vnm:128:2:8")          # a SparseWeight (values stored as f16 by default)
+    sw = nmkit.prune(w, "vnm:128:2:8")          # a SparseWeight (values stored in the weight's dtype: f32 here)
     sw.format, sw.shape, sw.energy, sw.storage_bytes
     y = nmkit.spmm(sw, x)                       # CPU oracle: (R, K) @ (K, C) -> float32 (R, C)
 
@@ -38,18 +38,32 @@ def _host_matrix(a, what: str) -> _np.ndarray:
     return _np.ascontiguousarray(array, dtype=_np.float32)
 
 
-def prune(weight, format: str, dtype: str = "f16") -> SparseWeight:
+def _storage_dtype(weight, dtype: str | None) -> str:
+    """The dtype the kept values are stored in: as asked, else the weight's own (f16 and bf16 stay, anything else is
+    stored as f32), so that no value is rounded unless the caller asked for it."""
+    if dtype is not None:
+        return dtype
+    name = str(getattr(weight, "dtype", ""))
+    if name.endswith("bfloat16"):
+        return "bf16"
+    return "f16" if name.endswith("float16") else "f32"
+
+
+def prune(weight, format: str, dtype: str | None = None) -> SparseWeight:
     """Prunes `weight` (R, K) by magnitude into `format` and compresses it.
 
     format: "2:4" (any "N:M"), "vnm:V:N:M" (e.g. "vnm:128:2:8"), or "tile:RxC:DENSITY" (e.g. "tile:64x64:0.25").
-    dtype: how the kept values are stored: "f16" (default), "bf16" or "f32"; the GPU layers take f16 and bf16.
+    dtype: how the kept values are stored: "f32", "f16" or "bf16"; by default the weight's own (f32 for float32 and
+    wider). The GPU layers take f16 and bf16 (``SparseWeight.astype``). A value that would round to infinity in
+    `dtype`, NaN or infinity in the weight raise ValueError; non-zero values that round to zero warn (RuntimeWarning).
     """
-    return _nmkit.prune(_host_matrix(weight, "weight"), format, dtype)
+    return _nmkit.prune(_host_matrix(weight, "weight"), format, _storage_dtype(weight, dtype))
 
 
-def compress(weight, format: str, dtype: str = "f16") -> SparseWeight:
-    """Compresses a weight that already satisfies `format` (raises ValueError naming the first violation)."""
-    return _nmkit.compress(_host_matrix(weight, "weight"), format, dtype)
+def compress(weight, format: str, dtype: str | None = None) -> SparseWeight:
+    """Compresses a weight that already satisfies `format` (raises ValueError naming the first violation); `dtype`
+    as for ``prune``."""
+    return _nmkit.compress(_host_matrix(weight, "weight"), format, _storage_dtype(weight, dtype))
 
 
 def _real_float32(a, what: str, ndim: int, shape_text: str) -> _np.ndarray:

@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -47,9 +48,22 @@ NumpyMatrix to_numpy(std::vector<float> values, int64_t rows, int64_t cols) {
   return NumpyMatrix(owned->data(), {static_cast<size_t>(rows), static_cast<size_t>(cols)}, owner);
 }
 
+// The weight rounded to `dtype`. Values that would overflow are refused (from_float); non-zero values that round
+// to zero are reported: a RuntimeWarning with their count, or ValueError when no non-zero value survives (the
+// weight would be stored, and its energy measured, as all zeros).
 DenseMatrix to_dense_matrix(const HostMatrix& weight, DType dtype) {
   const auto rows = static_cast<int64_t>(weight.shape(0)), cols = static_cast<int64_t>(weight.shape(1));
-  return DenseMatrix::from_float(rows, cols, std::span<const float>(weight.data(), weight.size()), dtype);
+  const std::span<const float> values(weight.data(), weight.size());
+  require_finite(values, cols, "weight");
+  DenseMatrix dense = DenseMatrix::from_float(rows, cols, values, dtype);
+  if (const int64_t flushed = count_flushed_to_zero(values, dtype); flushed > 0) {
+    const auto nonzero = static_cast<int64_t>(std::count_if(values.begin(), values.end(), [](float v) { return v != 0.0f; }));
+    const std::string what = std::to_string(flushed) + " of the weight's " + std::to_string(nonzero) +
+                             " non-zero values are below " + dtype_name(dtype) + "'s smallest subnormal and round to zero";
+    require(flushed < nonzero, ErrorCode::invalid_argument, what + ": nothing would be kept; store as f32 or scale the weight");
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, (what + " (store as f32 to keep them)").c_str(), 1) != 0) throw nb::python_error();
+  }
+  return dense;
 }
 
 void translate_errors(const std::exception_ptr& p, void*) {
@@ -75,7 +89,8 @@ void bind_formats(nb::module_& m) {
       .def_prop_ro("shape", [](const SparseWeight& w) { return std::make_tuple(rows_of(w.matrix), cols_of(w.matrix)); })
       .def_prop_ro("dtype", [](const SparseWeight& w) { return std::string(dtype_name(dtype_of(w.matrix))); })
       .def_prop_ro("density", [](const SparseWeight& w) { return format_density(w.matrix); },
-                   "Fraction of the dense entries the format keeps (N/M, or stored tiles over all tiles).")
+                   "Fraction of the matrix's entries the compressed form keeps (N/M over whole groups; tail groups\n"
+                   "and edge tiles count only their entries inside the matrix), as `nmkit inspect` prints it.")
       .def_prop_ro("storage_bytes", [](const SparseWeight& w) { return storage_bytes(w.matrix); },
                    "Bytes of the compressed arrays (values and indices).")
       .def_prop_ro("dense_bytes", [](const SparseWeight& w) {
@@ -106,7 +121,7 @@ void bind_formats(nb::module_& m) {
         PruneResult r = prune_magnitude(dense, spec);
         return SparseWeight{std::move(r.compressed), r.energy};
       },
-      "weight"_a, "format"_a, "dtype"_a = "f16",
+      "weight"_a, "format"_a, "dtype"_a,
       "Prunes a float32 (R, K) array by magnitude into `format` (\"2:4\", \"vnm:128:2:8\", \"tile:64x64:0.25\") and\n"
       "compresses it with values stored as `dtype` (f32, f16 or bf16).");
   m.def(
@@ -114,7 +129,7 @@ void bind_formats(nb::module_& m) {
       [](const HostMatrix& weight, const std::string& format, const std::string& dtype) {
         return SparseWeight{compress(to_dense_matrix(weight, parse_dtype(dtype)), parse_format_spec(format)), std::nullopt};
       },
-      "weight"_a, "format"_a, "dtype"_a = "f16",
+      "weight"_a, "format"_a, "dtype"_a,
       "Compresses a float32 (R, K) array that already satisfies `format` (a tile spec's density is ignored: every\n"
       "tile holding a non-zero is kept). Raises ValueError naming the first row and group that break the pattern.");
   m.def(

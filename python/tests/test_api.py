@@ -78,6 +78,46 @@ class Pruning(unittest.TestCase):
         np.testing.assert_array_equal(nmkit.prune(w.T, "2:4").to_dense(), nmkit.prune(w.T.copy(), "2:4").to_dense())
 
 
+class StorageDtype(unittest.TestCase):
+    def test_the_default_keeps_the_weights_own_precision(self):
+        w = random_weight(8, 16, seed=9)
+        self.assertEqual(nmkit.prune(w, "2:4").dtype, "f32")
+        self.assertEqual(nmkit.prune(w.astype(np.float64), "2:4").dtype, "f32")
+        self.assertEqual(nmkit.prune(w.astype(np.float16), "2:4").dtype, "f16")
+        self.assertEqual(nmkit.compress(nmkit.prune(w, "2:4").to_dense(), "2:4").dtype, "f32")
+        self.assertEqual(nmkit.prune(w, "2:4", dtype="bf16").dtype, "bf16")
+
+    def test_large_weights_are_kept_or_refused_never_stored_as_infinity(self):
+        w = random_weight(64, 64, seed=10) * 1e6
+        sw = nmkit.prune(w, "2:4")  # f32 holds them
+        self.assertTrue(np.isfinite(sw.to_dense()).all())
+        self.assertGreater(sw.energy, 0.5)
+        with self.assertRaisesRegex(ValueError, r"overflows f16.*row \d+, column \d+|row \d+, column \d+ overflows f16"):
+            nmkit.prune(w, "2:4", dtype="f16")
+        with self.assertRaisesRegex(ValueError, "overflows f16"):
+            sw.astype("f16")
+
+    def test_tiny_weights_are_kept_or_reported_never_silently_zeroed(self):
+        w = random_weight(64, 64, seed=11) * 1e-9
+        sw = nmkit.prune(w, "2:4")
+        self.assertEqual(np.count_nonzero(sw.to_dense()), 64 * 32)
+        with self.assertRaisesRegex(ValueError, "round to zero: nothing would be kept"):
+            nmkit.prune(w, "2:4", dtype="f16")
+        mixed = random_weight(8, 16, seed=12)
+        mixed[0, 0] = 1e-9
+        with self.assertWarnsRegex(RuntimeWarning, "1 of the weight's 128 non-zero values .* round to zero"):
+            nmkit.prune(mixed, "2:4", dtype="f16")
+
+    def test_non_finite_weights_are_refused_with_their_position(self):
+        w = random_weight(8, 16, seed=13)
+        w[3, 5] = np.nan
+        with self.assertRaisesRegex(ValueError, "weight row 3, column 5 is NaN"):
+            nmkit.prune(w, "2:4")
+        w[3, 5] = -np.inf
+        with self.assertRaisesRegex(ValueError, "weight row 3, column 5 is -inf"):
+            nmkit.prune(w, "2:4")
+
+
 class ReferenceProduct(unittest.TestCase):
     def test_spmm_matches_the_dense_product_with_bias_and_activations(self):
         rng = np.random.default_rng(2)
