@@ -90,6 +90,24 @@ TEST(CpuSpmm, EveryFormatLayoutAndEpilogueAgreesWithAPlainLoop) {
       }
 }
 
+TEST(TestErrorMeasures, APerElementBoundCatchesAWrongFragmentTheNormMisses) {
+  // A 768 x 4000 output (the GPU tests' largest) whose one 16 x 8 MMA fragment is off by half the RMS: the norm
+  // stays under bf16's tolerance, each element's own allowance does not.
+  const std::vector<float> want = random_nonzero(768 * 4000, 77);
+  std::vector<float> got = want;
+  for (float& v : got) v = round_to(DType::bf16, v);  // what a correct bf16 kernel returns
+  EXPECT_LE(test::worst_element_excess(got, want, 2.0 * 0x1p-8, 1e-2), 1.0);
+  double sum_squares = 0.0;
+  for (const float w : want) sum_squares += double{w} * w;
+  const float half_rms = static_cast<float>(0.5 * std::sqrt(sum_squares / static_cast<double>(want.size())));
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) got[static_cast<std::size_t>((320 + i) * 4000 + 1000 + j)] += half_rms;
+  EXPECT_LT(test::relative_frobenius(got, want), 1e-2);
+  std::size_t worst = 0;
+  EXPECT_GT(test::worst_element_excess(got, want, 2.0 * 0x1p-8, 1e-2, &worst), 1.0);
+  EXPECT_EQ(worst / 4000 / 16, 320u / 16);
+}
+
 TEST(CpuGemm, MatchesAScalarLoop) {
   const int64_t r = 9, k = 13, c = 11;
   const DenseMatrix a = test::random_matrix(r, k, DType::f32, 3);
