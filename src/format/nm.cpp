@@ -68,12 +68,7 @@ NmMatrix compress_nm(const DenseMatrix& dense, const Mask& mask, int n, int m) {
   return out;
 }
 
-DenseMatrix decompress(const NmMatrix& a) {
-  validate(a);
-  DenseMatrix out = DenseMatrix::zeros(a.rows, a.cols, a.dtype());
-  detail::for_each_stored_value(a, [&](int64_t r, int64_t c, std::size_t vi) { out.set(r, c, a.values.get(vi)); });
-  return out;
-}
+DenseMatrix decompress(const NmMatrix& a) { return detail::decompress_row_groups(a); }
 
 void validate(const NmMatrix& a) {
   check_nm_pattern(a.n, a.m);
@@ -84,23 +79,7 @@ void validate(const NmMatrix& a) {
   require(a.indices.size() == packed_bytes(count, a.index_bits()), ErrorCode::invalid_argument,
           "N:M indices hold " + std::to_string(a.indices.size()) + " bytes, expected " +
               std::to_string(packed_bytes(count, a.index_bits())));
-  const int64_t groups = a.groups();
-  for (int64_t r = 0; r < a.rows; ++r)
-    for (int64_t g = 0; g < groups; ++g) {
-      int previous = -1;
-      for (int s = 0; s < a.n; ++s) {
-        const int64_t vi = (r * groups + g) * a.n + s;
-        const int j = static_cast<int>(a.index(vi));
-        require(j < a.m, ErrorCode::pattern_violation, [&] {
-          return "N:M index " + std::to_string(j) + " >= M=" + std::to_string(a.m) + " at " + where(r, g);
-        });
-        require(j > previous, ErrorCode::pattern_violation,
-                [&] { return "N:M indices not strictly ascending at " + where(r, g); });
-        require(g * a.m + j < a.cols || a.values.get(static_cast<std::size_t>(vi)) == 0.0f,
-                ErrorCode::pattern_violation, [&] { return "N:M non-zero value in the K padding at " + where(r, g); });
-        previous = j;
-      }
-    }
+  detail::check_row_group_slots(a, a.m, {"N:M", "indices", "M"}, [&](int64_t vi) { return a.index(vi); });
 }
 
 std::size_t storage_bytes(const NmMatrix& a) noexcept { return a.values.size_bytes() + a.indices.size(); }

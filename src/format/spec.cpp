@@ -69,16 +69,27 @@ FormatSpec parse_format_spec(std::string_view text) {
   throw Error(ErrorCode::invalid_argument, "unknown format '" + std::string(text) + usage);
 }
 
+namespace {
+
+// The one spelling of each pattern, shared by specs (to_string) and matrices (format_name).
+std::string pattern_name(const NmSpec& s) { return std::to_string(s.n) + ":" + std::to_string(s.m); }
+std::string pattern_name(const VnmSpec& s) {
+  return "vnm:" + std::to_string(s.v) + ":" + std::to_string(s.n) + ":" + std::to_string(s.m);
+}
+std::string tile_pattern_name(int tile_rows, int tile_cols) {
+  return "tile:" + std::to_string(tile_rows) + "x" + std::to_string(tile_cols);
+}
+
+}  // namespace
+
 std::string to_string(const FormatSpec& spec) {
   return std::visit(overloaded{
-                        [](const NmSpec& s) { return std::to_string(s.n) + ":" + std::to_string(s.m); },
-                        [](const VnmSpec& s) {
-                          return "vnm:" + std::to_string(s.v) + ":" + std::to_string(s.n) + ":" + std::to_string(s.m);
-                        },
+                        [](const NmSpec& s) { return pattern_name(s); },
+                        [](const VnmSpec& s) { return pattern_name(s); },
                         [](const TileSpec& s) {
                           char density[32];
                           std::snprintf(density, sizeof density, "%g", s.density);
-                          return "tile:" + std::to_string(s.tile_rows) + "x" + std::to_string(s.tile_cols) + ":" + density;
+                          return tile_pattern_name(s.tile_rows, s.tile_cols) + ":" + density;
                         },
                     },
                     spec);
@@ -92,13 +103,9 @@ int group_width(const FormatSpec& spec) noexcept {
 
 std::string format_name(const SparseMatrix& a) {
   return std::visit(overloaded{
-                        [](const NmMatrix& x) { return std::to_string(x.n) + ":" + std::to_string(x.m); },
-                        [](const VnmMatrix& x) {
-                          return "vnm:" + std::to_string(x.v) + ":" + std::to_string(x.n) + ":" + std::to_string(x.m);
-                        },
-                        [](const TileMatrix& x) {
-                          return "tile:" + std::to_string(x.tile_rows) + "x" + std::to_string(x.tile_cols);
-                        },
+                        [](const NmMatrix& x) { return pattern_name(NmSpec{x.n, x.m}); },
+                        [](const VnmMatrix& x) { return pattern_name(VnmSpec{x.v, x.n, x.m}); },
+                        [](const TileMatrix& x) { return tile_pattern_name(x.tile_rows, x.tile_cols); },
                     },
                     a);
 }

@@ -100,12 +100,7 @@ VnmMatrix compress_vnm(const DenseMatrix& dense, const Mask& mask, int v, int n,
   return out;
 }
 
-DenseMatrix decompress(const VnmMatrix& a) {
-  validate(a);
-  DenseMatrix out = DenseMatrix::zeros(a.rows, a.cols, a.dtype());
-  detail::for_each_stored_value(a, [&](int64_t r, int64_t c, std::size_t vi) { out.set(r, c, a.values.get(vi)); });
-  return out;
-}
+DenseMatrix decompress(const VnmMatrix& a) { return detail::decompress_row_groups(a); }
 
 void validate(const VnmMatrix& a) {
   check_vnm_pattern(a.v, a.n, a.m);
@@ -135,23 +130,8 @@ void validate(const VnmMatrix& a) {
         previous = j;
       }
     }
-  for (int64_t r = 0; r < a.rows; ++r)
-    for (int64_t g = 0; g < groups; ++g) {
-      int previous = -1;
-      for (int s = 0; s < a.n; ++s) {
-        const int64_t vi = (r * groups + g) * a.n + s;
-        const int j = static_cast<int>(a.m_index(vi));
-        require(j > previous, ErrorCode::pattern_violation, [&] {
-          return "V:N:M m-indices not strictly ascending at row " + std::to_string(r) + ", group " + std::to_string(g);
-        });
-        previous = j;
-        require(a.column_of(r, g, s) < a.cols || a.values.get(static_cast<std::size_t>(vi)) == 0.0f,
-                ErrorCode::pattern_violation, [&] {
-                  return "V:N:M non-zero value in the K padding at row " + std::to_string(r) + ", group " +
-                         std::to_string(g);
-                });
-      }
-    }
+  detail::check_row_group_slots(a, kVnmSelectedColumns, {"V:N:M", "m-indices", "the selected columns"},
+                                [&](int64_t vi) { return a.m_index(vi); });
 }
 
 std::size_t storage_bytes(const VnmMatrix& a) noexcept {
