@@ -4,7 +4,7 @@ PRESET ?= $(shell command -v nvcc >/dev/null 2>&1 || test -x /usr/local/cuda/bin
 JOBS ?= $(shell nproc)
 export PATH := $(PATH):/usr/local/cuda/bin
 
-.PHONY: setup build demo test clean
+.PHONY: setup build demo test clean fuzz
 
 setup:
 	bash scripts/setup.sh
@@ -18,6 +18,10 @@ demo: build
 
 test: build
 	ctest --preset $(PRESET) -j $(JOBS)
+
+# libFuzzer harnesses (clang, ASan + UBSan) in build/fuzz, each run FUZZ_SECONDS (default 60) over its corpus.
+fuzz: setup
+	bash scripts/fuzz.sh
 
 clean:
 	rm -rf build
