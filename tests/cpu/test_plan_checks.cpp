@@ -19,7 +19,6 @@ TEST(PlanChecks, Nm24RefusesBadDescriptions) {
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({0, 64, 64}), ErrorCode::invalid_argument, "R >= 1");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f32}), ErrorCode::unsupported, "f16 or bf16");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f16, DType::bf16}), ErrorCode::unsupported, "output dtype");
-  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64}, Nm24Kernel::sm80_mma_sp, 128), ErrorCode::unsupported, "block_n");
 }
 
 TEST(PlanChecks, VnmRefusesUnsupportedPatterns) {

@@ -12,6 +12,7 @@
 #include <ostream>
 
 #include "../common/check.cuh"
+#include "nmkit/gpu/device_buffer.hpp"
 #include "nm24_common.cuh"
 #include "sm90_epilogue.cuh"
 
@@ -338,18 +339,23 @@ Nm24SpmmPlan Nm24SpmmPlan::autotune(const SpmmDesc& desc) {
   constexpr int kHalfPattern = 0x3c, kMetadataPattern = 0x44;  // ~1.06 in f16; indices (0, 1) in every group
   NMKIT_CUDA_CHECK(cudaMemset(a.values(), kHalfPattern, a.value_bytes()));
   NMKIT_CUDA_CHECK(cudaMemset(a.metadata(), kMetadataPattern, a.metadata_bytes()));
+  const std::size_t b_bytes = static_cast<std::size_t>(desc.cols * desc.n) * dtype_size(desc.dtype);
   const std::size_t out_bytes = static_cast<std::size_t>(desc.rows * desc.n) * dtype_size(desc.out_dtype);
-  void *b = nullptr, *c = nullptr, *d = nullptr, *bias = nullptr;
-  NMKIT_CUDA_CHECK(cudaMalloc(&b, static_cast<std::size_t>(desc.cols * desc.n) * 2));
-  NMKIT_CUDA_CHECK(cudaMalloc(&c, out_bytes));
-  NMKIT_CUDA_CHECK(cudaMalloc(&d, out_bytes));
-  NMKIT_CUDA_CHECK(cudaMalloc(&bias, static_cast<std::size_t>(desc.rows) * sizeof(float)));
-  NMKIT_CUDA_CHECK(cudaMemset(b, kHalfPattern, static_cast<std::size_t>(desc.cols * desc.n) * 2));
+  const std::size_t bias_bytes = static_cast<std::size_t>(desc.rows) * sizeof(float);
+  const DeviceBuffer b_buffer(b_bytes), c_buffer(out_bytes), d_buffer(out_bytes), bias_buffer(bias_bytes);
+  void *b = b_buffer.data(), *c = c_buffer.data(), *d = d_buffer.data(), *bias = bias_buffer.data();
+  NMKIT_CUDA_CHECK(cudaMemset(b, kHalfPattern, b_bytes));
   NMKIT_CUDA_CHECK(cudaMemset(c, 0, out_bytes));
-  NMKIT_CUDA_CHECK(cudaMemset(bias, 0, static_cast<std::size_t>(desc.rows) * sizeof(float)));
-  cudaEvent_t start, stop;
-  NMKIT_CUDA_CHECK(cudaEventCreate(&start));
-  NMKIT_CUDA_CHECK(cudaEventCreate(&stop));
+  NMKIT_CUDA_CHECK(cudaMemset(bias, 0, bias_bytes));
+  struct Event {  // destroyed on every path out, a thrown error included
+    cudaEvent_t event = nullptr;
+    Event() { NMKIT_CUDA_CHECK(cudaEventCreate(&event)); }
+    ~Event() { cudaEventDestroy(event); }
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+  };
+  const Event start_event, stop_event;
+  cudaEvent_t start = start_event.event, stop = stop_event.event;
   int best = heuristic.config().block_n;
   float best_ms = 1e30f;
   for (int block_n : {256, 192, 128, 64, 32, 16}) {
@@ -367,8 +373,6 @@ Nm24SpmmPlan Nm24SpmmPlan::autotune(const SpmmDesc& desc) {
     std::sort(times, times + kAutotuneRuns);
     if (times[kAutotuneRuns / 2] < best_ms) best_ms = times[kAutotuneRuns / 2], best = block_n;
   }
-  cudaEventDestroy(start), cudaEventDestroy(stop);
-  cudaFree(b), cudaFree(c), cudaFree(d), cudaFree(bias);
   {
     const std::lock_guard<std::mutex> lock(mutex);
     cache[key] = best;
