@@ -7,6 +7,7 @@
 
 #include "nmkit/error.hpp"
 #include "nmkit/prune/magnitude.hpp"
+#include "nmkit/prune/wanda.hpp"
 
 namespace nmkit {
 namespace {

@@ -5,6 +5,8 @@
 
 #include "nmkit/error.hpp"
 #include "nmkit/prune/energy.hpp"
+#include "nmkit/prune/magnitude.hpp"
+#include "nmkit/prune/wanda.hpp"
 #include "nmkit/util/overloaded.hpp"
 
 namespace nmkit {
@@ -81,10 +83,8 @@ GradualResult prune_gradual(const DenseMatrix& weight, const std::vector<Schedul
         options.allowed = allowed, options.block_columns = step.block_columns;
         mask = obs_sweep(weight, *stats, step.spec, options).mask;
       } else {
-        const ScoreMatrix score = method == PruneMethod::wanda ? wanda_scores(weight, *stats) : ScoreMatrix::magnitude(weight);
-        mask = prune_block_columns_by_score(allowed ? restrict_scores(score, *allowed) : score, v.v, v.m, step.block_columns);
-        if (allowed)
-          for (std::size_t k = 0; k < mask.keep.size(); ++k) mask.keep[k] &= allowed->keep[k];
+        const ScoreMatrix score = method == PruneMethod::wanda ? wanda_scores(weight, *stats) : magnitude_scores(weight);
+        mask = select_block_columns(score, v.v, v.m, step.block_columns, allowed);
       }
       out.masks.push_back(std::move(mask));
       continue;
@@ -93,7 +93,7 @@ GradualResult prune_gradual(const DenseMatrix& weight, const std::vector<Schedul
     // reconstructs the original layer's outputs and the steps' compensation errors do not add up.
     PruneResult result;
     switch (method) {
-      case PruneMethod::magnitude: result = prune_by_score(weight, ScoreMatrix::magnitude(weight), step.spec, allowed); break;
+      case PruneMethod::magnitude: result = prune_by_score(weight, magnitude_scores(weight), step.spec, allowed); break;
       case PruneMethod::wanda: result = prune_wanda(weight, *stats, step.spec, allowed); break;
       case PruneMethod::obs: {
         ObsOptions options = obs;

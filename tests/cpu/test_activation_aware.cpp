@@ -6,8 +6,10 @@
 #include <random>
 
 #include "nmkit/error.hpp"
-#include "nmkit/prune/activation_aware.hpp"
+#include "nmkit/prune/magnitude.hpp"
+#include "nmkit/prune/obs.hpp"
 #include "nmkit/prune/prune_model.hpp"
+#include "nmkit/prune/wanda.hpp"
 #include "test_util.hpp"
 
 namespace nmkit {
@@ -72,7 +74,7 @@ TEST(ActivationAware, UncorrelatedUnitInputsReduceToMagnitude) {
   const DenseMatrix w = test::random_matrix(32, 40, DType::f32, 5);
   LayerStatistics identity{40, 1, std::vector<double>(40 * 40, 0.0)};
   for (int j = 0; j < 40; ++j) identity.xtx[j * 40 + j] = 1.0;
-  ScoreMatrix squared = ScoreMatrix::magnitude(w);
+  ScoreMatrix squared = magnitude_scores(w);
   for (float& x : squared.values) x *= x;
   for (const char* format : {"2:4", "vnm:8:2:10"}) {
     const FormatSpec spec = parse_format_spec(format);

@@ -5,6 +5,7 @@
 
 #include "nmkit/error.hpp"
 #include "nmkit/prune/fisher.hpp"
+#include "nmkit/prune/magnitude.hpp"
 #include "test_util.hpp"
 
 namespace nmkit {

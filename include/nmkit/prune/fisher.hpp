@@ -1,12 +1,14 @@
 #pragma once
-// OBS with an empirical Fisher as the curvature source (oBERT): per row, the weights are cut into blocks of B
-// consecutive columns; each block's inverse Fisher (lambda I + 1/m sum g g^T)^-1 is built from the m gradient
-// samples by Woodbury rank-one updates; the mask is chosen with the OBS saliency of the candidate sets, and each
-// block's kept weights take the OBS update dw = -F^-1[:, Q] (F^-1_QQ)^-1 w_Q of its pruned set Q.
+// OBS with an empirical Fisher as the curvature source (oBERT), a solver like the Hessian OBS of obs.hpp.
+//
+// Per row, the weights are cut into blocks of B consecutive columns; each block's inverse Fisher
+// (lambda I + 1/m sum g g^T)^-1 is built from the m gradient samples by Woodbury rank-one updates; the mask is
+// chosen by selection by score over the single-weight saliency, refined with the OBS saliency of the candidate
+// sets, and each block's kept weights take the OBS update dw = -F^-1[:, Q] (F^-1_QQ)^-1 w_Q of its pruned set Q.
 #include <string>
 
 #include "nmkit/io/safetensors.hpp"
-#include "nmkit/prune/activation_aware.hpp"
+#include "nmkit/prune/obs.hpp"
 
 namespace nmkit {
 

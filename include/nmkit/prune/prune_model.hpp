@@ -1,5 +1,5 @@
 #pragma once
-// Prunes every selected 2-D weight of a model file into one format, by magnitude.
+// Prunes every selected 2-D weight of a model file into one format, by the chosen method and schedule.
 #include <functional>
 #include <string>
 #include <vector>
@@ -7,7 +7,6 @@
 #include "nmkit/format/spec.hpp"
 #include "nmkit/io/model.hpp"
 #include "nmkit/model/calibration.hpp"
-#include "nmkit/prune/activation_aware.hpp"
 #include "nmkit/prune/energy.hpp"
 #include "nmkit/prune/fisher.hpp"
 #include "nmkit/prune/schedule.hpp"

@@ -1,10 +1,13 @@
 #pragma once
-// The gradual structure-decay schedule of seed 000 §6.1.1: prune in steps of increasing sparsity, from N0
-// down to the target N, each step only ever removing more (what was pruned stays pruned).
+// The gradual structure-decay schedule of seed 000 §6.1.1, over any method: prune in steps of increasing
+// sparsity, from N0 down to the target N, each step only ever removing more (what was pruned stays pruned).
 #include <string>
 #include <vector>
 
-#include "nmkit/prune/activation_aware.hpp"
+#include "nmkit/model/calibration.hpp"
+#include "nmkit/prune/method.hpp"
+#include "nmkit/prune/obs.hpp"
+#include "nmkit/prune/select.hpp"
 
 namespace nmkit {
 

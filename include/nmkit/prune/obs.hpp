@@ -1,19 +1,16 @@
 #pragma once
-// Pruners that look at the layer's inputs (calibration statistics H = X^T X):
-//  * Wanda: score |w_ij| * ||X_j||_2, no weight update.
-//  * OBS (layer-wise optimal brain surgeon, SparseGPT-style): columns are decided left to right with the
-//    saliency w^2 / [U]_jj^2 (U the upper Cholesky factor of (H + damp I)^-1) and each pruned weight's error is
-//    propagated into the columns not yet decided; lazy block updates. Works for N:M, V:N:M (the 4 columns of
-//    each V x M block chosen by the saliency summed over its rows) and tiles (tiles chosen by summed saliency).
+// Layer-wise OBS (SparseGPT-style), a solver: it decides groups of columns left to right from the calibration
+// Hessian H = X^T X, compensating each pruned weight's error in the columns not yet decided, and chooses each
+// group's pattern with selection by score over its saliency.
+//
+// The saliency of a single weight is w^2 / [U]_jj^2 (U the upper Cholesky factor of (H + damp I)^-1); the error
+// propagates with lazy block updates. N:M keeps each row's best N per group; V:N:M chooses each V x M block's 4
+// columns by the saliency summed over its rows; tiles are chosen up front by their summed saliency.
 #include "nmkit/format/spec.hpp"
 #include "nmkit/model/calibration.hpp"
-#include "nmkit/prune/magnitude.hpp"
+#include "nmkit/prune/select.hpp"
 
 namespace nmkit {
-
-enum class PruneMethod : uint8_t { magnitude, wanda, obs };
-PruneMethod parse_prune_method(std::string_view name);  // "magnitude" | "wanda" | "obs"
-const char* prune_method_name(PruneMethod m) noexcept;
 
 // How OBS scores a row's choice of kept entries inside a group (seed 000 §6.1). The saliency of pruning the
 // set Q of a group G is rho_Q = 1/2 w_Q^T [(H^-1)_QQ]^-1 w_Q, with (H^-1) the inverse Hessian of the columns
@@ -49,12 +46,8 @@ struct ObsSweep {
 };
 ObsSweep obs_sweep(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const ObsOptions& options = {});
 
-ScoreMatrix wanda_scores(const DenseMatrix& weight, const LayerStatistics& stats);
-
-// The weight after pruning (updated by OBS), its mask and compressed form; energy is measured on the
-// original weight. Throws Error when the statistics do not match the weight's columns.
-PruneResult prune_wanda(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec,
-                        const Mask* allowed = nullptr);
+// The weight after pruning and updating, its mask and compressed form; energy is measured on the original
+// weight. Throws Error when the statistics do not match the weight's columns.
 PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec,
                       const ObsOptions& options = {});
 
