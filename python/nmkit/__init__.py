@@ -20,7 +20,8 @@ import numpy as _np
 from . import _nmkit
 from ._nmkit import SparseWeight, build_info, cuda_devices
 
-__all__ = ["SparseWeight", "prune", "compress", "spmm", "load_file", "build_info", "cuda_devices", "cuda_available"]
+__all__ = ["SparseWeight", "prune", "compress", "spmm", "load_file", "save_file", "build_info", "cuda_devices",
+           "cuda_available"]
 __version__ = build_info()["version"]
 
 
@@ -124,6 +125,49 @@ def load_file(path) -> dict:
     if _os.path.isdir(path):
         raise IsADirectoryError(_errno.EISDIR, "is a directory, not a file written by nmkit prune", path)
     return _nmkit.load_file(path)
+
+
+_ST_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64", "int32": "I32", "int16": "I16",
+               "int8": "I8", "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL"}
+
+
+def _dense_entry(name: str, array) -> tuple:
+    """(name, safetensors dtype, shape, little-endian bytes) of a numpy array, or TypeError naming the tensor."""
+    if not isinstance(array, _np.ndarray):
+        raise TypeError(f"tensor '{name}' must be a numpy array or an nmkit.SparseWeight, got {type(array).__name__}")
+    st_dtype = _ST_DTYPES.get(array.dtype.name)
+    if st_dtype is None:
+        raise TypeError(f"tensor '{name}' has dtype {array.dtype}, which safetensors does not store "
+                        f"(expected one of {', '.join(_ST_DTYPES)})")
+    data = _np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return name, st_dtype, tuple(int(d) for d in array.shape), data.tobytes()
+
+
+def save_file(path, tensors: dict, metadata: dict | None = None) -> None:
+    """Writes an nmkit model file (safetensors) that `load_file`, `nmkit.torch.load_sparse` and `nmkit inspect` read:
+    `tensors` maps names to SparseWeights (stored compressed, as `nmkit prune` stores them: name.values, ... and
+    their description in the metadata) or numpy arrays (stored dense, in their own dtype), in the dict's order;
+    `metadata` is str -> str (keys starting with 'nmkit' are nmkit's own). The file is written to a temporary beside
+    `path` and renamed over it. TypeError for other values, ValueError for clashing names, OSError when it cannot
+    be written."""
+    try:
+        path = _os.fsdecode(_os.fspath(path))
+    except TypeError:
+        raise TypeError(f"path must be a str, bytes or os.PathLike, got {type(path).__name__}") from None
+    if not isinstance(tensors, dict):
+        raise TypeError(f"tensors must be a dict of name -> numpy array or SparseWeight, got {type(tensors).__name__}")
+    metadata = dict(metadata or {})
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"metadata must map str to str, got {key!r}: {type(value).__name__}")
+        if key.startswith("nmkit"):
+            raise ValueError(f"metadata key '{key}': keys starting with 'nmkit' are nmkit's own")
+    entries = []
+    for name, value in tensors.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"tensor names must be non-empty strings, got {name!r}")
+        entries.append((name, value) if isinstance(value, SparseWeight) else _dense_entry(name, value))
+    _nmkit._save_file(path, entries, metadata)
 
 
 def cuda_available() -> bool:

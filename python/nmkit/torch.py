@@ -19,7 +19,7 @@ import torch
 
 from . import SparseWeight, _nmkit, load_file, prune
 
-__all__ = ["SparseLinear", "sparsify", "load_sparse"]
+__all__ = ["SparseLinear", "sparsify", "load_sparse", "prune_model"]
 
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 _ALIGNMENT = 16  # bytes: the Hopper kernels' TMA needs 16-byte aligned rows and bases
@@ -260,3 +260,6 @@ def load_sparse(model: torch.nn.Module, path, strict: bool = True) -> list:
     for name, layer in layers:
         _replace(model, name, layer)
     return [name for name, _ in layers]
+
+
+from .prune_model import prune_model  # noqa: E402  (calibrated pruning of whole models, block by block)

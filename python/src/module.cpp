@@ -3,6 +3,7 @@
 // nmkit/torch.py) holds the user-facing API and checks tensors before their pointers reach run().
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -21,6 +22,9 @@
 #include "nmkit/format/spec.hpp"
 #include "nmkit/io/model.hpp"
 #include "nmkit/prune/magnitude.hpp"
+#include "nmkit/prune/method.hpp"
+#include "nmkit/prune/obs.hpp"
+#include "nmkit/prune/wanda.hpp"
 #ifdef NMKIT_PYTHON_CUDA
 #include "nmkit/gpu/sparse_linear.hpp"
 #endif
@@ -218,6 +222,105 @@ void bind_device(nb::module_& m) {
 #endif
 }
 
+// Calibrated pruning of one weight from its input statistics (nmkit.torch.prune_model collects them by hooks),
+// and the writer of whole model files.
+template <typename Scalar>
+SparseWeight prune_with_statistics(
+    const HostMatrix& weight,
+    const std::optional<nb::ndarray<const Scalar, nb::ndim<2>, nb::c_contig, nb::device::cpu>>& xtx, int64_t tokens,
+    const std::string& format, const std::string& method_name, double damp, const std::string& candidates,
+    const std::string& dtype) {
+  const FormatSpec spec = parse_format_spec(format);
+  const PruneMethod method = parse_prune_method(method_name);
+  const DType storage = parse_dtype(dtype);
+  ObsOptions obs;
+  obs.damp = damp;
+  obs.candidates = parse_obs_candidates(candidates);
+  const auto rows = static_cast<int64_t>(weight.shape(0)), cols = static_cast<int64_t>(weight.shape(1));
+  const std::span<const float> values(weight.data(), weight.size());
+  require_finite(values, cols, "weight");
+  const DenseMatrix dense = DenseMatrix::from_float(rows, cols, values, DType::f32);
+  LayerStatistics stats;
+  if (method != PruneMethod::magnitude) {
+    require(xtx.has_value(), ErrorCode::invalid_argument,
+            std::string("pruning method ") + prune_method_name(method) + " needs the input statistics X^T X");
+    require(static_cast<int64_t>(xtx->shape(0)) == cols && static_cast<int64_t>(xtx->shape(1)) == cols,
+            ErrorCode::invalid_argument,
+            "X^T X is " + std::to_string(xtx->shape(0)) + "x" + std::to_string(xtx->shape(1)) + ", the weight has " +
+                std::to_string(cols) + " columns (expected " + std::to_string(cols) + "x" + std::to_string(cols) + ")");
+    require(tokens > 0, ErrorCode::invalid_argument,
+            "the statistics must count at least one token, got " + std::to_string(tokens));
+    stats.in_features = cols;
+    stats.tokens = tokens;
+    stats.xtx.assign(xtx->data(), xtx->data() + xtx->size());
+  }
+  PruneResult r;
+  {
+    nb::gil_scoped_release released;  // OBS on large weights takes seconds to minutes
+    switch (method) {
+      case PruneMethod::magnitude:
+        r = prune_magnitude(dense, spec);
+        break;
+      case PruneMethod::wanda:
+        r = prune_wanda(dense, stats, spec);
+        break;
+      case PruneMethod::obs:
+        r = prune_obs(dense, stats, spec, obs);
+        break;
+    }
+    if (storage != DType::f32) r.compressed = convert_values(r.compressed, storage);
+  }
+  return SparseWeight{std::move(r.compressed), r.energy};
+}
+
+StDType parse_st_dtype(const std::string& name) {
+  for (StDType t : {StDType::BOOL, StDType::U8, StDType::I8, StDType::U16, StDType::I16, StDType::F16, StDType::BF16,
+                    StDType::U32, StDType::I32, StDType::F32, StDType::U64, StDType::I64, StDType::F64})
+    if (name == st_dtype_name(t)) return t;
+  throw Error(ErrorCode::invalid_argument, "unknown safetensors dtype '" + name + "'");
+}
+
+void bind_calibrated(nb::module_& m) {
+  const char* doc =
+      "Prunes a float32 (R, K) weight into `format` by `method` (magnitude, wanda or obs) from its inputs' statistics\n"
+      "X^T X (K, K, float64 or float32; None for magnitude) over `tokens` tokens; OBS takes `damp` (a fraction of\n"
+      "mean(diag H)) and `candidates` (diagonal, pairwise or combinatorial). Values are computed in float32 and "
+      "stored\n"
+      "as `dtype`; energy is measured on the weight given.";
+  m.def("prune_with_statistics", &prune_with_statistics<double>, "weight"_a, "xtx"_a.none(), "tokens"_a, "format"_a,
+        "method"_a, "damp"_a = 0.01, "candidates"_a = "diagonal", "dtype"_a = "f32", doc);
+  m.def("prune_with_statistics", &prune_with_statistics<float>, "weight"_a, "xtx"_a.none(), "tokens"_a, "format"_a,
+        "method"_a, "damp"_a = 0.01, "candidates"_a = "diagonal", "dtype"_a = "f32", doc);
+  m.def(
+      "_save_file",
+      [](const std::string& path, const nb::list& entries, const std::map<std::string, std::string>& metadata) {
+        // entries: (name, SparseWeight) or (name, safetensors dtype, shape, bytes), in file order.
+        ModelFile model;
+        model.metadata = metadata;
+        for (nb::handle item : entries) {
+          const auto entry = nb::cast<nb::tuple>(item);
+          std::string name = nb::cast<std::string>(entry[0]);
+          if (entry.size() == 2) {
+            model.weights.push_back({std::move(name), nb::cast<const SparseWeight&>(entry[1]).matrix});
+            continue;
+          }
+          StTensor t;
+          t.name = name;
+          t.dtype = parse_st_dtype(nb::cast<std::string>(entry[1]));
+          for (nb::handle d : nb::cast<nb::tuple>(entry[2])) t.shape.push_back(nb::cast<int64_t>(d));
+          const auto bytes = nb::cast<nb::bytes>(entry[3]);
+          const auto* data = static_cast<const std::byte*>(bytes.data());
+          t.data.assign(data, data + bytes.size());
+          model.weights.push_back({std::move(name), std::move(t)});
+        }
+        nb::gil_scoped_release released;
+        save_model(path, model);
+      },
+      "path"_a, "entries"_a, "metadata"_a,
+      "Writes an nmkit model file (safetensors): entries (name, SparseWeight) are stored compressed, entries\n"
+      "(name, dtype, shape, bytes) as dense tensors; nmkit.save_file is the user-facing wrapper.");
+}
+
 }  // namespace
 }  // namespace nmkit::python
 
@@ -226,4 +329,5 @@ NB_MODULE(_nmkit, m) {
   nb::register_exception_translator(nmkit::python::translate_errors);
   nmkit::python::bind_formats(m);
   nmkit::python::bind_device(m);
+  nmkit::python::bind_calibrated(m);
 }

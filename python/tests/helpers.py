@@ -17,3 +17,24 @@ def write_safetensors(path, tensors):
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+_NUMPY_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+                 "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def read_safetensors(path):
+    """(header, {name: numpy array}) of a safetensors file, by the format's spec (BF16 and unknown dtypes as raw
+    uint16 / bytes)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    body, tensors = data[8 + length:], {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        dtype = np.uint16 if entry["dtype"] == "BF16" else _NUMPY_DTYPES.get(entry["dtype"], np.uint8)
+        tensors[name] = np.frombuffer(body[begin:end], dtype=np.dtype(dtype).newbyteorder("<")).reshape(entry["shape"])
+    return header, tensors

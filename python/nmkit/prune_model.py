@@ -1,0 +1,401 @@
+"""nmkit.torch.prune_model: calibrated pruning of a whole PyTorch model, block by block (SparseGPT-style).
+
+    import nmkit.torch
+    weights = nmkit.torch.prune_model(model, batches, "2:4", method="obs", out="model.nmkit.safetensors")
+
+The model's blocks (a ModuleList named `layers`, `layer` or `h`: Llama's model.layers, BERT's encoder.layer, GPT-2's
+transformer.h; or `blocks=`) are pruned one after the other. The calibration batches run once through everything
+before the first block, whose inputs (positional and keyword: attention masks, position embeddings) are captured.
+Then, per block: hooks on its nn.Linear layers sum X^T X (fp32, on the device the block runs on) and count tokens
+over all batches; each Linear is pruned by nmkit's C++ solver (OBS, Wanda or magnitude) and its weight replaced in
+place by the pruned one (dense, pruned entries zero, OBS's update applied); the block runs again on the same inputs
+and its outputs, now those of the pruned block, become the next block's inputs. Linear layers outside the blocks
+(BERT's pooler, an LM head) are left as they are.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+import warnings
+from typing import Optional
+
+import numpy as np
+import torch
+
+from . import SparseWeight, _dense_entry, _nmkit, _storage_dtype
+
+__all__ = ["prune_model", "find_blocks"]
+
+METHODS = ("magnitude", "wanda", "obs")
+CANDIDATES = ("diagonal", "pairwise", "combinatorial")
+BLOCK_LIST_NAMES = ("layers", "layer", "h")  # Llama/Mistral/Qwen/OPT, BERT/RoBERTa, GPT-2/GPT-J/Falcon
+
+_TORCH_ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+                    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+                    torch.bool: "BOOL"}
+
+
+class _FirstBlockReached(Exception):
+    """Raised by the hook on the first block once its inputs are captured: nothing after it needs to run."""
+
+
+def find_blocks(model: torch.nn.Module, blocks=None) -> list:
+    """The (qualified name, module) of each block of `model`, in order. blocks: None (the shallowest non-empty
+    torch.nn.ModuleList named 'layers', 'layer' or 'h' in the module tree), the qualified name of a module list,
+    or a sequence of submodules of `model`. ValueError when none is found or a given module is not in the model."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    names = {id(m): name for name, m in model.named_modules(remove_duplicate=False)}
+    if blocks is None:
+        found = [(name.count("."), name, m) for name, m in model.named_modules()
+                 if isinstance(m, torch.nn.ModuleList) and len(m) > 0 and name.rpartition(".")[2] in BLOCK_LIST_NAMES]
+        if not found:
+            raise ValueError(f"found no blocks in {type(model).__name__}: expected a torch.nn.ModuleList named "
+                             f"{', '.join(repr(n) for n in BLOCK_LIST_NAMES)} (model.layers, encoder.layer, "
+                             "transformer.h); pass blocks= (the list's name or the modules)")
+        _, name, blocks = min(found, key=lambda f: f[0])
+        return [(f"{name}.{i}", block) for i, block in enumerate(blocks)]
+    if isinstance(blocks, str):
+        try:
+            blocks = model.get_submodule(blocks)
+        except AttributeError as e:
+            raise ValueError(f"blocks='{blocks}' names no submodule of {type(model).__name__} ({e})") from None
+    if isinstance(blocks, torch.nn.Module) and not isinstance(blocks, (torch.nn.ModuleList, torch.nn.Sequential)):
+        raise TypeError(f"blocks must be a module list, its name or a sequence of modules, got {type(blocks).__name__}")
+    try:
+        blocks = list(blocks)
+    except TypeError:
+        raise TypeError(f"blocks must be a module list, its name or a sequence of modules, got "
+                        f"{type(blocks).__name__}") from None
+    if not blocks:
+        raise ValueError("blocks is empty")
+    out = []
+    for i, block in enumerate(blocks):
+        if not isinstance(block, torch.nn.Module):
+            raise TypeError(f"blocks[{i}] must be a torch.nn.Module, got {type(block).__name__}")
+        if id(block) not in names or block is model:
+            raise ValueError(f"blocks[{i}] ({type(block).__name__}) is not a submodule of the model")
+        out.append((names[id(block)], block))
+    return out
+
+
+def _compile(what: str, pattern):
+    if pattern is None:
+        return None
+    try:
+        return re.compile(pattern)
+    except (re.error, TypeError) as e:
+        raise ValueError(f"{what} must be a regular expression, got {pattern!r} ({e})") from None
+
+
+def _check_format(format) -> str:
+    if not isinstance(format, str):
+        raise TypeError(f"format must be a string ('2:4', 'vnm:128:2:8', 'tile:64x64:0.25'), got {type(format).__name__}")
+    _nmkit.prune_with_statistics(np.zeros((1, 8), dtype=np.float32), None, 0, format, "magnitude")  # parses it
+    return format
+
+
+def _check_options(method, damp, candidates) -> None:
+    if method not in METHODS:
+        raise ValueError(f"unknown pruning method {method!r} (expected magnitude, wanda or obs)")
+    if candidates not in CANDIDATES:
+        raise ValueError(f"unknown OBS candidates {candidates!r} (expected diagonal, pairwise or combinatorial)")
+    if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not (math.isfinite(damp) and damp > 0):
+        raise ValueError(f"damp must be a finite number > 0 (a fraction of mean(diag X^T X)), got {damp!r}")
+
+
+def _to(value, device: Optional[torch.device]):
+    """`value` with every tensor inside it (tuples, lists, dicts) on `device` (None: as it is)."""
+    if device is None:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to(v, device) for v in value)
+    if isinstance(value, dict):
+        return type(value)((k, _to(v, device)) for k, v in value.items())
+    return value
+
+
+def _call(model: torch.nn.Module, batch):
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+class _Progress:
+    """One line on stderr, rewritten in place (tqdm's bar where tqdm is installed), or a callable's calls."""
+
+    def __init__(self, progress, total: int):
+        self.callback = progress if callable(progress) else None
+        self.bar = self.line = None
+        if progress is True:
+            try:
+                from tqdm.auto import tqdm
+                self.bar = tqdm(total=total, desc="prune_model", unit="block")
+            except ImportError:
+                self.line = sys.stderr.isatty()
+        self.total, self.width = total, 0
+
+    def __call__(self, done: int, name: str, stage: str) -> None:
+        if self.callback:
+            self.callback(done, self.total, name, stage)
+        elif self.bar is not None:
+            self.bar.n = done
+            self.bar.set_postfix_str(f"{name}: {stage}" if name else stage)
+        elif self.line:
+            text = f"prune_model: block {min(done + 1, self.total)}/{self.total} {name}: {stage}"
+            sys.stderr.write("\r" + text.ljust(self.width))
+            sys.stderr.flush()
+            self.width = len(text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.n = self.total
+            self.bar.close()
+        elif self.line and self.width:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+class _Statistics:
+    """X^T X (fp32) and the token count of one Linear's inputs, summed by a forward hook."""
+
+    def __init__(self, linear: torch.nn.Linear, device: torch.device):
+        self.xtx = torch.zeros((linear.in_features, linear.in_features), dtype=torch.float32, device=device)
+        self.tokens = 0
+        self.handle = linear.register_forward_hook(self.hook)
+
+    def hook(self, module, inputs, output) -> None:
+        x = inputs[0].detach()
+        x = x.reshape(-1, x.shape[-1]).to(device=self.xtx.device, dtype=torch.float32)
+        self.xtx.addmm_(x.T, x)
+        self.tokens += x.shape[0]
+
+
+def _capture_first_inputs(model, first_block, batches, device) -> list:
+    """The (args, kwargs) the first block is called with, one per batch, by running the model up to it."""
+    captured = []
+
+    def hook(module, args, kwargs):
+        captured.append((args, kwargs))
+        raise _FirstBlockReached
+
+    handle = first_block.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        for i, batch in enumerate(batches):
+            try:
+                _call(model, _to(batch, device))
+            except _FirstBlockReached:
+                continue
+            raise RuntimeError(f"calibration batch {i} ran through the model without reaching its first block")
+    finally:
+        handle.remove()
+    return captured
+
+
+def _hidden_state(args, kwargs):
+    if args:
+        return args[0]
+    if "hidden_states" in kwargs:
+        return kwargs["hidden_states"]
+    raise ValueError("the first block was called without a positional input or 'hidden_states': cannot tell which "
+                     "of its inputs the previous block's output replaces")
+
+
+def _with_hidden_state(args, kwargs, hidden):
+    if args:
+        return (hidden,) + tuple(args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": hidden}
+
+
+def _block_output(output):
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise TypeError(f"a block returned {type(output).__name__}: expected a tensor or a tuple whose first element is "
+                    "the hidden state")
+
+
+def _move_outside_blocks(model, block_modules, device):
+    """Moves the parameters and buffers of `model` that belong to no block to `device`; returns the undo."""
+    inside = {id(m) for block in block_modules for m in block.modules()}
+    moved = []
+    for module in model.modules():
+        if id(module) in inside:
+            continue
+        for store in (module._parameters, module._buffers):
+            for key, tensor in store.items():
+                if tensor is not None and tensor.device != device:
+                    moved.append((tensor, tensor.data))
+                    tensor.data = tensor.data.to(device)
+
+    def undo():
+        for tensor, data in moved:
+            tensor.data = data
+    return undo
+
+
+def _model_device(model) -> torch.device:
+    for tensor in model.parameters():
+        return tensor.device
+    return torch.device("cpu")
+
+
+def _prune_linear(name, linear, stats, format, method, damp, candidates) -> SparseWeight:
+    weight = linear.weight.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
+    xtx = None if stats is None else stats.xtx.cpu().numpy()
+    try:
+        return _nmkit.prune_with_statistics(weight, xtx, 0 if stats is None else stats.tokens, format, method, damp,
+                                            candidates, _storage_dtype(linear.weight, None))
+    except (ValueError, NotImplementedError, RuntimeError) as e:
+        raise type(e)(f"{name}: {e}") from None
+
+
+def _state_entries(model, weights: dict) -> list:
+    """The model's state dict as save_file entries, the pruned Linears' weights compressed."""
+    compressed = {f"{name}.weight": weight for name, weight in weights.items()}
+    entries = []
+    for key, tensor in model.state_dict(keep_vars=False).items():
+        if key in compressed:
+            entries.append((key, compressed[key]))
+            continue
+        st_dtype = _TORCH_ST_DTYPES.get(tensor.dtype)
+        if st_dtype is None:
+            raise TypeError(f"the state dict's '{key}' is {tensor.dtype}, which safetensors does not store")
+        tensor = tensor.detach().cpu().contiguous()
+        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16: its bits, as stored
+            entries.append((key, "BF16", tuple(tensor.shape), tensor.view(torch.int16).numpy().tobytes()))
+        else:
+            entries.append(_dense_entry(key, tensor.numpy()))
+    return entries
+
+
+def prune_model(model: torch.nn.Module, calibration, format: str, method: str = "obs", blocks=None,
+                include: Optional[str] = None, exclude: Optional[str] = None, damp: float = 0.01,
+                candidates: str = "diagonal", out=None, progress=True, device=None) -> dict:
+    """Prunes every nn.Linear inside `model`'s blocks into `format`, block by block, in place; returns
+    {qualified Linear name: SparseWeight} in block order.
+
+    calibration: an iterable of batches, each passed to the model as model(**batch) for a dict, model(*batch) for a
+        tuple or list, model(batch) otherwise (tensors in it are moved to `device`). Every token of a batch counts in
+        the statistics, padding included: calibrate with unpadded sequences (equal lengths, or one per batch).
+        Not used by magnitude (None is taken).
+    format: "2:4" (any "N:M"), "vnm:V:N:M", "tile:RxC:DENSITY".
+    method: "obs" (SparseGPT-style OBS: the solver chooses the pattern and updates the kept weights), "wanda"
+        (|w| * ||X_j||) or "magnitude" (|w|).
+    blocks: None (found: the ModuleList named 'layers', 'layer' or 'h'), the name of a module list, or the modules.
+    include, exclude: regular expressions searched in each Linear's qualified name (default: every Linear of the
+        blocks). damp: OBS's damping, a fraction of mean(diag X^T X). candidates: OBS's choice of each row's kept
+        entries in a group ("diagonal", "pairwise", "combinatorial").
+    out: a path: writes the model's whole state dict there (nmkit safetensors), the pruned Linears' weights
+        compressed; load_file, load_sparse and `nmkit inspect` read it.
+    progress: True (a line on stderr when it is a terminal, or tqdm's bar where tqdm is installed), False, or a
+        callable(block_index, blocks, block_name, stage).
+    device: where the blocks run and X^T X is summed (default: where the model's parameters are). Where it is
+        another device, the parts of the model before the blocks are moved there for the first pass and each block
+        while it is pruned, and moved back after.
+
+    The pruned weights are stored in the Linear's dtype (f32 for float32) and written back into the Linear as their
+    dense form, so that the model computes what load_sparse's layers will. A Linear that the calibration never ran
+    (no tokens) is kept dense with a warning. Every argument, and every selected weight's values, are checked
+    before anything is pruned; an error while a block is pruned (e.g. a Hessian OBS cannot factor: raise damp)
+    leaves the blocks before it pruned."""
+    layer_list = find_blocks(model, blocks)
+    format = _check_format(format)
+    _check_options(method, damp, candidates)
+    keep, drop = _compile("include", include), _compile("exclude", exclude)
+    if out is not None:
+        try:
+            out = os.fsdecode(os.fspath(out))
+        except TypeError:
+            raise TypeError(f"out must be a str, bytes or os.PathLike, got {type(out).__name__}") from None
+    selected = []  # per block: [(qualified name, Linear)]
+    for block_name, block in layer_list:
+        linears = [(f"{block_name}.{name}" if name else block_name, m) for name, m in block.named_modules()
+                   if isinstance(m, torch.nn.Linear)]
+        selected.append([(name, m) for name, m in linears
+                         if (keep is None or keep.search(name)) and not (drop is not None and drop.search(name))])
+    if not any(selected):
+        raise ValueError("no nn.Linear inside the blocks matches include/exclude: nothing to prune")
+    for linears in selected:
+        for name, linear in linears:
+            if not torch.isfinite(linear.weight.detach()).all():
+                _prune_linear(name, linear, None, format, "magnitude", damp, candidates)  # the C++ names the entry
+    model_device = _model_device(model)
+    device = model_device if device is None else torch.device(device)
+    calibrated = method != "magnitude"
+    if calibrated:
+        if calibration is None:
+            raise ValueError(f"method '{method}' needs calibration batches, got None")
+        batches = list(calibration)
+        if not batches:
+            raise ValueError(f"the calibration is empty: method '{method}' needs at least one batch")
+
+    weights = {}
+    bar = _Progress(progress, len(layer_list))
+    was_training = model.training
+    config = getattr(model, "config", None)
+    use_cache = getattr(config, "use_cache", None)
+    model.eval()
+    try:
+        if use_cache:
+            config.use_cache = False  # a KV cache would grow with every pass over the blocks
+        with torch.no_grad():
+            inputs = None
+            if calibrated:
+                bar(0, layer_list[0][0], "calibration up to the first block")
+                undo = _move_outside_blocks(model, [b for _, b in layer_list], device)
+                try:
+                    inputs = _capture_first_inputs(model, layer_list[0][1], batches, device)
+                finally:
+                    undo()
+                _hidden_state(*inputs[0])  # which input the blocks' outputs replace, before any is pruned
+            for index, ((block_name, block), linears) in enumerate(zip(layer_list, selected)):
+                block_device = _model_device(block)
+                if block_device != device:
+                    block.to(device)
+                try:
+                    stats = {}
+                    if calibrated and linears:
+                        bar(index, block_name, "statistics")
+                        stats = {name: _Statistics(linear, device) for name, linear in linears}
+                        try:
+                            for args, kwargs in inputs:
+                                block(*args, **kwargs)
+                        finally:
+                            for s in stats.values():
+                                s.handle.remove()
+                    for name, linear in linears:
+                        bar(index, block_name, f"pruning {name}")
+                        if calibrated and stats[name].tokens == 0:
+                            warnings.warn(f"{name}: the calibration never ran it; kept dense", RuntimeWarning,
+                                          stacklevel=2)
+                            continue
+                        weight = _prune_linear(name, linear, stats.get(name), format, method, damp, candidates)
+                        pruned = torch.from_numpy(weight.to_dense())
+                        linear.weight.copy_(pruned.to(device=linear.weight.device, dtype=linear.weight.dtype))
+                        weights[name] = weight
+                    del stats
+                    if calibrated and index + 1 < len(layer_list):
+                        bar(index, block_name, "outputs of the pruned block")
+                        inputs = [_with_hidden_state(args, kwargs, _block_output(block(*args, **kwargs)))
+                                  for args, kwargs in inputs]
+                finally:
+                    if block_device != device:
+                        block.to(block_device)
+            bar(len(layer_list), "", "done")
+    finally:
+        bar.close()
+        if use_cache:
+            config.use_cache = use_cache
+        model.train(was_training)
+    if out is not None:
+        _nmkit._save_file(out, _state_entries(model, weights),
+                          {"pruned_by": "nmkit.torch.prune_model", "method": method, "format": format})
+    return weights

@@ -1,0 +1,456 @@
+"""nmkit.torch.prune_model on the CPU: block discovery, the hooks' statistics, sequential pruning, the patterns, the
+methods' ordering, the file it writes and its refusals, on tiny models built here (no transformers needed).
+
+The models: an embedding whose rows share a few directions and whose features differ in scale (correlated inputs,
+as a real model's are), then blocks of Linear layers 64 -> 64 and 64 -> 128 -> 64 with a LayerNorm and a mask
+passed by keyword (as an attention mask is), in a ModuleList named `layers`, `encoder.layer` or `transformer.h`.
+"""
+import copy
+import os
+import pathlib
+import re
+import subprocess
+import tempfile
+import unittest
+from unittest import mock
+
+import numpy as np
+
+import nmkit
+from helpers import read_safetensors
+
+try:
+    import torch
+
+    import nmkit.torch as nmt
+    import nmkit.prune_model as pm
+    WHY_NO_TORCH = None
+except ImportError as e:
+    WHY_NO_TORCH = f"PyTorch is not installed ({e})"
+    if os.environ.get("NMKIT_REQUIRE_TORCH") == "1":
+        raise
+
+if not WHY_NO_TORCH:
+    from test_torch import layers_on_the_cpu
+
+    class Block(torch.nn.Module):
+        def __init__(self, d=64, f=128):
+            super().__init__()
+            self.q = torch.nn.Linear(d, d)
+            self.norm = torch.nn.LayerNorm(d)
+            self.up = torch.nn.Linear(d, f)
+            self.down = torch.nn.Linear(f, d)
+
+        def forward(self, hidden_states, mask=None, scale=1.0):
+            x = hidden_states
+            a = self.q(x)
+            if mask is not None:
+                a = a * mask[..., None]
+            h = self.norm(x + scale * a)
+            return (h + self.down(torch.relu(self.up(h))),)
+
+    def correlated_embedding(vocab, d, generator):
+        rank = 6
+        table = torch.randn(vocab, rank, generator=generator) @ torch.randn(rank, d, generator=generator)
+        table += 0.05 * torch.randn(vocab, d, generator=generator)
+        return table * torch.exp(torch.randn(d, generator=generator))  # features of different scales
+
+    class TinyLM(torch.nn.Module):
+        """embed -> layers[0..2] -> head; blocks called as block(x, mask=..., scale=...)."""
+
+        def __init__(self, blocks=3, seed=0, vocab=100, d=64):
+            super().__init__()
+            generator = torch.Generator().manual_seed(seed)
+            torch.manual_seed(seed)
+            self.embed = torch.nn.Embedding(vocab, d)
+            with torch.no_grad():
+                self.embed.weight.copy_(correlated_embedding(vocab, d, generator))
+            self.layers = torch.nn.ModuleList(Block(d) for _ in range(blocks))
+            self.head = torch.nn.Linear(d, vocab)
+
+        def forward(self, ids, mask=None):
+            x = self.embed(ids)
+            for block in self.layers:
+                x = block(x, mask=mask, scale=0.5)[0]
+            return self.head(x)
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.ModuleList(Block() for _ in range(2))
+
+    class TinyBert(torch.nn.Module):
+        """embeddings -> encoder.layer[0..1] -> pooler (a Linear outside the blocks); blocks called with x alone."""
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(1)
+            self.embeddings = torch.nn.Embedding(100, 64)
+            self.encoder = Encoder()
+            self.pooler = torch.nn.Linear(64, 64)
+
+        def forward(self, ids):
+            x = self.embeddings(ids)
+            for block in self.encoder.layer:
+                x = block(x)[0]
+            return self.pooler(x[:, 0])
+
+    class Transformer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = torch.nn.Embedding(100, 64)
+            self.h = torch.nn.ModuleList(Block() for _ in range(2))
+
+    class TinyGpt(torch.nn.Module):
+        """transformer.h, each block called with its hidden state by keyword."""
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(2)
+            self.transformer = Transformer()
+
+        def forward(self, ids):
+            x = self.transformer.wte(ids)
+            for block in self.transformer.h:
+                x = block(hidden_states=x)[0]
+            return x
+
+
+def calibration(batches=8, batch=2, tokens=16, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(batches):
+        ids = torch.randint(0, 100, (batch, tokens), generator=generator)
+        mask = (torch.rand(batch, tokens, generator=generator) > 0.2).float()
+        out.append({"ids": ids, "mask": mask})
+    return out
+
+
+def block_inputs(model, batches):
+    """The hidden state entering each block of a TinyLM, per batch, by running it by hand."""
+    per_block = [[] for _ in model.layers]
+    with torch.no_grad():
+        for b in batches:
+            x = model.embed(b["ids"])
+            for i, block in enumerate(model.layers):
+                per_block[i].append(x)
+                x = block(x, mask=b["mask"], scale=0.5)[0]
+    return per_block
+
+
+def linear_inputs(block, xs, masks):
+    """The inputs of q, up and down of `block` for hidden states xs, as (tokens, features) matrices."""
+    q, up, down = [], [], []
+    with torch.no_grad():
+        for x, mask in zip(xs, masks):
+            a = block.q(x) * mask[..., None]
+            h = block.norm(x + 0.5 * a)
+            q.append(x.reshape(-1, x.shape[-1]))
+            up.append(h.reshape(-1, h.shape[-1]))
+            down.append(torch.relu(block.up(h)).reshape(-1, block.up.out_features))
+    return {"q": torch.cat(q), "up": torch.cat(up), "down": torch.cat(down)}
+
+
+def recording_statistics():
+    """Patches prune_model's per-Linear pruning to record each Linear's X^T X and token count."""
+    recorded = {}
+    original = pm._prune_linear
+
+    def spy(name, linear, stats, *args):
+        if stats is not None:
+            recorded[name] = (stats.xtx.clone().double(), stats.tokens)
+        return original(name, linear, stats, *args)
+    return recorded, mock.patch.object(pm, "_prune_linear", spy)
+
+
+def assert_pattern(test, dense, format):
+    """Every entry outside `format`'s pattern is zero in the (R, K) array `dense`."""
+    rows, cols = dense.shape
+    nz = dense != 0
+    if re.fullmatch(r"\d+:\d+", format):
+        n, m = map(int, format.split(":"))
+        test.assertTrue((nz.reshape(rows, cols // m, m).sum(axis=2) <= n).all(), f"{format}: a group keeps more than {n}")
+    elif format.startswith("vnm:"):
+        v, n, m = map(int, format.split(":")[1:])
+        blocks = nz.reshape(rows // v, v, cols // m, m)
+        test.assertTrue((blocks.any(axis=1).sum(axis=2) <= 4).all(), f"{format}: a block uses more than 4 columns")
+        test.assertTrue((blocks.sum(axis=3) <= n).all(), f"{format}: a row keeps more than {n} of a group")
+    else:
+        shape, density = format.split(":")[1:]
+        tr, tc = map(int, shape.split("x"))
+        tiles = nz.reshape(rows // tr, tr, cols // tc, tc).any(axis=(1, 3))
+        test.assertLessEqual(tiles.sum(), max(1, round(float(density) * tiles.size)), f"{format}: too many tiles")
+
+
+def layer_error(linear_weight, pruned_weight, x):
+    return ((x @ (linear_weight - pruned_weight).T).norm() / (x @ linear_weight.T).norm()).item()
+
+
+@unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
+class FindingBlocks(unittest.TestCase):
+    def test_each_naming_convention(self):
+        for model, names in [(TinyLM(), ["layers.0", "layers.1", "layers.2"]),
+                             (TinyBert(), ["encoder.layer.0", "encoder.layer.1"]),
+                             (TinyGpt(), ["transformer.h.0", "transformer.h.1"])]:
+            with self.subTest(type(model).__name__):
+                self.assertEqual([name for name, _ in pm.find_blocks(model)], names)
+
+    def test_explicit_blocks(self):
+        model = TinyLM()
+        for blocks in ("layers", model.layers, list(model.layers)):
+            self.assertEqual([b for _, b in pm.find_blocks(model, blocks)], list(model.layers))
+        self.assertEqual([n for n, _ in pm.find_blocks(model, [model.layers[1]])], ["layers.1"])
+
+    def test_none_found_or_not_in_the_model(self):
+        for model, blocks, error, message in [
+            (torch.nn.Sequential(torch.nn.Linear(4, 4)), None, ValueError,
+             "found no blocks in Sequential: expected a torch.nn.ModuleList named 'layers', 'layer', 'h'.*pass blocks="),
+            (TinyLM(), "encoder.layer", ValueError, "blocks='encoder.layer' names no submodule of TinyLM"),
+            (TinyLM(), [torch.nn.Linear(4, 4)], ValueError, r"blocks\[0\] \(Linear\) is not a submodule of the model"),
+            (TinyLM(), [], ValueError, "blocks is empty"),
+            (TinyLM(), ["layers.0"], TypeError, r"blocks\[0\] must be a torch.nn.Module, got str"),
+            (TinyLM(), "embed", TypeError, "blocks must be a module list, its name or a sequence of modules, got Embedding"),
+            ("model", None, TypeError, "model must be a torch.nn.Module, got str"),
+        ]:
+            with self.subTest(message):
+                with self.assertRaisesRegex(error, message):
+                    nmt.prune_model(model, calibration(1), "2:4", blocks=blocks)
+
+
+@unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
+class Statistics(unittest.TestCase):
+    def test_the_hooks_sum_the_inputs_x_t_x_and_block_2_sees_block_1_pruned(self):
+        dense, batches = TinyLM(), calibration()
+        masks = [b["mask"] for b in batches]
+        model = copy.deepcopy(dense)
+        recorded, spy = recording_statistics()
+        with spy:
+            weights = nmt.prune_model(model, batches, "2:4", method="obs", progress=False)
+        self.assertEqual(list(weights), [f"layers.{i}.{n}" for i in range(3) for n in ("q", "up", "down")])
+        # The reference: each block's inputs computed by hand with the blocks before it pruned (and itself dense).
+        reference = copy.deepcopy(dense)
+        for i in range(3):
+            xs = block_inputs(reference, batches)[i]
+            for n, x in linear_inputs(reference.layers[i], xs, masks).items():
+                xtx, tokens = recorded[f"layers.{i}.{n}"]
+                want = x.double().T @ x.double()
+                self.assertEqual(tokens, x.shape[0])
+                self.assertLess(((xtx - want).norm() / want.norm()).item(), 1e-5, f"layers.{i}.{n}")
+            with torch.no_grad():
+                for n in ("q", "up", "down"):
+                    reference.layers[i].get_submodule(n).weight.copy_(torch.from_numpy(weights[f"layers.{i}.{n}"].to_dense()))
+        # ... which differ from the dense model's own inputs of block 2 (so the pruned outputs were fed forward).
+        x_dense = linear_inputs(dense.layers[2], block_inputs(dense, batches)[2], masks)["q"].double()
+        gap = (recorded["layers.2.q"][0] - x_dense.T @ x_dense).norm() / (x_dense.T @ x_dense).norm()
+        self.assertGreater(gap.item(), 1e-3)
+        # The model holds the pruned weights (written back in place) and computes what the reference computes.
+        with torch.no_grad():
+            for name, weight in weights.items():
+                np.testing.assert_array_equal(model.get_submodule(name).weight.numpy(), weight.to_dense())
+            b = batches[0]
+            torch.testing.assert_close(model(b["ids"], b["mask"]), reference(b["ids"], b["mask"]))
+
+    def test_blocks_called_by_keyword_and_a_linear_outside_the_blocks(self):
+        for model, left in [(TinyGpt(), None), (TinyBert(), "pooler")]:
+            with self.subTest(type(model).__name__):
+                before = None if left is None else model.get_submodule(left).weight.clone()
+                batches = [b["ids"] for b in calibration(4)]
+                weights = nmt.prune_model(model, batches, "2:4", method="wanda", progress=False)
+                self.assertEqual(len(weights), 6)
+                if left:
+                    torch.testing.assert_close(model.get_submodule(left).weight, before, rtol=0, atol=0)
+
+    def test_progress_block_by_block(self):
+        calls = []
+        nmt.prune_model(TinyLM(blocks=2), calibration(2), "2:4", method="wanda",
+                        progress=lambda *a: calls.append(a))
+        stages = [(i, name, stage) for i, total, name, stage in calls]
+        self.assertEqual(stages[0], (0, "layers.0", "calibration up to the first block"))
+        self.assertIn((0, "layers.0", "pruning layers.0.down"), stages)
+        self.assertLess(stages.index((0, "layers.0", "outputs of the pruned block")), stages.index((1, "layers.1", "statistics")))
+        self.assertEqual(stages[-1], (2, "", "done"))
+        self.assertTrue(all(total == 2 for _, total, _, _ in calls))
+
+
+@unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
+class Pruning(unittest.TestCase):
+    def test_every_linear_in_the_exact_pattern(self):
+        batches = calibration(4)
+        for format in ("2:4", "vnm:64:2:8", "vnm:32:2:16", "tile:32x32:0.5"):
+            for method in ("obs", "wanda", "magnitude"):
+                with self.subTest(format=format, method=method):
+                    model = TinyLM(blocks=2)
+                    weights = nmt.prune_model(model, batches, format, method=method, progress=False)
+                    self.assertEqual(len(weights), 6)
+                    for name, weight in weights.items():
+                        weight.validate()
+                        self.assertEqual(weight.dtype, "f32")
+                        dense = model.get_submodule(name).weight.detach().numpy()
+                        np.testing.assert_array_equal(dense, weight.to_dense())
+                        assert_pattern(self, dense, format)
+
+    def test_magnitude_needs_no_calibration_and_equals_nmkit_prune(self):
+        model, dense = TinyLM(), TinyLM()
+        weights = nmt.prune_model(model, None, "vnm:64:2:8", method="magnitude", progress=False)
+        for name, weight in weights.items():
+            want = nmkit.prune(dense.get_submodule(name).weight.detach().numpy(), "vnm:64:2:8")
+            np.testing.assert_array_equal(weight.to_dense(), want.to_dense())
+
+    def test_obs_beats_wanda_beats_magnitude_on_correlated_inputs(self):
+        batches = calibration()
+        masks = [b["mask"] for b in batches]
+        dense = TinyLM()
+        x0 = block_inputs(dense, batches)[0]
+        inputs = linear_inputs(dense.layers[0], x0, masks)
+        errors, outputs = {}, {}
+        for method in ("obs", "wanda", "magnitude"):
+            model = copy.deepcopy(dense)
+            weights = nmt.prune_model(model, batches, "2:4", method=method, progress=False)
+            errors[method] = sum(layer_error(dense.layers[0].get_submodule(n).weight.detach(),
+                                             torch.from_numpy(weights[f"layers.0.{n}"].to_dense()), x)
+                                 for n, x in inputs.items())
+            with torch.no_grad():
+                outputs[method] = sum(((model(b["ids"], b["mask"]) - dense(b["ids"], b["mask"])).norm() /
+                                       dense(b["ids"], b["mask"]).norm()).item() for b in batches)
+        self.assertLess(errors["obs"], errors["wanda"])
+        self.assertLess(errors["wanda"], errors["magnitude"])
+        self.assertLess(outputs["obs"], outputs["wanda"])
+        self.assertLess(outputs["wanda"], outputs["magnitude"])
+
+    def test_include_exclude_blocks_and_dtype(self):
+        model = TinyLM().to(torch.bfloat16)
+        batches = [{"ids": b["ids"], "mask": b["mask"].to(torch.bfloat16)} for b in calibration(2)]
+        weights = nmt.prune_model(model, batches, "2:4", blocks=list(model.layers)[:2], include=r"\.(up|down)$",
+                                  exclude=r"^layers\.1\.down", progress=False)
+        self.assertEqual(list(weights), ["layers.0.up", "layers.0.down", "layers.1.up"])
+        self.assertTrue(all(w.dtype == "bf16" for w in weights.values()))
+        self.assertEqual(model.layers[0].up.weight.dtype, torch.bfloat16)
+        self.assertTrue((model.layers[2].up.weight != 0).all())
+        self.assertTrue((model.layers[0].q.weight != 0).all())
+
+    def test_the_model_state_is_restored(self):
+        model = TinyLM(blocks=2)
+        model.config = type("Config", (), {"use_cache": True})()
+        model.train()
+        seen = []
+        model.layers[0].register_forward_pre_hook(lambda m, a: seen.append((m.training, model.config.use_cache)))
+        nmt.prune_model(model, calibration(1), "2:4", method="wanda", progress=False, device="cpu")
+        self.assertTrue(seen and all(s == (False, False) for s in seen))
+        self.assertTrue(model.training and model.config.use_cache)
+
+    def test_a_linear_never_run_is_kept_dense_with_a_warning(self):
+        model = TinyLM(blocks=2)
+        model.layers[1].unused = torch.nn.Linear(64, 64)
+        with self.assertWarnsRegex(RuntimeWarning, "layers.1.unused: the calibration never ran it; kept dense"):
+            weights = nmt.prune_model(model, calibration(1), "2:4", method="obs", progress=False)
+        self.assertNotIn("layers.1.unused", weights)
+        self.assertIn("layers.1.down", weights)
+
+
+@unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
+class Files(unittest.TestCase):
+    def test_the_written_file_reads_back(self):
+        model = TinyBert().to(torch.float16)
+        batches = [b["ids"] for b in calibration(4)]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "pruned.safetensors"
+            weights = nmt.prune_model(model, batches, "vnm:64:2:8", method="obs", out=path, progress=False)
+            loaded = nmkit.load_file(path)
+            self.assertEqual(sorted(loaded), sorted(f"{n}.weight" for n in weights))
+            for name, weight in weights.items():
+                self.assertEqual(loaded[f"{name}.weight"].format, "vnm:64:2:8")
+                self.assertEqual(loaded[f"{name}.weight"].dtype, "f16")
+                np.testing.assert_array_equal(loaded[f"{name}.weight"].to_dense(), weight.to_dense())
+            header, tensors = read_safetensors(path)
+            self.assertEqual(header["__metadata__"]["method"], "obs")
+            for key, tensor in model.state_dict().items():
+                if key[:-len(".weight")] not in weights:
+                    np.testing.assert_array_equal(tensors[key], tensor.numpy(), err_msg=key)
+            # load_sparse on a fresh model: the pruned Linears become SparseLinears (on the CPU stand-in).
+            fresh = TinyBert().to(torch.float16)
+            with layers_on_the_cpu():
+                replaced = nmt.load_sparse(fresh, path)
+                self.assertEqual(sorted(replaced), sorted(weights))
+                x = torch.randn(5, 64, dtype=torch.float16)
+                with torch.no_grad():
+                    got = fresh.encoder.layer[0].up(x)
+                    want = model.encoder.layer[0].up(x.float().half())
+                torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+            cli = os.environ.get("NMKIT_CLI")
+            if cli:
+                text = subprocess.run([cli, "inspect", str(path)], check=True, capture_output=True, text=True).stdout
+                self.assertIn("encoder.layer.1.down.weight", text)
+                self.assertIn("vnm:64:2:8", text)
+                self.assertIn("pooler.weight", text)
+
+    def test_save_file(self):
+        sw = nmkit.prune(np.arange(1, 65, dtype=np.float32).reshape(4, 16), "2:4")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "f.safetensors")
+            nmkit.save_file(path, {"a.weight": sw, "b": np.arange(6, dtype=np.int64).reshape(2, 3)}, {"note": "x"})
+            np.testing.assert_array_equal(nmkit.load_file(path)["a.weight"].to_dense(), sw.to_dense())
+            header, tensors = read_safetensors(path)
+            np.testing.assert_array_equal(tensors["b"], np.arange(6).reshape(2, 3))
+            self.assertEqual(header["__metadata__"]["note"], "x")
+            for args, error, message in [
+                (({"a": [1.0]},), TypeError, "tensor 'a' must be a numpy array or an nmkit.SparseWeight, got list"),
+                (({"a": np.zeros(2, dtype=np.complex64)},), TypeError, "tensor 'a' has dtype complex64"),
+                (({1: np.zeros(2)},), TypeError, "tensor names must be non-empty strings, got 1"),
+                (({"a": sw, "a.values": np.zeros(2)},), ValueError, "duplicate tensor name 'a.values'"),
+                (({"a": sw}, {"nmkit:a": "{}"}), ValueError, "metadata key 'nmkit:a': keys starting with 'nmkit'"),
+                (([sw],), TypeError, "tensors must be a dict"),
+            ]:
+                with self.subTest(message):
+                    with self.assertRaisesRegex(error, message):
+                        nmkit.save_file(path, *args)
+            with self.assertRaises(OSError):
+                nmkit.save_file(os.path.join(tmp, "no", "such", "dir.safetensors"), {"a": sw})
+
+
+@unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
+class Refusals(unittest.TestCase):
+    def test_every_refusal_names_what_is_wrong_before_anything_is_pruned(self):
+        nan_model = TinyLM(blocks=2)
+        with torch.no_grad():
+            nan_model.layers[1].up.weight[3, 5] = float("nan")
+        for model, calib, kwargs, error, message in [
+            (TinyLM(), [], {}, ValueError, "the calibration is empty: method 'obs' needs at least one batch"),
+            (TinyLM(), None, dict(method="wanda"), ValueError, "method 'wanda' needs calibration batches, got None"),
+            (TinyLM(), calibration(1), dict(format="3:2"), ValueError, "3:2"),
+            (TinyLM(), calibration(1), dict(format="bogus"), ValueError, "bogus"),
+            (TinyLM(), calibration(1), dict(format=24), TypeError, "format must be a string"),
+            (TinyLM(), calibration(1), dict(method="sparsegpt"), ValueError,
+             "unknown pruning method 'sparsegpt' \\(expected magnitude, wanda or obs\\)"),
+            (TinyLM(), calibration(1), dict(candidates="all"), ValueError, "unknown OBS candidates 'all'"),
+            (TinyLM(), calibration(1), dict(damp=0), ValueError, "damp must be a finite number > 0"),
+            (TinyLM(), calibration(1), dict(damp=float("nan")), ValueError, "damp must be a finite number > 0"),
+            (TinyLM(), calibration(1), dict(include="attention"), ValueError, "no nn.Linear inside the blocks matches"),
+            (TinyLM(), calibration(1), dict(exclude="("), ValueError, "exclude must be a regular expression"),
+            (TinyLM(), calibration(1), dict(out=3.5), TypeError, "out must be a str, bytes or os.PathLike"),
+            (nan_model, calibration(1), {}, ValueError, r"^layers\.1\.up: .*NaN"),
+        ]:
+            with self.subTest(message):
+                before = copy.deepcopy(model.state_dict())
+                kwargs = {"format": "2:4", **kwargs}
+                with self.assertRaisesRegex(error, message):
+                    nmt.prune_model(model, calib, progress=False, **kwargs)
+                for key, tensor in model.state_dict().items():
+                    torch.testing.assert_close(tensor, before[key], rtol=0, atol=0, equal_nan=True, msg=key)
+
+    def test_calibration_that_never_reaches_the_blocks(self):
+        class Stops(TinyLM):
+            def forward(self, ids, mask=None):
+                return self.embed(ids)
+        with self.assertRaisesRegex(RuntimeError, "calibration batch 0 ran through the model without reaching its first block"):
+            nmt.prune_model(Stops(), calibration(1), "2:4", progress=False)
+
+    def test_a_hessian_that_cannot_be_factored_names_the_layer(self):
+        model = TinyLM(blocks=1)
+        with torch.no_grad():
+            model.embed.weight.zero_()  # q and up see only zeros, and damp 1e-12 of nothing leaves H singular
+        with self.assertRaisesRegex(ValueError, r"^layers\.0\.(q|up): .*not positive definite"):
+            nmt.prune_model(model, calibration(1), "2:4", damp=1e-12, progress=False)
+
+
+if __name__ == "__main__":
+    unittest.main()
