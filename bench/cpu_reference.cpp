@@ -24,12 +24,14 @@ int main(int argc, char** argv) {
                 c = argc > 3 ? std::atoll(argv[3]) : 4096;
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
-  std::vector<float> w(static_cast<std::size_t>(r * k)), b(static_cast<std::size_t>(k * c)), d(static_cast<std::size_t>(r * c));
+  std::vector<float> w(static_cast<std::size_t>(r * k)), b(static_cast<std::size_t>(k * c)),
+      d(static_cast<std::size_t>(r * c));
   for (float& x : w) x = normal(rng);
   for (float& x : b) x = normal(rng);
   const DenseMatrix weight = DenseMatrix::from_float(r, k, w, DType::f16);
   std::printf("%-16s %12s %12s %10s\n", "format", "prune [s]", "spmm [s]", "energy");
-  std::vector<const char*> specs = {"2:4", "vnm:64:2:8", "vnm:128:2:16", "vnm:128:2:32", "vnm:128:2:100", "tile:64x64:0.25"};
+  std::vector<const char*> specs = {"2:4",          "vnm:64:2:8",    "vnm:128:2:16",
+                                    "vnm:128:2:32", "vnm:128:2:100", "tile:64x64:0.25"};
   if (argc > 4) specs.assign(argv + 4, argv + argc);
   for (const char* spec : specs) {
     auto t0 = std::chrono::steady_clock::now();

@@ -81,7 +81,8 @@ NmMatrix build_nm(fuzz::ByteReader& in, const fuzz::FormatHeader& h) {
   a.rows = h.rows, a.cols = h.cols, a.n = h.p0, a.m = h.p1;
   const int64_t count = nm_ok(h) ? a.value_count() : 0;
   a.values = take_values(in, h.dtype, array_length(count, h.delta[0]));
-  a.indices = take_bytes(in, array_length(nm_ok(h) ? static_cast<int64_t>(packed_bytes(count, a.index_bits())) : 0, h.delta[1]));
+  a.indices = take_bytes(
+      in, array_length(nm_ok(h) ? static_cast<int64_t>(packed_bytes(count, a.index_bits())) : 0, h.delta[1]));
   return a;
 }
 

@@ -88,8 +88,8 @@ inline void write_i16(std::vector<uint8_t>& out, std::size_t at, int v) {
 }
 
 // The header bytes of a matrix (deltas 0): used by make_corpus.cpp.
-inline std::vector<uint8_t> format_header_bytes(FormatKind kind, DType dtype, int64_t rows, int64_t cols, int p0, int p1,
-                                                int p2) {
+inline std::vector<uint8_t> format_header_bytes(FormatKind kind, DType dtype, int64_t rows, int64_t cols, int p0,
+                                                int p1, int p2) {
   std::vector<uint8_t> out(kFormatHeaderBytes, 0);
   out[0] = static_cast<uint8_t>(kind);
   out[1] = static_cast<uint8_t>(dtype);

@@ -134,8 +134,8 @@ void safetensors_seeds() {
   write(t, "mixed_dtypes_metadata", serialize_safetensors(mixed));
 
   SafetensorsFile every;
-  for (StDType d : {StDType::U8, StDType::I8, StDType::U16, StDType::I16, StDType::U32, StDType::I32, StDType::U64,
-                    StDType::F64})
+  for (StDType d :
+       {StDType::U8, StDType::I8, StDType::U16, StDType::I16, StDType::U32, StDType::I32, StDType::U64, StDType::F64})
     every.tensors.push_back({std::string("t_") + st_dtype_name(d), d, {1}, std::vector<std::byte>(st_dtype_size(d))});
   write(t, "every_dtype", serialize_safetensors(every));
 
@@ -152,10 +152,14 @@ void safetensors_seeds() {
   bytes = serialize_safetensors(dense);
   bytes[0] = std::byte{static_cast<unsigned char>(std::to_integer<unsigned>(bytes[0]) + 8)};
   write(t, "header_length_off", bytes);
-  write(t, "overlap",
-        raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12));
+  write(
+      t, "overlap",
+      raw_file(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+          12));
   // Regressions (docs/testing.md, "Fuzzing"): an empty shape whose non-zero dimensions overflow int64_t.
-  write(t, "regress_numel_overflow", raw_file(R"({"t":{"dtype":"F32","shape":[4611686018427387904,2,0],"data_offsets":[0,0]}})"));
+  write(t, "regress_numel_overflow",
+        raw_file(R"({"t":{"dtype":"F32","shape":[4611686018427387904,2,0],"data_offsets":[0,0]}})"));
   write(t, "nm_2_4_f16", model_bytes("w", compress_nm(nm_dense(4, 8, 2, 4, DType::f16, 4), 2, 4)));
 }
 
@@ -206,10 +210,11 @@ void model_seeds() {
 
 void format_seeds() {
   const std::string t = "format";
-  for (const char* text : {"2:4", "nm:1:8", "vnm:64:2:8", "vnm:128:1:256", "tile:64x64:0.25", "tile:32:1", "tile:16x8:1e-3",
-                           "f32", "fp16", "bfloat16", "half", "none", "relu", "gelu"}) {
+  for (const char* text : {"2:4", "nm:1:8", "vnm:64:2:8", "vnm:128:1:256", "tile:64x64:0.25", "tile:32:1",
+                           "tile:16x8:1e-3", "f32", "fp16", "bfloat16", "half", "none", "relu", "gelu"}) {
     std::string name = std::string("text_") + text;
-    std::replace_if(name.begin(), name.end(), [](char c) { return c == ':' || c == '.'; }, '_');
+    std::replace_if(
+        name.begin(), name.end(), [](char c) { return c == ':' || c == '.'; }, '_');
     write(t, name, std::string(1, '\0') + text);
   }
   write(t, "nm_2_4_f32", fuzz::encode(compress_nm(nm_dense(3, 8, 2, 4, DType::f32, 20), 2, 4)));

@@ -50,8 +50,8 @@ inline double relative_frobenius(const std::vector<float>& got, const std::vecto
 
 // The worst element against its own allowance, rel * |want_i| + abs_of_rms * rms(want): a result above 1 names an
 // element outside it (`worst` gets its index). A norm alone would pass a small block of wrong values in a large output.
-inline double worst_element_excess(const std::vector<float>& got, const std::vector<float>& want, double rel, double abs_of_rms,
-                                   std::size_t* worst = nullptr) {
+inline double worst_element_excess(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                                   double abs_of_rms, std::size_t* worst = nullptr) {
   double sum_squares = 0.0;
   for (const float w : want) sum_squares += double{w} * w;
   const double rms = want.empty() ? 0.0 : std::sqrt(sum_squares / static_cast<double>(want.size()));
@@ -68,16 +68,16 @@ inline double worst_element_excess(const std::vector<float>& got, const std::vec
 }
 
 // Throws nmkit::Error whose code is `code` and whose message contains `fragment`.
-#define EXPECT_NMKIT_ERROR(statement, error_code, fragment)                                        \
-  do {                                                                                             \
-    try {                                                                                          \
-      statement;                                                                                   \
-      ADD_FAILURE() << "expected nmkit::Error from " #statement;                                   \
-    } catch (const ::nmkit::Error& e) {                                                            \
-      EXPECT_EQ(e.code(), error_code) << e.what();                                                 \
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)                           \
-          << "message '" << e.what() << "' lacks '" << fragment << "'";                            \
-    }                                                                                              \
+#define EXPECT_NMKIT_ERROR(statement, error_code, fragment)              \
+  do {                                                                   \
+    try {                                                                \
+      statement;                                                         \
+      ADD_FAILURE() << "expected nmkit::Error from " #statement;         \
+    } catch (const ::nmkit::Error& e) {                                  \
+      EXPECT_EQ(e.code(), error_code) << e.what();                       \
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) \
+          << "message '" << e.what() << "' lacks '" << fragment << "'";  \
+    }                                                                    \
   } while (0)
 
 }  // namespace nmkit::test

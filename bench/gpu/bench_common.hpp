@@ -36,7 +36,10 @@ struct DeviceArray {
   DeviceArray() = default;
   explicit DeviceArray(std::size_t bytes) { NMKIT_CUDA_CHECK(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16))); }
   DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr) { o.ptr = nullptr; }
-  DeviceArray& operator=(DeviceArray&& o) noexcept { std::swap(ptr, o.ptr); return *this; }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    std::swap(ptr, o.ptr);
+    return *this;
+  }
   ~DeviceArray() { cudaFree(ptr); }
 };
 
@@ -104,8 +107,10 @@ inline auto plan_with_env(const std::vector<std::pair<std::string, std::string>>
   }
   auto plan = make();
   for (const auto& [name, previous] : saved) {
-    if (previous) setenv(name.c_str(), previous->c_str(), 1);
-    else unsetenv(name.c_str());
+    if (previous)
+      setenv(name.c_str(), previous->c_str(), 1);
+    else
+      unsetenv(name.c_str());
   }
   return plan;
 }
@@ -122,7 +127,9 @@ inline double& steady_warmup_ms() {
 
 inline void warm_to_steady_state(const std::vector<std::function<void(int)>>& launches, int sets, cudaStream_t s) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto elapsed_ms = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  const auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
   for (int round = 0; elapsed_ms() < steady_warmup_ms(); ++round) {
     for (std::size_t turn = 0; turn < launches.size(); ++turn) launches[(round + turn) % launches.size()](round % sets);
     NMKIT_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -167,7 +174,9 @@ inline std::vector<double> time_interleaved_ms(const std::vector<std::function<v
   const int per_library = rounds * iters_per_round;
   std::vector<cudaEvent_t> events(2 * libraries * per_library);
   for (auto& e : events) NMKIT_CUDA_CHECK(cudaEventCreate(&e));
-  auto event = [&](int library, int i, int end) -> cudaEvent_t& { return events[2 * (library * per_library + i) + end]; };
+  auto event = [&](int library, int i, int end) -> cudaEvent_t& {
+    return events[2 * (library * per_library + i) + end];
+  };
   // The operand set advances with every launch, whichever library makes it, so that a library never finds the
   // inputs (B is shared) of the launches just before it in L2.
   // Each round is queued behind a QueueHold.
@@ -201,7 +210,9 @@ inline std::vector<double> time_interleaved_ms(const std::vector<std::function<v
 }
 // The rounds that --iters launches per library make: rounds of kLaunchesPerRound, at least kMinRounds.
 inline constexpr int kLaunchesPerRound = 4, kMinRounds = 3;
-inline int interleaved_rounds(int iters) { return std::max(kMinRounds, (iters + kLaunchesPerRound - 1) / kLaunchesPerRound); }
+inline int interleaved_rounds(int iters) {
+  return std::max(kMinRounds, (iters + kLaunchesPerRound - 1) / kLaunchesPerRound);
+}
 
 inline cudaDataType cuda_type(DType d) { return d == DType::f16 ? CUDA_R_16F : CUDA_R_16BF; }
 
@@ -291,8 +302,8 @@ inline double check_output(const std::function<void(int)>& launch, void* out0, c
   return relative_error(out0, reference0, count, dtype, s);
 }
 
-inline Measured time_and_check(const std::function<void(int)>& launch, int sets, int warmup, int iters, const void* out0,
-                               const void* reference0, int64_t count, DType dtype, cudaStream_t s) {
+inline Measured time_and_check(const std::function<void(int)>& launch, int sets, int warmup, int iters,
+                               const void* out0, const void* reference0, int64_t count, DType dtype, cudaStream_t s) {
   const double ms = time_median_ms(launch, sets, warmup, iters, s);
   launch(0);
   return {ms, relative_error(out0, reference0, count, dtype, s)};

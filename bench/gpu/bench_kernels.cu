@@ -145,7 +145,10 @@ __global__ void expand_tiles_kernel(const int32_t* row_ptr, const int32_t* col_i
     int64_t lo = 0, hi = grid_rows;  // the tile row owning tile t: row_ptr[lo] <= t < row_ptr[lo + 1]
     while (hi - lo > 1) {
       const int64_t mid = (lo + hi) / 2;
-      if (row_ptr[mid] <= t) lo = mid; else hi = mid;
+      if (row_ptr[mid] <= t)
+        lo = mid;
+      else
+        hi = mid;
     }
     const int64_t r = lo * tile_rows + e / tile_cols, k = int64_t{col_index[t]} * tile_cols + e % tile_cols;
     if (r < rows && k < cols) dense[r * cols + k] = tiles[i];
@@ -162,7 +165,9 @@ __global__ void transpose_kernel(const uint16_t* in, uint16_t* out, int64_t rows
 }
 
 constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 8)); }
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 8));
+}
 
 __device__ uint64_t global_ns() {
   uint64_t ns;
@@ -189,8 +194,10 @@ void hold_stream(volatile int32_t* flags, int32_t ticket, uint64_t timeout_ns, c
 }
 
 void fill_dense(void* out, int64_t count, DType dtype, uint64_t seed, cudaStream_t s) {
-  if (dtype == DType::f16) fill_dense_kernel<<<blocks_for(count), kThreads, 0, s>>>(static_cast<__half*>(out), count, seed);
-  else fill_dense_kernel<<<blocks_for(count), kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(out), count, seed);
+  if (dtype == DType::f16)
+    fill_dense_kernel<<<blocks_for(count), kThreads, 0, s>>>(static_cast<__half*>(out), count, seed);
+  else
+    fill_dense_kernel<<<blocks_for(count), kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(out), count, seed);
 }
 
 void fill_packed(void* values, void* meta, int64_t rows, int64_t cols, int64_t rows_padded, int64_t cols_padded,
@@ -201,8 +208,8 @@ void fill_packed(void* values, void* meta, int64_t rows, int64_t cols, int64_t r
     fill_packed_kernel<__half><<<grid, kThreads, 0, s>>>(static_cast<uint32_t*>(values), static_cast<uint32_t*>(meta),
                                                          rows, cols, slabs, kblocks, seed);
   else
-    fill_packed_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(static_cast<uint32_t*>(values), static_cast<uint32_t*>(meta),
-                                                                rows, cols, slabs, kblocks, seed);
+    fill_packed_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(
+        static_cast<uint32_t*>(values), static_cast<uint32_t*>(meta), rows, cols, slabs, kblocks, seed);
 }
 
 void expand_packed(const void* values, const void* meta, void* dense, int64_t rows, int64_t cols, int64_t rows_padded,
@@ -210,17 +217,19 @@ void expand_packed(const void* values, const void* meta, void* dense, int64_t ro
   const int64_t slabs = rows_padded / 16, kblocks = cols_padded / 32, n = slabs * kblocks * 32;
   const unsigned grid = static_cast<unsigned>((n + kThreads - 1) / kThreads);
   if (dtype == DType::f16)
-    expand_packed_kernel<__half><<<grid, kThreads, 0, s>>>(static_cast<const uint32_t*>(values), static_cast<const uint32_t*>(meta),
+    expand_packed_kernel<__half><<<grid, kThreads, 0, s>>>(static_cast<const uint32_t*>(values),
+                                                           static_cast<const uint32_t*>(meta),
                                                            static_cast<__half*>(dense), rows, cols, slabs, kblocks);
   else
-    expand_packed_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(static_cast<const uint32_t*>(values),
-                                                                  static_cast<const uint32_t*>(meta),
-                                                                  static_cast<__nv_bfloat16*>(dense), rows, cols, slabs, kblocks);
+    expand_packed_kernel<__nv_bfloat16>
+        <<<grid, kThreads, 0, s>>>(static_cast<const uint32_t*>(values), static_cast<const uint32_t*>(meta),
+                                   static_cast<__nv_bfloat16*>(dense), rows, cols, slabs, kblocks);
 }
 
 void compare(const void* got, const void* want, int64_t count, DType dtype, double* sums_device, cudaStream_t s) {
   if (dtype == DType::f16)
-    compare_kernel<<<blocks_for(count), kThreads, 0, s>>>(static_cast<const __half*>(got), static_cast<const __half*>(want), count, sums_device);
+    compare_kernel<<<blocks_for(count), kThreads, 0, s>>>(static_cast<const __half*>(got),
+                                                          static_cast<const __half*>(want), count, sums_device);
   else
     compare_kernel<<<blocks_for(count), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(got),
                                                           static_cast<const __nv_bfloat16*>(want), count, sums_device);
@@ -250,7 +259,7 @@ void expand_tiles(const int32_t* row_ptr, const int32_t* col_index, const void* 
 
 void transpose(const void* col_major, void* row_major, int64_t rows, int64_t cols, cudaStream_t s) {
   transpose_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(static_cast<const uint16_t*>(col_major),
-                                                                 static_cast<uint16_t*>(row_major), rows, cols);
+                                                                static_cast<uint16_t*>(row_major), rows, cols);
 }
 
 void gather_b_rows(const void* b, const int32_t* gather, void* out, int64_t k_rows, int64_t n, int64_t condensed_rows,

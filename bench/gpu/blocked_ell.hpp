@@ -21,11 +21,13 @@ struct BlockedEll {
   static bool applies(const gpu::PackedTiles& p) {
     if (p.tile_rows != p.tile_cols || p.rows % p.tile_rows != 0 || p.cols % p.tile_cols != 0 || p.nnz_tiles() == 0)
       return false;
-    return static_cast<double>(longest_row(p) * p.grid_rows()) <= (1.0 + kMaxEllPadding) * static_cast<double>(p.nnz_tiles());
+    return static_cast<double>(longest_row(p) * p.grid_rows()) <=
+           (1.0 + kMaxEllPadding) * static_cast<double>(p.nnz_tiles());
   }
   static int64_t longest_row(const gpu::PackedTiles& p) {
     int64_t longest = 0;
-    for (std::size_t i = 0; i + 1 < p.row_ptr.size(); ++i) longest = std::max<int64_t>(longest, p.row_ptr[i + 1] - p.row_ptr[i]);
+    for (std::size_t i = 0; i + 1 < p.row_ptr.size(); ++i)
+      longest = std::max<int64_t>(longest, p.row_ptr[i + 1] - p.row_ptr[i]);
     return longest;
   }
   explicit BlockedEll(const gpu::PackedTiles& p) : width(longest_row(p)) {

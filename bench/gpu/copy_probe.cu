@@ -38,9 +38,9 @@ namespace {
 enum class Path { tma, bulk, lsu };
 constexpr int kThreads = 128;
 [[maybe_unused]] constexpr int kMaxDepth = 16;
-constexpr int kRowBytes = 128;            // one swizzled row: 64 16-bit elements
-constexpr int kRounds = 256;              // chunks per CTA
-constexpr int kTraceRounds = 16;          // rounds of CTA 0 whose times are traced
+constexpr int kRowBytes = 128;                            // one swizzled row: 64 16-bit elements
+constexpr int kRounds = 256;                              // chunks per CTA
+constexpr int kTraceRounds = 16;                          // rounds of CTA 0 whose times are traced
 [[maybe_unused]] constexpr uint64_t kL2Bytes = 1u << 20;  // the L2-resident stream's working set
 
 struct Stream {
@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < st.depth; ++s)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(&full[s])), "r"(kPath == Path::lsu ? kThreads : 1));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(&full[s])),
+                   "r"(kPath == Path::lsu ? kThreads : 1));
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -86,18 +87,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     next_offset = next_offset + 2 * st.chunk_bytes > wrap ? 0 : next_offset + st.chunk_bytes;
     if constexpr (kPath == Path::lsu) {
       for (uint32_t b = tid * 16; b < st.chunk_bytes; b += kThreads * 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst + b)), "l"(src + offset + b) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst + b)), "l"(src + offset + b)
+                     : "memory");
       asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(&full[s])) : "memory");
     } else if (tid == 0) {
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(&full[s])), "r"(st.chunk_bytes)
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(&full[s])),
+                   "r"(st.chunk_bytes)
                    : "memory");
       if constexpr (kPath == Path::tma) {
         const uint32_t piece = st.chunk_bytes / st.copies;
-        const auto first_row = static_cast<int32_t>(offset / kRowBytes), piece_rows = static_cast<int32_t>(piece / kRowBytes);
+        const auto first_row = static_cast<int32_t>(offset / kRowBytes),
+                   piece_rows = static_cast<int32_t>(piece / kRowBytes);
         for (int p = 0; p < st.copies; ++p)
           asm volatile(
-              "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
-                  smem_u32(dst + p * piece)),
+              "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
+              "[%2];\n" ::"r"(smem_u32(dst + p * piece)),
               "l"(&map), "r"(smem_u32(&full[s])), "r"(0), "r"(first_row + p * piece_rows)
               : "memory");
       } else {
@@ -116,16 +120,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     int s = 0;
     uint32_t phase = 0;
     for (int c = 0; c < kRounds; ++c) {
-      asm volatile(
-          "{\n.reg .pred p;\nw:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra w;\n}\n" ::"r"(smem_u32(&full[s])),
-          "r"(phase)
-          : "memory");
+      asm volatile("{\n.reg .pred p;\nw:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra w;\n}\n" ::"r"(
+                       smem_u32(&full[s])),
+                   "r"(phase)
+                   : "memory");
       touched += smem[static_cast<size_t>(s) * st.chunk_bytes + tid];
       if constexpr (kPath == Path::lsu) __syncthreads();  // every thread has waited before the stage is refilled
       const long long waited = clock64();
       if (c + st.depth < kRounds) issue();
       if (++s == st.depth) s = 0, phase ^= 1;
-      if (tid == 0 && blockIdx.x == 0 && c < kTraceRounds) trace[2 * c] = waited - start, trace[2 * c + 1] = clock64() - start;
+      if (tid == 0 && blockIdx.x == 0 && c < kTraceRounds)
+        trace[2 * c] = waited - start, trace[2 * c + 1] = clock64() - start;
     }
   }
   if (touched == 0xffffffffu) sink[blockIdx.x] = touched;  // keeps the reads
@@ -137,7 +142,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 constexpr int kIssueCopies = 16;
 template <bool kBulk>
 __global__ void __launch_bounds__(kThreads, 1)
-    issue_rate_kernel(const __grid_constant__ CUtensorMap map, const unsigned char* src, uint32_t bytes, long long* marks) {
+    issue_rate_kernel(const __grid_constant__ CUtensorMap map, const unsigned char* src, uint32_t bytes,
+                      long long* marks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ uint64_t bar;
@@ -145,24 +151,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&bar)));
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(&map) : "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(&bar)), "r"(kIssueCopies * bytes) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(&bar)),
+               "r"(kIssueCopies * bytes)
+               : "memory");
   const uint32_t dst = smem_u32(smem), mbar = smem_u32(&bar);
   long long t[kIssueCopies + 1];
   t[0] = clock64();
 #pragma unroll
   for (int i = 0; i < kIssueCopies; ++i) {
     if constexpr (kBulk)
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                   "l"(src), "r"(bytes), "r"(mbar)
-                   : "memory");
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+          "l"(src), "r"(bytes), "r"(mbar)
+          : "memory");
     else
       asm volatile(
-          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::
+              "r"(dst),
           "l"(&map), "r"(mbar), "r"(0), "r"(0)
           : "memory");
     t[i + 1] = clock64();
   }
-  asm volatile("{\n.reg .pred p;\nw:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra w;\n}\n" ::"r"(mbar) : "memory");
+  asm volatile("{\n.reg .pred p;\nw:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n@!p bra w;\n}\n" ::"r"(mbar)
+               : "memory");
   const long long landed = clock64();
 #pragma unroll
   for (int i = 0; i <= kIssueCopies; ++i) marks[i] = t[i] - t[0];
@@ -184,10 +195,10 @@ CUtensorMap rows_map(void* base, uint64_t bytes, uint32_t box_rows) {
   const cuuint64_t dims[2] = {64, bytes / kRowBytes};
   const cuuint64_t strides[1] = {kRowBytes};
   const cuuint32_t box[2] = {64, box_rows}, element_strides[2] = {1, 1};
-  const CUresult r = reinterpret_cast<EncodeTiled>(fn)(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, base, dims, strides, box,
-                                                        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      reinterpret_cast<EncodeTiled>(fn)(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, base, dims, strides, box,
+                                        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) std::fprintf(stderr, "cuTensorMapEncodeTiled failed: %d\n", r), std::exit(1);
   return map;
 }
@@ -205,7 +216,8 @@ void measure(const Device& dev, Stream st, int grid, bool print_trace = false) {
   const uint64_t region = dev.bytes / grid / st.chunk_bytes * st.chunk_bytes;
   const CUtensorMap map = rows_map(dev.buffer, dev.bytes, st.chunk_bytes / st.copies / kRowBytes);
   const size_t smem = static_cast<size_t>(st.depth) * st.chunk_bytes;
-  PROBE_CHECK(cudaFuncSetAttribute(stream_kernel<kPath>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  PROBE_CHECK(
+      cudaFuncSetAttribute(stream_kernel<kPath>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   long long* trace;
   unsigned* sink;
   PROBE_CHECK(cudaMalloc(&trace, 2 * kTraceRounds * sizeof(long long)));
@@ -227,14 +239,16 @@ void measure(const Device& dev, Stream st, int grid, bool print_trace = false) {
   std::sort(times.begin(), times.end());
   const double ms = times[times.size() / 2];
   const double gbs = static_cast<double>(kRounds) * st.chunk_bytes * grid / ms * 1e-6;
-  std::printf("%-4s %3d KiB/round %2d copies depth %2d %-3s grid %3d: %8.1f GB/s, %6.1f GB/s per SM, %.2f us per round\n",
-              path_name(kPath), st.chunk_bytes / 1024, kPath == Path::tma ? st.copies : 1, st.depth,
-              st.l2_resident ? "L2" : "HBM", grid, gbs, gbs / grid, ms * 1e3 / kRounds);
+  std::printf(
+      "%-4s %3d KiB/round %2d copies depth %2d %-3s grid %3d: %8.1f GB/s, %6.1f GB/s per SM, %.2f us per round\n",
+      path_name(kPath), st.chunk_bytes / 1024, kPath == Path::tma ? st.copies : 1, st.depth,
+      st.l2_resident ? "L2" : "HBM", grid, gbs, gbs / grid, ms * 1e3 / kRounds);
   if (print_trace) {
     long long t[2 * kTraceRounds];
     PROBE_CHECK(cudaMemcpy(t, trace, sizeof t, cudaMemcpyDeviceToHost));
     std::printf("     round: wait returned / next copies issued (us from the CTA's start):");
-    for (int c = 0; c < kTraceRounds; ++c) std::printf(" %.2f/%.2f", t[2 * c] * 1e3 / dev.clock_khz, t[2 * c + 1] * 1e3 / dev.clock_khz);
+    for (int c = 0; c < kTraceRounds; ++c)
+      std::printf(" %.2f/%.2f", t[2 * c] * 1e3 / dev.clock_khz, t[2 * c + 1] * 1e3 / dev.clock_khz);
     std::printf("\n");
   }
   PROBE_CHECK(cudaFree(trace));
@@ -246,7 +260,8 @@ void measure(const Device& dev, Stream st, int grid, bool print_trace = false) {
 template <bool kBulk>
 void issue_rate(const Device& dev, uint32_t bytes) {
   const CUtensorMap map = rows_map(dev.buffer, dev.bytes, bytes / kRowBytes);
-  PROBE_CHECK(cudaFuncSetAttribute(issue_rate_kernel<kBulk>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  PROBE_CHECK(cudaFuncSetAttribute(issue_rate_kernel<kBulk>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(bytes)));
   long long* marks;
   PROBE_CHECK(cudaMalloc(&marks, (kIssueCopies + 2) * sizeof(long long)));
   for (int rep = 0; rep < 2; ++rep) issue_rate_kernel<kBulk><<<1, kThreads, bytes>>>(map, dev.buffer, bytes, marks);
@@ -254,8 +269,8 @@ void issue_rate(const Device& dev, uint32_t bytes) {
   PROBE_CHECK(cudaGetLastError());
   long long m[kIssueCopies + 2];
   PROBE_CHECK(cudaMemcpy(m, marks, sizeof m, cudaMemcpyDeviceToHost));
-  std::printf("issue rate, %s, %2u KiB, the same copy %d times (cycles after the first clock read):", kBulk ? "bulk" : "tma ",
-              bytes / 1024, kIssueCopies);
+  std::printf("issue rate, %s, %2u KiB, the same copy %d times (cycles after the first clock read):",
+              kBulk ? "bulk" : "tma ", bytes / 1024, kIssueCopies);
   for (int i = 1; i <= kIssueCopies; ++i) std::printf(" %lld", m[i]);
   std::printf(" | all landed %lld\n", m[kIssueCopies + 1]);
   PROBE_CHECK(cudaFree(marks));
@@ -292,7 +307,8 @@ int main(int argc, char** argv) {
       for (int depth : {1, 2, 4, 8})
         if (depth * kib <= 200) measure<Path::tma>(dev, {Path::tma, kib * 1024, 1, depth, false}, grid);
   std::printf("== bytes per round, every SM, L2-resident (64 KiB and more: several 32 KiB boxes)\n");
-  for (uint32_t kib : {16u, 32u, 64u, 96u}) measure<Path::tma>(dev, {Path::tma, kib * 1024, static_cast<int>(std::max(1u, kib / 32)), 2, true}, all);
+  for (uint32_t kib : {16u, 32u, 64u, 96u})
+    measure<Path::tma>(dev, {Path::tma, kib * 1024, static_cast<int>(std::max(1u, kib / 32)), 2, true}, all);
   std::printf("== copies per round (the same bytes in more, smaller boxes), every SM, L2-resident\n");
   measure<Path::tma>(dev, {Path::tma, 16 * 1024, 4, 8, true}, all);
   measure<Path::tma>(dev, {Path::tma, 64 * 1024, 8, 2, true}, all);

@@ -1,7 +1,8 @@
-// nmkit_bench: 2:4 SpMM (and, with --suite vnm, V:N:M SpMM: vnm_suite.cpp) side by side with dense cuBLASLt (best of its heuristic algorithms) and cuSPARSELt
-// (algorithm search, plan made once), in one process on one GPU. Kernel times are medians of CUDA-event
-// timings after warm-up, the libraries interleaved in rotating rounds (time_interleaved_ms); operand sets rotate
-// so that no library runs out of L2. Every row is checked against cuBLAS in the same run, on a poisoned output.
+// nmkit_bench: 2:4 SpMM (and, with --suite vnm, V:N:M SpMM: vnm_suite.cpp) side by side with dense cuBLASLt (best of
+// its heuristic algorithms) and cuSPARSELt (algorithm search, plan made once), in one process on one GPU. Kernel times
+// are medians of CUDA-event timings after warm-up, the libraries interleaved in rotating rounds (time_interleaved_ms);
+// operand sets rotate so that no library runs out of L2. Every row is checked against cuBLAS in the same run, on a
+// poisoned output.
 //
 //   nmkit_bench --suite llm|bert|decode|all [--shape R,K,C]... [--dtype f16|bf16|both] [--json FILE]
 //   nmkit_bench --suite vnm [--v 64,128] [--m 8,16,32] [--b-layout col|row|both] [--shape R,K,C]...
@@ -47,15 +48,19 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
     for (int64_t r : {768, 1024})
       for (int64_t k : {768, 1536, 3072, 4096, 6144, 12288}) out.push_back({r, k, 4096, "bert"});
   if (suite == "llm" || suite == "all")
-    for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{11008, 4096, 4096}, {4096, 11008, 4096}, {28672, 8192, 4096},
-                           {36864, 12288, 4096}, {8192, 8192, 8192}})
+    for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{11008, 4096, 4096},
+                           {4096, 11008, 4096},
+                           {28672, 8192, 4096},
+                           {36864, 12288, 4096},
+                           {8192, 8192, 8192}})
       out.push_back({r, k, c, "llm"});
   if (suite == "decode" || suite == "all")
     for (int64_t c : {1, 16, 128}) out.push_back({11008, 4096, c, "decode"});
   if (suite == "tile")  // seed 003: a 4096 x 4096 weight, a small batch and a large one
     for (int64_t c : {32, 4096}) out.push_back({4096, 4096, c, "tile"});
   if (suite == "vnm")  // the acceptance shapes of the V:N:M issue: llm, BERT-large (--vnm-shapes for the suites)
-    for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{11008, 4096, 4096}, {8192, 8192, 8192}, {1024, 4096, 4096}})
+    for (auto [r, k, c] :
+         {std::tuple<int64_t, int64_t, int64_t>{11008, 4096, 4096}, {8192, 8192, 8192}, {1024, 4096, 4096}})
       out.push_back({r, k, c, "vnm"});
   if (out.empty() && suite != "none") throw Error(ErrorCode::invalid_argument, "unknown suite '" + suite + "'");
   return out;
@@ -68,14 +73,16 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
 // the next cusparseLtMatmul fault (H200, cuSPARSELt 0.8), so the plan is not to be separated from them.
 class SparseLt {
  public:
-  SparseLt(cusparseLtHandle_t* h, const Shape& s, DType dtype, const std::vector<const void*>& dense_w, cudaStream_t stream)
+  SparseLt(cusparseLtHandle_t* h, const Shape& s, DType dtype, const std::vector<const void*>& dense_w,
+           cudaStream_t stream)
       : h_(h), stream_(stream) {
-    CHECK_CUSPARSELT(cusparseLtStructuredDescriptorInit(h_, &a_, s.r, s.k, s.k, 16, cuda_type(dtype), CUSPARSE_ORDER_ROW,
-                                                        CUSPARSELT_SPARSITY_50_PERCENT));
+    CHECK_CUSPARSELT(cusparseLtStructuredDescriptorInit(h_, &a_, s.r, s.k, s.k, 16, cuda_type(dtype),
+                                                        CUSPARSE_ORDER_ROW, CUSPARSELT_SPARSITY_50_PERCENT));
     CHECK_CUSPARSELT(cusparseLtDenseDescriptorInit(h_, &b_, s.k, s.c, s.k, 16, cuda_type(dtype), CUSPARSE_ORDER_COL));
     CHECK_CUSPARSELT(cusparseLtDenseDescriptorInit(h_, &d_, s.r, s.c, s.r, 16, cuda_type(dtype), CUSPARSE_ORDER_COL));
     CHECK_CUSPARSELT(cusparseLtMatmulDescriptorInit(h_, &mm_, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                                    CUSPARSE_OPERATION_NON_TRANSPOSE, &a_, &b_, &d_, &d_, CUSPARSE_COMPUTE_32F));
+                                                    CUSPARSE_OPERATION_NON_TRANSPOSE, &a_, &b_, &d_, &d_,
+                                                    CUSPARSE_COMPUTE_32F));
     CHECK_CUSPARSELT(cusparseLtMatmulAlgSelectionInit(h_, &alg_, &mm_, CUSPARSELT_MATMUL_ALG_DEFAULT));
     CHECK_CUSPARSELT(cusparseLtMatmulPlanInit(h_, &plan_, &mm_, &alg_));
     std::size_t compressed = 0, buffer = 0;
@@ -95,7 +102,8 @@ class SparseLt {
     for (int attempt = 0; attempt < 2; ++attempt) {
       DeviceArray workspace(search_workspace_bytes_);
       const float alpha = 1.0f, beta = 0.0f;
-      CHECK_CUSPARSELT(cusparseLtMatmulSearch(h_, &plan_, &alpha, compressed_[0].ptr, b, &beta, d, d, workspace.ptr, &stream_, 1));
+      CHECK_CUSPARSELT(
+          cusparseLtMatmulSearch(h_, &plan_, &alpha, compressed_[0].ptr, b, &beta, d, d, workspace.ptr, &stream_, 1));
       NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
       size_workspace();
       if (workspace_bytes_ <= search_workspace_bytes_) return;
@@ -104,7 +112,8 @@ class SparseLt {
   }
   void run(int set, const void* b, void* d) {
     const float alpha = 1.0f, beta = 0.0f;
-    CHECK_CUSPARSELT(cusparseLtMatmul(h_, &plan_, &alpha, compressed_[set].ptr, b, &beta, d, d, workspace_.ptr, &stream_, 1));
+    CHECK_CUSPARSELT(
+        cusparseLtMatmul(h_, &plan_, &alpha, compressed_[set].ptr, b, &beta, d, d, workspace_.ptr, &stream_, 1));
   }
   int config_id() {
     int id = -1;
@@ -160,20 +169,25 @@ struct Options {
   bool cusparselt = true;
   bool autotune = false;
   bool launch_times = false;  // JSON: every timed launch per library (cublas, nmkit, [cusparselt,] [variant])
-  double power_ms = 0;  // > 0: sustained runs with the SM clock and power sampled (2:4 suites)
-  std::string variant_env;  // NAME=VALUE[,...]: a second nmkit plan made with these variables set, timed beside the first
-  int chain = 0;  // > 0: also chains of this many back-to-back launches per library (2:4 suites)
+  double power_ms = 0;        // > 0: sustained runs with the SM clock and power sampled (2:4 suites)
+  std::string
+      variant_env;  // NAME=VALUE[,...]: a second nmkit plan made with these variables set, timed beside the first
+  int chain = 0;    // > 0: also chains of this many back-to-back launches per library (2:4 suites)
 };
 
 // A sustained run of each library on one row, as JSON and as one line of text.
 nlohmann::json sustained_json(const SustainedRun& r) {
-  return {{"ms_per_launch", r.ms_per_launch}, {"sm_mhz", r.sm_mhz}, {"watts", r.watts}, {"launches", r.launches},
+  return {{"ms_per_launch", r.ms_per_launch},
+          {"sm_mhz", r.sm_mhz},
+          {"watts", r.watts},
+          {"launches", r.launches},
           {"samples", r.samples}};
 }
 std::string sustained_text(const char* who, const SustainedRun& r, double flop) {
   char text[160];
   std::snprintf(text, sizeof text, "%s %.1f TFLOP/s at %.0f MHz, %.0f W (%.2f TFLOP/J)", who,
-                flop / (r.ms_per_launch * 1e-3) / 1e12, r.sm_mhz, r.watts, flop / (r.ms_per_launch * 1e-3) / 1e12 / r.watts);
+                flop / (r.ms_per_launch * 1e-3) / 1e12, r.sm_mhz, r.watts,
+                flop / (r.ms_per_launch * 1e-3) / 1e12 / r.watts);
   return text;
 }
 
@@ -184,7 +198,8 @@ std::vector<std::pair<std::string, std::string>> parse_env_assignments(const std
   for (std::string assignment; std::getline(list, assignment, ',');) {
     const std::size_t eq = assignment.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw Error(ErrorCode::invalid_argument, "--variant-env takes NAME=VALUE[,NAME=VALUE...], got '" + assignments + "'");
+      throw Error(ErrorCode::invalid_argument,
+                  "--variant-env takes NAME=VALUE[,NAME=VALUE...], got '" + assignments + "'");
     parsed.emplace_back(assignment.substr(0, eq), assignment.substr(eq + 1));
   }
   return parsed;
@@ -193,16 +208,19 @@ std::vector<std::pair<std::string, std::string>> parse_env_assignments(const std
 int run(const Options& o) {
   const auto variant_env = parse_env_assignments(o.variant_env);
   if ((o.suite == "tile" || o.suite == "vnm") && o.power_ms > 0)
-    throw Error(ErrorCode::invalid_argument, "--power-ms applies to the 2:4 suites (bert, llm, decode, all), not --suite " + o.suite);
+    throw Error(ErrorCode::invalid_argument,
+                "--power-ms applies to the 2:4 suites (bert, llm, decode, all), not --suite " + o.suite);
   if (o.suite == "vnm" && !o.variant_env.empty())
     throw Error(ErrorCode::invalid_argument, "--variant-env applies to the 2:4 and tile suites, not --suite vnm");
-  std::vector<Shape> shapes = suite_shapes(o.shapes.empty() ? o.suite : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" ? "none" : o.suite));
+  std::vector<Shape> shapes = suite_shapes(
+      o.shapes.empty() ? o.suite : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" ? "none" : o.suite));
   if (o.suite == "vnm" && o.shapes.empty() && o.vnm_shapes == "ksweep") {  // the seed's Figure 9: K varies
     shapes.clear();
     for (int64_t k : {1024, 2048, 4096, 8192, 16384}) shapes.push_back({4096, k, 4096, "vnm"});
   } else if (o.suite == "vnm" && o.shapes.empty() && o.vnm_shapes != "acceptance") {
     shapes = suite_shapes(o.vnm_shapes == "all" ? "llm" : o.vnm_shapes);
-    if (o.vnm_shapes == "all") for (const Shape& s : suite_shapes("bert")) shapes.push_back(s);
+    if (o.vnm_shapes == "all")
+      for (const Shape& s : suite_shapes("bert")) shapes.push_back(s);
   }
   for (const auto& text : o.shapes) {
     Shape s{0, 0, 0, "custom"};
@@ -211,8 +229,10 @@ int run(const Options& o) {
     shapes.push_back(s);
   }
   std::vector<DType> dtypes;
-  if (o.dtype == "both") dtypes = {DType::f16, DType::bf16};
-  else dtypes = {parse_dtype(o.dtype)};
+  if (o.dtype == "both")
+    dtypes = {DType::f16, DType::bf16};
+  else
+    dtypes = {parse_dtype(o.dtype)};
 
   cudaDeviceProp prop{};
   NMKIT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -224,11 +244,17 @@ int run(const Options& o) {
   CHECK_CUBLAS(cublasLtCreate(&lt));
   constexpr std::size_t kWorkspace = 64u << 20;
   DeviceArray workspace(kWorkspace);
-  json out = {{"gpu", prop.name}, {"sm_count", prop.multiProcessorCount}, {"l2_bytes", prop.l2CacheSize},
-              {"driver", driver}, {"cuda_runtime", runtime}, {"cublaslt", cublasLtGetVersion()}, {"rows", json::array()}};
+  json out = {{"gpu", prop.name},
+              {"sm_count", prop.multiProcessorCount},
+              {"l2_bytes", prop.l2CacheSize},
+              {"driver", driver},
+              {"cuda_runtime", runtime},
+              {"cublaslt", cublasLtGetVersion()},
+              {"rows", json::array()}};
   QueueHold::instance().enable(o.hold_queue);
-  out["timing"] = "medians of CUDA-event times, libraries interleaved in rotating rounds of " + std::to_string(kLaunchesPerRound) +
-                  " launches" + (o.hold_queue ? ", each round queued behind a held stream" : "");
+  out["timing"] = "medians of CUDA-event times, libraries interleaved in rotating rounds of " +
+                  std::to_string(kLaunchesPerRound) + " launches" +
+                  (o.hold_queue ? ", each round queued behind a held stream" : "");
   out["hold_queue"] = o.hold_queue;
   // The run fails if any nmkit (or --variant-env) output failed its check (rows JSON: nmkit_rel_error, null where
   // NaN).
@@ -240,7 +266,8 @@ int run(const Options& o) {
     int wrong = 0;
     const auto is_wrong = [](const json& err) { return !err.is_number() || !(err.get<double>() < kBaselineTolerance); };
     for (const json& row : out["rows"])
-      if (is_wrong(row["nmkit_rel_error"]) || (row.contains("variant_rel_error") && is_wrong(row["variant_rel_error"]))) ++wrong;
+      if (is_wrong(row["nmkit_rel_error"]) || (row.contains("variant_rel_error") && is_wrong(row["variant_rel_error"])))
+        ++wrong;
     if (wrong > 0) std::fprintf(stderr, "%d row(s) with a wrong nmkit output\n", wrong);
     return wrong > 0 ? 1 : 0;
   };
@@ -255,14 +282,16 @@ int run(const Options& o) {
     t.blocked_ell = o.tile_blocked_ell;
     t.variant_env = variant_env;
     t.stream_ctas = o.tile_stream_ctas, t.compare_kernel = o.tile_compare, t.kernel = o.tile_kernel;
-    out["tile_run_host_overhead_us"] = run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
+    out["tile_run_host_overhead_us"] =
+        run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
     return finish();
   }
   if (o.suite == "vnm") {
     VnmSuiteOptions v{shapes, dtypes, o.vnm_v, o.vnm_m, {}, o.warmup, o.iters, o.vnm_block_n, o.vnm_shared_columns};
     if (o.vnm_b_layout != "row") v.b_layouts.push_back(Layout::col_major);
     if (o.vnm_b_layout != "col") v.b_layouts.push_back(Layout::row_major);
-    out["vnm_run_host_overhead_us"] = run_vnm_suite(v, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
+    out["vnm_run_host_overhead_us"] =
+        run_vnm_suite(v, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
     return finish();
   }
   // Sustained runs (--power-ms): the clock each library holds under load, and the power it draws.
@@ -305,8 +334,8 @@ int run(const Options& o) {
                            weights[i].cols_padded(), dtype, 1234 + i, stream);
         dense_w.emplace_back(w_bytes);
         NMKIT_CUDA_CHECK(cudaMemsetAsync(dense_w[i].ptr, 0, w_bytes, stream));
-        bench::expand_packed(weights[i].values(), weights[i].metadata(), dense_w[i].ptr, s.r, s.k, weights[i].rows_padded(),
-                             weights[i].cols_padded(), dtype, stream);
+        bench::expand_packed(weights[i].values(), weights[i].metadata(), dense_w[i].ptr, s.r, s.k,
+                             weights[i].rows_padded(), weights[i].cols_padded(), dtype, stream);
         b.emplace_back(b_bytes);
         bench::fill_dense(b[i].ptr, s.k * s.c, dtype, 99 + i, stream);
         d_nmkit.emplace_back(d_bytes), d_dense.emplace_back(d_bytes), d_lt.emplace_back(d_bytes);
@@ -349,8 +378,8 @@ int run(const Options& o) {
             std::fprintf(stderr, "cuSPARSELt (%s configuration %d) output wrong for %ldx%ldx%ld %s (rel. error %.2g)\n",
                          searched ? "searched" : "default", *lt_config, s.r, s.k, s.c, dtype_name(dtype), *lt_err);
           } catch (const Error& e) {
-            std::fprintf(stderr, "cuSPARSELt (%s) skipped for %ldx%ldx%ld: %s\n", searched ? "searched" : "default", s.r,
-                         s.k, s.c, e.what());
+            std::fprintf(stderr, "cuSPARSELt (%s) skipped for %ldx%ldx%ld: %s\n", searched ? "searched" : "default",
+                         s.r, s.k, s.c, e.what());
             cudaGetLastError();
           }
           sparse.reset();
@@ -373,8 +402,9 @@ int run(const Options& o) {
         launches.push_back(variant_launch);
       }
       std::vector<std::vector<float>> launch_ms;
-      const std::vector<double> medians = time_interleaved_ms(launches, sets, o.warmup, interleaved_rounds(o.iters),
-                                                              kLaunchesPerRound, stream, o.launch_times ? &launch_ms : nullptr);
+      const std::vector<double> medians =
+          time_interleaved_ms(launches, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream,
+                              o.launch_times ? &launch_ms : nullptr);
       const double dense_ms = medians[0], nmkit_ms = medians[1];
       if (lt_index) lt_ms = medians[*lt_index];
       // --chain: each library's launches back to back, as a model's layers run: each launch then waits only for the
@@ -382,12 +412,18 @@ int run(const Options& o) {
       // Per product: cuBLAS, nmkit, [cuSPARSELt,] nmkit with overlapping launches off.
       std::vector<double> chain_ms;
       if (o.chain > 0) {
-        const gpu::Nm24SpmmPlan plain = plan_with_env({{"NMKIT_OVERLAP_LAUNCH", "0"}}, [&] { return gpu::Nm24SpmmPlan::create(desc); });
+        const gpu::Nm24SpmmPlan plain =
+            plan_with_env({{"NMKIT_OVERLAP_LAUNCH", "0"}}, [&] { return gpu::Nm24SpmmPlan::create(desc); });
         std::vector<std::function<void(int)>> chains;
         std::vector<std::size_t> libraries{0, 1};
         if (lt_index) libraries.push_back(*lt_index);
-        for (const std::size_t l : libraries) chains.push_back([&, l](int i) { for (int j = 0; j < o.chain; ++j) launches[l](i); });
-        chains.push_back([&](int i) { for (int j = 0; j < o.chain; ++j) plain.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); });
+        for (const std::size_t l : libraries)
+          chains.push_back([&, l](int i) {
+            for (int j = 0; j < o.chain; ++j) launches[l](i);
+          });
+        chains.push_back([&](int i) {
+          for (int j = 0; j < o.chain; ++j) plain.run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr);
+        });
         chain_ms = time_interleaved_ms(chains, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
         for (double& ms : chain_ms) ms /= o.chain;
       }
@@ -407,10 +443,11 @@ int run(const Options& o) {
       char shape_text[64];
       std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
       std::printf("%-7s %-20s %-5s %10.1f %10s %8s %10.1f %7.2fx %9s %9.1e  %s n%d%s\n", s.suite.c_str(), shape_text,
-                  dtype_name(dtype), tflops(dense_ms), lt_ms ? std::to_string(tflops(*lt_ms)).substr(0, 6).c_str() : "-",
+                  dtype_name(dtype), tflops(dense_ms),
+                  lt_ms ? std::to_string(tflops(*lt_ms)).substr(0, 6).c_str() : "-",
                   lt_ms ? (std::to_string(dense_ms / *lt_ms).substr(0, 4) + "x").c_str() : "-", tflops(nmkit_ms),
-                  dense_ms / nmkit_ms, lt_ms ? (std::to_string(*lt_ms / nmkit_ms).substr(0, 4) + "x").c_str() : "-", err,
-                  kernel_name(plan.config().kernel), plan.config().block_n,
+                  dense_ms / nmkit_ms, lt_ms ? (std::to_string(*lt_ms / nmkit_ms).substr(0, 4) + "x").c_str() : "-",
+                  err, kernel_name(plan.config().kernel), plan.config().block_n,
                   lt_ms && !lt_searched ? "  (cuSPARSELt: its default configuration, the searched one failed)" : "");
       if (power) {
         std::string line = "        sustained " + sustained_text("cuBLAS", *dense_power, flop);
@@ -420,24 +457,39 @@ int run(const Options& o) {
         std::printf("%s\n", line.c_str());
       }
       if (!chain_ms.empty())
-        std::printf("        chain of %d launches, us per product: cuBLAS %.2f, nmkit %.2f overlapped / %.2f not (%.2fx / %.2fx "
-                    "cuBLAS)%s\n",
-                    o.chain, 1e3 * chain_ms[0], 1e3 * chain_ms[1], 1e3 * chain_ms.back(), chain_ms[0] / chain_ms[1],
-                    chain_ms[0] / chain_ms.back(),
-                    lt_index ? (", cuSPARSELt " + std::to_string(1e3 * chain_ms[2]).substr(0, 6) + " (nmkit " +
-                                std::to_string(chain_ms[2] / chain_ms[1]).substr(0, 4) + "x)").c_str()
-                             : "");
+        std::printf(
+            "        chain of %d launches, us per product: cuBLAS %.2f, nmkit %.2f overlapped / %.2f not (%.2fx / "
+            "%.2fx "
+            "cuBLAS)%s\n",
+            o.chain, 1e3 * chain_ms[0], 1e3 * chain_ms[1], 1e3 * chain_ms.back(), chain_ms[0] / chain_ms[1],
+            chain_ms[0] / chain_ms.back(),
+            lt_index ? (", cuSPARSELt " + std::to_string(1e3 * chain_ms[2]).substr(0, 6) + " (nmkit " +
+                        std::to_string(chain_ms[2] / chain_ms[1]).substr(0, 4) + "x)")
+                           .c_str()
+                     : "");
       if (variant_index) {
         const double variant_ms = medians[*variant_index];
-        std::printf("        variant (%s): %.1f TFLOP/s, %.3fx nmkit's time, rel. error %.1e, %s\n", o.variant_env.c_str(),
-                    tflops(variant_ms), variant_ms / nmkit_ms, *variant_err, (std::ostringstream() << variant->config()).str().c_str());
+        std::printf("        variant (%s): %.1f TFLOP/s, %.3fx nmkit's time, rel. error %.1e, %s\n",
+                    o.variant_env.c_str(), tflops(variant_ms), variant_ms / nmkit_ms, *variant_err,
+                    (std::ostringstream() << variant->config()).str().c_str());
       }
       std::fflush(stdout);
-      json row = {{"suite", s.suite}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
-                  {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms}, {"nmkit_rel_error", err},
-                  {"nmkit_config", kernel.str()}, {"speedup_vs_cublas", dense_ms / nmkit_ms}};
-      if (lt_ms) row["cusparselt_ms"] = *lt_ms, row["cusparselt_rel_error"] = *lt_err, row["nmkit_vs_cusparselt"] = *lt_ms / nmkit_ms;
-      else if (lt_err) row["cusparselt_rel_error"] = *lt_err, row["cusparselt_wrong"] = true;
+      json row = {{"suite", s.suite},
+                  {"r", s.r},
+                  {"k", s.k},
+                  {"c", s.c},
+                  {"dtype", dtype_name(dtype)},
+                  {"operand_sets", sets},
+                  {"cublas_ms", dense_ms},
+                  {"nmkit_ms", nmkit_ms},
+                  {"nmkit_rel_error", err},
+                  {"nmkit_config", kernel.str()},
+                  {"speedup_vs_cublas", dense_ms / nmkit_ms}};
+      if (lt_ms)
+        row["cusparselt_ms"] = *lt_ms, row["cusparselt_rel_error"] = *lt_err,
+        row["nmkit_vs_cusparselt"] = *lt_ms / nmkit_ms;
+      else if (lt_err)
+        row["cusparselt_rel_error"] = *lt_err, row["cusparselt_wrong"] = true;
       if (lt_config) row["cusparselt_config"] = *lt_config, row["cusparselt_searched"] = lt_searched;
       if (!chain_ms.empty()) {
         row["chain"] = o.chain, row["chain_cublas_ms"] = chain_ms[0], row["chain_nmkit_ms"] = chain_ms[1];
@@ -445,7 +497,8 @@ int run(const Options& o) {
         if (lt_index) row["chain_cusparselt_ms"] = chain_ms[2];
       }
       if (variant_index)
-        row["variant_env"] = o.variant_env, row["variant_ms"] = medians[*variant_index], row["variant_rel_error"] = *variant_err;
+        row["variant_env"] = o.variant_env, row["variant_ms"] = medians[*variant_index],
+        row["variant_rel_error"] = *variant_err;
       if (!launch_ms.empty()) {
         row["launch_ms"] = {{"cublas", launch_ms[0]}, {"nmkit", launch_ms[1]}};
         if (lt_index) row["launch_ms"]["cusparselt"] = launch_ms[*lt_index];
@@ -461,7 +514,8 @@ int run(const Options& o) {
       if (!(err < kBaselineTolerance))
         std::fprintf(stderr, "nmkit output WRONG for %s %s (rel. error %.2g)\n", shape_text, dtype_name(dtype), err);
       if (variant_err && !(*variant_err < kBaselineTolerance))
-        std::fprintf(stderr, "variant output WRONG for %s %s (rel. error %.2g)\n", shape_text, dtype_name(dtype), *variant_err);
+        std::fprintf(stderr, "variant output WRONG for %s %s (rel. error %.2g)\n", shape_text, dtype_name(dtype),
+                     *variant_err);
     }
   // Host cost of one run() (validation, tensor map, launch), enqueueing tiny products back to back.
   {
@@ -486,21 +540,29 @@ int main(int argc, char** argv) {
   app.add_option("--suite", o.suite, "bert | llm | decode | all (2:4) | vnm (V:N:M) | tile")->capture_default_str();
   app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
   app.add_option("--tile-sides", o.tile_sides, "tile suite: square tile sides")->delimiter(',')->capture_default_str();
-  app.add_option("--tile-densities", o.tile_densities, "tile suite: fractions of stored tiles")->delimiter(',')->capture_default_str();
-  app.add_option("--tile-block-n", o.tile_block_n, "tile suite: the sm90 kernel's tokens per CTA (32/64/128/256; 0: by shape)");
-  app.add_option("--tile-split", o.tile_split, "tile suite: the sm90 kernel's split-K cluster size (1..8; 0: by shape)");
+  app.add_option("--tile-densities", o.tile_densities, "tile suite: fractions of stored tiles")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--tile-block-n", o.tile_block_n,
+                 "tile suite: the sm90 kernel's tokens per CTA (32/64/128/256; 0: by shape)");
+  app.add_option("--tile-split", o.tile_split,
+                 "tile suite: the sm90 kernel's split-K cluster size (1..8; 0: by shape)");
   app.add_flag("--tile-unit-per-cta", o.tile_unit_per_cta,
                "tile suite: one sm90 CTA per work unit instead of one persistent CTA per SM");
   app.add_flag("--tile-chunked-epilogue", o.tile_chunked_epilogue,
                "tile suite: the sm90 consumers write D themselves, 32 tokens at a time (no deferred store; ablation)");
   app.add_option("--tile-stream-ctas", o.tile_stream_ctas,
                  "tile suite: the stream kernel's CTAs per 32-token block (0: as many as the device holds at once)");
-  app.add_option("--tile-kernel", o.tile_kernel, "tile suite: the measured plan's kernel (automatic | sm80_mma | sm90_wgmma | stream_mma | warp_stream_mma)")
+  app.add_option(
+         "--tile-kernel", o.tile_kernel,
+         "tile suite: the measured plan's kernel (automatic | sm80_mma | sm90_wgmma | stream_mma | warp_stream_mma)")
       ->capture_default_str();
   app.add_option("--tile-compare", o.tile_compare,
-                 "tile suite: also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma | warp_stream_mma) in the same rounds");
-  app.add_flag("!--no-tile-blocked-ell", o.tile_blocked_ell,
-               "tile suite: skip cuSPARSE Blocked-ELL (timed where every tile row has nearly as many tiles: padding <= 25 %)");
+                 "tile suite: also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma | "
+                 "warp_stream_mma) in the same rounds");
+  app.add_flag(
+      "!--no-tile-blocked-ell", o.tile_blocked_ell,
+      "tile suite: skip cuSPARSE Blocked-ELL (timed where every tile row has nearly as many tiles: padding <= 25 %)");
   app.add_option("--tile-chain", o.tile_chain,
                  "tile suite: also time chains of N dependent products (square weights: each output the next input), "
                  "nmkit with and without overlapping launches and cuBLAS, per product")
@@ -510,10 +572,13 @@ int main(int argc, char** argv) {
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();
   app.add_option("--vnm-shapes", o.vnm_shapes,
                  "vnm suite: acceptance (the issue's three) | llm | bert | all | ksweep (4096 x K x 4096, K = 1k..16k)")
-      ->check(CLI::IsMember({"acceptance", "llm", "bert", "all", "ksweep"}))->capture_default_str();
+      ->check(CLI::IsMember({"acceptance", "llm", "bert", "all", "ksweep"}))
+      ->capture_default_str();
   app.add_option("--b-layout", o.vnm_b_layout, "vnm suite: col (x[T,K] row-major) | row (K x C) | both")
-      ->check(CLI::IsMember({"col", "row", "both"}))->capture_default_str();
-  app.add_option("--vnm-block-n", o.vnm_block_n, "vnm suite: the sm90 condensed kernel's n-tile (256/128/64; 0: heuristic)");
+      ->check(CLI::IsMember({"col", "row", "both"}))
+      ->capture_default_str();
+  app.add_option("--vnm-block-n", o.vnm_block_n,
+                 "vnm suite: the sm90 condensed kernel's n-tile (256/128/64; 0: heuristic)");
   app.add_flag("--vnm-shared-columns", o.vnm_shared_columns,
                "vnm suite: every V-block selects the same columns (diagnosis: the gather without its L2 footprint)");
   app.add_option("--shape", o.shapes, "Extra shape R,K,C (repeatable)");
@@ -531,9 +596,10 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-hold-queue", o.hold_queue,
                "Time each round as the host queues it, without holding the stream until the round is queued (short "
                "launches then include host time)");
-  app.add_option("--power-ms", o.power_ms,
-                 "2:4 suites: also run cuBLAS, cuSPARSELt and nmkit back to back for this many ms per row each, with the "
-                 "SM clock and board power sampled through NVML (0: off)")
+  app.add_option(
+         "--power-ms", o.power_ms,
+         "2:4 suites: also run cuBLAS, cuSPARSELt and nmkit back to back for this many ms per row each, with the "
+         "SM clock and board power sampled through NVML (0: off)")
       ->check(CLI::Range(0.0, 60000.0));
   app.add_option("--chain", o.chain,
                  "2:4 suites: also time chains of N back-to-back launches per library (nmkit with and without "
@@ -544,7 +610,8 @@ int main(int argc, char** argv) {
                  "environment variables set, in the same rounds (kernel experiments such as NMKIT_SM90_MULTICAST=1)");
   app.add_flag("--launch-times", o.launch_times,
                "2:4 suites: also write every timed launch's ms per library to the JSON (launch_ms), in launch order");
-  app.add_flag("--autotune", o.autotune, "Choose nmkit's tile by timing (Nm24SpmmPlan::autotune) instead of the heuristic");
+  app.add_flag("--autotune", o.autotune,
+               "Choose nmkit's tile by timing (Nm24SpmmPlan::autotune) instead of the heuristic");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(o);

@@ -17,16 +17,16 @@ namespace nmkit::bench {
 
 // The NVML entry points used, declared by their documented C signatures (nvml.h is not needed to build).
 struct PowerProbe::Nvml {
-  using Return = int;    // nvmlReturn_t: NVML_SUCCESS is 0
-  using Device = void*;  // nvmlDevice_t, an opaque handle
+  using Return = int;                 // nvmlReturn_t: NVML_SUCCESS is 0
+  using Device = void*;               // nvmlDevice_t, an opaque handle
   static constexpr int kClockSm = 1;  // nvmlClockType_t NVML_CLOCK_SM
 
   void* library = nullptr;
-  Return (*init)() = nullptr;                                         // nvmlInit_v2
-  Return (*shutdown)() = nullptr;                                     // nvmlShutdown
-  Return (*device_by_pci_bus_id)(const char*, Device*) = nullptr;     // nvmlDeviceGetHandleByPciBusId_v2
-  Return (*clock_mhz)(Device, int, unsigned*) = nullptr;              // nvmlDeviceGetClockInfo
-  Return (*power_mw)(Device, unsigned*) = nullptr;                    // nvmlDeviceGetPowerUsage (milliwatts)
+  Return (*init)() = nullptr;                                      // nvmlInit_v2
+  Return (*shutdown)() = nullptr;                                  // nvmlShutdown
+  Return (*device_by_pci_bus_id)(const char*, Device*) = nullptr;  // nvmlDeviceGetHandleByPciBusId_v2
+  Return (*clock_mhz)(Device, int, unsigned*) = nullptr;           // nvmlDeviceGetClockInfo
+  Return (*power_mw)(Device, unsigned*) = nullptr;                 // nvmlDeviceGetPowerUsage (milliwatts)
   bool initialised = false;
   Device device = nullptr;
   std::string why = "not probed";
@@ -44,8 +44,8 @@ PowerProbe::PowerProbe(int cuda_device) : nvml_(std::make_unique<Nvml>()) {
     return function != nullptr;
   };
   if (!bind(n.init, "nvmlInit_v2") || !bind(n.shutdown, "nvmlShutdown") ||
-      !bind(n.device_by_pci_bus_id, "nvmlDeviceGetHandleByPciBusId_v2") || !bind(n.clock_mhz, "nvmlDeviceGetClockInfo") ||
-      !bind(n.power_mw, "nvmlDeviceGetPowerUsage")) {
+      !bind(n.device_by_pci_bus_id, "nvmlDeviceGetHandleByPciBusId_v2") ||
+      !bind(n.clock_mhz, "nvmlDeviceGetClockInfo") || !bind(n.power_mw, "nvmlDeviceGetPowerUsage")) {
     n.why = "NVML lacks one of the entry points used";
     return;
   }
@@ -90,7 +90,8 @@ struct Event {
 
 SustainedRun PowerProbe::run(const std::function<void(int)>& launch, int sets, double ms, cudaStream_t stream) {
   require(available(), ErrorCode::unsupported, std::string("power probe: ") + why_unavailable());
-  require(sets >= 1 && ms > 0, ErrorCode::invalid_argument, "power probe: needs an operand set and a positive duration");
+  require(sets >= 1 && ms > 0, ErrorCode::invalid_argument,
+          "power probe: needs an operand set and a positive duration");
   const Nvml& n = *nvml_;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = Clock::now();

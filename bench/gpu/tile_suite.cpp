@@ -56,8 +56,8 @@ class CusparseSpmm {
     CHECK_CUSPARSE(cusparseCreateDnMat(&d_, s.r, s.c, s.r, d, type, CUSPARSE_ORDER_COL));
     std::size_t bytes = 0;
     const float alpha = 1.0f, beta = 0.0f;
-    CHECK_CUSPARSE(cusparseSpMM_bufferSize(h_, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha,
-                                           a_, b_, &beta, d_, CUDA_R_32F, alg_, &bytes));
+    CHECK_CUSPARSE(cusparseSpMM_bufferSize(h_, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                           &alpha, a_, b_, &beta, d_, CUDA_R_32F, alg_, &bytes));
     buffer_ = DeviceArray(bytes);
   }
   cusparseSpMatDescr_t a_{};
@@ -93,10 +93,13 @@ class CusparseBlockedEll : public CusparseSpmm {
     const BlockedEll ell(p);
     columns_ = DeviceArray(ell.columns.size() * sizeof(int32_t));
     values_ = DeviceArray(ell.values.size() * sizeof(uint16_t));
-    NMKIT_CUDA_CHECK(cudaMemcpy(columns_.ptr, ell.columns.data(), ell.columns.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    NMKIT_CUDA_CHECK(cudaMemcpy(values_.ptr, ell.values.data(), ell.values.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    CHECK_CUSPARSE(cusparseCreateBlockedEll(&a_, s.r, s.k, p.tile_rows, ell.width * p.tile_rows, columns_.ptr, values_.ptr,
-                                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, cuda_type(dtype)));
+    NMKIT_CUDA_CHECK(
+        cudaMemcpy(columns_.ptr, ell.columns.data(), ell.columns.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    NMKIT_CUDA_CHECK(
+        cudaMemcpy(values_.ptr, ell.values.data(), ell.values.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    CHECK_CUSPARSE(cusparseCreateBlockedEll(&a_, s.r, s.k, p.tile_rows, ell.width * p.tile_rows, columns_.ptr,
+                                            values_.ptr, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO,
+                                            cuda_type(dtype)));
     describe_operands(s, dtype, b, d);
   }
 
@@ -148,7 +151,8 @@ gpu::PackedTiles random_tiles(int64_t rows, int64_t cols, int side, double densi
 // the prologue until the first copies, the copies' latency (posted -> landed, which also counts how far ahead
 // the producer runs), the consumer's time per step, and per work unit its main loop, its epilogue and the wait
 // for the next unit's first data. Cycles become microseconds at the device's rated clock (an approximation).
-void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, const void* b, void* d, cudaStream_t stream) {
+void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, const void* b, void* d,
+                    cudaStream_t stream) {
   using T = gpu::TileTimeline;
   const gpu::SpmmDesc& desc = plan.desc();
   const int64_t units = ceil_div(desc.rows, int64_t{gpu::kTileBlockRows}) * ceil_div(desc.n, int64_t{plan.block_n()});
@@ -160,7 +164,8 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
       {plan.block_n(), plan.split(), plan.persistent(), plan.deferred_store(), static_cast<uint64_t*>(buffer.ptr)});
   traced.run(stream, a, b, nullptr, d);
   std::vector<uint64_t> words(ctas * T::kWords);
-  NMKIT_CUDA_CHECK(cudaMemcpyAsync(words.data(), buffer.ptr, words.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream));
+  NMKIT_CUDA_CHECK(
+      cudaMemcpyAsync(words.data(), buffer.ptr, words.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream));
   NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream));
   int clock_khz = 0, device = 0;
   NMKIT_CUDA_CHECK(cudaGetDevice(&device));
@@ -171,24 +176,29 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
   std::string cta0;  // the first CTA's steps, as they went
   if (const uint64_t* w = words.data(); w[T::kStart] != 0) {
     const double cta0_us_per_cycle = t.clock_ghz > 0 ? 1e-3 / t.clock_ghz : us_per_cycle;  // the mean measured clock
-    const auto at = [&](int slot) { return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * cta0_us_per_cycle; };
+    const auto at = [&](int slot) {
+      return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * cta0_us_per_cycle;
+    };
     char text[64];
     for (int i = 0; i < std::min(T::kSteps, 24) && w[T::kArrived + i] != 0; ++i)
       std::snprintf(text, sizeof text, " %.1f/%.1f", at(T::kPosted + i), at(T::kArrived + i)), cta0 += text;
     cta0 += " | units done:";
-    for (int u = 0; u < 8 && w[T::kUnitDone + u] != 0; ++u) std::snprintf(text, sizeof text, " %.1f", at(T::kUnitDone + u)), cta0 += text;
+    for (int u = 0; u < 8 && w[T::kUnitDone + u] != 0; ++u)
+      std::snprintf(text, sizeof text, " %.1f", at(T::kUnitDone + u)), cta0 += text;
   }
-  std::printf("  timeline (us at the SMs' measured clock, %.2f GHz; nominal %.2f): CTA starts spread %.1f; per CTA %.1f "
-              "units of %.1f steps; prologue to first copy %.2f; copy posted->landed %.2f; step %.2f; unit main loop "
-              "%.2f, epilogue %.2f, wait for next unit's data %.2f\n",
-              t.clock_ghz, 1e-3 / us_per_cycle, t.start_spread_us, t.units_per_cta, t.steps_per_unit, t.prologue_us,
-              t.copy_latency_us, t.step_us, t.main_loop_us, t.epilogue_us, t.next_unit_wait_us);
+  std::printf(
+      "  timeline (us at the SMs' measured clock, %.2f GHz; nominal %.2f): CTA starts spread %.1f; per CTA %.1f "
+      "units of %.1f steps; prologue to first copy %.2f; copy posted->landed %.2f; step %.2f; unit main loop "
+      "%.2f, epilogue %.2f, wait for next unit's data %.2f\n",
+      t.clock_ghz, 1e-3 / us_per_cycle, t.start_spread_us, t.units_per_cta, t.steps_per_unit, t.prologue_us,
+      t.copy_latency_us, t.step_us, t.main_loop_us, t.epilogue_us, t.next_unit_wait_us);
   std::printf("  first CTA, posted/landed per step (us from its start):%s\n", cta0.c_str());
   if (t.end_last_us > 0)
-    std::printf("  CTA ends (us after the first start): first %.1f, mean %.1f, last %.1f\n", t.end_first_us, t.end_mean_us,
-                t.end_last_us);
-  std::printf("  epilogue (us): last wgmma done %.2f after the end-of-unit step; first part staged %.2f later; the rest %.2f\n",
-              t.math_drain_us, t.first_part_us, t.other_parts_us);
+    std::printf("  CTA ends (us after the first start): first %.1f, mean %.1f, last %.1f\n", t.end_first_us,
+                t.end_mean_us, t.end_last_us);
+  std::printf(
+      "  epilogue (us): last wgmma done %.2f after the end-of-unit step; first part staged %.2f later; the rest %.2f\n",
+      t.math_drain_us, t.first_part_us, t.other_parts_us);
   std::printf("  producer per step (us): copies issued %.3f after the post; next post %.3f after the copies\n",
               t.copy_issue_us, t.post_gap_us);
 }
@@ -196,7 +206,7 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
 }  // namespace
 
 double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
-                    std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
+                      std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
   cusparseHandle_t sparse;
   CHECK_CUSPARSE(cusparseCreate(&sparse));
   CHECK_CUSPARSE(cusparseSetStream(sparse, stream));
@@ -204,12 +214,14 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
     for (gpu::TileKernel k : {gpu::TileKernel::automatic, gpu::TileKernel::sm80_mma, gpu::TileKernel::sm90_wgmma,
                               gpu::TileKernel::stream_mma, gpu::TileKernel::warp_stream_mma})
       if (name == gpu::kernel_name(k)) return k;
-    throw Error(ErrorCode::invalid_argument, std::string("tile suite: ") + option +
-                                                 " takes automatic, sm80_mma, sm90_wgmma, stream_mma or warp_stream_mma, got " + name);
+    throw Error(ErrorCode::invalid_argument,
+                std::string("tile suite: ") + option +
+                    " takes automatic, sm80_mma, sm90_wgmma, stream_mma or warp_stream_mma, got " + name);
   };
   const gpu::TileKernel kernel = kernel_named(o.kernel, "--tile-kernel");
   std::string variant_label;  // --variant-env's assignments, as given
-  for (const auto& [name, value] : o.variant_env) variant_label += (variant_label.empty() ? "" : ",") + name + "=" + value;
+  for (const auto& [name, value] : o.variant_env)
+    variant_label += (variant_label.empty() ? "" : ",") + name + "=" + value;
   std::optional<gpu::TileKernel> compare;
   if (!o.compare_kernel.empty()) compare = kernel_named(o.compare_kernel, "--tile-compare");
   std::printf("\n%-5s %-18s %-5s %-7s %-7s %-7s %9s %9s %8s %10s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "tile",
@@ -217,10 +229,12 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
   for (DType dtype : o.dtypes)
     for (const Shape& s : o.shapes) {
       const std::size_t b_bytes = s.k * s.c * 2, d_bytes = s.r * s.c * 2, w_bytes = s.r * s.k * 2;
-      const int sets = static_cast<int>(std::clamp<std::size_t>(3 * l2_bytes / (w_bytes / 2 + b_bytes + d_bytes) + 1, 1, 8));
+      const int sets =
+          static_cast<int>(std::clamp<std::size_t>(3 * l2_bytes / (w_bytes / 2 + b_bytes + d_bytes) + 1, 1, 8));
       std::vector<DeviceArray> b, dense_w, d_dense, d_nmkit;
       for (int i = 0; i < sets; ++i) {
-        b.emplace_back(b_bytes), dense_w.emplace_back(w_bytes), d_dense.emplace_back(d_bytes), d_nmkit.emplace_back(d_bytes);
+        b.emplace_back(b_bytes), dense_w.emplace_back(w_bytes), d_dense.emplace_back(d_bytes),
+            d_nmkit.emplace_back(d_bytes);
         fill_dense(b[i].ptr, s.k * s.c, dtype, 77 + i, stream);
       }
       DenseGemm dense(lt, s, dtype, workspace, workspace_bytes);
@@ -256,8 +270,12 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             const bool compared = compare && *compare != kernel_run;
             if (compared || (!compare && !o.variant_env.empty())) {
               variant = compared ? gpu::TileSpmmPlan::create(desc, side, side, *compare, launch)
-                                 : plan_with_env(o.variant_env, [&] { return gpu::TileSpmmPlan::create(desc, side, side, kernel, launch); });
-              const auto variant_launch = [&](int i) { variant->run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr); };
+                                 : plan_with_env(o.variant_env, [&] {
+                                     return gpu::TileSpmmPlan::create(desc, side, side, kernel, launch);
+                                   });
+              const auto variant_launch = [&](int i) {
+                variant->run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr);
+              };
               variant_err = check_output(variant_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
               launches.push_back(variant_launch);
             }
@@ -285,7 +303,8 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                   chained([&](int i, const void* in, void* out) { plan.run(stream, weights[i], in, nullptr, out); }),
                   chained([&](int i, const void* in, void* out) { plain.run(stream, weights[i], in, nullptr, out); }),
                   chained([&](int i, const void* in, void* out) { dense.run(dense_w[i].ptr, in, out, stream); })};
-              const std::vector<double> m = time_interleaved_ms(chains, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
+              const std::vector<double> m =
+                  time_interleaved_ms(chains, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
               chain_ms = {m[0] / o.chain, m[1] / o.chain, m[2] / o.chain};
             }
             if (o.timeline && kernel_run == gpu::TileKernel::sm90_wgmma) {
@@ -307,14 +326,16 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               }
             };
             const std::optional<Measured> bsr = time_baseline("cuSPARSE BSR", [&] {
-              require(s.r % side == 0 && s.k % side == 0, ErrorCode::unsupported, "R and K must be whole tiles for BSR");
-              return CusparseBsr(sparse, weights[0], packed.grid_rows(), packed.grid_cols(), packed.nnz_tiles(), s, dtype,
-                                 b[0].ptr, d_nmkit[0].ptr);
+              require(s.r % side == 0 && s.k % side == 0, ErrorCode::unsupported,
+                      "R and K must be whole tiles for BSR");
+              return CusparseBsr(sparse, weights[0], packed.grid_rows(), packed.grid_cols(), packed.nnz_tiles(), s,
+                                 dtype, b[0].ptr, d_nmkit[0].ptr);
             });
             std::optional<Measured> ell;  // Blocked-ELL (tensor cores), where the tile rows are even enough
             if (o.blocked_ell && BlockedEll::applies(packed))
-              ell = time_baseline("cuSPARSE Blocked-ELL",
-                                  [&] { return CusparseBlockedEll(sparse, packed, s, dtype, b[0].ptr, d_nmkit[0].ptr); });
+              ell = time_baseline("cuSPARSE Blocked-ELL", [&] {
+                return CusparseBlockedEll(sparse, packed, s, dtype, b[0].ptr, d_nmkit[0].ptr);
+              });
             char shape_text[64], tile_text[16];
             std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
             std::snprintf(tile_text, sizeof tile_text, "%dx%d", side, side);
@@ -333,31 +354,47 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             static_cast<long>(plan.stream_ctas(weights[0])));
             else
               std::snprintf(kernel_text, sizeof kernel_text, "%s", gpu::kernel_name(kernel_run));
-            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s", "tile",
-                        shape_text, dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
+            std::printf("%-5s %-18s %-5s %-7s %-7.2f %-7s %9.3f %9.3f %7.2fx %10s %9s %9.1e  %s", "tile", shape_text,
+                        dtype_name(dtype), tile_text, density, skewed ? "skewed" : "uniform", dense_ms, nmkit_ms,
                         dense_ms / nmkit_ms, bsr_text, bsr_ratio, err, kernel_text);
-            if (ell) std::printf("  | Blocked-ELL %.3f ms (%.2fx, err %.1e)", ell->ms, ell->ms / nmkit_ms, ell->rel_error);
+            if (ell)
+              std::printf("  | Blocked-ELL %.3f ms (%.2fx, err %.1e)", ell->ms, ell->ms / nmkit_ms, ell->rel_error);
             if (variant)
-              std::printf("  | %s %.3f ms (%.3fx nmkit's time, err %.1e)", compared ? gpu::kernel_name(variant->kernel()) : variant_label.c_str(),
-                          medians[2], medians[2] / nmkit_ms, variant_err);
+              std::printf("  | %s %.3f ms (%.3fx nmkit's time, err %.1e)",
+                          compared ? gpu::kernel_name(variant->kernel()) : variant_label.c_str(), medians[2],
+                          medians[2] / nmkit_ms, variant_err);
             if (chain_ms)
-              std::printf("  | chain of %d, us per product: %.2f overlapped, %.2f not, cuBLAS %.2f (%.2fx / %.2fx cuBLAS)", o.chain,
-                          1e3 * (*chain_ms)[0], 1e3 * (*chain_ms)[1], 1e3 * (*chain_ms)[2], (*chain_ms)[2] / (*chain_ms)[0],
-                          (*chain_ms)[2] / (*chain_ms)[1]);
+              std::printf(
+                  "  | chain of %d, us per product: %.2f overlapped, %.2f not, cuBLAS %.2f (%.2fx / %.2fx cuBLAS)",
+                  o.chain, 1e3 * (*chain_ms)[0], 1e3 * (*chain_ms)[1], 1e3 * (*chain_ms)[2],
+                  (*chain_ms)[2] / (*chain_ms)[0], (*chain_ms)[2] / (*chain_ms)[1]);
             std::printf("\n");
             std::fflush(stdout);
-            rows.push_back({{"suite", "tile"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
-                            {"tile", side}, {"density", density}, {"distribution", skewed ? "skewed" : "uniform"},
-                            {"operand_sets", sets}, {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms},
-                            {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"nmkit_rel_error", err},
-                            {"kernel", gpu::kernel_name(kernel_run)}, {"block_n", plan.block_n()}, {"split", plan.split()},
-                            {"persistent", plan.persistent()}, {"deferred_store", plan.deferred_store()}});
+            rows.push_back({{"suite", "tile"},
+                            {"r", s.r},
+                            {"k", s.k},
+                            {"c", s.c},
+                            {"dtype", dtype_name(dtype)},
+                            {"tile", side},
+                            {"density", density},
+                            {"distribution", skewed ? "skewed" : "uniform"},
+                            {"operand_sets", sets},
+                            {"cublas_ms", dense_ms},
+                            {"nmkit_ms", nmkit_ms},
+                            {"speedup_vs_cublas", dense_ms / nmkit_ms},
+                            {"nmkit_rel_error", err},
+                            {"kernel", gpu::kernel_name(kernel_run)},
+                            {"block_n", plan.block_n()},
+                            {"split", plan.split()},
+                            {"persistent", plan.persistent()},
+                            {"deferred_store", plan.deferred_store()}});
             if (kernel_run == gpu::TileKernel::stream_mma || kernel_run == gpu::TileKernel::warp_stream_mma)
               rows.back()["stream_ctas"] = plan.stream_ctas(weights[0]);
             if (variant && !compared) rows.back()["variant_env"] = variant_label;
             if (variant)
-              rows.back()["variant_kernel"] = gpu::kernel_name(variant->kernel()), rows.back()["variant_ms"] = medians[2],
-              rows.back()["variant_rel_error"] = variant_err, rows.back()["variant_speedup_vs_cublas"] = dense_ms / medians[2];
+              rows.back()["variant_kernel"] = gpu::kernel_name(variant->kernel()),
+              rows.back()["variant_ms"] = medians[2], rows.back()["variant_rel_error"] = variant_err,
+              rows.back()["variant_speedup_vs_cublas"] = dense_ms / medians[2];
             if (chain_ms)
               rows.back()["chain"] = o.chain, rows.back()["chain_overlapped_ms"] = (*chain_ms)[0],
               rows.back()["chain_plain_ms"] = (*chain_ms)[1], rows.back()["chain_cublas_ms"] = (*chain_ms)[2];
@@ -365,7 +402,8 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               rows.back()["cusparse_bsr_ms"] = bsr->ms, rows.back()["cusparse_bsr_rel_error"] = bsr->rel_error,
               rows.back()["nmkit_vs_cusparse_bsr"] = bsr->ms / nmkit_ms;
             if (ell)
-              rows.back()["cusparse_blocked_ell_ms"] = ell->ms, rows.back()["cusparse_blocked_ell_rel_error"] = ell->rel_error,
+              rows.back()["cusparse_blocked_ell_ms"] = ell->ms,
+              rows.back()["cusparse_blocked_ell_rel_error"] = ell->rel_error,
               rows.back()["nmkit_vs_cusparse_blocked_ell"] = ell->ms / nmkit_ms;
           }
     }

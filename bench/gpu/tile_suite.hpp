@@ -12,7 +12,7 @@
 namespace nmkit::bench {
 
 struct TileSuiteOptions {
-  std::vector<Shape> shapes;          // default: 4096 x 4096 weights, C in {32, 4096}
+  std::vector<Shape> shapes;  // default: 4096 x 4096 weights, C in {32, 4096}
   std::vector<DType> dtypes;
   std::vector<int> tile_sides{32, 64, 128};
   std::vector<double> densities{0.5, 0.25, 0.1, 0.05};
@@ -24,8 +24,8 @@ struct TileSuiteOptions {
   // Also time chains of this many dependent products (R == K: each output is the next product's B), per product:
   // nmkit with overlapping launches (TileLaunch::overlap_launch), without, and cuBLAS; 0: none.
   int chain = 0;
-  bool blocked_ell = true;     // also cuSPARSE Blocked-ELL where the pattern allows (BlockedEll::applies)
-  int stream_ctas = 0;         // the stream kernel's CTAs per token block (TileLaunch::stream_ctas; 0: the plan's)
+  bool blocked_ell = true;  // also cuSPARSE Blocked-ELL where the pattern allows (BlockedEll::applies)
+  int stream_ctas = 0;      // the stream kernel's CTAs per token block (TileLaunch::stream_ctas; 0: the plan's)
   // Also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma), in the same rounds as the
   // default plan ("variant" in the JSON rows); empty: none.
   std::string compare_kernel;
@@ -38,6 +38,6 @@ struct TileSuiteOptions {
 // One row per (dtype, shape, tile side, density, distribution of tiles over rows: uniform or skewed); returns
 // the host time of one TileSpmmPlan::run() in microseconds.
 double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
-                    std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
+                      std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
 
 }  // namespace nmkit::bench

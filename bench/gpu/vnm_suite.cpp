@@ -40,7 +40,8 @@ std::vector<int32_t> random_gather(const gpu::DeviceNm24& condensed, int64_t col
         std::sort(columns.begin(), columns.begin() + kSelected);
         for (int s = 0; s < kSelected; ++s) {
           const int64_t k = g * m + columns[static_cast<std::size_t>(s)];
-          block_entries[static_cast<std::size_t>(g * kSelected + s)] = k < cols ? static_cast<int32_t>(k) : gpu::kNoBRow;
+          block_entries[static_cast<std::size_t>(g * kSelected + s)] =
+              k < cols ? static_cast<int32_t>(k) : gpu::kNoBRow;
         }
       }
     }
@@ -52,7 +53,7 @@ std::vector<int32_t> random_gather(const gpu::DeviceNm24& condensed, int64_t col
 }  // namespace
 
 double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
-                   std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
+                     std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
   if (o.shared_columns) std::printf("\nevery V-block selects the same columns (--vnm-shared-columns)\n");
   std::printf("\n%-7s %-20s %-5s %-9s %-4s %9s %9s %8s %9s %8s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "V:N:M",
               "B", "cuBLAS", "nmkit", "vs cuBL", "ideal", "vs cuBL", "full 2:4", "rel.err",
@@ -60,10 +61,12 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
   for (DType dtype : o.dtypes)
     for (const Shape& s : o.shapes) {
       const std::size_t b_bytes = s.k * s.c * 2, d_bytes = s.r * s.c * 2, w_bytes = s.r * s.k * 2;
-      const int sets = static_cast<int>(std::clamp<std::size_t>(3 * l2_bytes / (w_bytes / 4 + b_bytes + d_bytes) + 1, 1, 8));
+      const int sets =
+          static_cast<int>(std::clamp<std::size_t>(3 * l2_bytes / (w_bytes / 4 + b_bytes + d_bytes) + 1, 1, 8));
       std::vector<DeviceArray> b, b_ideal, dense_w, d_dense, d_nmkit;
       for (int i = 0; i < sets; ++i) {
-        b.emplace_back(b_bytes), dense_w.emplace_back(w_bytes), d_dense.emplace_back(d_bytes), d_nmkit.emplace_back(d_bytes);
+        b.emplace_back(b_bytes), dense_w.emplace_back(w_bytes), d_dense.emplace_back(d_bytes),
+            d_nmkit.emplace_back(d_bytes);
         fill_dense(b[i].ptr, s.k * s.c, dtype, 99 + i, stream);
       }
       DenseGemm dense(lt, s, dtype, workspace, workspace_bytes);
@@ -74,19 +77,21 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
         std::vector<gpu::DeviceNm24> full;
         for (int i = 0; i < sets; ++i) {
           full.push_back(gpu::DeviceNm24::allocate(s.r, s.k, dtype));
-          fill_packed(full[i].values(), full[i].metadata(), s.r, s.k, full[i].rows_padded(), full[i].cols_padded(), dtype,
-                      4321 + i, stream);
+          fill_packed(full[i].values(), full[i].metadata(), s.r, s.k, full[i].rows_padded(), full[i].cols_padded(),
+                      dtype, 4321 + i, stream);
         }
         for (Layout b_layout : o.b_layouts) {
           std::vector<DeviceArray> b_run;
           if (b_layout == Layout::row_major)
-            for (int i = 0; i < sets; ++i) b_run.emplace_back(b_bytes), transpose(b[i].ptr, b_run[i].ptr, s.k, s.c, stream);
+            for (int i = 0; i < sets; ++i)
+              b_run.emplace_back(b_bytes), transpose(b[i].ptr, b_run[i].ptr, s.k, s.c, stream);
           gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
           desc.b_layout = b_layout;
           const gpu::Nm24SpmmPlan plan = gpu::Nm24SpmmPlan::create(desc);
           full_ms[b_layout] = time_median_ms(
               [&](int i) {
-                plan.run(stream, full[i], b_layout == Layout::row_major ? b_run[i].ptr : b[i].ptr, nullptr, d_nmkit[i].ptr);
+                plan.run(stream, full[i], b_layout == Layout::row_major ? b_run[i].ptr : b[i].ptr, nullptr,
+                         d_nmkit[i].ptr);
               },
               sets, o.warmup, o.iters, stream);
         }
@@ -105,12 +110,15 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             if (i == 0) table = random_gather(condensed, s.k, v, m, static_cast<uint32_t>(7 * v + m), o.shared_columns);
             // The dense weight of the same product for cuBLAS, and a copy of the condensed one for the ablation.
             DeviceArray condensed_dense(static_cast<std::size_t>(s.r * condensed_cols) * 2);
-            NMKIT_CUDA_CHECK(cudaMemsetAsync(condensed_dense.ptr, 0, static_cast<std::size_t>(s.r * condensed_cols) * 2, stream));
+            NMKIT_CUDA_CHECK(
+                cudaMemsetAsync(condensed_dense.ptr, 0, static_cast<std::size_t>(s.r * condensed_cols) * 2, stream));
             expand_packed(condensed.values(), condensed.metadata(), condensed_dense.ptr, s.r, condensed_cols,
                           condensed.rows_padded(), condensed.cols_padded(), dtype, stream);
             gpu::DeviceNm24 ideal = gpu::DeviceNm24::allocate(s.r, condensed.cols_padded(), dtype);
-            NMKIT_CUDA_CHECK(cudaMemcpyAsync(ideal.values(), condensed.values(), condensed.value_bytes(), cudaMemcpyDeviceToDevice, stream));
-            NMKIT_CUDA_CHECK(cudaMemcpyAsync(ideal.metadata(), condensed.metadata(), condensed.metadata_bytes(), cudaMemcpyDeviceToDevice, stream));
+            NMKIT_CUDA_CHECK(cudaMemcpyAsync(ideal.values(), condensed.values(), condensed.value_bytes(),
+                                             cudaMemcpyDeviceToDevice, stream));
+            NMKIT_CUDA_CHECK(cudaMemcpyAsync(ideal.metadata(), condensed.metadata(), condensed.metadata_bytes(),
+                                             cudaMemcpyDeviceToDevice, stream));
             weights.push_back(gpu::DeviceVnm::from_parts(std::move(condensed), table, s.k, v, m));
             NMKIT_CUDA_CHECK(cudaMemsetAsync(dense_w[i].ptr, 0, w_bytes, stream));
             scatter_columns(condensed_dense.ptr, weights[i].gather(), dense_w[i].ptr, s.r, s.k, condensed_cols,
@@ -150,8 +158,8 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern
             const auto nmkit_launch = [&](int i) { plan.run(stream, weights[i], b_of(i), nullptr, d_nmkit[i].ptr); };
             const double err = check_output(nmkit_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
-            const std::vector<double> medians = time_interleaved_ms({nmkit_launch, dense_launch}, sets, o.warmup,
-                                                                    interleaved_rounds(o.iters), kLaunchesPerRound, stream);
+            const std::vector<double> medians = time_interleaved_ms(
+                {nmkit_launch, dense_launch}, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
             const double nmkit_ms = medians[0], dense_ms = medians[1];
 
             const double tflops = 2.0 * s.r * s.k * s.c / (dense_ms * 1e-3) / 1e12;
@@ -164,18 +172,31 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             // The full_2_4 form's speed-up where M allows it (M % 4 == 0).
             char full_text[32] = "-";
             if (m % 4 == 0) std::snprintf(full_text, sizeof full_text, "%.2fx", dense_ms / full_ms[b_layout]);
-            std::printf("%-7s %-20s %-5s %-9s %-4s %9.1f %9.3f %7.2fx %9.3f %7.2fx %9s %9.1e  %s n%d (%+.0f%%)\n", "vnm",
-                        shape_text, dtype_name(dtype), pattern, col ? "col" : "row", tflops, nmkit_ms, dense_ms / nmkit_ms,
-                        ideal_ms, dense_ms / ideal_ms, full_text, err, kernel_name(plan.config().kernel),
-                        plan.config().block_n, 100.0 * (nmkit_ms / ideal_ms - 1.0));
+            std::printf("%-7s %-20s %-5s %-9s %-4s %9.1f %9.3f %7.2fx %9.3f %7.2fx %9s %9.1e  %s n%d (%+.0f%%)\n",
+                        "vnm", shape_text, dtype_name(dtype), pattern, col ? "col" : "row", tflops, nmkit_ms,
+                        dense_ms / nmkit_ms, ideal_ms, dense_ms / ideal_ms, full_text, err,
+                        kernel_name(plan.config().kernel), plan.config().block_n, 100.0 * (nmkit_ms / ideal_ms - 1.0));
             std::fflush(stdout);
-            rows.push_back({{"suite", "vnm"}, {"r", s.r}, {"k", s.k}, {"c", s.c}, {"dtype", dtype_name(dtype)},
-                            {"v", v}, {"n", 2}, {"m", m}, {"b_layout", layout_name(b_layout)}, {"operand_sets", sets},
+            rows.push_back({{"suite", "vnm"},
+                            {"r", s.r},
+                            {"k", s.k},
+                            {"c", s.c},
+                            {"dtype", dtype_name(dtype)},
+                            {"v", v},
+                            {"n", 2},
+                            {"m", m},
+                            {"b_layout", layout_name(b_layout)},
+                            {"operand_sets", sets},
                             {"shared_columns", o.shared_columns},
-                            {"cublas_ms", dense_ms}, {"nmkit_ms", nmkit_ms}, {"ideal_ms", ideal_ms},
-                            {"speedup_vs_cublas", dense_ms / nmkit_ms}, {"ideal_speedup_vs_cublas", dense_ms / ideal_ms},
-                            {"gather_cost", nmkit_ms / ideal_ms - 1.0}, {"nmkit_rel_error", err},
-                            {"nmkit_config", config.str()}, {"full_2_4_ms", full_ms[b_layout]},
+                            {"cublas_ms", dense_ms},
+                            {"nmkit_ms", nmkit_ms},
+                            {"ideal_ms", ideal_ms},
+                            {"speedup_vs_cublas", dense_ms / nmkit_ms},
+                            {"ideal_speedup_vs_cublas", dense_ms / ideal_ms},
+                            {"gather_cost", nmkit_ms / ideal_ms - 1.0},
+                            {"nmkit_rel_error", err},
+                            {"nmkit_config", config.str()},
+                            {"full_2_4_ms", full_ms[b_layout]},
                             {"full_2_4_speedup_vs_cublas", dense_ms / full_ms[b_layout]}});
           }
         }
@@ -188,7 +209,8 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
   const gpu::DeviceVnm w = gpu::DeviceVnm::from_parts(std::move(condensed), table, 64, 128, 8);
   gpu::SpmmDesc tiny{128, 64, 16};
   tiny.b_layout = Layout::row_major;
-  const gpu::VnmSpmmPlan plan = gpu::VnmSpmmPlan::create(tiny, 128, 8, gpu::Nm24Kernel::automatic, 0, gpu::VnmForm::condensed);
+  const gpu::VnmSpmmPlan plan =
+      gpu::VnmSpmmPlan::create(tiny, 128, 8, gpu::Nm24Kernel::automatic, 0, gpu::VnmForm::condensed);
   DeviceArray b(64 * 16 * 2), d(128 * 16 * 2);
   fill_dense(b.ptr, 64 * 16, DType::f16, 8, stream);
   const double us = host_overhead_us([&] { plan.run(stream, w, b.ptr, nullptr, d.ptr); }, stream);

@@ -14,8 +14,8 @@ namespace nmkit::bench {
 struct VnmSuiteOptions {
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
-  std::vector<int> vs;           // V values
-  std::vector<int> ms;           // M values (N = 2)
+  std::vector<int> vs;            // V values
+  std::vector<int> ms;            // M values (N = 2)
   std::vector<Layout> b_layouts;  // col_major: x[T, K] row-major (the linear layer); row_major: K x C
   int warmup = 5, iters = 30;
   int block_n = 0;  // the condensed kernel's n-tile (sm90; 0: the plan's heuristic)
@@ -27,6 +27,6 @@ struct VnmSuiteOptions {
 // Prints one table row per (dtype, shape, V, M, B layout) and appends JSON rows to `rows`; returns the host
 // time of one VnmSpmmPlan::run() in microseconds.
 double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
-                   std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
+                     std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
 
 }  // namespace nmkit::bench

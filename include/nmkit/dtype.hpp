@@ -55,7 +55,9 @@ inline float load_as_float(const std::byte* data, DType dtype, std::size_t index
 // Writes `value` rounded to `dtype` at element `index`.
 inline void store_from_float(std::byte* data, DType dtype, std::size_t index, float value) noexcept {
   switch (dtype) {
-    case DType::f32: std::memcpy(data + index * 4, &value, 4); break;
+    case DType::f32:
+      std::memcpy(data + index * 4, &value, 4);
+      break;
     case DType::f16: {
       const Half h = Half::from_float(value);
       std::memcpy(data + index * 2, &h.bits, 2);

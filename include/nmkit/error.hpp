@@ -19,8 +19,7 @@ const char* to_string(ErrorCode code) noexcept;
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   ErrorCode code() const noexcept { return code_; }
 
  private:
@@ -35,7 +34,7 @@ inline void require(bool condition, ErrorCode code, const std::string& message) 
 // The same with a message built only on failure: for checks inside per-element loops, where building the
 // message every time would cost more than the check (validating an 8M-value matrix took 1.8 s that way).
 template <class MakeMessage>
-  requires std::is_invocable_r_v<std::string, MakeMessage>
+requires std::is_invocable_r_v<std::string, MakeMessage>
 inline void require(bool condition, ErrorCode code, MakeMessage&& make_message) {
   if (!condition) throw Error(code, make_message());
 }

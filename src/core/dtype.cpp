@@ -10,9 +10,12 @@ std::size_t dtype_size(DType dtype) noexcept { return dtype == DType::f32 ? 4 : 
 
 const char* dtype_name(DType dtype) noexcept {
   switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -84,9 +87,12 @@ float BFloat16::to_float() const noexcept { return std::bit_cast<float>(static_c
 
 float round_to(DType dtype, float value) noexcept {
   switch (dtype) {
-    case DType::f32: return value;
-    case DType::f16: return Half::from_float(value).to_float();
-    case DType::bf16: return BFloat16::from_float(value).to_float();
+    case DType::f32:
+      return value;
+    case DType::f16:
+      return Half::from_float(value).to_float();
+    case DType::bf16:
+      return BFloat16::from_float(value).to_float();
   }
   return value;
 }

@@ -12,9 +12,12 @@ const char* layout_name(Layout layout) noexcept { return layout == Layout::row_m
 
 const char* activation_name(Activation a) noexcept {
   switch (a) {
-    case Activation::none: return "none";
-    case Activation::relu: return "relu";
-    case Activation::gelu: return "gelu";
+    case Activation::none:
+      return "none";
+    case Activation::relu:
+      return "relu";
+    case Activation::gelu:
+      return "gelu";
   }
   return "?";
 }
@@ -22,14 +25,18 @@ const char* activation_name(Activation a) noexcept {
 Activation parse_activation(std::string_view name) {
   for (Activation a : {Activation::none, Activation::relu, Activation::gelu})
     if (name == activation_name(a)) return a;
-  throw Error(ErrorCode::invalid_argument, "unknown activation '" + std::string(name) + "' (expected none, relu or gelu)");
+  throw Error(ErrorCode::invalid_argument,
+              "unknown activation '" + std::string(name) + "' (expected none, relu or gelu)");
 }
 
 float apply_activation(Activation a, float x) noexcept {
   switch (a) {
-    case Activation::none: return x;
-    case Activation::relu: return x > 0.0f ? x : 0.0f;
-    case Activation::gelu: return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+    case Activation::none:
+      return x;
+    case Activation::relu:
+      return x > 0.0f ? x : 0.0f;
+    case Activation::gelu:
+      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
   }
   return x;
 }
@@ -56,8 +63,8 @@ DenseMatrix DenseMatrix::from_float(int64_t rows, int64_t cols, std::span<const 
   for (std::size_t i = 0; i < data.size(); ++i) {
     out.values.set(i, data[i]);
     require(!std::isinf(out.values.get(i)) || std::isinf(data[i]), ErrorCode::invalid_argument, [&] {
-      return "value " + std::to_string(data[i]) + " at row " + std::to_string(i / std::max<int64_t>(cols, 1)) + ", column " +
-             std::to_string(i % std::max<int64_t>(cols, 1)) + " overflows " + dtype_name(dtype) +
+      return "value " + std::to_string(data[i]) + " at row " + std::to_string(i / std::max<int64_t>(cols, 1)) +
+             ", column " + std::to_string(i % std::max<int64_t>(cols, 1)) + " overflows " + dtype_name(dtype) +
              " (it would be stored as infinity); store it as f32 or scale the matrix";
     });
   }
@@ -72,8 +79,12 @@ void require_finite_values(std::size_t count, int64_t cols, std::string_view wha
     const float v = get(i);
     require(std::isfinite(v), ErrorCode::invalid_argument, [&] {
       const auto width = static_cast<std::size_t>(std::max<int64_t>(cols, 1));
-      return std::string(what) + " row " + std::to_string(i / width) + ", column " + std::to_string(i % width) + " is " +
-             (std::isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf") + "; non-finite values cannot be pruned or measured";
+      return std::string(what) + " row " + std::to_string(i / width) + ", column " + std::to_string(i % width) +
+             " is " +
+             (std::isnan(v) ? "NaN"
+              : v > 0       ? "+inf"
+                            : "-inf") +
+             "; non-finite values cannot be pruned or measured";
     });
   }
 }

@@ -44,7 +44,8 @@ RowEntries entries_of(const TileMatrix& a) {
       for (int j = 0; j < a.tile_cols; ++j) {
         const int64_t c = tc * a.tile_cols + j;
         if (c < a.cols)
-          e.col.push_back(c), e.value.push_back(a.data.get(static_cast<std::size_t>(t * a.tile_elems() + i * a.tile_cols + j)));
+          e.col.push_back(c),
+              e.value.push_back(a.data.get(static_cast<std::size_t>(t * a.tile_elems() + i * a.tile_cols + j)));
       }
     e.row_start.push_back(static_cast<int64_t>(e.col.size()));
   }

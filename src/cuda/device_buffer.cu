@@ -7,7 +7,9 @@
 
 namespace nmkit::gpu {
 
-DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) { NMKIT_CUDA_CHECK(cudaMalloc(&ptr_, bytes ? bytes : 1)); }
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+  NMKIT_CUDA_CHECK(cudaMalloc(&ptr_, bytes ? bytes : 1));
+}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {

@@ -32,21 +32,26 @@ struct SparseLinear::Impl {
     d.bias = bias, d.activation = activation;
     return d;
   }
-  int64_t rows() const noexcept { return std::visit([](const auto& w) { return w.rows(); }, weight); }
-  int64_t cols() const noexcept { return std::visit([](const auto& w) { return w.cols(); }, weight); }
-  DType dtype() const noexcept { return std::visit([](const auto& w) { return w.dtype(); }, weight); }
+  int64_t rows() const noexcept {
+    return std::visit([](const auto& w) { return w.rows(); }, weight);
+  }
+  int64_t cols() const noexcept {
+    return std::visit([](const auto& w) { return w.cols(); }, weight);
+  }
+  DType dtype() const noexcept {
+    return std::visit([](const auto& w) { return w.dtype(); }, weight);
+  }
 
   const Plan& plan(int64_t tokens) {
     if (auto it = plans.find(tokens); it != plans.end()) return it->second;
     const SpmmDesc d = desc(tokens);
-    Plan made = std::visit(overloaded{
-                               [&](const DeviceNm24&) -> Plan { return Nm24SpmmPlan::create(d); },
-                               [&](const DeviceVnm& w) -> Plan { return VnmSpmmPlan::create(d, w.v(), w.m()); },
-                               [&](const DeviceTiles& w) -> Plan {
-                                 return TileSpmmPlan::create(d, w.tile_rows(), w.tile_cols());
-                               },
-                           },
-                           weight);
+    Plan made = std::visit(
+        overloaded{
+            [&](const DeviceNm24&) -> Plan { return Nm24SpmmPlan::create(d); },
+            [&](const DeviceVnm& w) -> Plan { return VnmSpmmPlan::create(d, w.v(), w.m()); },
+            [&](const DeviceTiles& w) -> Plan { return TileSpmmPlan::create(d, w.tile_rows(), w.tile_cols()); },
+        },
+        weight);
     return plans.emplace(tokens, std::move(made)).first->second;
   }
 };
@@ -63,7 +68,9 @@ DeviceWeight upload(const SparseMatrix& weight) {
                         "patterns)");
             return DeviceNm24::upload(pack_nm24(a));
           },
-          [](const VnmMatrix& a) -> DeviceWeight { return DeviceVnm::upload(pack_vnm(a, VnmForm::automatic, Layout::col_major)); },
+          [](const VnmMatrix& a) -> DeviceWeight {
+            return DeviceVnm::upload(pack_vnm(a, VnmForm::automatic, Layout::col_major));
+          },
           [](const TileMatrix& a) -> DeviceWeight { return DeviceTiles::upload(pack_tiles(a)); },
       },
       weight);
@@ -85,28 +92,33 @@ SparseLinear SparseLinear::create(const SparseMatrix& weight, Activation activat
 }
 
 void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias) {
-  require(tokens >= 0, ErrorCode::invalid_argument, "SparseLinear::run: tokens must be >= 0, got " + std::to_string(tokens));
+  require(tokens >= 0, ErrorCode::invalid_argument,
+          "SparseLinear::run: tokens must be >= 0, got " + std::to_string(tokens));
   if (tokens == 0) return;
   require(x != nullptr && y != nullptr, ErrorCode::invalid_argument, "SparseLinear::run: x and y must not be null");
   require(impl_->bias == (bias != nullptr), ErrorCode::invalid_argument,
           impl_->bias ? "SparseLinear::run: the layer has a bias, but none was given"
                       : "SparseLinear::run: a bias was given to a layer made without one");
   const Plan& plan = impl_->plan(tokens);
-  std::visit(overloaded{
-                 [&](const Nm24SpmmPlan& p) { p.run(stream, std::get<DeviceNm24>(impl_->weight), x, nullptr, y, bias); },
-                 [&](const VnmSpmmPlan& p) { p.run(stream, std::get<DeviceVnm>(impl_->weight), x, nullptr, y, bias); },
-                 [&](const TileSpmmPlan& p) { p.run(stream, std::get<DeviceTiles>(impl_->weight), x, nullptr, y, bias); },
-             },
-             plan);
+  std::visit(
+      overloaded{
+          [&](const Nm24SpmmPlan& p) { p.run(stream, std::get<DeviceNm24>(impl_->weight), x, nullptr, y, bias); },
+          [&](const VnmSpmmPlan& p) { p.run(stream, std::get<DeviceVnm>(impl_->weight), x, nullptr, y, bias); },
+          [&](const TileSpmmPlan& p) { p.run(stream, std::get<DeviceTiles>(impl_->weight), x, nullptr, y, bias); },
+      },
+      plan);
 }
 
 std::string SparseLinear::kernel(int64_t tokens) {
-  require(tokens > 0, ErrorCode::invalid_argument, "SparseLinear::kernel: tokens must be > 0, got " + std::to_string(tokens));
+  require(tokens > 0, ErrorCode::invalid_argument,
+          "SparseLinear::kernel: tokens must be > 0, got " + std::to_string(tokens));
   const Plan& plan = impl_->plan(tokens);
   std::ostringstream os;
   std::visit(overloaded{
                  [&](const Nm24SpmmPlan& p) { os << p.config(); },
-                 [&](const VnmSpmmPlan& p) { os << vnm_form_name(std::get<DeviceVnm>(impl_->weight).form()) << " " << p.config(); },
+                 [&](const VnmSpmmPlan& p) {
+                   os << vnm_form_name(std::get<DeviceVnm>(impl_->weight).form()) << " " << p.config();
+                 },
                  [&](const TileSpmmPlan& p) { os << kernel_name(p.kernel_for(std::get<DeviceTiles>(impl_->weight))); },
              },
              plan);

@@ -23,15 +23,12 @@ unsigned NmMatrix::index(int64_t value_index) const noexcept {
 }
 
 void check_nm_pattern(int n, int m) {
-  require(m >= 2 && m <= 32, ErrorCode::invalid_argument,
-          "N:M needs 2 <= M <= 32, got M=" + std::to_string(m));
+  require(m >= 2 && m <= 32, ErrorCode::invalid_argument, "N:M needs 2 <= M <= 32, got M=" + std::to_string(m));
   require(n >= 1 && n < m, ErrorCode::invalid_argument,
           "N:M needs 1 <= N < M, got " + std::to_string(n) + ":" + std::to_string(m));
 }
 
-NmMatrix compress_nm(const DenseMatrix& dense, int n, int m) {
-  return compress_nm(dense, nonzero_mask(dense), n, m);
-}
+NmMatrix compress_nm(const DenseMatrix& dense, int n, int m) { return compress_nm(dense, nonzero_mask(dense), n, m); }
 
 NmMatrix compress_nm(const DenseMatrix& dense, const Mask& mask, int n, int m) {
   check_nm_pattern(n, m);

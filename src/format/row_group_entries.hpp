@@ -54,8 +54,9 @@ void check_row_group_slots(const RowGroupFormat& a, int limit, const SlotNames& 
           return std::string(names.format) + " index " + std::to_string(j) + " >= " + names.limit + "=" +
                  std::to_string(limit) + " at " + where(r, g);
         });
-        require(j > previous, ErrorCode::pattern_violation,
-                [&] { return std::string(names.format) + " " + names.indices + " not strictly ascending at " + where(r, g); });
+        require(j > previous, ErrorCode::pattern_violation, [&] {
+          return std::string(names.format) + " " + names.indices + " not strictly ascending at " + where(r, g);
+        });
         require(a.column_of(r, g, s) < a.cols || a.values.get(static_cast<std::size_t>(vi)) == 0.0f,
                 ErrorCode::pattern_violation,
                 [&] { return std::string(names.format) + " non-zero value in the K padding at " + where(r, g); });

@@ -47,7 +47,8 @@ double parse_density(std::string_view token, std::string_view spec) {
 
 FormatSpec parse_format_spec(std::string_view text) {
   const auto parts = split(text, ':');
-  const std::string usage = "' (expected N:M (or nm:N:M), vnm:V:N:M, tile:RxC:DENSITY or tile:S:DENSITY for S x S tiles)";
+  const std::string usage =
+      "' (expected N:M (or nm:N:M), vnm:V:N:M, tile:RxC:DENSITY or tile:S:DENSITY for S x S tiles)";
   if (parts.size() == 2 || (parts.size() == 3 && parts[0] == "nm")) {
     NmSpec spec{parse_int(parts[parts.size() - 2], text), parse_int(parts.back(), text)};
     check_nm_pattern(spec.n, spec.m);
@@ -103,8 +104,12 @@ int group_width(const FormatSpec& spec) noexcept {
 
 std::string format_name(const SparseMatrix& a) {
   return std::visit(overloaded{
-                        [](const NmMatrix& x) { return pattern_name(NmSpec{x.n, x.m}); },
-                        [](const VnmMatrix& x) { return pattern_name(VnmSpec{x.v, x.n, x.m}); },
+                        [](const NmMatrix& x) {
+                          return pattern_name(NmSpec{x.n, x.m});
+                        },
+                        [](const VnmMatrix& x) {
+                          return pattern_name(VnmSpec{x.v, x.n, x.m});
+                        },
                         [](const TileMatrix& x) { return tile_pattern_name(x.tile_rows, x.tile_cols); },
                     },
                     a);
@@ -135,8 +140,8 @@ TypedBuffer converted(const TypedBuffer& values, DType dtype) {
   for (std::size_t i = 0; i < values.size(); ++i) {
     out.set(i, values.get(i));
     require(!std::isinf(out.get(i)) || std::isinf(values.get(i)), ErrorCode::invalid_argument, [&] {
-      return "stored value " + std::to_string(i) + " (" + std::to_string(values.get(i)) + ") overflows " + dtype_name(dtype) +
-             " (it would be stored as infinity); keep the weight in f32 or scale it";
+      return "stored value " + std::to_string(i) + " (" + std::to_string(values.get(i)) + ") overflows " +
+             dtype_name(dtype) + " (it would be stored as infinity); keep the weight in f32 or scale it";
     });
   }
   return out;
@@ -144,12 +149,13 @@ TypedBuffer converted(const TypedBuffer& values, DType dtype) {
 }  // namespace
 
 SparseMatrix compress(const DenseMatrix& dense, const FormatSpec& spec) {
-  return std::visit(overloaded{
-                        [&](const NmSpec& s) -> SparseMatrix { return compress_nm(dense, s.n, s.m); },
-                        [&](const VnmSpec& s) -> SparseMatrix { return compress_vnm(dense, s.v, s.n, s.m); },
-                        [&](const TileSpec& s) -> SparseMatrix { return compress_tiles(dense, s.tile_rows, s.tile_cols); },
-                    },
-                    spec);
+  return std::visit(
+      overloaded{
+          [&](const NmSpec& s) -> SparseMatrix { return compress_nm(dense, s.n, s.m); },
+          [&](const VnmSpec& s) -> SparseMatrix { return compress_vnm(dense, s.v, s.n, s.m); },
+          [&](const TileSpec& s) -> SparseMatrix { return compress_tiles(dense, s.tile_rows, s.tile_cols); },
+      },
+      spec);
 }
 
 SparseMatrix convert_values(const SparseMatrix& a, DType dtype) {

@@ -48,7 +48,8 @@ TileMatrix compress_tiles(const DenseMatrix& dense, int tile_rows, int tile_cols
   mask.keep.assign(static_cast<std::size_t>(mask.grid_rows * mask.grid_cols), 0);
   for (int64_t r = 0; r < dense.rows; ++r)
     for (int64_t c = 0; c < dense.cols; ++c)
-      if (dense.at(r, c) != 0.0f) mask.keep[static_cast<std::size_t>((r / tile_rows) * mask.grid_cols + c / tile_cols)] = 1;
+      if (dense.at(r, c) != 0.0f)
+        mask.keep[static_cast<std::size_t>((r / tile_rows) * mask.grid_cols + c / tile_cols)] = 1;
   return compress_tiles(dense, mask, tile_rows, tile_cols);
 }
 
@@ -88,7 +89,8 @@ DenseMatrix decompress(const TileMatrix& a) {
       for (int i = 0; i < a.tile_rows; ++i)
         for (int j = 0; j < a.tile_cols; ++j) {
           const int64_t r = tr * a.tile_rows + i, c = tc * a.tile_cols + j;
-          if (r < a.rows && c < a.cols) out.set(r, c, a.data.get(static_cast<std::size_t>(t * a.tile_elems() + i * a.tile_cols + j)));
+          if (r < a.rows && c < a.cols)
+            out.set(r, c, a.data.get(static_cast<std::size_t>(t * a.tile_elems() + i * a.tile_cols + j)));
         }
     }
   return out;

@@ -142,7 +142,8 @@ double vnm_storage_ratio(int v, int n, int m, int value_bits) {
   check_vnm_pattern(v, n, m);
   require(value_bits > 0, ErrorCode::invalid_argument, "value_bits must be positive");
   constexpr int kColumnLocBits = 8;
-  const double block_bits = static_cast<double>(v) * n * (value_bits + kVnmMIndexBits) + kVnmSelectedColumns * kColumnLocBits;
+  const double block_bits =
+      static_cast<double>(v) * n * (value_bits + kVnmMIndexBits) + kVnmSelectedColumns * kColumnLocBits;
   return block_bits / (static_cast<double>(v) * m * value_bits);
 }
 

@@ -20,9 +20,12 @@ constexpr const char* kFormatVersion = "1";
 
 StDType st_dtype_of(DType dtype) {
   switch (dtype) {
-    case DType::f32: return StDType::F32;
-    case DType::f16: return StDType::F16;
-    case DType::bf16: return StDType::BF16;
+    case DType::f32:
+      return StDType::F32;
+    case DType::f16:
+      return StDType::F16;
+    case DType::bf16:
+      return StDType::BF16;
   }
   return StDType::F32;
 }
@@ -42,17 +45,20 @@ StTensor values_part(const std::string& name, const TypedBuffer& values, std::ve
 // Reads the parts of one compressed weight, checking each one's dtype and shape against its description.
 class PartReader {
  public:
-  PartReader(const SafetensorsFile& file, const std::string& origin, const std::string& weight, std::set<std::string>& used)
+  PartReader(const SafetensorsFile& file, const std::string& origin, const std::string& weight,
+             std::set<std::string>& used)
       : file_(file), origin_(origin), weight_(weight), used_(used) {}
 
-  const StTensor& get(const std::string& suffix, const std::vector<StDType>& dtypes, const std::vector<int64_t>& shape) {
+  const StTensor& get(const std::string& suffix, const std::vector<StDType>& dtypes,
+                      const std::vector<int64_t>& shape) {
     const std::string name = weight_ + "." + suffix;
     const StTensor* t = file_.find(name);
     if (!t) fail("part '" + name + "' is missing");
     if (!used_.insert(name).second) fail("part '" + name + "' is claimed by two compressed weights");
     if (std::find(dtypes.begin(), dtypes.end(), t->dtype) == dtypes.end())
       fail("part '" + name + "' has dtype " + st_dtype_name(t->dtype) + ", expected " + st_dtype_name(dtypes.front()));
-    if (t->shape != shape) fail("part '" + name + "' has shape " + json(t->shape).dump() + ", expected " + json(shape).dump());
+    if (t->shape != shape)
+      fail("part '" + name + "' has shape " + json(t->shape).dump() + ", expected " + json(shape).dump());
     return *t;
   }
 
@@ -129,8 +135,9 @@ SparseMatrix read_compressed(const SafetensorsFile& file, const std::string& ori
       check_nm_pattern(a.n, a.m);
       const int64_t per_row = a.groups() * a.n;
       a.values = buffer_from(reader.get("values", value_dtype, {rows, per_row}), dtype);
-      a.indices = array_from<uint8_t>(reader.get(
-          "indices", {StDType::U8}, {static_cast<int64_t>(packed_bytes(static_cast<std::size_t>(rows * per_row), a.index_bits()))}));
+      a.indices = array_from<uint8_t>(
+          reader.get("indices", {StDType::U8},
+                     {static_cast<int64_t>(packed_bytes(static_cast<std::size_t>(rows * per_row), a.index_bits()))}));
       validate(a);
       return a;
     }
@@ -142,9 +149,9 @@ SparseMatrix read_compressed(const SafetensorsFile& file, const std::string& ori
       check_vnm_pattern(a.v, a.n, a.m);
       const int64_t per_row = a.groups() * a.n;
       a.values = buffer_from(reader.get("values", value_dtype, {rows, per_row}), dtype);
-      a.m_indices = array_from<uint8_t>(reader.get(
-          "m_indices", {StDType::U8},
-          {static_cast<int64_t>(packed_bytes(static_cast<std::size_t>(rows * per_row), kVnmMIndexBits))}));
+      a.m_indices = array_from<uint8_t>(
+          reader.get("m_indices", {StDType::U8},
+                     {static_cast<int64_t>(packed_bytes(static_cast<std::size_t>(rows * per_row), kVnmMIndexBits))}));
       a.column_loc = array_from<uint8_t>(
           reader.get("column_loc", {StDType::U8}, {a.row_blocks(), a.groups(), int64_t{kVnmSelectedColumns}}));
       validate(a);
@@ -209,51 +216,57 @@ SafetensorsFile model_to_safetensors(const ModelFile& model) {
   file.metadata = model.metadata;
   file.metadata[kFormatVersionKey] = kFormatVersion;
   for (const auto& w : model.weights) {
-    std::visit(overloaded{
-                   [&](const StTensor& t) {
-                     StTensor copy = t;
-                     copy.name = w.name;
-                     file.tensors.push_back(std::move(copy));
-                   },
-                   [&](const SparseMatrix& s) {
-                     validate(s);
-                     json d = {{"shape", {rows_of(s), cols_of(s)}}, {"dtype", dtype_name(dtype_of(s))}};
-                     std::visit(overloaded{
-                                    [&](const NmMatrix& a) {
-                                      d["format"] = "nm", d["n"] = a.n, d["m"] = a.m;
-                                      file.tensors.push_back(values_part(w.name + ".values", a.values, {a.rows, a.groups() * a.n}));
-                                      file.tensors.push_back(part(w.name + ".indices", StDType::U8, {static_cast<int64_t>(a.indices.size())},
-                                                                  a.indices.data(), a.indices.size()));
-                                    },
-                                    [&](const VnmMatrix& a) {
-                                      d["format"] = "vnm", d["v"] = a.v, d["n"] = a.n, d["m"] = a.m;
-                                      file.tensors.push_back(values_part(w.name + ".values", a.values, {a.rows, a.groups() * a.n}));
-                                      file.tensors.push_back(part(w.name + ".m_indices", StDType::U8,
-                                                                  {static_cast<int64_t>(a.m_indices.size())}, a.m_indices.data(),
-                                                                  a.m_indices.size()));
-                                      file.tensors.push_back(part(w.name + ".column_loc", StDType::U8,
-                                                                  {a.row_blocks(), a.groups(), int64_t{kVnmSelectedColumns}},
-                                                                  a.column_loc.data(), a.column_loc.size()));
-                                    },
-                                    [&](const TileMatrix& a) {
-                                      d["format"] = "tile", d["tile_rows"] = a.tile_rows, d["tile_cols"] = a.tile_cols;
-                                      file.tensors.push_back(part(w.name + ".ptr", StDType::I32, {static_cast<int64_t>(a.ptr.size())},
-                                                                  a.ptr.data(), a.ptr.size() * sizeof(int32_t)));
-                                      file.tensors.push_back(part(w.name + ".indices", StDType::I32,
-                                                                  {static_cast<int64_t>(a.indices.size())}, a.indices.data(),
-                                                                  a.indices.size() * sizeof(int32_t)));
-                                      file.tensors.push_back(values_part(w.name + ".data", a.data, {a.nnz_tiles(), a.tile_rows, a.tile_cols}));
-                                    },
-                                },
-                                s);
-                     file.metadata[kDescriptionPrefix + w.name] = d.dump();
-                   },
-               },
-               w.weight);
+    std::visit(
+        overloaded{
+            [&](const StTensor& t) {
+              StTensor copy = t;
+              copy.name = w.name;
+              file.tensors.push_back(std::move(copy));
+            },
+            [&](const SparseMatrix& s) {
+              validate(s);
+              json d = {{"shape", {rows_of(s), cols_of(s)}}, {"dtype", dtype_name(dtype_of(s))}};
+              std::visit(
+                  overloaded{
+                      [&](const NmMatrix& a) {
+                        d["format"] = "nm", d["n"] = a.n, d["m"] = a.m;
+                        file.tensors.push_back(values_part(w.name + ".values", a.values, {a.rows, a.groups() * a.n}));
+                        file.tensors.push_back(part(w.name + ".indices", StDType::U8,
+                                                    {static_cast<int64_t>(a.indices.size())}, a.indices.data(),
+                                                    a.indices.size()));
+                      },
+                      [&](const VnmMatrix& a) {
+                        d["format"] = "vnm", d["v"] = a.v, d["n"] = a.n, d["m"] = a.m;
+                        file.tensors.push_back(values_part(w.name + ".values", a.values, {a.rows, a.groups() * a.n}));
+                        file.tensors.push_back(part(w.name + ".m_indices", StDType::U8,
+                                                    {static_cast<int64_t>(a.m_indices.size())}, a.m_indices.data(),
+                                                    a.m_indices.size()));
+                        file.tensors.push_back(part(w.name + ".column_loc", StDType::U8,
+                                                    {a.row_blocks(), a.groups(), int64_t{kVnmSelectedColumns}},
+                                                    a.column_loc.data(), a.column_loc.size()));
+                      },
+                      [&](const TileMatrix& a) {
+                        d["format"] = "tile", d["tile_rows"] = a.tile_rows, d["tile_cols"] = a.tile_cols;
+                        file.tensors.push_back(part(w.name + ".ptr", StDType::I32, {static_cast<int64_t>(a.ptr.size())},
+                                                    a.ptr.data(), a.ptr.size() * sizeof(int32_t)));
+                        file.tensors.push_back(part(w.name + ".indices", StDType::I32,
+                                                    {static_cast<int64_t>(a.indices.size())}, a.indices.data(),
+                                                    a.indices.size() * sizeof(int32_t)));
+                        file.tensors.push_back(
+                            values_part(w.name + ".data", a.data, {a.nnz_tiles(), a.tile_rows, a.tile_cols}));
+                      },
+                  },
+                  s);
+              file.metadata[kDescriptionPrefix + w.name] = d.dump();
+            },
+        },
+        w.weight);
   }
   return file;
 }
 
-void save_model(const std::string& path, const ModelFile& model) { write_safetensors(path, model_to_safetensors(model)); }
+void save_model(const std::string& path, const ModelFile& model) {
+  write_safetensors(path, model_to_safetensors(model));
+}
 
 }  // namespace nmkit

@@ -87,7 +87,9 @@ std::string resolve_output_path(const std::string& path, std::span<const std::st
     fail(path, "cannot inspect the output path: " + errno_text());
   }
   if (!S_ISREG(out.st_mode))
-    fail(path, S_ISDIR(out.st_mode) ? "the output is a directory" : "the output is not a regular file (a device, FIFO or socket); refusing to replace it");
+    fail(path, S_ISDIR(out.st_mode)
+                   ? "the output is a directory"
+                   : "the output is not a regular file (a device, FIFO or socket); refusing to replace it");
   for (const std::string& input : inputs) {
     struct stat in {};
     if (::stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino)

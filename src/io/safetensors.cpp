@@ -70,7 +70,8 @@ const StTensor* SafetensorsFile::find(const std::string& name) const noexcept {
 
 SafetensorsFile parse_safetensors(std::span<const std::byte> file, const std::string& origin,
                                   const SafetensorsLimits& limits) {
-  if (file.size() < kHeaderLengthBytes) fail(origin, "file too short for a safetensors header (" + std::to_string(file.size()) + " bytes)");
+  if (file.size() < kHeaderLengthBytes)
+    fail(origin, "file too short for a safetensors header (" + std::to_string(file.size()) + " bytes)");
   uint64_t header_len = 0;
   for (std::size_t i = 0; i < kHeaderLengthBytes; ++i) header_len |= static_cast<uint64_t>(file[i]) << (8 * i);
   if (header_len > limits.max_header_bytes)
@@ -116,8 +117,8 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, const std::st
     const auto dtype_it = entry.find("dtype");
     if (dtype_it == entry.end() || !dtype_it->is_string()) fail(origin, ctx + ": missing or non-string dtype");
     const std::string dtype_name = dtype_it->get<std::string>();
-    const auto* info = std::find_if(std::begin(kDTypes), std::end(kDTypes),
-                                    [&](const DTypeInfo& d) { return dtype_name == d.name; });
+    const auto* info =
+        std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const DTypeInfo& d) { return dtype_name == d.name; });
     if (info == std::end(kDTypes)) fail(origin, ctx + ": unknown dtype '" + dtype_name + "'");
     tensor.dtype = info->dtype;
 
@@ -143,13 +144,14 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, const std::st
         !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned())
       fail(origin, ctx + ": data_offsets must be two non-negative integers");
     const uint64_t begin = (*offsets_it)[0].get<uint64_t>(), end = (*offsets_it)[1].get<uint64_t>();
-    if (begin > end) fail(origin, ctx + ": data_offsets begin " + std::to_string(begin) + " > end " + std::to_string(end));
+    if (begin > end)
+      fail(origin, ctx + ": data_offsets begin " + std::to_string(begin) + " > end " + std::to_string(end));
     if (end > data.size())
       fail(origin, ctx + ": data_offsets end " + std::to_string(end) + " is past the data section (" +
                        std::to_string(data.size()) + " bytes): truncated file or lying header");
     if (end - begin != nbytes)
-      fail(origin, ctx + ": holds " + std::to_string(end - begin) + " bytes but dtype " + dtype_name + " and shape need " +
-                       std::to_string(nbytes));
+      fail(origin, ctx + ": holds " + std::to_string(end - begin) + " bytes but dtype " + dtype_name +
+                       " and shape need " + std::to_string(nbytes));
     ranges.push_back({begin, end, out.tensors.size()});
     out.tensors.push_back(std::move(tensor));
   }
@@ -157,11 +159,12 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, const std::st
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
   for (std::size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].begin < ranges[i - 1].end)
-      fail(origin, "tensors '" + out.tensors[ranges[i - 1].tensor].name + "' and '" + out.tensors[ranges[i].tensor].name +
-                       "' overlap in the data section");
+      fail(origin, "tensors '" + out.tensors[ranges[i - 1].tensor].name + "' and '" +
+                       out.tensors[ranges[i].tensor].name + "' overlap in the data section");
   for (const Range& r : ranges) {
     auto& t = out.tensors[r.tensor];
-    t.data.assign(data.begin() + static_cast<std::ptrdiff_t>(r.begin), data.begin() + static_cast<std::ptrdiff_t>(r.end));
+    t.data.assign(data.begin() + static_cast<std::ptrdiff_t>(r.begin),
+                  data.begin() + static_cast<std::ptrdiff_t>(r.end));
   }
   // File order: by data offset, as the writer laid them out.
   std::vector<StTensor> ordered;
@@ -173,7 +176,8 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, const std::st
 
 SafetensorsFile read_safetensors(const std::string& path, const SafetensorsLimits& limits) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error(ErrorCode::io_error, path + ": is a directory, not a safetensors file");
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(ErrorCode::io_error, path + ": is a directory, not a safetensors file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error(ErrorCode::io_error, path + ": cannot open for reading: " + std::strerror(errno));
   const std::streamoff size = in.tellg();
@@ -199,7 +203,8 @@ std::vector<std::byte> serialize_safetensors(const SafetensorsFile& file) {
     require(static_cast<uint64_t>(numel) * st_dtype_size(t.dtype) == t.data.size(), ErrorCode::invalid_argument,
             "tensor '" + t.name + "' holds " + std::to_string(t.data.size()) + " bytes, its dtype and shape need " +
                 std::to_string(static_cast<uint64_t>(numel) * st_dtype_size(t.dtype)));
-    header[t.name] = {{"dtype", st_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+    header[t.name] = {
+        {"dtype", st_dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
   std::string text = header.dump();
@@ -221,9 +226,15 @@ DenseMatrix to_dense_matrix(const StTensor& tensor) {
           "tensor '" + tensor.name + "' is " + std::to_string(tensor.shape.size()) + "-D, a matrix must be 2-D");
   DType dtype;
   switch (tensor.dtype) {
-    case StDType::F32: dtype = DType::f32; break;
-    case StDType::F16: dtype = DType::f16; break;
-    case StDType::BF16: dtype = DType::bf16; break;
+    case StDType::F32:
+      dtype = DType::f32;
+      break;
+    case StDType::F16:
+      dtype = DType::f16;
+      break;
+    case StDType::BF16:
+      dtype = DType::bf16;
+      break;
     default:
       throw Error(ErrorCode::unsupported, "tensor '" + tensor.name + "' has dtype " + st_dtype_name(tensor.dtype) +
                                               "; matrices must be F32, F16 or BF16");

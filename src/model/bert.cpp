@@ -49,10 +49,12 @@ BertConfig BertConfig::from_model_dir(const std::string& dir) {
   c.type_vocab = get_positive(j, "type_vocab_size", origin);
   c.vocab = get_positive(j, "vocab_size", origin);
   c.layer_norm_eps = j.value("layer_norm_eps", 1e-12f);
-  if (c.hidden % c.heads != 0) throw Error(ErrorCode::io_error, origin + ": hidden_size is not a multiple of the heads");
+  if (c.hidden % c.heads != 0)
+    throw Error(ErrorCode::io_error, origin + ": hidden_size is not a multiple of the heads");
   c.max_seq_length = std::min(c.max_positions, 512);
   const fs::path st = fs::path(dir) / "sentence_bert_config.json";
-  if (fs::exists(st)) c.max_seq_length = std::min(c.max_positions, get_positive(read_json(st), "max_seq_length", st.string()));
+  if (fs::exists(st))
+    c.max_seq_length = std::min(c.max_positions, get_positive(read_json(st), "max_seq_length", st.string()));
   return c;
 }
 
@@ -62,10 +64,12 @@ BertEncoder BertEncoder::load(const std::string& dir, const std::string& weights
 }
 
 BertEncoder BertEncoder::load(const std::string& dir, const ModelFile& model, const std::string& file) {
-  BertEncoder m(BertConfig::from_model_dir(dir), WordPieceTokenizer::from_vocab_file((fs::path(dir) / "vocab.txt").string()));
+  BertEncoder m(BertConfig::from_model_dir(dir),
+                WordPieceTokenizer::from_vocab_file((fs::path(dir) / "vocab.txt").string()));
   const BertConfig& c = m.config_;
   require(m.tokenizer_.vocab_size() == static_cast<std::size_t>(c.vocab), ErrorCode::io_error,
-          "vocab.txt has " + std::to_string(m.tokenizer_.vocab_size()) + " tokens, config.json says " + std::to_string(c.vocab));
+          "vocab.txt has " + std::to_string(m.tokenizer_.vocab_size()) + " tokens, config.json says " +
+              std::to_string(c.vocab));
   std::map<std::string, const NamedWeight*> by_name;
   for (const auto& w : model.weights) by_name[w.name] = &w;
 
@@ -80,7 +84,8 @@ BertEncoder BertEncoder::load(const std::string& dir, const ModelFile& model, co
     } else {
       d = decompress(std::get<SparseMatrix>(it->second->weight));
     }
-    const std::vector<int64_t> got = shape.size() == 1 ? std::vector<int64_t>{d.cols} : std::vector<int64_t>{d.rows, d.cols};
+    const std::vector<int64_t> got =
+        shape.size() == 1 ? std::vector<int64_t>{d.cols} : std::vector<int64_t>{d.rows, d.cols};
     if (got != shape || (shape.size() == 1 && d.rows != 1))
       throw Error(ErrorCode::io_error, file + ": tensor '" + name + "' has the wrong shape for this config");
     return d.to_float();
@@ -99,7 +104,8 @@ BertEncoder BertEncoder::load(const std::string& dir, const ModelFile& model, co
   m.embedding_norm_ = fetch_norm("embeddings.LayerNorm.");
   for (int i = 0; i < c.layers; ++i) {
     const std::string p = layer_prefix(i);
-    for (const char* proj : {"query", "key", "value"}) add_linear(p + "attention.self." + proj + ".", c.hidden, c.hidden);
+    for (const char* proj : {"query", "key", "value"})
+      add_linear(p + "attention.self." + proj + ".", c.hidden, c.hidden);
     add_linear(p + "attention.output.dense.", c.hidden, c.hidden);
     m.norms_[p + "attention.output.LayerNorm."] = fetch_norm(p + "attention.output.LayerNorm.");
     add_linear(p + "intermediate.dense.", c.intermediate, c.hidden);
@@ -116,8 +122,8 @@ void BertEncoder::linear(const std::string& name, const std::vector<float>& x, i
   y.resize(static_cast<std::size_t>(tokens * l.out));
   for (int64_t t = 0; t < tokens; ++t) std::copy(l.bias.begin(), l.bias.end(), y.begin() + t * l.out);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(tokens), static_cast<int>(l.out),
-              static_cast<int>(l.in), 1.0f, x.data(), static_cast<int>(l.in), l.weight.data(), static_cast<int>(l.in), 1.0f,
-              y.data(), static_cast<int>(l.out));
+              static_cast<int>(l.in), 1.0f, x.data(), static_cast<int>(l.in), l.weight.data(), static_cast<int>(l.in),
+              1.0f, y.data(), static_cast<int>(l.out));
 }
 
 void BertEncoder::layer_norm(const Norm& n, std::vector<float>& x, int64_t tokens) const {
@@ -144,7 +150,8 @@ std::vector<float> BertEncoder::embed(std::string_view sentence, const LinearInp
       x[t * H + i] = word_embeddings_[ids[t] * H + i] + position_embeddings_[t * H + i] + type_embeddings_[i];
   layer_norm(embedding_norm_, x, T);
 
-  std::vector<float> q, k, v, ctx(static_cast<std::size_t>(T * H)), attn, inter, out, scores(static_cast<std::size_t>(T));
+  std::vector<float> q, k, v, ctx(static_cast<std::size_t>(T * H)), attn, inter, out,
+      scores(static_cast<std::size_t>(T));
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   for (int layer = 0; layer < c.layers; ++layer) {
     const std::string p = layer_prefix(layer);
@@ -198,7 +205,8 @@ std::vector<std::vector<float>> BertEncoder::embed_all(const std::vector<std::st
 double cosine(const std::vector<float>& a, const std::vector<float>& b) {
   require(a.size() == b.size(), ErrorCode::invalid_argument, "cosine: vectors differ in length");
   double ab = 0.0, aa = 0.0, bb = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) ab += double{a[i]} * b[i], aa += double{a[i]} * a[i], bb += double{b[i]} * b[i];
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ab += double{a[i]} * b[i], aa += double{a[i]} * a[i], bb += double{b[i]} * b[i];
   return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
 }
 

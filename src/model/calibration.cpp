@@ -26,7 +26,8 @@ void add_sentences_of(const std::string& text, std::vector<std::string>& out, st
     std::string s;
     bool space = false;
     for (char c : current) {
-      if (std::isspace(static_cast<unsigned char>(c))) space = !s.empty();
+      if (std::isspace(static_cast<unsigned char>(c)))
+        space = !s.empty();
       else {
         if (space) s += ' ';
         s += c, space = false;
@@ -38,7 +39,8 @@ void add_sentences_of(const std::string& text, std::vector<std::string>& out, st
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     current += c;
-    const bool end_mark = (c == '.' || c == '?' || c == '!') && (i + 1 == text.size() || std::isspace(static_cast<unsigned char>(text[i + 1])));
+    const bool end_mark = (c == '.' || c == '?' || c == '!') &&
+                          (i + 1 == text.size() || std::isspace(static_cast<unsigned char>(text[i + 1])));
     const bool blank_line = c == '\n' && i + 1 < text.size() && text[i + 1] == '\n';
     if (end_mark || blank_line) flush();
   }
@@ -93,7 +95,8 @@ std::vector<double> LayerStatistics::column_norms() const {
   return n;
 }
 
-std::map<std::string, LayerStatistics> collect_statistics(const BertEncoder& model, const std::vector<std::string>& sentences) {
+std::map<std::string, LayerStatistics> collect_statistics(const BertEncoder& model,
+                                                          const std::vector<std::string>& sentences) {
   std::map<std::string, LayerStatistics> stats;
   std::map<std::string, std::vector<float>> partial;  // fp32 X^T X of the current sentence
   const LinearInputObserver observer = [&](const std::string& name, const float* x, int64_t tokens, int64_t in) {

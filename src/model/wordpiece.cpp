@@ -165,8 +165,10 @@ std::vector<int32_t> WordPieceTokenizer::encode(std::string_view text, std::size
       pieces.push_back(found);
       start = end;
     }
-    if (unknown) ids.push_back(unk_);
-    else ids.insert(ids.end(), pieces.begin(), pieces.end());
+    if (unknown)
+      ids.push_back(unk_);
+    else
+      ids.insert(ids.end(), pieces.begin(), pieces.end());
   }
   if (ids.size() > max_length - 1) ids.resize(max_length - 1);
   ids.push_back(sep_);

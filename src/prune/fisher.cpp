@@ -45,7 +45,8 @@ struct RowBlockInverses {
 
 RowBlockInverses row_block_inverses(const GradientSamples& grads, int block, double damp) {
   const int64_t rows = grads.rows, cols = grads.cols, blocks = ceil_div(cols, block);
-  RowBlockInverses out{rows, cols, block, blocks, std::vector<std::vector<double>>(static_cast<std::size_t>(rows * blocks))};
+  RowBlockInverses out{rows, cols, block, blocks,
+                       std::vector<std::vector<double>>(static_cast<std::size_t>(rows * blocks))};
   const int64_t sample_stride = rows * cols;
 #pragma omp parallel for collapse(2) schedule(dynamic, 8)
   for (int64_t r = 0; r < rows; ++r)
@@ -66,7 +67,8 @@ Selection fisher_selection(const std::vector<float>& w, const RowBlockInverses& 
   const int64_t rows = finv.rows, cols = finv.cols;
   ScoreMatrix single{rows, cols, std::vector<float>(static_cast<std::size_t>(rows * cols))};
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) single.values[r * cols + c] = static_cast<float>(w[r * cols + c] * w[r * cols + c] / finv.diagonal(r, c));
+    for (int64_t c = 0; c < cols; ++c)
+      single.values[r * cols + c] = static_cast<float>(w[r * cols + c] * w[r * cols + c] / finv.diagonal(r, c));
   if (std::holds_alternative<TileSpec>(spec)) {
     for (float& x : single.values) x = std::sqrt(x);
     return select_by_score(single, spec);
@@ -137,7 +139,8 @@ GradientSamples read_gradients(const SafetensorsFile& file, const std::string& n
   const StTensor* t = file.find(name);
   require(t != nullptr, ErrorCode::io_error, "gradients file has no tensor '" + name + "'");
   require(t->shape.size() == 3 && t->shape[0] >= 1 && t->shape[1] == rows && t->shape[2] == cols, ErrorCode::io_error,
-          "gradients of '" + name + "' must have shape [samples, " + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+          "gradients of '" + name + "' must have shape [samples, " + std::to_string(rows) + ", " +
+              std::to_string(cols) + "]");
   require(t->dtype == StDType::F32 || t->dtype == StDType::F16 || t->dtype == StDType::BF16, ErrorCode::io_error,
           "gradients of '" + name + "' must be F32, F16 or BF16");
   StTensor flat = *t;
@@ -181,11 +184,13 @@ PruneResult prune_obs_fisher(const DenseMatrix& weight, const GradientSamples& g
           "Fisher OBS: the block (" + std::to_string(block) + ") must be a multiple of the group width " +
               std::to_string(group) + ", at most 256");
   if (const auto* nm = std::get_if<NmSpec>(&spec))
-    require(nm->m <= detail::kMaxCombinatorialSet, ErrorCode::unsupported, "Fisher OBS enumerates N:M kept sets up to M = 16");
+    require(nm->m <= detail::kMaxCombinatorialSet, ErrorCode::unsupported,
+            "Fisher OBS enumerates N:M kept sets up to M = 16");
   if (options.candidates == ObsCandidates::combinatorial) {
-    const int pruned = std::visit(overloaded{[](const NmSpec& s) { return s.m - s.n; }, [](const VnmSpec& s) { return s.m - s.n; },
-                                             [](const TileSpec&) { return 0; }},
-                                  spec);
+    const int pruned =
+        std::visit(overloaded{[](const NmSpec& s) { return s.m - s.n; }, [](const VnmSpec& s) { return s.m - s.n; },
+                              [](const TileSpec&) { return 0; }},
+                   spec);
     require(pruned <= detail::kMaxCombinatorialSet, ErrorCode::unsupported,
             "combinatorial candidates need at most 16 pruned entries per group; use pairwise");
   }

@@ -35,10 +35,13 @@ std::vector<double> inverse_hessian_factor(const LayerStatistics& s, double damp
   }
   const auto n = static_cast<lapack_int>(k);
   // H = L L^T, then H^-1 from the factor (upper triangle of the row-major result holds it).
-  if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0 || LAPACKE_dpotri(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0)
-    throw Error(ErrorCode::invalid_argument, "the calibration Hessian is not positive definite; raise the damping (--damp, ObsOptions::damp)");
+  if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0 ||
+      LAPACKE_dpotri(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0)
+    throw Error(ErrorCode::invalid_argument,
+                "the calibration Hessian is not positive definite; raise the damping (--damp, ObsOptions::damp)");
   if (LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', n, h.data(), n) != 0)
-    throw Error(ErrorCode::invalid_argument, "the inverse Hessian is not positive definite; raise the damping (--damp, ObsOptions::damp)");
+    throw Error(ErrorCode::invalid_argument,
+                "the inverse Hessian is not positive definite; raise the damping (--damp, ObsOptions::damp)");
   for (int64_t i = 0; i < k; ++i)
     for (int64_t j = 0; j < i; ++j) h[i * k + j] = 0.0;
   return h;
@@ -89,7 +92,8 @@ ScoreMatrix diagonal_saliency(const SweepState& sweep, ColumnGroup group, const 
       const int64_t c = group.c0 + j;
       const double d = sweep.factor(c, c);
       const bool may_keep = !allowed || allowed->at(r, c);
-      s.values[r * group.width + j] = may_keep ? static_cast<float>(sweep.weight(r, c) * sweep.weight(r, c) / (d * d)) : 0.0f;
+      s.values[r * group.width + j] =
+          may_keep ? static_cast<float>(sweep.weight(r, c) * sweep.weight(r, c) / (d * d)) : 0.0f;
     }
   return s;
 }
@@ -152,7 +156,8 @@ std::vector<int> best_block_columns(const GroupSets& sets, RowBlock block, int k
     for (int64_t r = block.begin; r < block.end; ++r) {
       double row_best = 1e300;
       for (std::size_t k = 0; k < kept_sets.size(); ++k)
-        if ((kept_sets[k] & ~columns) == 0) row_best = std::min(row_best, rho[(r - block.begin) * kept_sets.size() + k]);
+        if ((kept_sets[k] & ~columns) == 0)
+          row_best = std::min(row_best, rho[(r - block.begin) * kept_sets.size() + k]);
       cost += row_best;
     }
     if (cost < best) best = cost, best_columns = columns;
@@ -164,7 +169,8 @@ std::vector<int> best_block_columns(const GroupSets& sets, RowBlock block, int k
 }
 
 // Re-chooses which `keep` of its candidate columns each row keeps, by the saliency of the rest of the group.
-void refine_rows(const GroupSets& sets, int keep, const std::function<std::vector<int>(int64_t)>& candidates_of, Mask& mask) {
+void refine_rows(const GroupSets& sets, int keep, const std::function<std::vector<int>(int64_t)>& candidates_of,
+                 Mask& mask) {
 #pragma omp parallel for schedule(dynamic, 16)
   for (int64_t r = 0; r < sets.sweep.rows; ++r) {
     std::vector<int> candidates;
@@ -176,11 +182,13 @@ void refine_rows(const GroupSets& sets, int keep, const std::function<std::vecto
 
 // Chooses which entries of an N:M or V:N:M group stay, from the saliency of the current weights: the selection
 // by the diagonal saliency, then (with pairwise or combinatorial candidates) each row's best set inside it.
-void decide_group(const SweepState& sweep, ColumnGroup group, const FormatSpec& spec, const ObsOptions& options, Mask& mask) {
+void decide_group(const SweepState& sweep, ColumnGroup group, const FormatSpec& spec, const ObsOptions& options,
+                  Mask& mask) {
   const ScoreMatrix saliency = diagonal_saliency(sweep, group, options.allowed);
   const auto* vnm = std::get_if<VnmSpec>(&spec);
-  const Mask chosen = vnm && options.block_columns > 0 ? select_block_columns(saliency, vnm->v, vnm->m, options.block_columns)
-                                                       : select_by_score(saliency, spec).mask;
+  const Mask chosen = vnm && options.block_columns > 0
+                          ? select_block_columns(saliency, vnm->v, vnm->m, options.block_columns)
+                          : select_by_score(saliency, spec).mask;
   for (int64_t r = 0; r < sweep.rows; ++r)
     for (int j = 0; j < group.width; ++j)
       mask.set(r, group.c0 + j, chosen.at(r, j) && (!options.allowed || options.allowed->at(r, group.c0 + j)));
@@ -190,7 +198,8 @@ void decide_group(const SweepState& sweep, ColumnGroup group, const FormatSpec& 
   if (const auto* nm = std::get_if<NmSpec>(&spec)) {
     std::vector<int> all(static_cast<std::size_t>(group.width));
     std::iota(all.begin(), all.end(), 0);
-    refine_rows(sets, nm->n, [&](int64_t) { return all; }, mask);
+    refine_rows(
+        sets, nm->n, [&](int64_t) { return all; }, mask);
     return;
   }
   // V:N:M: the block's 4 columns, then each row's N of them. Small groups choose the columns by the candidate
@@ -205,7 +214,8 @@ void decide_group(const SweepState& sweep, ColumnGroup group, const FormatSpec& 
     for (int64_t rb = 0; rb < row_blocks; ++rb)
       columns_of[rb] = detail::kept_columns(mask, RowBlock::of(rb * vnm->v, vnm->v, sweep.rows), group);
   }
-  refine_rows(sets, vnm->n, [&](int64_t r) { return columns_of[r / vnm->v]; }, mask);
+  refine_rows(
+      sets, vnm->n, [&](int64_t r) { return columns_of[r / vnm->v]; }, mask);
 }
 
 // Column i is final: its pruned weights become zero, and each one's error w / U_ii is compensated in the columns
@@ -225,30 +235,35 @@ void settle_column(SweepState& sweep, const Mask& mask, int64_t i, LazyBlock& bl
 // The block's errors reach the columns right of it: W[:, end:] -= Err (rows x width) * U[begin:end, end:].
 void propagate_block(SweepState& sweep, const LazyBlock& block) {
   if (block.end >= sweep.cols) return;
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(sweep.rows), static_cast<int>(sweep.cols - block.end),
-              static_cast<int>(block.end - block.begin), -1.0, block.err.data(), static_cast<int>(block.capacity),
-              sweep.u.data() + block.begin * sweep.cols + block.end, static_cast<int>(sweep.cols), 1.0,
-              sweep.w.data() + block.end, static_cast<int>(sweep.cols));
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(sweep.rows),
+              static_cast<int>(sweep.cols - block.end), static_cast<int>(block.end - block.begin), -1.0,
+              block.err.data(), static_cast<int>(block.capacity), sweep.u.data() + block.begin * sweep.cols + block.end,
+              static_cast<int>(sweep.cols), 1.0, sweep.w.data() + block.end, static_cast<int>(sweep.cols));
 }
 
 }  // namespace
 
-ObsSweep obs_sweep(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const ObsOptions& options) {
+ObsSweep obs_sweep(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec,
+                   const ObsOptions& options) {
   detail::check_statistics(weight, stats);
-  require(options.damp > 0.0 && options.block_cols >= 1, ErrorCode::invalid_argument, "OBS needs damp > 0 and block_cols >= 1");
+  require(options.damp > 0.0 && options.block_cols >= 1, ErrorCode::invalid_argument,
+          "OBS needs damp > 0 and block_cols >= 1");
   require(!options.allowed || (options.allowed->rows == weight.rows && options.allowed->cols == weight.cols),
           ErrorCode::invalid_argument, "OBS: the allowed mask's shape differs from the weight's");
   if (options.candidates != ObsCandidates::diagonal) {  // checked here: the row loops run in parallel
     const auto* nm = std::get_if<NmSpec>(&spec);
     const auto* vnm = std::get_if<VnmSpec>(&spec);
     require(!nm || nm->m <= detail::kMaxCombinatorialSet, ErrorCode::unsupported,
-            std::string(obs_candidates_name(options.candidates)) + " OBS candidates enumerate the kept sets of N:M groups up to M = 16");
+            std::string(obs_candidates_name(options.candidates)) +
+                " OBS candidates enumerate the kept sets of N:M groups up to M = 16");
     const int pruned = nm ? nm->m - nm->n : vnm ? vnm->m - vnm->n : 0;
-    require(options.candidates != ObsCandidates::combinatorial || pruned <= detail::kMaxCombinatorialSet, ErrorCode::unsupported,
+    require(options.candidates != ObsCandidates::combinatorial || pruned <= detail::kMaxCombinatorialSet,
+            ErrorCode::unsupported,
             "combinatorial OBS candidates need at most 16 pruned entries per group; use pairwise");
   }
   const int64_t rows = weight.rows, cols = weight.cols;
-  SweepState sweep{rows, cols, std::vector<double>(static_cast<std::size_t>(rows * cols)), inverse_hessian_factor(stats, options.damp)};
+  SweepState sweep{rows, cols, std::vector<double>(static_cast<std::size_t>(rows * cols)),
+                   inverse_hessian_factor(stats, options.damp)};
   for (std::size_t i = 0; i < sweep.w.size(); ++i) sweep.w[i] = weight.values.get(i);
 
   Mask mask = Mask::none(rows, cols);
@@ -277,7 +292,8 @@ ObsSweep obs_sweep(const DenseMatrix& weight, const LayerStatistics& stats, cons
   return ObsSweep{std::move(updated), std::move(mask), std::move(kept_tiles)};
 }
 
-PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const ObsOptions& options) {
+PruneResult prune_obs(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec,
+                      const ObsOptions& options) {
   require(options.block_columns == 0, ErrorCode::invalid_argument, "prune_obs: block_columns steps are for obs_sweep");
   ObsSweep sweep = obs_sweep(weight, stats, spec, options);
   return compress_selection(weight, sweep.weight, Selection{std::move(sweep.mask), std::move(sweep.tiles)}, spec);

@@ -30,7 +30,8 @@ uint32_t best_kept_set(const detail::GroupRow& row, const std::vector<int>& cand
 
 }  // namespace
 
-void detail::keep_best_set(const GroupRow& row, const std::vector<int>& candidates, int keep, ObsCandidates mode, Mask& mask) {
+void detail::keep_best_set(const GroupRow& row, const std::vector<int>& candidates, int keep, ObsCandidates mode,
+                           Mask& mask) {
   const int k = std::min<int>(keep, static_cast<int>(candidates.size()));
   if (k == 0) return;
   const uint32_t set = best_kept_set(row, candidates, k, mode);
@@ -95,8 +96,10 @@ double group_saliency(const std::vector<double>& hinv_group, int width, const st
       const int a = pruned[i], b = pruned[j];
       const double det = h(a, a) * h(b, b) - h(a, b) * h(a, b);
       if (det <= 0.0) continue;  // numerically dependent pair: no correction
-      const double pair = 0.5 * (w_group[a] * w_group[a] * h(b, b) - 2.0 * w_group[a] * w_group[b] * h(a, b) +
-                                 w_group[b] * w_group[b] * h(a, a)) / det;
+      const double pair = 0.5 *
+                          (w_group[a] * w_group[a] * h(b, b) - 2.0 * w_group[a] * w_group[b] * h(a, b) +
+                           w_group[b] * w_group[b] * h(a, a)) /
+                          det;
       rho += pair - 0.5 * w_group[a] * w_group[a] / h(a, a) - 0.5 * w_group[b] * w_group[b] / h(b, b);
     }
   return rho;

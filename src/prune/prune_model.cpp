@@ -20,11 +20,13 @@ std::unique_ptr<RE2> compile_name_filter(const std::string& pattern, const char*
   re2_options.set_log_errors(false);
   auto filter = std::make_unique<RE2>(pattern, re2_options);
   if (!filter->ok()) {
-    const std::string shown =
-        pattern.size() <= kShownChars ? pattern : pattern.substr(0, kShownChars) + "... (" + std::to_string(pattern.size()) + " characters)";
+    const std::string shown = pattern.size() <= kShownChars ? pattern
+                                                            : pattern.substr(0, kShownChars) + "... (" +
+                                                                  std::to_string(pattern.size()) + " characters)";
     std::string reason = filter->error();
     if (reason.size() > kShownChars) reason = reason.substr(0, kShownChars) + "...";
-    throw Error(ErrorCode::invalid_argument, std::string(option) + " '" + shown + "' is not a valid regular expression: " + reason);
+    throw Error(ErrorCode::invalid_argument,
+                std::string(option) + " '" + shown + "' is not a valid regular expression: " + reason);
   }
   return filter;
 }
@@ -37,8 +39,8 @@ PruneResult prune_one(const std::string& name, const DenseMatrix& dense, const M
   if (options.method == PruneMethod::obs && options.fisher_gradients) {
     require(options.schedule_steps == 1, ErrorCode::unsupported, "Fisher OBS runs one shot (no --schedule)");
     try {
-      return prune_obs_fisher(dense, read_gradients(*options.fisher_gradients, name, dense.rows, dense.cols), options.spec,
-                              options.fisher);
+      return prune_obs_fisher(dense, read_gradients(*options.fisher_gradients, name, dense.rows, dense.cols),
+                              options.spec, options.fisher);
     } catch (const Error& e) {
       throw Error(e.code(), "tensor '" + name + "': " + e.what());
     }
@@ -53,9 +55,12 @@ PruneResult prune_one(const std::string& name, const DenseMatrix& dense, const M
     const std::vector<ScheduleStep> schedule = structure_decay_schedule(options.spec, options.schedule_steps);
     if (schedule.size() > 1) return prune_gradual(dense, schedule, options.method, stats, options.obs).final;
     switch (options.method) {
-      case PruneMethod::magnitude: return prune_magnitude(dense, options.spec);
-      case PruneMethod::wanda: return prune_wanda(dense, *stats, options.spec);
-      case PruneMethod::obs: return prune_obs(dense, *stats, options.spec, options.obs);
+      case PruneMethod::magnitude:
+        return prune_magnitude(dense, options.spec);
+      case PruneMethod::wanda:
+        return prune_wanda(dense, *stats, options.spec);
+      case PruneMethod::obs:
+        return prune_obs(dense, *stats, options.spec, options.obs);
     }
   } catch (const Error& e) {
     throw Error(e.code(), "tensor '" + name + "': " + e.what());

@@ -16,7 +16,8 @@ namespace {
 std::vector<int> falling(int from, int to, int steps) {
   std::vector<int> out;
   for (int s = 0; s < steps; ++s) {
-    const int v = steps == 1 ? to : static_cast<int>(std::lround(from + (to - from) * static_cast<double>(s) / (steps - 1)));
+    const int v =
+        steps == 1 ? to : static_cast<int>(std::lround(from + (to - from) * static_cast<double>(s) / (steps - 1)));
     if (out.empty() || v < out.back()) out.push_back(v);
   }
   return out;
@@ -58,7 +59,8 @@ std::vector<ScheduleStep> structure_decay_schedule(const FormatSpec& target, int
           },
           [&](const TileSpec& t) {
             std::vector<ScheduleStep> out;
-            for (int s = 1; s <= steps; ++s) out.push_back({TileSpec{t.tile_rows, t.tile_cols, 1.0 - (1.0 - t.density) * s / steps}});
+            for (int s = 1; s <= steps; ++s)
+              out.push_back({TileSpec{t.tile_rows, t.tile_cols, 1.0 - (1.0 - t.density) * s / steps}});
             return out;
           },
       },
@@ -83,7 +85,8 @@ GradualResult prune_gradual(const DenseMatrix& weight, const std::vector<Schedul
         options.allowed = allowed, options.block_columns = step.block_columns;
         mask = obs_sweep(weight, *stats, step.spec, options).mask;
       } else {
-        const ScoreMatrix score = method == PruneMethod::wanda ? wanda_scores(weight, *stats) : magnitude_scores(weight);
+        const ScoreMatrix score =
+            method == PruneMethod::wanda ? wanda_scores(weight, *stats) : magnitude_scores(weight);
         mask = select_block_columns(score, v.v, v.m, step.block_columns, allowed);
       }
       out.masks.push_back(std::move(mask));
@@ -93,8 +96,12 @@ GradualResult prune_gradual(const DenseMatrix& weight, const std::vector<Schedul
     // reconstructs the original layer's outputs and the steps' compensation errors do not add up.
     PruneResult result;
     switch (method) {
-      case PruneMethod::magnitude: result = prune_by_score(weight, magnitude_scores(weight), step.spec, allowed); break;
-      case PruneMethod::wanda: result = prune_wanda(weight, *stats, step.spec, allowed); break;
+      case PruneMethod::magnitude:
+        result = prune_by_score(weight, magnitude_scores(weight), step.spec, allowed);
+        break;
+      case PruneMethod::wanda:
+        result = prune_wanda(weight, *stats, step.spec, allowed);
+        break;
       case PruneMethod::obs: {
         ObsOptions options = obs;
         options.allowed = allowed;

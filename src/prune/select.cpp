@@ -20,8 +20,10 @@ struct TopTwo {
   float first = 0.0f;
   float second = 0.0f;
   void push(float x) noexcept {
-    if (x > first) second = first, first = x;
-    else if (x > second) second = x;
+    if (x > first)
+      second = first, first = x;
+    else if (x > second)
+      second = x;
   }
   double keep(int n) const noexcept { return n == 1 ? first : double{first} + second; }
 };
@@ -181,9 +183,8 @@ Mask select_nm(const ScoreMatrix& score, int n, int m) {
       const int width = static_cast<int>(std::min<int64_t>(m, score.cols - c0));
       order.resize(static_cast<std::size_t>(width));
       std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
-        return score.at(r, c0 + x) > score.at(r, c0 + y);
-      });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int x, int y) { return score.at(r, c0 + x) > score.at(r, c0 + y); });
       for (int i = 0; i < std::min(n, width); ++i) mask.set(r, c0 + order[i], true);
     }
   }
@@ -290,8 +291,12 @@ Selection select_by_score(const ScoreMatrix& score, const FormatSpec& spec, cons
     return selection;
   }
   return std::visit(overloaded{
-                        [&](const NmSpec& s) { return Selection{select_nm(score, s.n, s.m), {}}; },
-                        [&](const VnmSpec& s) { return Selection{select_vnm(score, s.v, s.n, s.m), {}}; },
+                        [&](const NmSpec& s) {
+                          return Selection{select_nm(score, s.n, s.m), {}};
+                        },
+                        [&](const VnmSpec& s) {
+                          return Selection{select_vnm(score, s.v, s.n, s.m), {}};
+                        },
                         [&](const TileSpec& s) {
                           TileMask tiles = select_tiles(score, s.tile_rows, s.tile_cols, s.density);
                           Mask mask = expand(tiles, score.rows, score.cols, s.tile_rows, s.tile_cols);
@@ -308,13 +313,16 @@ PruneResult compress_selection(const DenseMatrix& original, const DenseMatrix& v
       overloaded{
           [&](const NmSpec& s) -> SparseMatrix { return compress_nm(values, selection.mask, s.n, s.m); },
           [&](const VnmSpec& s) -> SparseMatrix { return compress_vnm(values, selection.mask, s.v, s.n, s.m); },
-          [&](const TileSpec& s) -> SparseMatrix { return compress_tiles(values, selection.tiles, s.tile_rows, s.tile_cols); },
+          [&](const TileSpec& s) -> SparseMatrix {
+            return compress_tiles(values, selection.tiles, s.tile_rows, s.tile_cols);
+          },
       },
       spec);
   return PruneResult{std::move(compressed), std::move(selection.mask), e};
 }
 
-PruneResult prune_by_score(const DenseMatrix& weight, const ScoreMatrix& score, const FormatSpec& spec, const Mask* allowed) {
+PruneResult prune_by_score(const DenseMatrix& weight, const ScoreMatrix& score, const FormatSpec& spec,
+                           const Mask* allowed) {
   require(score.rows == weight.rows && score.cols == weight.cols, ErrorCode::invalid_argument,
           "prune_by_score: score shape differs from the weight shape");
   require_finite(weight, "weight");

@@ -14,7 +14,8 @@ ScoreMatrix wanda_scores(const DenseMatrix& weight, const LayerStatistics& stats
   return s;
 }
 
-PruneResult prune_wanda(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const Mask* allowed) {
+PruneResult prune_wanda(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec,
+                        const Mask* allowed) {
   return prune_by_score(weight, wanda_scores(weight, stats), spec, allowed);
 }
 

@@ -78,7 +78,8 @@ TEST(ActivationAware, UncorrelatedUnitInputsReduceToMagnitude) {
   for (float& x : squared.values) x *= x;
   for (const char* format : {"2:4", "vnm:8:2:10"}) {
     const FormatSpec spec = parse_format_spec(format);
-    const PruneResult mag = prune_magnitude(w, spec), obs = prune_obs(w, identity, spec), wanda = prune_wanda(w, identity, spec);
+    const PruneResult mag = prune_magnitude(w, spec), obs = prune_obs(w, identity, spec),
+                      wanda = prune_wanda(w, identity, spec);
     EXPECT_EQ(wanda.mask.keep, mag.mask.keep) << format;
     // OBS sums the saliency w^2 over a block's rows when it chooses V:N:M columns: magnitude, squared.
     const PruneResult mag2 = prune_by_score(w, squared, spec);

@@ -67,7 +67,8 @@ TEST(Bert, ObserverSeesEveryLinearInput) {
 TEST(Bert, RejectsWeightsThatDoNotFitTheConfig) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nmkit_bert_bad";
   std::filesystem::create_directories(dir);
-  for (const char* f : {"config.json", "vocab.txt"}) std::filesystem::copy_file(kModelDir + "/" + f, dir / f, std::filesystem::copy_options::overwrite_existing);
+  for (const char* f : {"config.json", "vocab.txt"})
+    std::filesystem::copy_file(kModelDir + "/" + f, dir / f, std::filesystem::copy_options::overwrite_existing);
   ModelFile m = load_model(kModelDir + "/model.safetensors");
   for (auto& w : m.weights)
     if (w.name == "encoder.layer.2.intermediate.dense.weight") std::get<StTensor>(w.weight).shape = {384, 1536};
@@ -85,11 +86,13 @@ namespace {
 TEST(Calibration, CorpusSplitsAndRejectsMissingFiles) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "nmkit_corpus";
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "a.txt") << "First sentence is long enough to count. Short one. Third sentence is also long enough!\n\n"
-                                  "A paragraph without a full stop that still ends here\n\nFirst sentence is long enough to count.";
+  std::ofstream(dir / "a.txt")
+      << "First sentence is long enough to count. Short one. Third sentence is also long enough!\n\n"
+         "A paragraph without a full stop that still ends here\n\nFirst sentence is long enough to count.";
   const std::vector<std::string> s = load_sentences({dir.string()});
-  EXPECT_EQ(s, (std::vector<std::string>{"First sentence is long enough to count.", "Third sentence is also long enough!",
-                                         "A paragraph without a full stop that still ends here"}));  // deduplicated, short dropped
+  EXPECT_EQ(s, (std::vector<std::string>{
+                   "First sentence is long enough to count.", "Third sentence is also long enough!",
+                   "A paragraph without a full stop that still ends here"}));  // deduplicated, short dropped
   const CorpusSplit split = split_corpus({"a", "b", "c", "d", "e", "f", "g", "h"}, 4);
   EXPECT_EQ(split.evaluation, (std::vector<std::string>{"d", "h"}));
   EXPECT_EQ(split.calibration.size(), 6u);

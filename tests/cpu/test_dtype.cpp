@@ -13,12 +13,13 @@ namespace nmkit {
 namespace {
 
 TEST(Half, ExactValuesRoundTrip) {
-  for (float x : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f /* min normal */, 5.9604644775390625e-08f /* min subnormal */})
+  for (float x : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f /* min normal */,
+                  5.9604644775390625e-08f /* min subnormal */})
     EXPECT_EQ(Half::from_float(x).to_float(), x) << x;
 }
 
 TEST(Half, RoundsToNearestEven) {
-  EXPECT_EQ(Half::from_float(1.0f + 1.0f / 2048).to_float(), 1.0f);               // tie -> even (down)
+  EXPECT_EQ(Half::from_float(1.0f + 1.0f / 2048).to_float(), 1.0f);                // tie -> even (down)
   EXPECT_EQ(Half::from_float(1.0f + 3.0f / 2048).to_float(), 1.0f + 2.0f / 1024);  // tie -> even (up)
   EXPECT_EQ(Half::from_float(1.0f + 1.5f / 2048).to_float(), 1.0f + 1.0f / 1024);  // above the tie
 }

@@ -19,7 +19,8 @@ GradientSamples random_gradients(int64_t m, int64_t rows, int64_t cols, uint32_t
   for (auto& x : shared) x = normal(rng);
   for (int64_t s = 0; s < m; ++s)
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) g.values[(s * rows + r) * cols + c] = normal(rng) + 2.0f * shared[s * cols + c];
+      for (int64_t c = 0; c < cols; ++c)
+        g.values[(s * rows + r) * cols + c] = normal(rng) + 2.0f * shared[s * cols + c];
   return g;
 }
 
@@ -42,7 +43,8 @@ TEST(Fisher, WoodburyInverseMatchesTheDirectInverse) {
 }
 
 // 1/2 dW^T F dW summed over the row-blocks: the loss increase the Fisher OBS minimises.
-double fisher_loss(const DenseMatrix& before, const DenseMatrix& after, const GradientSamples& g, int block, double damp) {
+double fisher_loss(const DenseMatrix& before, const DenseMatrix& after, const GradientSamples& g, int block,
+                   double damp) {
   double loss = 0.0;
   for (int64_t r = 0; r < before.rows; ++r)
     for (int64_t b0 = 0; b0 < before.cols; b0 += block) {
@@ -91,8 +93,8 @@ TEST(Fisher, RejectsGradientsThatDoNotFit) {
   options.block = 6;
   EXPECT_NMKIT_ERROR(prune_obs_fisher(w, random_gradients(4, 8, 16, 8), parse_format_spec("2:4"), options),
                      ErrorCode::invalid_argument, "multiple of the group width");
-  EXPECT_NMKIT_ERROR(prune_obs_fisher(w, random_gradients(4, 8, 8, 8), parse_format_spec("2:4")), ErrorCode::invalid_argument,
-                     "do not match");
+  EXPECT_NMKIT_ERROR(prune_obs_fisher(w, random_gradients(4, 8, 8, 8), parse_format_spec("2:4")),
+                     ErrorCode::invalid_argument, "do not match");
 }
 
 }  // namespace

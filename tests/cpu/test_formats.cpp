@@ -90,13 +90,14 @@ TEST(NmFormat, StorageAccountingMatchesTheLecture) {
 
 // ---------------------------------------------------------------- V:N:M
 TEST(VnmFormat, RoundTripEveryDtypeShapeAndPattern) {
-  const std::tuple<int, int, int> patterns[] = {{16, 2, 8}, {32, 2, 5}, {4, 1, 7}, {64, 2, 10},
+  const std::tuple<int, int, int> patterns[] = {{16, 2, 8}, {32, 2, 5}, {4, 1, 7},   {64, 2, 10},
                                                 {16, 2, 4}, {8, 2, 20}, {2, 2, 100}, {128, 2, 16}};
   uint32_t seed = 100;
   for (DType dtype : kDTypes)
     for (auto [rows, cols] : kShapes)
       for (auto [v, n, m] : patterns) {
-        SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << rows << "x" << cols << " " << v << ":" << n << ":" << m);
+        SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << rows << "x" << cols << " " << v << ":" << n
+                                        << ":" << m);
         const DenseMatrix dense = random_matrix(rows, cols, dtype, seed++);
         const Mask mask = prune_vnm_magnitude(dense, v, n, m);
         const VnmMatrix a = compress_vnm(dense, mask, v, n, m);
@@ -108,7 +109,7 @@ TEST(VnmFormat, RoundTripEveryDtypeShapeAndPattern) {
 }
 
 TEST(VnmFormat, RejectsAFifthColumnNamingTheBlock) {
-  DenseMatrix dense = DenseMatrix::zeros(8, 16, DType::bf16);  // V=4, M=8: 2 row blocks x 2 groups
+  DenseMatrix dense = DenseMatrix::zeros(8, 16, DType::bf16);    // V=4, M=8: 2 row blocks x 2 groups
   for (int c = 8; c < 13; ++c) dense.set(4 + (c % 4), c, 1.0f);  // 5 columns of block (1, 1)
   EXPECT_NMKIT_ERROR(compress_vnm(dense, 4, 2, 8), ErrorCode::pattern_violation, "row block 1, group 1");
 }
@@ -155,8 +156,8 @@ TEST(TileFormat, RoundTripEveryDtypeShapeAndTile) {
     for (auto [rows, cols] : kShapes)
       for (auto [tr, tc] : tiles)
         for (double density : {1.0, 0.5, 0.1}) {
-          SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << rows << "x" << cols << " tile " << tr << "x" << tc
-                                          << " density " << density);
+          SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " " << rows << "x" << cols << " tile " << tr << "x"
+                                          << tc << " density " << density);
           const DenseMatrix dense = random_matrix(rows, cols, dtype, seed++);
           const TileMask tiles_kept = prune_tiles_by_norm(dense, tr, tc, density);
           const TileMatrix a = compress_tiles(dense, tiles_kept, tr, tc);

@@ -54,8 +54,8 @@ TEST(Nm24Pack, ValuesSitInTheWgmmaSharedMemoryLayout) {
   for (int64_t r = 0; r < a.rows; ++r)
     for (int64_t j = 0; j < stored_per_row; ++j) {
       const int64_t tile = r / kPackRowAlign * k_tiles + j / 32, c = j % 32, row = r % kPackRowAlign;
-      const int64_t at = tile * kTileValueBytes + c / 16 * kKBlockValueBytes + (row / 8 * 2 + c % 16 / 8) * kCoreMatrixBytes +
-                         row % 8 * 16 + c % 8 * 2;
+      const int64_t at = tile * kTileValueBytes + c / 16 * kKBlockValueBytes +
+                         (row / 8 * 2 + c % 16 / 8) * kCoreMatrixBytes + row % 8 * 16 + c % 8 * 2;
       uint16_t bits;
       std::memcpy(&bits, bytes + at, 2);
       uint16_t expected;
@@ -68,7 +68,8 @@ TEST(Nm24Pack, RejectsOtherPatternsAndDtypes) {
   const DenseMatrix w = test::random_matrix(16, 32, DType::f16, 3);
   EXPECT_NMKIT_ERROR(pack_nm24(compress_nm(w, prune_nm_magnitude(w, 2, 8), 2, 8)), ErrorCode::unsupported, "2:4");
   const DenseMatrix w32 = test::random_matrix(16, 32, DType::f32, 3);
-  EXPECT_NMKIT_ERROR(pack_nm24(compress_nm(w32, prune_nm_magnitude(w32, 2, 4), 2, 4)), ErrorCode::unsupported, "f16 or bf16");
+  EXPECT_NMKIT_ERROR(pack_nm24(compress_nm(w32, prune_nm_magnitude(w32, 2, 4), 2, 4)), ErrorCode::unsupported,
+                     "f16 or bf16");
 }
 
 }  // namespace

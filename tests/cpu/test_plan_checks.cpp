@@ -18,7 +18,8 @@ namespace {
 TEST(PlanChecks, Nm24RefusesBadDescriptions) {
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({0, 64, 64}), ErrorCode::invalid_argument, "R >= 1");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f32}), ErrorCode::unsupported, "f16 or bf16");
-  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f16, DType::bf16}), ErrorCode::unsupported, "output dtype");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f16, DType::bf16}), ErrorCode::unsupported,
+                     "output dtype");
 }
 
 TEST(PlanChecks, VnmRefusesUnsupportedPatterns) {
@@ -32,13 +33,15 @@ TEST(PlanChecks, VnmRefusesUnsupportedPatterns) {
 TEST(PlanChecks, TileRejectsABadOverlapSwitch) {
   // NMKIT_OVERLAP_LAUNCH takes 0 or 1; anything else is named in the error, before the plan asks for a device.
   setenv("NMKIT_OVERLAP_LAUNCH", "yes", 1);
-  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({256, 256, 32}, 64, 64), ErrorCode::invalid_argument, "NMKIT_OVERLAP_LAUNCH must be 0 or 1");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({256, 256, 32}, 64, 64), ErrorCode::invalid_argument,
+                     "NMKIT_OVERLAP_LAUNCH must be 0 or 1");
   unsetenv("NMKIT_OVERLAP_LAUNCH");
 }
 
 TEST(PlanChecks, SparseLinearRefusesWeightsNoKernelTakes) {
   const DenseMatrix w16 = test::random_matrix(64, 64, DType::f16, 1);
-  EXPECT_NMKIT_ERROR(SparseLinear::create(prune_magnitude(w16, NmSpec{2, 8}).compressed), ErrorCode::unsupported, "2:4");
+  EXPECT_NMKIT_ERROR(SparseLinear::create(prune_magnitude(w16, NmSpec{2, 8}).compressed), ErrorCode::unsupported,
+                     "2:4");
   const DenseMatrix w32 = test::random_matrix(64, 64, DType::f32, 1);
   EXPECT_NMKIT_ERROR(SparseLinear::create(prune_magnitude(w32, NmSpec{2, 4}).compressed), ErrorCode::unsupported,
                      "f16 or bf16 weights");

@@ -33,7 +33,8 @@ double brute_force_best(const std::vector<float>& a, int rows, int width, int n)
   for (int c0 = 0; c0 < width; ++c0)
     for (int c1 = c0 + 1; c1 < width; ++c1)
       for (int c2 = c1 + 1; c2 < width; ++c2)
-        for (int c3 = c2 + 1; c3 < width; ++c3) best = std::max(best, kept_by_columns(a, rows, width, {c0, c1, c2, c3}, n));
+        for (int c3 = c2 + 1; c3 < width; ++c3)
+          best = std::max(best, kept_by_columns(a, rows, width, {c0, c1, c2, c3}, n));
   return best;
 }
 
@@ -48,8 +49,10 @@ TEST(NmMagnitude, KeepsExactlyNLargestPerGroup) {
         float smallest_kept = 2.0f, largest_dropped = 0.0f;
         for (int64_t c = c0; c < c1; ++c) {
           const float a = std::fabs(w.at(r, c));
-          if (mask.at(r, c)) ++kept, smallest_kept = std::min(smallest_kept, a);
-          else largest_dropped = std::max(largest_dropped, a);
+          if (mask.at(r, c))
+            ++kept, smallest_kept = std::min(smallest_kept, a);
+          else
+            largest_dropped = std::max(largest_dropped, a);
         }
         EXPECT_EQ(kept, std::min<int64_t>(n, c1 - c0)) << "row " << r << " group " << c0 / m;
         EXPECT_GE(smallest_kept, largest_dropped);

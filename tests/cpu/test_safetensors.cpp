@@ -94,17 +94,24 @@ TEST(Safetensors, MalformedFilesAreRejectedWithAReason) {
   expect_rejected(raw_file(R"({"t":{"dtype":"F17","shape":[2],"data_offsets":[0,8]}})", 8), "unknown dtype 'F17'");
   expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "need 12");
   expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "non-negative");
-  expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[4611686018427387904,8],"data_offsets":[0,8]}})", 8), "overflows");
+  expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[4611686018427387904,8],"data_offsets":[0,8]}})", 8),
+                  "overflows");
   expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8), "begin 8 > end 0");
   expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8), "two non-negative integers");
   expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[2]}})", 8), "data_offsets");
   expect_rejected(raw_file(R"({"t":{"shape":[2],"data_offsets":[0,8]}})", 8), "dtype");
   expect_rejected(raw_file(R"({"t":5})", 8), "tensor 't'");
-  expect_rejected(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
-                  "overlap");
+  expect_rejected(
+      raw_file(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+          12),
+      "overlap");
   expect_rejected(raw_file(R"({"__metadata__":{"k":1}})", 0), "not a string");
-  expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8),
-                  "names 't' more than once");
+  expect_rejected(
+      raw_file(
+          R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+          8),
+      "names 't' more than once");
 }
 
 TEST(Safetensors, MutatedFilesNeverCrash) {
@@ -130,9 +137,11 @@ TEST(Safetensors, MutatedFilesNeverCrash) {
 }
 
 // Builds a model file with one compressed weight, lets `corrupt` edit it, and parses it back.
-void expect_model_rejected(const char* spec, const std::function<void(SafetensorsFile&)>& corrupt, const std::string& fragment) {
+void expect_model_rejected(const char* spec, const std::function<void(SafetensorsFile&)>& corrupt,
+                           const std::string& fragment) {
   ModelFile model;
-  model.weights.push_back({"w", prune_magnitude(test::random_matrix(32, 40, DType::f16, 9), parse_format_spec(spec)).compressed});
+  model.weights.push_back(
+      {"w", prune_magnitude(test::random_matrix(32, 40, DType::f16, 9), parse_format_spec(spec)).compressed});
   SafetensorsFile f = model_to_safetensors(model);
   corrupt(f);
   const std::vector<std::byte> bytes = serialize_safetensors(f);
@@ -152,20 +161,36 @@ StTensor& part(SafetensorsFile& f, const std::string& name) {
 }
 
 TEST(Safetensors, CompressedPartsThatDisagreeAreRejected) {
-  expect_model_rejected("2:4", [](SafetensorsFile& f) { f.tensors.erase(f.tensors.begin() + 1); }, "'w.indices' is missing");
-  expect_model_rejected("2:4", [](SafetensorsFile& f) { part(f, "w.values").shape = {32, 19}, part(f, "w.values").data.resize(32 * 19 * 2); },
-                        "'w.values' has shape");
-  expect_model_rejected("2:4", [](SafetensorsFile& f) { part(f, "w.indices").dtype = StDType::I8; }, "has dtype I8");
-  expect_model_rejected("2:4", [](SafetensorsFile& f) { f.metadata["nmkit:w"] = "{oops"; }, "not a JSON object");
-  expect_model_rejected("2:4", [](SafetensorsFile& f) { f.metadata["nmkit:w"] = R"({"format":"csr","shape":[32,40],"dtype":"f16"})"; },
-                        "unknown format 'csr'");
-  expect_model_rejected("2:4", [](SafetensorsFile& f) { f.metadata["nmkit:w"] = R"({"format":"nm","shape":[32,40],"dtype":"f16","n":2,"m":4294967300})"; },
-                        "out of range");
-  expect_model_rejected("vnm:8:2:8", [](SafetensorsFile& f) { part(f, "w.column_loc").data[1] = std::byte{0}; }, "column_loc");
-  expect_model_rejected("vnm:8:2:8", [](SafetensorsFile& f) { part(f, "w.column_loc").data[2] = std::byte{200}; }, ">= M=8");
-  expect_model_rejected("tile:16x16:0.5", [](SafetensorsFile& f) { reinterpret_cast<int32_t*>(part(f, "w.ptr").data.data())[1] = 99; },
-                        "ptr");
-  expect_model_rejected("tile:16x16:0.5", [](SafetensorsFile& f) { part(f, "w.indices").data[0] = std::byte{50}; }, "out of range");
+  expect_model_rejected(
+      "2:4", [](SafetensorsFile& f) { f.tensors.erase(f.tensors.begin() + 1); }, "'w.indices' is missing");
+  expect_model_rejected(
+      "2:4",
+      [](SafetensorsFile& f) {
+        part(f, "w.values").shape = {32, 19}, part(f, "w.values").data.resize(32 * 19 * 2);
+      },
+      "'w.values' has shape");
+  expect_model_rejected(
+      "2:4", [](SafetensorsFile& f) { part(f, "w.indices").dtype = StDType::I8; }, "has dtype I8");
+  expect_model_rejected(
+      "2:4", [](SafetensorsFile& f) { f.metadata["nmkit:w"] = "{oops"; }, "not a JSON object");
+  expect_model_rejected(
+      "2:4", [](SafetensorsFile& f) { f.metadata["nmkit:w"] = R"({"format":"csr","shape":[32,40],"dtype":"f16"})"; },
+      "unknown format 'csr'");
+  expect_model_rejected(
+      "2:4",
+      [](SafetensorsFile& f) {
+        f.metadata["nmkit:w"] = R"({"format":"nm","shape":[32,40],"dtype":"f16","n":2,"m":4294967300})";
+      },
+      "out of range");
+  expect_model_rejected(
+      "vnm:8:2:8", [](SafetensorsFile& f) { part(f, "w.column_loc").data[1] = std::byte{0}; }, "column_loc");
+  expect_model_rejected(
+      "vnm:8:2:8", [](SafetensorsFile& f) { part(f, "w.column_loc").data[2] = std::byte{200}; }, ">= M=8");
+  expect_model_rejected(
+      "tile:16x16:0.5", [](SafetensorsFile& f) { reinterpret_cast<int32_t*>(part(f, "w.ptr").data.data())[1] = 99; },
+      "ptr");
+  expect_model_rejected(
+      "tile:16x16:0.5", [](SafetensorsFile& f) { part(f, "w.indices").data[0] = std::byte{50}; }, "out of range");
 }
 
 TEST(Safetensors, UnknownFormatVersionIsRejected) {
@@ -177,17 +202,15 @@ TEST(Safetensors, UnknownFormatVersionIsRejected) {
 TEST(Safetensors, WritesAreAtomic) {
   const fs::path dir = temp_dir();
   const fs::path target = dir / "out.safetensors";
-  {
-    std::ofstream(target) << "previous content";
-  }
+  { std::ofstream(target) << "previous content"; }
   SafetensorsFile bad;
   bad.tensors.push_back({"x", StDType::F32, {4}, std::vector<std::byte>(3)});  // sizes disagree: nothing is written
   EXPECT_NMKIT_ERROR(write_safetensors(target.string(), bad), ErrorCode::invalid_argument, "holds 3 bytes");
   std::ifstream in(target);
   std::string content((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(content, "previous content");
-  EXPECT_NMKIT_ERROR(write_safetensors((dir / "missing_dir" / "x.safetensors").string(), SafetensorsFile{}), ErrorCode::io_error,
-                     "cannot create");
+  EXPECT_NMKIT_ERROR(write_safetensors((dir / "missing_dir" / "x.safetensors").string(), SafetensorsFile{}),
+                     ErrorCode::io_error, "cannot create");
   int entries = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
   EXPECT_EQ(entries, 1);  // no temporary file left behind
@@ -214,8 +237,8 @@ TEST(Safetensors, ReadsTheRealModel) {
 TEST(Safetensors, ShapesWhoseDimensionsOverflowInt64AreRejectedEvenWhenEmpty) {
   expect_rejected(raw_file(R"({"t":{"dtype":"F32","shape":[4611686018427387904,2,0],"data_offsets":[0,0]}})", 0),
                   "overflows 64 bits");
-  const SafetensorsFile ok =
-      parse_safetensors(raw_file(R"({"t":{"dtype":"F32","shape":[4611686018427387903,0,2],"data_offsets":[0,0]}})", 0), "ok");
+  const SafetensorsFile ok = parse_safetensors(
+      raw_file(R"({"t":{"dtype":"F32","shape":[4611686018427387903,0,2],"data_offsets":[0,0]}})", 0), "ok");
   ASSERT_EQ(ok.tensors.size(), 1u);
   EXPECT_EQ(ok.tensors[0].numel(), 0);
   // An empty 2-D tensor converts (its bytes were copied with memcpy from a null pointer).

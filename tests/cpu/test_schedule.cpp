@@ -17,11 +17,14 @@ std::vector<std::string> names(const std::vector<ScheduleStep>& steps) {
 TEST(Schedule, StepsFallTowardsTheTarget) {
   EXPECT_EQ(names(structure_decay_schedule(parse_format_spec("vnm:64:2:8"), 4)),
             (std::vector<std::string>{"vnm:64:*:8/7cols", "vnm:64:*:8/6cols", "vnm:64:*:8/4cols", "vnm:64:2:8"}));
-  EXPECT_EQ(names(structure_decay_schedule(parse_format_spec("vnm:64:2:8"), 1)), (std::vector<std::string>{"vnm:64:2:8"}));
-  EXPECT_EQ(names(structure_decay_schedule(parse_format_spec("2:8"), 4)), (std::vector<std::string>{"7:8", "5:8", "4:8", "2:8"}));
+  EXPECT_EQ(names(structure_decay_schedule(parse_format_spec("vnm:64:2:8"), 1)),
+            (std::vector<std::string>{"vnm:64:2:8"}));
+  EXPECT_EQ(names(structure_decay_schedule(parse_format_spec("2:8"), 4)),
+            (std::vector<std::string>{"7:8", "5:8", "4:8", "2:8"}));
   EXPECT_EQ(names(structure_decay_schedule(parse_format_spec("tile:16x16:0.25"), 3)),
             (std::vector<std::string>{"tile:16x16:0.75", "tile:16x16:0.5", "tile:16x16:0.25"}));
-  EXPECT_NMKIT_ERROR(structure_decay_schedule(parse_format_spec("2:4"), 0), ErrorCode::invalid_argument, "at least one step");
+  EXPECT_NMKIT_ERROR(structure_decay_schedule(parse_format_spec("2:4"), 0), ErrorCode::invalid_argument,
+                     "at least one step");
   EXPECT_NMKIT_ERROR(structure_decay_schedule(parse_format_spec("2:4"), 3, 4), ErrorCode::invalid_argument, "N0");
 }
 

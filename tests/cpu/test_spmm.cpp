@@ -22,9 +22,12 @@ struct EpilogueCase {
 
 double activate(Activation act, double x) {
   switch (act) {
-    case Activation::none: return x;
-    case Activation::relu: return x > 0.0 ? x : 0.0;
-    case Activation::gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Activation::none:
+      return x;
+    case Activation::relu:
+      return x > 0.0 ? x : 0.0;
+    case Activation::gelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
   }
   return x;
 }
@@ -54,23 +57,26 @@ void expect_matches_loop(const SparseMatrix& a, const DenseMatrix& kept, int64_t
       }
       const double cij = c[at(r, cols, d_layout, i, j)];
       double pre = ec.alpha * sum + ec.beta * cij + (ec.bias ? bias[static_cast<std::size_t>(i)] : 0.0);
-      magnitude = std::fabs(ec.alpha) * magnitude + std::fabs(ec.beta * cij) + (ec.bias ? std::fabs(bias[static_cast<std::size_t>(i)]) : 0.0);
+      magnitude = std::fabs(ec.alpha) * magnitude + std::fabs(ec.beta * cij) +
+                  (ec.bias ? std::fabs(bias[static_cast<std::size_t>(i)]) : 0.0);
       const double want = activate(ec.activation, pre);
       const double got_ij = d[at(r, cols, d_layout, i, j)];
       // fp32 accumulation over k terms: each partial sum rounds once (k * 2^-24 of the magnitude, doubled).
       const double bound = 2.0 * static_cast<double>(k + 3) * 0x1p-24 * (magnitude + 1e-30);
-      ASSERT_LE(std::fabs(got_ij - want), bound) << "element (" << i << ", " << j << "): got " << got_ij << ", want " << want;
+      ASSERT_LE(std::fabs(got_ij - want), bound)
+          << "element (" << i << ", " << j << "): got " << got_ij << ", want " << want;
       got.push_back(static_cast<float>(got_ij)), want_f.push_back(static_cast<float>(want));
     }
   EXPECT_LE(test::relative_frobenius(got, want_f), 1e-5);  // loose: a 1 x 1 output can cancel to near zero
 }
 
 TEST(CpuSpmm, EveryFormatLayoutAndEpilogueAgreesWithAPlainLoop) {
-  const char* specs[] = {"2:4", "1:4", "3:7", "vnm:16:2:8", "vnm:32:1:5", "vnm:8:2:20", "tile:16x16:0.4", "tile:32x8:0.7"};
+  const char* specs[] = {"2:4",          "1:4", "3:7", "vnm:16:2:8", "vnm:32:1:5", "vnm:8:2:20", "tile:16x16:0.4",
+                         "tile:32x8:0.7"};
   const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {17, 33}, {64, 96}, {45, 130}};
-  const EpilogueCase epilogues[] = {{1.0f, 0.0f, false, Activation::none}, {0.5f, 0.0f, false, Activation::relu},
+  const EpilogueCase epilogues[] = {{1.0f, 0.0f, false, Activation::none},   {0.5f, 0.0f, false, Activation::relu},
                                     {1.5f, -0.75f, false, Activation::gelu}, {1.0f, 1.0f, true, Activation::none},
-                                    {-1.0f, 0.5f, true, Activation::relu}, {0.75f, 0.25f, true, Activation::gelu}};
+                                    {-1.0f, 0.5f, true, Activation::relu},   {0.75f, 0.25f, true, Activation::gelu}};
   uint32_t seed = 1000;
   for (const char* spec : specs)
     for (auto [rows, k] : shapes)
@@ -82,9 +88,9 @@ TEST(CpuSpmm, EveryFormatLayoutAndEpilogueAgreesWithAPlainLoop) {
           for (Layout bl : {Layout::row_major, Layout::col_major})
             for (Layout dl : {Layout::row_major, Layout::col_major})
               for (const EpilogueCase& e : epilogues) {
-                SCOPED_TRACE(testing::Message() << spec << " " << rows << "x" << k << "x" << cols << " B " << layout_name(bl)
-                                                << " D " << layout_name(dl) << " alpha " << e.alpha << " beta " << e.beta
-                                                << " " << activation_name(e.activation));
+                SCOPED_TRACE(testing::Message() << spec << " " << rows << "x" << k << "x" << cols << " B "
+                                                << layout_name(bl) << " D " << layout_name(dl) << " alpha " << e.alpha
+                                                << " beta " << e.beta << " " << activation_name(e.activation));
                 expect_matches_loop(pruned.compressed, kept, cols, bl, dl, e, seed++);
               }
       }
@@ -111,11 +117,12 @@ TEST(TestErrorMeasures, APerElementBoundCatchesAWrongFragmentTheNormMisses) {
 TEST(CpuGemm, MatchesAScalarLoop) {
   const int64_t r = 9, k = 13, c = 11;
   const DenseMatrix a = test::random_matrix(r, k, DType::f32, 3);
-  const std::vector<float> b = random_nonzero(static_cast<std::size_t>(k * c), 4), cin = random_nonzero(static_cast<std::size_t>(r * c), 5),
+  const std::vector<float> b = random_nonzero(static_cast<std::size_t>(k * c), 4),
+                           cin = random_nonzero(static_cast<std::size_t>(r * c), 5),
                            bias = random_nonzero(static_cast<std::size_t>(r), 6);
   std::vector<float> d(static_cast<std::size_t>(r * c));
-  gemm(a, {b.data(), k, c, Layout::col_major}, {cin.data(), r, c, Layout::row_major}, {d.data(), r, c, Layout::row_major},
-       {2.0f, 0.5f, bias.data()});
+  gemm(a, {b.data(), k, c, Layout::col_major}, {cin.data(), r, c, Layout::row_major},
+       {d.data(), r, c, Layout::row_major}, {2.0f, 0.5f, bias.data()});
   for (int64_t i = 0; i < r; ++i)
     for (int64_t j = 0; j < c; ++j) {
       double want = 0.0;
@@ -139,12 +146,13 @@ TEST(CpuSpmm, IntegerInputsMatchExactly) {
 }
 
 TEST(CpuSpmm, RejectsMismatchedShapes) {
-  const SparseMatrix a = prune_magnitude(test::random_matrix(8, 16, DType::f16, 1), parse_format_spec("2:4")).compressed;
+  const SparseMatrix a =
+      prune_magnitude(test::random_matrix(8, 16, DType::f16, 1), parse_format_spec("2:4")).compressed;
   std::vector<float> b(16 * 4), d(8 * 4);
   EXPECT_NMKIT_ERROR(spmm(a, {b.data(), 15, 4}, {}, {d.data(), 8, 4}), ErrorCode::invalid_argument, "K=16");
   EXPECT_NMKIT_ERROR(spmm(a, {b.data(), 16, 4}, {}, {d.data(), 8, 3}), ErrorCode::invalid_argument, "expected 8x4");
-  EXPECT_NMKIT_ERROR(spmm(a, {b.data(), 16, 4}, {}, {d.data(), 8, 4}, {1.0f, 1.0f, nullptr}), ErrorCode::invalid_argument,
-                     "beta != 0 needs C");
+  EXPECT_NMKIT_ERROR(spmm(a, {b.data(), 16, 4}, {}, {d.data(), 8, 4}, {1.0f, 1.0f, nullptr}),
+                     ErrorCode::invalid_argument, "beta != 0 needs C");
 }
 
 }  // namespace

@@ -38,8 +38,8 @@ TEST(TilePack, OrdersTilesByTileRow) {
   const PackedTiles p = pack_tiles(compress_tiles(w, 16, 16));
   EXPECT_EQ(p.row_ptr, (std::vector<int32_t>{0, 1, 3}));
   EXPECT_EQ(p.col_index, (std::vector<int32_t>{1, 0, 1}));
-  EXPECT_EQ(p.data[0 * 256 + 2 * 16 + 4], Half::from_float(2.0f).bits);   // tile (0, 1): element (2, 4)
-  EXPECT_EQ(p.data[1 * 256 + 4 * 16 + 3], Half::from_float(1.0f).bits);   // tile (1, 0): element (4, 3)
+  EXPECT_EQ(p.data[0 * 256 + 2 * 16 + 4], Half::from_float(2.0f).bits);  // tile (0, 1): element (2, 4)
+  EXPECT_EQ(p.data[1 * 256 + 4 * 16 + 3], Half::from_float(1.0f).bits);  // tile (1, 0): element (4, 3)
 }
 
 TEST(TilePack, LongestTileRowsFirst) {
@@ -103,8 +103,9 @@ std::vector<int32_t> random_row_ptr(std::mt19937& rng, int max_rows, int long_ro
   std::vector<int32_t> row_ptr{0};
   const int rows = 1 + static_cast<int>(rng() % static_cast<unsigned>(max_rows));
   for (int r = 0; r < rows; ++r)
-    row_ptr.push_back(row_ptr.back() + static_cast<int32_t>(rng() % 4 == 0 ? rng() % static_cast<unsigned>(long_rows)
-                                                                           : rng() % static_cast<unsigned>(short_rows)));
+    row_ptr.push_back(row_ptr.back() + static_cast<int32_t>(rng() % 4 == 0
+                                                                ? rng() % static_cast<unsigned>(long_rows)
+                                                                : rng() % static_cast<unsigned>(short_rows)));
   return row_ptr;
 }
 
@@ -126,7 +127,8 @@ struct RangeCost {
     for (int64_t x = n - 1; x >= 0; --x)
       for (int64_t e = x + 1; e <= n; ++e)
         if (allowed(x, e) && cost(x, e) <= bottleneck)
-          fewest[static_cast<std::size_t>(x)] = std::min(fewest[static_cast<std::size_t>(x)], fewest[static_cast<std::size_t>(e)] + 1);
+          fewest[static_cast<std::size_t>(x)] =
+              std::min(fewest[static_cast<std::size_t>(x)], fewest[static_cast<std::size_t>(e)] + 1);
     return fewest[0];
   }
 };
@@ -159,12 +161,15 @@ TEST(TilePack, WarpStreamScheduleHasTheLeastBottleneck) {
     int64_t bottleneck = 0;
     for (int64_t i = 0; i < s.ctas(); ++i) {
       ASSERT_GT(s.cta_begin[i + 1], s.cta_begin[i]) << "empty range, trial " << trial;
-      EXPECT_TRUE(model.allowed(s.cta_begin[i], s.cta_begin[i + 1])) << "a short range ending inside a row, trial " << trial;
+      EXPECT_TRUE(model.allowed(s.cta_begin[i], s.cta_begin[i + 1]))
+          << "a short range ending inside a row, trial " << trial;
       bottleneck = std::max(bottleneck, model.cost(s.cta_begin[i], s.cta_begin[i + 1]));
     }
-    const auto floor = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(chunks) / target * (1.0 + WarpStreamSchedule::kRowSlack)));
+    const auto floor = std::max<int64_t>(
+        1, static_cast<int64_t>(static_cast<double>(chunks) / target * (1.0 + WarpStreamSchedule::kRowSlack)));
     EXPECT_LE(model.fewest_ranges(bottleneck), max_ctas) << "trial " << trial;
-    if (bottleneck > floor) EXPECT_GT(model.fewest_ranges(bottleneck - 1), max_ctas) << "not the least, trial " << trial;
+    if (bottleneck > floor)
+      EXPECT_GT(model.fewest_ranges(bottleneck - 1), max_ctas) << "not the least, trial " << trial;
     const auto cta_of = [&](int64_t chunk) {
       return std::upper_bound(s.cta_begin.begin(), s.cta_begin.end(), chunk) - s.cta_begin.begin() - 1;
     };
@@ -229,8 +234,8 @@ TEST(TilePack, WarpStreamLeadsDescribeEachWarpsRange) {
     }
   }
   const std::vector<int32_t> row_ptr{0, 4};
-  EXPECT_NMKIT_ERROR(warp_stream_leads(warp_stream_schedule(row_ptr, 1, 1, 1), row_ptr, {1, 2, 3}, 1), ErrorCode::invalid_argument,
-                     "does not match");
+  EXPECT_NMKIT_ERROR(warp_stream_leads(warp_stream_schedule(row_ptr, 1, 1, 1), row_ptr, {1, 2, 3}, 1),
+                     ErrorCode::invalid_argument, "does not match");
 }
 
 PackedTiles packed_pattern(int64_t rows, int64_t cols, int tile_side, std::vector<int32_t> row_ptr,
@@ -254,7 +259,8 @@ TEST(TilePack, BlockScheduleMergesTheRowsOfEachBlock) {
   EXPECT_EQ(s.block, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(s.block_groups, (std::vector<int32_t>{0, 1, 2, 3}));  // group 3 = ceil(150 / 64): no rows
   EXPECT_EQ(s.step_ptr, (std::vector<int32_t>{0, 4, 5}));
-  const std::vector<TileStep> expected = {{0, {0, -1}, 1}, {1, {-1, 2}, 2}, {2, {1, 3}, 3}, {3, {-1, 4}, 2}, {1, {5, -1}, 1}};
+  const std::vector<TileStep> expected = {
+      {0, {0, -1}, 1}, {1, {-1, 2}, 2}, {2, {1, 3}, 3}, {3, {-1, 4}, 2}, {1, {5, -1}, 1}};
   EXPECT_EQ(s.steps, expected);
 }
 
@@ -309,7 +315,8 @@ TEST(TilePack, PairedTileRowsNeverTakeMoreStepsThanNeighbours) {
       for (int32_t r = 0; r < grid_rows; r += 2) neighbours += steps(r, r + 1 < grid_rows ? r + 1 : -1);
       EXPECT_LE(paired, neighbours) << "density " << density << ", " << grid_rows << " tile rows";
       int64_t longest_paired = 0, longest_neighbours = 0;  // and the longest block no longer
-      for (std::size_t i = 0; i < pairs.size(); i += 2) longest_paired = std::max<int64_t>(longest_paired, steps(pairs[i], pairs[i + 1]));
+      for (std::size_t i = 0; i < pairs.size(); i += 2)
+        longest_paired = std::max<int64_t>(longest_paired, steps(pairs[i], pairs[i + 1]));
       for (int32_t r = 0; r < grid_rows; r += 2)
         longest_neighbours = std::max<int64_t>(longest_neighbours, steps(r, r + 1 < grid_rows ? r + 1 : -1));
       EXPECT_LE(longest_paired, longest_neighbours) << "density " << density << ", " << grid_rows << " tile rows";
@@ -329,14 +336,16 @@ TEST(TilePack, BlockScheduleOfWholeTilesPutsLongestBlocksFirst) {
   EXPECT_EQ(s.steps, expected);
   EXPECT_FALSE(s.balanced());  // 2 steps against a mean of 1
   EXPECT_TRUE(tile_block_schedule(packed_pattern(256, 256, 128, {0, 2, 4}, {0, 1, 0, 1})).balanced());
-  EXPECT_NMKIT_ERROR(tile_block_schedule(packed_pattern(64, 64, 32, {0, 0, 0}, {})), ErrorCode::unsupported, "64 or 128");
+  EXPECT_NMKIT_ERROR(tile_block_schedule(packed_pattern(64, 64, 32, {0, 0, 0}, {})), ErrorCode::unsupported,
+                     "64 or 128");
 }
 
 TEST(TilePack, BlockScheduleCoversEveryTileOnce) {
   for (auto [tr, tc] : {std::pair{64, 64}, {64, 128}, {128, 64}, {128, 128}})
     for (double density : {0.05, 0.3, 1.0})
       for (auto [r, k] : {std::pair<int64_t, int64_t>{1, 1}, {200, 333}, {700, 1024}}) {
-        const PackedTiles p = pack_tiles(random_tiles(r, k, tr, tc, density, DType::f16, static_cast<uint32_t>(r + tr)));
+        const PackedTiles p =
+            pack_tiles(random_tiles(r, k, tr, tc, density, DType::f16, static_cast<uint32_t>(r + tr)));
         const TileBlockSchedule s = tile_block_schedule(p);
         const int rows_per_block = kTileBlockRows / tr;
         ASSERT_EQ(s.block.size(), static_cast<std::size_t>(ceil_div(p.grid_rows(), int64_t{rows_per_block})));
@@ -354,7 +363,8 @@ TEST(TilePack, BlockScheduleCoversEveryTileOnce) {
               const int32_t tile = step.tile[w];
               // The tile's row and column match: the half's 64-row group is the tile row (64-row tiles), or the
               // block is (128-row tiles).
-              const int64_t group = s.block_groups[2 * static_cast<std::size_t>(s.block[i]) + static_cast<std::size_t>(w)];
+              const int64_t group =
+                  s.block_groups[2 * static_cast<std::size_t>(s.block[i]) + static_cast<std::size_t>(w)];
               const int64_t row = rows_per_block == 2 ? group : s.block[i];
               if (rows_per_block == 1) EXPECT_EQ(group, 2 * row + w);
               ASSERT_GE(tile, p.row_ptr[static_cast<std::size_t>(row)]);
@@ -398,8 +408,10 @@ TEST(TilePack, SplitTileRowsHoldTheSameMatrix) {
           const int parts = tr / to;
           for (int64_t i = 0; i < split.grid_rows(); ++i) {
             const auto from = static_cast<std::size_t>(i / parts);
-            ASSERT_EQ(split.row_ptr[i + 1] - split.row_ptr[i], p.row_ptr[from + 1] - p.row_ptr[from]) << "split row " << i;
-            EXPECT_TRUE(std::equal(split.col_index.begin() + split.row_ptr[i], split.col_index.begin() + split.row_ptr[i + 1],
+            ASSERT_EQ(split.row_ptr[i + 1] - split.row_ptr[i], p.row_ptr[from + 1] - p.row_ptr[from])
+                << "split row " << i;
+            EXPECT_TRUE(std::equal(split.col_index.begin() + split.row_ptr[i],
+                                   split.col_index.begin() + split.row_ptr[i + 1],
                                    p.col_index.begin() + p.row_ptr[from]));
           }
           test::expect_same_matrix(decompress(unpack_tiles(split)), decompress(a));
@@ -416,8 +428,10 @@ TEST(TilePack, RejectsInconsistentEncodingsAndUnsupportedTiles) {
   TileMatrix bad_index = good;
   bad_index.indices[0] = 99;
   EXPECT_THROW(pack_tiles(bad_index), Error);
-  EXPECT_NMKIT_ERROR(pack_tiles(random_tiles(64, 64, 24, 16, 0.5, DType::f16, 4)), ErrorCode::unsupported, "16, 32, 64 or 128");
-  EXPECT_NMKIT_ERROR(pack_tiles(random_tiles(64, 64, 16, 16, 0.5, DType::f32, 5)), ErrorCode::unsupported, "f16 or bf16");
+  EXPECT_NMKIT_ERROR(pack_tiles(random_tiles(64, 64, 24, 16, 0.5, DType::f16, 4)), ErrorCode::unsupported,
+                     "16, 32, 64 or 128");
+  EXPECT_NMKIT_ERROR(pack_tiles(random_tiles(64, 64, 16, 16, 0.5, DType::f32, 5)), ErrorCode::unsupported,
+                     "f16 or bf16");
   PackedTiles p = pack_tiles(good);
   p.col_index[0] = static_cast<int32_t>(p.grid_cols());
   EXPECT_NMKIT_ERROR(check_packed_tiles(p), ErrorCode::invalid_argument, "out of range");

@@ -37,7 +37,8 @@ TEST(TileTimeline, SummaryOfHandBuiltRecords) {
   // must not be counted (its "epilogue" from step 127 would include the unrecorded steps).
   uint64_t* w = words.data() + T::kWords;
   w[T::kStartNs] = 51'000, w[T::kStart] = 5000, w[T::kEndNs] = 70'000;
-  for (int i = 0; i < T::kSteps; ++i) w[T::kPosted + i] = 5000 + 1000 + 100 * i, w[T::kArrived + i] = 5000 + 2000 + 100 * i;
+  for (int i = 0; i < T::kSteps; ++i)
+    w[T::kPosted + i] = 5000 + 1000 + 100 * i, w[T::kArrived + i] = 5000 + 2000 + 100 * i;
   w[T::kUnitDone + 0] = 5000 + 2000 + 100 * T::kSteps + 50'000;
 
   const TileTimelineSummary s = summarize_tile_timeline(words, kUsPerCycle);
@@ -45,15 +46,15 @@ TEST(TileTimeline, SummaryOfHandBuiltRecords) {
   EXPECT_EQ(s.units_counted, 2);  // CTA 0's two; CTA 1's unit left out
   EXPECT_NEAR(s.start_spread_us, 1.0, kClose);
   EXPECT_NEAR(s.units_per_cta, 1.5, kClose);
-  EXPECT_NEAR(s.steps_per_unit, 1.5, kClose);        // 2 and 1 data steps
-  EXPECT_NEAR(s.prologue_us, (2.0 + 1.0) / 2, kClose);  // first posts of CTA 0 and CTA 1
+  EXPECT_NEAR(s.steps_per_unit, 1.5, kClose);            // 2 and 1 data steps
+  EXPECT_NEAR(s.prologue_us, (2.0 + 1.0) / 2, kClose);   // first posts of CTA 0 and CTA 1
   EXPECT_NEAR(s.main_loop_us, (0.8 + 0.5) / 2, kClose);  // landed 4.0 -> 4.8, 8.0 -> 8.5
   EXPECT_NEAR(s.epilogue_us, (2.2 + 2.0) / 2, kClose);   // end-of-unit steps 4.8 and 8.5 -> done 7.0 and 10.5
   EXPECT_NEAR(s.math_drain_us, (0.2 + 0.2) / 2, kClose);
   EXPECT_NEAR(s.first_part_us, 0.6, kClose);
   EXPECT_NEAR(s.other_parts_us, (1.4 + 1.2) / 2, kClose);
-  EXPECT_NEAR(s.next_unit_wait_us, 1.0, kClose);     // unit 0 done 7.0 -> step 3 landed 8.0
-  EXPECT_NEAR(s.copy_issue_us, 0.1, kClose);         // CTA 0's three data steps
+  EXPECT_NEAR(s.next_unit_wait_us, 1.0, kClose);  // unit 0 done 7.0 -> step 3 landed 8.0
+  EXPECT_NEAR(s.copy_issue_us, 0.1, kClose);      // CTA 0's three data steps
   EXPECT_NEAR(s.post_gap_us, (0.4 + 0.4 + 0.5) / 3, kClose);
   // Step times: CTA 0 within its units (0.4, 0.4, 0.5), CTA 1's 127 steps 0.1 apart.
   EXPECT_NEAR(s.step_us, (0.4 + 0.4 + 0.5 + 127 * 0.1) / 130, kClose);

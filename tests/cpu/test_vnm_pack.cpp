@@ -80,8 +80,8 @@ TEST(VnmPack, FormsFollowMVAndTheLayoutOfB) {
   EXPECT_EQ(resolve_vnm_form(VnmForm::condensed, 128, 8, kCol), VnmForm::condensed);
   EXPECT_EQ(resolve_vnm_form(VnmForm::full_2_4, 128, 16, kRow), VnmForm::full_2_4);
   EXPECT_NMKIT_ERROR(resolve_vnm_form(VnmForm::full_2_4, 128, 10), ErrorCode::invalid_argument, "M % 4 == 0");
-  EXPECT_NMKIT_ERROR(pack_vnm(random_vnm(64, 40, 64, 2, 10, DType::f16, 2), VnmForm::full_2_4), ErrorCode::invalid_argument,
-                     "M=10");
+  EXPECT_NMKIT_ERROR(pack_vnm(random_vnm(64, 40, 64, 2, 10, DType::f16, 2), VnmForm::full_2_4),
+                     ErrorCode::invalid_argument, "M=10");
 }
 
 TEST(VnmPack, RejectsMalformedColumnLocAndUnsupportedV) {

@@ -15,13 +15,15 @@
 
 namespace nmkit::gpu {
 
-#define SKIP_WITHOUT_GPU()                                              \
-  do {                                                                  \
-    std::string why;                                                    \
+#define SKIP_WITHOUT_GPU()                                                \
+  do {                                                                    \
+    std::string why;                                                      \
     if (!cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
-inline void check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+inline void check(cudaError_t e, const char* what) {
+  ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
+}
 
 struct DeviceBytes {
   void* ptr = nullptr;
@@ -63,8 +65,8 @@ struct Problem {
 };
 
 inline std::string describe(const Problem& t) {
-  return std::to_string(t.r) + "x" + std::to_string(t.k) + "x" + std::to_string(t.c) + " " + dtype_name(t.dtype) + "->" +
-         dtype_name(t.out) + " B " + layout_name(t.b_layout) + " D " + layout_name(t.d_layout) + " alpha " +
+  return std::to_string(t.r) + "x" + std::to_string(t.k) + "x" + std::to_string(t.c) + " " + dtype_name(t.dtype) +
+         "->" + dtype_name(t.out) + " B " + layout_name(t.b_layout) + " D " + layout_name(t.d_layout) + " alpha " +
          std::to_string(t.alpha) + " beta " + std::to_string(t.beta) + (t.bias ? " bias" : "") + " act " +
          activation_name(t.act);
 }
@@ -104,7 +106,8 @@ double error_against_oracle(const SparseMatrix& a, const Problem& t, uint32_t se
   check(cudaMemcpy(dbias.ptr, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice), "copy bias");
   check(cudaMemset(dd.ptr, 0xff, d_bytes), "poison D");  // NaN in every dtype: an unwritten output fails
 
-  launch(static_cast<const void*>(db.ptr), static_cast<const void*>(dc.ptr), dd.ptr, static_cast<const float*>(dbias.ptr));
+  launch(static_cast<const void*>(db.ptr), static_cast<const void*>(dc.ptr), dd.ptr,
+         static_cast<const float*>(dbias.ptr));
   check(cudaDeviceSynchronize(), "kernel");
   std::vector<std::byte> d_host(d_bytes);
   check(cudaMemcpy(d_host.data(), dd.ptr, d_bytes, cudaMemcpyDeviceToHost), "copy D");
@@ -124,7 +127,8 @@ double error_against_oracle(const SparseMatrix& a, const Problem& t, uint32_t se
   if (test::worst_element_excess(got, want, 2.0 * out_eps, tolerance(t.dtype), &worst) > 1.0) {
     const bool col_major = t.d_layout == Layout::col_major;
     const auto row = col_major ? worst % t.r : worst / t.c, col = col_major ? worst / t.r : worst % t.c;
-    ADD_FAILURE() << describe(t) << ": D(" << row << ", " << col << ") is " << got[worst] << ", the oracle says " << want[worst];
+    ADD_FAILURE() << describe(t) << ": D(" << row << ", " << col << ") is " << got[worst] << ", the oracle says "
+                  << want[worst];
   }
   return test::relative_frobenius(got, want);
 }
@@ -141,8 +145,6 @@ struct ScopedEnv {
 // The sm90 kernel's schedules (NMKIT_SM90_SCHEDULE; KernelConfig::register_epilogue, persistent_ctas).
 inline constexpr const char* kSm90Schedules[] = {"staged", "registers", "persistent"};
 
-
-
 // Two layers z = W2 (W1 x), f16, B and D col-major (each output is the next layer's B), run on a non-blocking
 // stream as four launches: both layers on x0, then both again on x1 into the same intermediate y, so that the third
 // launch overwrites what the second reads. Eight rounds over poisoned y and z. Launched overlapping the kernel
@@ -155,13 +157,14 @@ void expect_chained_layers(const SparseMatrix& a1, const SparseMatrix& a2, int64
   constexpr DType kDtype = DType::f16;
   const auto oracle = [&](const SparseMatrix& a, const std::vector<float>& x, int64_t cols, int64_t rows) {
     std::vector<float> y(static_cast<std::size_t>(rows * n));
-    spmm(a, {x.data(), cols, n, Layout::col_major}, {nullptr, rows, n, Layout::col_major}, {y.data(), rows, n, Layout::col_major},
-         {1.0f, 0.0f, nullptr, Activation::none});
+    spmm(a, {x.data(), cols, n, Layout::col_major}, {nullptr, rows, n, Layout::col_major},
+         {y.data(), rows, n, Layout::col_major}, {1.0f, 0.0f, nullptr, Activation::none});
     for (float& v : y) v = round_to(kDtype, v);
     return y;
   };
   const std::vector<float> x[2] = {rounded_random(k * n, kDtype, 73), rounded_random(k * n, kDtype, 74)};
-  const std::vector<float> want[2] = {oracle(a2, oracle(a1, x[0], k, r1), r1, r2), oracle(a2, oracle(a1, x[1], k, r1), r1, r2)};
+  const std::vector<float> want[2] = {oracle(a2, oracle(a1, x[0], k, r1), r1, r2),
+                                      oracle(a2, oracle(a1, x[1], k, r1), r1, r2)};
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   DeviceBytes dx0(k * n * 2), dx1(k * n * 2), dy(r1 * n * 2), dz0(r2 * n * 2), dz1(r2 * n * 2);
@@ -181,9 +184,11 @@ void expect_chained_layers(const SparseMatrix& a1, const SparseMatrix& a2, int64
       check(cudaMemcpy(bytes.data(), pair == 0 ? dz0.ptr : dz1.ptr, bytes.size(), cudaMemcpyDeviceToHost), "copy z");
       const std::vector<float> got = decode(bytes, kDtype);
       for (std::size_t i = 0; i < got.size(); ++i)
-        ASSERT_TRUE(std::isfinite(got[i])) << what << " round " << round << " pair " << pair << ": element " << i << " not written";
+        ASSERT_TRUE(std::isfinite(got[i]))
+            << what << " round " << round << " pair " << pair << ": element " << i << " not written";
       // y is rounded where the device's and the oracle's sums differ in order: a step of f16 carried into z.
-      EXPECT_LE(test::relative_frobenius(got, want[pair]), 5 * tolerance(kDtype)) << what << " round " << round << " pair " << pair;
+      EXPECT_LE(test::relative_frobenius(got, want[pair]), 5 * tolerance(kDtype))
+          << what << " round " << round << " pair " << pair;
     }
   }
   check(cudaStreamDestroy(stream), "stream");

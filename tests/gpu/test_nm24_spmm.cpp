@@ -23,7 +23,9 @@ struct Case : Problem {
   int block_n = 0;  // 0: the heuristic's choice
 };
 
-std::string describe(const Case& t) { return describe(static_cast<const Problem&>(t)) + " kernel " + kernel_name(t.kernel); }
+std::string describe(const Case& t) {
+  return describe(static_cast<const Problem&>(t)) + " kernel " + kernel_name(t.kernel);
+}
 
 // Runs one case on the GPU and returns the relative Frobenius error against the CPU oracle.
 double run_case(const Case& t, uint32_t seed) {
@@ -53,16 +55,18 @@ bool sm90_here() {
 
 TEST(Nm24Gpu, ShapesWithTailsAgainstTheCpuOracle) {
   SKIP_WITHOUT_GPU();
-  const int64_t shapes[][3] = {{128, 64, 128}, {256, 256, 256}, {200, 136, 72}, {64, 40, 17},
-                               {333, 1000, 513}, {1, 8, 1},     {130, 520, 300}, {512, 2048, 1024},
-                               {768, 128, 4000}};  // the last one takes the 192-wide n-tile on an H200
+  const int64_t shapes[][3] = {
+      {128, 64, 128}, {256, 256, 256}, {200, 136, 72},    {64, 40, 17},    {333, 1000, 513},
+      {1, 8, 1},      {130, 520, 300}, {512, 2048, 1024}, {768, 128, 4000}};  // the last one takes the 192-wide n-tile
+                                                                              // on an H200
   uint32_t seed = 1;
   for (Nm24Kernel kernel : kernels_here())
     for (DType dtype : {DType::f16, DType::bf16})
       for (const auto& s : shapes) {
         const Layout b_layout = Layout::col_major;
         if (kernel == Nm24Kernel::sm90_wgmma_sp && s[1] % 8 != 0) continue;  // the plan refuses; tested below
-        const Case t{{s[0], s[1], s[2], dtype, dtype, b_layout, Layout::col_major, 1.0f, 0.0f, false, Activation::none}, kernel};
+        const Case t{{s[0], s[1], s[2], dtype, dtype, b_layout, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
+                     kernel};
         EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t);
       }
 }
@@ -73,8 +77,9 @@ TEST(Nm24Gpu, EveryHopperTileWidth) {
   uint32_t seed = 500;
   for (int block_n : {256, 192, 128, 64, 32, 16})
     for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{300, 256, 1}, {256, 512, 37}, {129, 192, 300}}) {
-      Case t{{r, k, c, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
-             Nm24Kernel::sm90_wgmma_sp};
+      Case t{
+          {r, k, c, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
+          Nm24Kernel::sm90_wgmma_sp};
       t.block_n = block_n;
       EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << block_n;
     }
@@ -86,7 +91,8 @@ TEST(Nm24Gpu, HopperKernelTakesRowMajorB) {
   // B K x C row-major, staged by TMA in 64-column MN-major boxes: tails in R, K and C (C % 8 == 0), every width.
   uint32_t seed = 700;
   for (int block_n : {256, 192, 128, 64})
-    for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{300, 256, 72}, {256, 520, 200}, {129, 192, 264}, {64, 40, 8}}) {
+    for (auto [r, k, c] :
+         {std::tuple<int64_t, int64_t, int64_t>{300, 256, 72}, {256, 520, 200}, {129, 192, 264}, {64, 40, 8}}) {
       const DType dtype = block_n % 128 ? DType::bf16 : DType::f16;
       Case t{{r, k, c, dtype, dtype, Layout::row_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
              Nm24Kernel::sm90_wgmma_sp};
@@ -129,7 +135,8 @@ TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
                  Nm24Kernel::sm90_wgmma_sp};
           t.block_n = block_n;
           EXPECT_EQ(Nm24SpmmPlan::create(t.desc(), t.kernel, block_n).config().cluster, 2);
-          EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " block_n " << block_n << " schedule " << schedule;
+          EXPECT_LE(run_case(t, seed += 10), tolerance(dtype))
+              << describe(t) << " block_n " << block_n << " schedule " << schedule;
         }
   }
 }
@@ -170,7 +177,8 @@ TEST(Nm24Gpu, AutotunedPlansAreCorrectAndRepeatable) {
   const Nm24SpmmPlan first = Nm24SpmmPlan::autotune(desc);
   const Nm24SpmmPlan again = Nm24SpmmPlan::autotune(desc);  // the same description gives the same tile
   EXPECT_EQ(first.config().block_n, again.config().block_n);
-  Case t{{640, 512, 300, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
+  Case t{{640, 512, 300, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false,
+          Activation::none},
          first.config().kernel};
   if (first.config().kernel == Nm24Kernel::sm90_wgmma_sp) t.block_n = first.config().block_n;
   EXPECT_LE(run_case(t, 4242), tolerance(DType::f16)) << describe(t);
@@ -209,7 +217,8 @@ TEST(Nm24Gpu, EverySm90ScheduleAgreesWithTheOracle) {
             Case t{{s.r, s.k, s.c, dtype, dtype, b_layout, d_layout, 0.75f, 0.0f, act != Activation::none, act},
                    Nm24Kernel::sm90_wgmma_sp};
             t.block_n = s.block_n;
-            const bool applies = (d_layout == Layout::col_major ? s.r : s.c) % 8 == 0 && act != Activation::gelu && s.block_n % 64 == 0;
+            const bool applies =
+                (d_layout == Layout::col_major ? s.r : s.c) % 8 == 0 && act != Activation::gelu && s.block_n % 64 == 0;
             const KernelConfig config = Nm24SpmmPlan::create(t.desc(), t.kernel, t.block_n).config();
             EXPECT_EQ(config.register_epilogue, applies && std::string(schedule) != "staged") << schedule;
             EXPECT_EQ(config.persistent_ctas > 0, applies && std::string(schedule) == "persistent") << schedule;
@@ -221,8 +230,8 @@ TEST(Nm24Gpu, EverySm90ScheduleAgreesWithTheOracle) {
 TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  // By default: 16-bit D that is final in registers (beta == 0, no GELU) with lines of a multiple of 8 elements; persistent
-  // CTAs where there are more tiles than SMs, whatever K.
+  // By default: 16-bit D that is final in registers (beta == 0, no GELU) with lines of a multiple of 8 elements;
+  // persistent CTAs where there are more tiles than SMs, whatever K.
   SpmmDesc desc{4096, 512, 4096};
   for (const SpmmDesc& many_tiles : {desc, SpmmDesc{4096, 8192, 4096}}) {
     const KernelConfig config = Nm24SpmmPlan::create(many_tiles, Nm24Kernel::sm90_wgmma_sp, 256).config();
@@ -230,10 +239,12 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
     EXPECT_GT(config.persistent_ctas, 0) << many_tiles.cols;
   }
   // Fewer tiles than SMs: one CTA per tile. n-tiles of 16 and 32 (small C) keep the staged epilogue.
-  const KernelConfig one_per_tile = Nm24SpmmPlan::create(SpmmDesc{256, 512, 512}, Nm24Kernel::sm90_wgmma_sp, 256).config();
+  const KernelConfig one_per_tile =
+      Nm24SpmmPlan::create(SpmmDesc{256, 512, 512}, Nm24Kernel::sm90_wgmma_sp, 256).config();
   EXPECT_TRUE(one_per_tile.register_epilogue);
   EXPECT_EQ(one_per_tile.persistent_ctas, 0);
-  for (int narrow : {16, 32}) EXPECT_FALSE(Nm24SpmmPlan::create(desc, Nm24Kernel::sm90_wgmma_sp, narrow).config().register_epilogue);
+  for (int narrow : {16, 32})
+    EXPECT_FALSE(Nm24SpmmPlan::create(desc, Nm24Kernel::sm90_wgmma_sp, narrow).config().register_epilogue);
   {
     const ScopedEnv env("NMKIT_SM90_SCHEDULE", "fastest");  // not a schedule: the plan says so
     EXPECT_THROW(Nm24SpmmPlan::create(desc), Error);
@@ -247,11 +258,13 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
   SpmmDesc gelu = desc;
   gelu.activation = Activation::gelu;
   for (const SpmmDesc& d : {with_c, f32, odd_lines, gelu}) {
-    EXPECT_FALSE(Nm24SpmmPlan::create(d).config().register_epilogue) << d.rows << " " << d.beta << " " << dtype_name(d.out_dtype);
+    EXPECT_FALSE(Nm24SpmmPlan::create(d).config().register_epilogue)
+        << d.rows << " " << d.beta << " " << dtype_name(d.out_dtype);
     EXPECT_EQ(Nm24SpmmPlan::create(d).config().persistent_ctas, 0);
   }
   // A D that is not 16-byte aligned takes the staged epilogue at run time, and is still right.
-  const Case t{{640, 256, 400, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
+  const Case t{{640, 256, 400, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false,
+                Activation::none},
                Nm24Kernel::sm90_wgmma_sp};
   const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, 31), t.dtype);
   const NmMatrix a = compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4);
@@ -260,12 +273,14 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
   ASSERT_TRUE(plan.config().register_epilogue);
   const std::size_t d_bytes = t.r * t.c * 2;
   DeviceBytes scratch(d_bytes + 16);
-  const double err = error_against_oracle(SparseMatrix{a}, t, 32, [&](const void* b, const void* c, void* d, const float* bias) {
-    void* shifted = static_cast<char*>(scratch.ptr) + 2;  // D one element past an allocation's start: 2-byte aligned
-    check(cudaMemset(shifted, 0xff, d_bytes), "poison the shifted D");
-    plan.run(nullptr, da, b, c, shifted, bias);
-    check(cudaMemcpy(d, shifted, d_bytes, cudaMemcpyDeviceToDevice), "copy the shifted D");
-  });
+  const double err =
+      error_against_oracle(SparseMatrix{a}, t, 32, [&](const void* b, const void* c, void* d, const float* bias) {
+        void* shifted =
+            static_cast<char*>(scratch.ptr) + 2;  // D one element past an allocation's start: 2-byte aligned
+        check(cudaMemset(shifted, 0xff, d_bytes), "poison the shifted D");
+        plan.run(nullptr, da, b, c, shifted, bias);
+        check(cudaMemcpy(d, shifted, d_bytes, cudaMemcpyDeviceToDevice), "copy the shifted D");
+      });
   EXPECT_LE(err, tolerance(t.dtype));
 }
 
@@ -286,8 +301,10 @@ TEST(Nm24Gpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   // epilogue; 1000 / 700 rows make 8 / 6 tiles), launched overlapping the kernel before them on an sm_90 device
   // (KernelConfig::overlap_launch), and with the environment's override off.
   constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700;
-  const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 81), w2 = test::random_matrix(kR2, kR1, DType::f16, 82);
-  const NmMatrix a1 = compress_nm(w1, prune_nm_magnitude(w1, 2, 4), 2, 4), a2 = compress_nm(w2, prune_nm_magnitude(w2, 2, 4), 2, 4);
+  const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 81),
+                    w2 = test::random_matrix(kR2, kR1, DType::f16, 82);
+  const NmMatrix a1 = compress_nm(w1, prune_nm_magnitude(w1, 2, 4), 2, 4),
+                 a2 = compress_nm(w2, prune_nm_magnitude(w2, 2, 4), 2, 4);
   const DeviceNm24 d1 = DeviceNm24::upload(pack_nm24(a1)), d2 = DeviceNm24::upload(pack_nm24(a2));
   EXPECT_EQ(Nm24SpmmPlan::create({kR1, kK, 16}).config().overlap_launch, sm90_here()) << "on by default on sm_90";
   for (int64_t n : {16, 200})
@@ -307,14 +324,17 @@ TEST(Nm24Gpu, BadInputsAreRejected) {
   SKIP_WITHOUT_GPU();
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({0, 64, 64}), ErrorCode::invalid_argument, "R >= 1");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f32}), ErrorCode::unsupported, "f16 or bf16");
-  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f16, DType::bf16}), ErrorCode::unsupported, "output dtype");
-  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64}, Nm24Kernel::sm80_mma_sp, 128), ErrorCode::unsupported, "block_n");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f16, DType::bf16}), ErrorCode::unsupported,
+                     "output dtype");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64}, Nm24Kernel::sm80_mma_sp, 128), ErrorCode::unsupported,
+                     "block_n");
   SpmmDesc row_major_b{64, 64, 64};
   row_major_b.b_layout = Layout::row_major;
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, Nm24Kernel::sm90_wgmma_sp, 32), ErrorCode::unsupported,
                      "64, 128, 192 or 256");
   row_major_b.n = 60;  // TMA needs 16-byte row strides: C % 8 == 0
-  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported, "C % 8 == 0");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported,
+                     "C % 8 == 0");
   EXPECT_EQ(Nm24SpmmPlan::create(row_major_b).config().kernel, Nm24Kernel::sm80_mma_sp);
 
   const DenseMatrix w = test::random_matrix(64, 64, DType::f16, 5);
@@ -326,8 +346,8 @@ TEST(Nm24Gpu, BadInputsAreRejected) {
   EXPECT_NMKIT_ERROR(plan.run(nullptr, a, nullptr, nullptr, d.ptr), ErrorCode::invalid_argument, "must not be null");
   SpmmDesc with_beta{64, 64, 64};
   with_beta.beta = 1.0f;
-  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(with_beta).run(nullptr, a, b.ptr, nullptr, d.ptr), ErrorCode::invalid_argument,
-                     "needs C");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(with_beta).run(nullptr, a, b.ptr, nullptr, d.ptr),
+                     ErrorCode::invalid_argument, "needs C");
   EXPECT_NMKIT_ERROR(plan.run(nullptr, a, b.ptr, nullptr, static_cast<char*>(d.ptr) + 1), ErrorCode::invalid_argument,
                      "aligned");
 }

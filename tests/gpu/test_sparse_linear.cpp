@@ -22,8 +22,11 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
   };
   // Tails in R and K; V:N:M in both forms (M % 4 == 0 runs the 2:4 kernel over K, M = 10 gathers); tiles of both
   // kernel families (few tokens: warp-stream; many: Hopper).
-  const Case cases[] = {{"2:4", 1000, 520}, {"vnm:128:2:8", 384, 1024}, {"vnm:64:2:10", 300, 520},
-                        {"tile:64x64:0.25", 512, 1024}, {"tile:32x32:0.5", 200, 96}};
+  const Case cases[] = {{"2:4", 1000, 520},
+                        {"vnm:128:2:8", 384, 1024},
+                        {"vnm:64:2:10", 300, 520},
+                        {"tile:64x64:0.25", 512, 1024},
+                        {"tile:32x32:0.5", 200, 96}};
   for (DType dtype : {DType::f16, DType::bf16})
     for (const Case& c : cases)
       for (Activation act : {Activation::none, Activation::gelu}) {
@@ -36,7 +39,8 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
         for (int64_t tokens : {1, 33, 300, 33}) {  // 33 twice: the cached plan
           EXPECT_FALSE(layer.kernel(tokens).empty());
           // y[T, R] = x[T, K] W^T: the oracle's B is x as a col-major K x T matrix, D y as a col-major R x T one.
-          const Problem t{c.rows, c.cols, tokens, dtype, dtype, Layout::col_major, Layout::col_major, 1.0f, 0.0f, bias, act};
+          const Problem t{c.rows, c.cols, tokens, dtype, dtype, Layout::col_major, Layout::col_major,
+                          1.0f,   0.0f,   bias,   act};
           const double err = error_against_oracle(w, t, 5, [&](const void* x, const void*, void* y, const float* b) {
             layer.run(nullptr, x, y, tokens, bias ? b : nullptr);
           });

@@ -44,8 +44,9 @@ double run_with(const TileMatrix& a, const Problem& t, uint32_t seed, TileKernel
 
 double run_case(const Case& t, uint32_t seed) {
   const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
-  return run_with(compress_tiles(w, prune_tiles_by_norm(w, t.tile_rows, t.tile_cols, t.density), t.tile_rows, t.tile_cols),
-                  t, seed, t.kernel, t.launch);
+  return run_with(
+      compress_tiles(w, prune_tiles_by_norm(w, t.tile_rows, t.tile_cols, t.density), t.tile_rows, t.tile_cols), t, seed,
+      t.kernel, t.launch);
 }
 
 Problem plain(int64_t r, int64_t k, int64_t c, DType dtype, Layout b_layout) {
@@ -54,7 +55,8 @@ Problem plain(int64_t r, int64_t k, int64_t c, DType dtype, Layout b_layout) {
 
 TEST(TileGpu, TileShapesDensitiesAndTails) {
   SKIP_WITHOUT_GPU();
-  const int64_t shapes[][3] = {{256, 256, 128}, {200, 333, 77}, {64, 40, 17}, {1, 16, 1}, {520, 1000, 300}, {200, 344, 136}};
+  const int64_t shapes[][3] = {{256, 256, 128}, {200, 333, 77},   {64, 40, 17},
+                               {1, 16, 1},      {520, 1000, 300}, {200, 344, 136}};
   const std::pair<int, int> tiles[] = {{16, 16}, {32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}, {16, 128}};
   uint32_t seed = 1;
   for (Layout b_layout : {Layout::col_major, Layout::row_major})
@@ -89,7 +91,8 @@ void expect_skewed_and_empty(TileKernel kernel, int side, std::initializer_list<
   const TileMatrix a = skewed_tiles(side), empty = skewed_tiles(side, false);
   for (Layout d_layout : {Layout::col_major, Layout::row_major})
     for (int grid : ctas) {
-      const Problem t{a.rows, a.cols, 20, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
+      const Problem t{a.rows,   a.cols, 20,   DType::f16, DType::f16,      Layout::col_major,
+                      d_layout, 1.5f,   0.5f, true,       Activation::none};
       EXPECT_LE(run_with(a, t, seed, kernel, {.stream_ctas = grid}), tolerance(DType::f16))
           << describe(t) << " side " << side << " stream_ctas " << grid;
       EXPECT_LE(run_with(empty, t, seed + 1, kernel, {.stream_ctas = grid}), tolerance(DType::f16))
@@ -106,7 +109,8 @@ TEST(TileGpu, SkewedRowsAndEmptyTileRows) {
     const int64_t r = a.rows, k = a.cols;
     for (Layout d_layout : {Layout::col_major, Layout::row_major})
       for (int64_t n : {70, 300}) {
-        const Problem t{r, k, n, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
+        const Problem t{r,        k,    n,    DType::f16, DType::f16,      Layout::col_major,
+                        d_layout, 1.5f, 0.5f, true,       Activation::none};
         EXPECT_LE(run_with(a, t, 21), tolerance(DType::f16)) << describe(t) << " side " << side;
       }
   }
@@ -135,7 +139,8 @@ TEST(TileGpu, HopperKernelAgainstTheOracle) {
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
   // Token blocks of 64/128/256 (C = 1..300), R tails that leave a 128-row block half empty, K tails inside the
   // last tile column, and small grids that split K across clusters of 2..8 CTAs.
-  const int64_t shapes[][3] = {{256, 256, 128}, {200, 320, 77}, {520, 1000, 300}, {64, 64, 1}, {300, 2048, 40}, {72, 4000, 130}};
+  const int64_t shapes[][3] = {{256, 256, 128}, {200, 320, 77},  {520, 1000, 300},
+                               {64, 64, 1},     {300, 2048, 40}, {72, 4000, 130}};
   uint32_t seed = 7000;
   for (std::size_t i = 0; i < std::size(shapes); ++i)
     for (int tile_rows : {64, 128})
@@ -148,7 +153,7 @@ TEST(TileGpu, HopperKernelAgainstTheOracle) {
           EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t);
         }
   for (const Problem& problem : layout_and_epilogue_problems(136, 1024, 40)) {  // split K, every epilogue
-    if (problem.b_layout == Layout::row_major) continue;  // the plan refuses; tested below
+    if (problem.b_layout == Layout::row_major) continue;                        // the plan refuses; tested below
     const Case t{problem, 64, 64, 0.5, TileKernel::sm90_wgmma};
     EXPECT_GT(TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma).split(), 1) << describe(t);
     EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
@@ -176,7 +181,8 @@ TEST(TileGpu, HopperKernelRunsSmallTilesWidened) {
         Case t{plain(s[0], s[1], s[2], dtype, Layout::col_major), tile_rows, tile_cols, density};
         t.d_layout = s[2] == 300 ? Layout::row_major : Layout::col_major;
         const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, dtype, seed), dtype);
-        const TileMatrix a = compress_tiles(w, prune_tiles_by_norm(w, tile_rows, tile_cols, density), tile_rows, tile_cols);
+        const TileMatrix a =
+            compress_tiles(w, prune_tiles_by_norm(w, tile_rows, tile_cols, density), tile_rows, tile_cols);
         ASSERT_NE(DeviceTiles::upload(pack_tiles(a)).widened(), nullptr) << describe(t);
         EXPECT_LE(run_with(a, t, seed += 10, TileKernel::sm90_wgmma), tolerance(dtype)) << describe(t);
       }
@@ -192,8 +198,12 @@ TEST(TileGpu, HopperPersistentCtasTakeSeveralUnits) {
   for (bool persistent : {true, false})
     for (Layout d_layout : {Layout::col_major, Layout::row_major})
       for (int side : {64, 128}) {
-        Case t{{1100, 192, 4000, DType::f16, DType::f16, Layout::col_major, d_layout, 1.25f, 0.5f, true, Activation::relu},
-               side, side, 0.5, TileKernel::sm90_wgmma};
+        Case t{
+            {1100, 192, 4000, DType::f16, DType::f16, Layout::col_major, d_layout, 1.25f, 0.5f, true, Activation::relu},
+            side,
+            side,
+            0.5,
+            TileKernel::sm90_wgmma};
         t.launch.persistent = persistent;
         const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma, t.launch);
         EXPECT_EQ(plan.split(), 1);
@@ -216,7 +226,10 @@ TEST(TileGpu, HopperEpilogueTailsAndLayouts) {
         const DType dtype = block_n == 128 || block_n == 32 ? DType::bf16 : DType::f16;
         Case t{{s[0], s[1], s[2], dtype, dtype, Layout::col_major, d_layout, 0.75f, 0.0f, block_n != 64,
                 block_n == 256 ? Activation::gelu : Activation::relu},
-               64, 64, 0.4, TileKernel::sm90_wgmma};
+               64,
+               64,
+               0.4,
+               TileKernel::sm90_wgmma};
         t.launch = {block_n, 1, block_n != 128};
         EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " block_n " << block_n;
       }
@@ -237,7 +250,10 @@ TEST(TileGpu, HopperDeferredStoreOverManyUnitsPerCta) {
         const DType dtype = d_layout == Layout::row_major ? DType::bf16 : DType::f16;
         Case t{{s[0], s[1], s[2], dtype, dtype, Layout::col_major, d_layout, 0.5f, 0.0f, true,
                 deferred ? Activation::relu : Activation::none},
-               64, 64, 0.5, TileKernel::sm90_wgmma};
+               64,
+               64,
+               0.5,
+               TileKernel::sm90_wgmma};
         t.launch.deferred_store = deferred;
         const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma, t.launch);
         const int64_t d_stride = d_layout == Layout::col_major ? s[0] : s[2];
@@ -247,7 +263,8 @@ TEST(TileGpu, HopperDeferredStoreOverManyUnitsPerCta) {
       }
   // Where the staged value would not be D's final value the plan keeps the chunked epilogue.
   const auto deferred_for = [](float beta, Activation activation, DType out) {
-    const SpmmDesc desc{4096, 256, 4096, DType::f16, out, Layout::col_major, Layout::col_major, 1.0f, beta, false, activation};
+    const SpmmDesc desc{4096, 256,  4096,  DType::f16, out, Layout::col_major, Layout::col_major,
+                        1.0f, beta, false, activation};
     return TileSpmmPlan::create(desc, 64, 64, TileKernel::sm90_wgmma).deferred_store();
   };
   EXPECT_TRUE(deferred_for(0.0f, Activation::relu, DType::f16));
@@ -275,8 +292,8 @@ TEST(TileGpu, HopperUnitOrdersOverManyUnitsPerCta) {
       const PackedTiles packed = pack_tiles(compress_tiles(w, mask, side, side));
       ASSERT_EQ(DeviceTiles::upload(packed).schedule_balanced(), !skewed) << "side " << side;
       for (bool deferred : {true, false}) {
-        const Problem t{r, k, n, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 0.5f, 0.0f, true,
-                        Activation::relu};
+        const Problem t{r,    k,    n,    DType::f16,      DType::f16, Layout::col_major, Layout::col_major,
+                        0.5f, 0.0f, true, Activation::relu};
         TileLaunch launch;
         launch.deferred_store = deferred;
         EXPECT_LE(run_with(unpack_tiles(packed), t, seed, TileKernel::sm90_wgmma, launch), tolerance(DType::f16))
@@ -304,8 +321,8 @@ TEST(TileGpu, HopperClaimedUnitsAcrossLaunchesAndStreams) {
           mask.keep[static_cast<std::size_t>(i * mask.grid_cols + j)] = (skewed && i == 3) || (i + 2 * j) % 5 == 0;
       const TileMatrix a = compress_tiles(w, mask, 64, 64);
       const DeviceTiles da = DeviceTiles::upload(pack_tiles(a));
-      const Problem t{r, k, n, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false,
-                      Activation::none};
+      const Problem t{r,    k,    n,     DType::f16,      DType::f16, Layout::col_major, Layout::col_major,
+                      1.0f, 0.0f, false, Activation::none};
       TileLaunch launch;
       launch.deferred_store = deferred;
       const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma, launch);
@@ -314,18 +331,19 @@ TEST(TileGpu, HopperClaimedUnitsAcrossLaunchesAndStreams) {
       DeviceBuffer other(d_bytes);
       cudaStream_t streams[2];
       for (cudaStream_t& s : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-      const double error = error_against_oracle(SparseMatrix{a}, t, seed, [&](const void* b, const void* c, void* d, const float* bias) {
-        for (int i = 0; i < 4; ++i) {  // one stream: each launch must find the counters zero
-          ASSERT_EQ(cudaMemsetAsync(d, 0xff, d_bytes, streams[0]), cudaSuccess);
-          plan.run(streams[0], da, b, c, d, bias);
-        }
-        for (int i = 0; i < 3; ++i) {  // two streams at once
-          ASSERT_EQ(cudaMemsetAsync(d, 0xff, d_bytes, streams[0]), cudaSuccess);
-          plan.run(streams[1], da, b, c, other.data(), bias);
-          plan.run(streams[0], da, b, c, d, bias);
-        }
-        for (cudaStream_t& s : streams) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-      });
+      const double error =
+          error_against_oracle(SparseMatrix{a}, t, seed, [&](const void* b, const void* c, void* d, const float* bias) {
+            for (int i = 0; i < 4; ++i) {  // one stream: each launch must find the counters zero
+              ASSERT_EQ(cudaMemsetAsync(d, 0xff, d_bytes, streams[0]), cudaSuccess);
+              plan.run(streams[0], da, b, c, d, bias);
+            }
+            for (int i = 0; i < 3; ++i) {  // two streams at once
+              ASSERT_EQ(cudaMemsetAsync(d, 0xff, d_bytes, streams[0]), cudaSuccess);
+              plan.run(streams[1], da, b, c, other.data(), bias);
+              plan.run(streams[0], da, b, c, d, bias);
+            }
+            for (cudaStream_t& s : streams) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+          });
       EXPECT_LE(error, tolerance(DType::f16)) << (skewed ? "skewed" : "balanced") << (deferred ? " deferred" : "");
       for (cudaStream_t& s : streams) cudaStreamDestroy(s);
     }
@@ -344,11 +362,15 @@ TEST(TileGpu, HopperSmallTokenBlocksAcrossUnitsAndSplits) {
         const int64_t c = block_n == 32 ? 29 : 61;
         Case t{{128 * 3 * 132 - 40, 448, c, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f,
                 mode == 1, Activation::none},
-               side, side, mode == 0 ? 0.3 : 0.6, TileKernel::sm90_wgmma};
+               side,
+               side,
+               mode == 0 ? 0.3 : 0.6,
+               TileKernel::sm90_wgmma};
         t.launch = {block_n, mode == 2 ? 2 : 1, mode == 0, mode == 0};  // the deferred store where it applies
         const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma, t.launch);
         ASSERT_EQ(plan.block_n(), block_n);
-        EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " block_n " << block_n << " mode " << mode;
+        EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype))
+            << describe(t) << " block_n " << block_n << " mode " << mode;
       }
 }
 
@@ -360,12 +382,17 @@ TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
   // clock between them).
   using T = TileTimeline;
   for (bool persistent : {true, false}) {
-    Case t{{700, 256, 600, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
-           64, 64, 0.5, TileKernel::sm90_wgmma};
+    Case t{{700, 256, 600, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false,
+            Activation::none},
+           64,
+           64,
+           0.5,
+           TileKernel::sm90_wgmma};
     t.launch.persistent = persistent;
     const TileSpmmPlan probe = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma, t.launch);
     const int64_t units = ceil_div(t.r, int64_t{kTileBlockRows}) * ceil_div(t.c, int64_t{probe.block_n()});
-    const int64_t grid = persistent ? std::min<int64_t>(units, query_cuda_devices().devices.at(0).sm_count) : units * probe.split();
+    const int64_t grid =
+        persistent ? std::min<int64_t>(units, query_cuda_devices().devices.at(0).sm_count) : units * probe.split();
     std::vector<uint64_t> words(grid * T::kWords, 0);
     DeviceBuffer timeline(words.size() * sizeof(uint64_t));
     timeline.copy_from_host(words.data(), timeline.size());
@@ -398,7 +425,8 @@ void expect_stream_kernel_sweep(TileKernel kernel, std::span<const std::array<in
         for (int ctas : {0, 1, 3, 7, 50}) {
           const auto& s = shapes[i];
           const DType dtype = (i + j + ctas) % 2 ? DType::bf16 : DType::f16;
-          Case t{plain(s[0], s[1], s[2], dtype, b_layout), tiles[j].first, tiles[j].second, ctas == 7 ? 1.0 : 0.3, kernel};
+          Case t{plain(s[0], s[1], s[2], dtype, b_layout), tiles[j].first, tiles[j].second, ctas == 7 ? 1.0 : 0.3,
+                 kernel};
           t.launch.stream_ctas = ctas;
           EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " stream_ctas " << ctas;
         }
@@ -430,7 +458,8 @@ TEST(TileGpu, StreamKernelAgainstTheOracle) {
   // the stored tiles at odd places (1, 3, 7, 50 CTAs, and the device's own count): rows whole in one range, shared
   // by two or many, and ranges that span several rows. 300 x 344 x 40 copies B by 16 bytes in both layouts (K and
   // C multiples of 8) with a K tail inside the last tile column.
-  const std::array<int64_t, 3> shapes[] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}, {300, 344, 40}};
+  const std::array<int64_t, 3> shapes[] = {
+      {200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}, {300, 344, 40}};
   const std::pair<int, int> tiles[] = {{16, 16}, {32, 32}, {64, 64}, {128, 128}, {64, 128}, {128, 64}, {16, 128}};
   expect_stream_kernel_sweep(TileKernel::stream_mma, shapes, tiles, 20000);
 }
@@ -462,8 +491,8 @@ TEST(TileGpu, WarpStreamKernelAgainstTheOracle) {
   // 7, 50 CTAs of 8 warps, and the device's own count): rows whole in one warp's range, shared by two or many
   // warps, ranges that span several rows, empty ranges. Tiles 64 and 128 rows high run through the weight's split
   // copy in tiles 32 rows high.
-  const std::array<int64_t, 3> shapes[] = {{200, 333, 17}, {520, 1000, 33}, {64, 40, 1}, {1000, 2048, 70}, {300, 344, 40},
-                                           {96, 96, 32}};
+  const std::array<int64_t, 3> shapes[] = {{200, 333, 17},   {520, 1000, 33}, {64, 40, 1},
+                                           {1000, 2048, 70}, {300, 344, 40},  {96, 96, 32}};
   const std::pair<int, int> tiles[] = {{32, 32}, {32, 64}, {32, 128}, {64, 64}, {128, 64}};
   expect_stream_kernel_sweep(TileKernel::warp_stream_mma, shapes, tiles, 23000);
 }
@@ -503,7 +532,8 @@ TileMatrix one_long_row(int tile_cols) {
   TileMask mask{grid_rows, grid_cols, std::vector<uint8_t>(static_cast<std::size_t>(grid_rows * grid_cols), 0)};
   for (int64_t j = 0; j < grid_cols; ++j) mask.keep[static_cast<std::size_t>(j)] = 1;
   for (int64_t i = 2; i < grid_rows; ++i)
-    for (int64_t j = 0; j < i % 5; ++j) mask.keep[static_cast<std::size_t>(i * grid_cols + (7 * i + 13 * j) % grid_cols)] = 1;
+    for (int64_t j = 0; j < i % 5; ++j)
+      mask.keep[static_cast<std::size_t>(i * grid_cols + (7 * i + 13 * j) % grid_cols)] = 1;
   return compress_tiles(w, mask, 32, tile_cols);
 }
 
@@ -519,17 +549,21 @@ TEST(TileGpu, WarpStreamScheduleCutsALongRowOverCtas) {
     ASSERT_GT(da.warp_stream_ctas(), 1) << "tiles 32x" << tile_cols;
     const int chunks_per_tile = tile_cols / 32;
     const int64_t chunks = packed.nnz_tiles() * chunks_per_tile;
-    // The schedule the default grid targets: two chunks per warp, eight warps per CTA (far fewer than the device holds).
-    const WarpStreamSchedule schedule = warp_stream_schedule(packed.row_ptr, chunks_per_tile, (chunks + 15) / 16, 1 << 20);
+    // The schedule the default grid targets: two chunks per warp, eight warps per CTA (far fewer than the device
+    // holds).
+    const WarpStreamSchedule schedule =
+        warp_stream_schedule(packed.row_ptr, chunks_per_tile, (chunks + 15) / 16, 1 << 20);
     ASSERT_GE(schedule.row_ctas[1], 1) << "row 0 is not cut, tiles 32x" << tile_cols;
     for (Layout d_layout : {Layout::col_major, Layout::row_major})
       for (int64_t n : {20, 45})
         for (int ctas : {0, 9}) {
-          const Problem t{a.rows, a.cols, n, DType::f16, DType::f16, Layout::col_major, d_layout, 1.5f, 0.5f, true, Activation::none};
+          const Problem t{a.rows,   a.cols, n,    DType::f16, DType::f16,      Layout::col_major,
+                          d_layout, 1.5f,   0.5f, true,       Activation::none};
           EXPECT_LE(run_with(a, t, 41, TileKernel::warp_stream_mma, {.stream_ctas = ctas}), tolerance(DType::f16))
               << describe(t) << " tiles 32x" << tile_cols << " stream_ctas " << ctas;
         }
-    expect_repeated_runs(plain(a.rows, a.cols, 32, DType::f16, Layout::col_major), a, TileKernel::warp_stream_mma, 0, 42);
+    expect_repeated_runs(plain(a.rows, a.cols, 32, DType::f16, Layout::col_major), a, TileKernel::warp_stream_mma, 0,
+                         42);
   }
 }
 
@@ -540,7 +574,8 @@ TEST(TileGpu, FewTokensTakeTheStreamKernelWhereTheHopperOneDoesNotApply) {
     const SpmmDesc row_major_b{512, 512, c, DType::f16, DType::f16, Layout::row_major};
     EXPECT_EQ(TileSpmmPlan::create(row_major_b, 64, 64).kernel(), TileKernel::stream_mma) << "C = " << c;
     EXPECT_EQ(TileSpmmPlan::create({512, 512, c}, 64, 64).kernel(),
-              sm90_here() ? TileKernel::sm90_wgmma : TileKernel::stream_mma) << "C = " << c;
+              sm90_here() ? TileKernel::sm90_wgmma : TileKernel::stream_mma)
+        << "C = " << c;
   }
   const SpmmDesc wide{512, 512, kStreamMaxTokens + 1, DType::f16, DType::f16, Layout::row_major};
   EXPECT_EQ(TileSpmmPlan::create(wide, 64, 64).kernel(), TileKernel::sm80_mma);
@@ -555,10 +590,12 @@ TEST(TileGpu, AutomaticPicksTheWarpStreamKernelForWeightsWithASchedule) {
   std::vector<uint8_t> keep(40 * 64, 0);
   for (int64_t i = 0; i < 40; ++i)
     for (int64_t j = 0; j < 16; ++j) keep[static_cast<std::size_t>(i * 64 + (5 * i + 4 * j) % 64)] = 1;
-  const TileMatrix even = compress_tiles(test::random_matrix(40 * 32 - 3, 64 * 32, DType::f16, 13), TileMask{40, 64, keep}, 32, 32);
+  const TileMatrix even =
+      compress_tiles(test::random_matrix(40 * 32 - 3, 64 * 32, DType::f16, 13), TileMask{40, 64, keep}, 32, 32);
   const TileMatrix cut = one_long_row(32);
   for (int64_t n : {20, 32, 33}) {
-    const Problem t{even.rows, even.cols, n, DType::f16, DType::f16, Layout::col_major, Layout::row_major, 1.0f, 0.0f, false, Activation::none};
+    const Problem t{even.rows,         even.cols, n,    DType::f16, DType::f16,      Layout::col_major,
+                    Layout::row_major, 1.0f,      0.0f, false,      Activation::none};
     const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 32, 32);
     const DeviceTiles a_even = DeviceTiles::upload(pack_tiles(even)), a_cut = DeviceTiles::upload(pack_tiles(cut));
     EXPECT_EQ(a_even.warp_stream_rows_cut(), 0);
@@ -567,7 +604,8 @@ TEST(TileGpu, AutomaticPicksTheWarpStreamKernelForWeightsWithASchedule) {
     EXPECT_EQ(plan.kernel_for(a_even), warp_stream ? TileKernel::warp_stream_mma : plan.kernel()) << "C = " << n;
     EXPECT_EQ(plan.kernel_for(a_cut), warp_stream ? TileKernel::warp_stream_mma : plan.kernel()) << "C = " << n;
     EXPECT_LE(run_with(even, t, 51), tolerance(DType::f16)) << describe(t);
-    const Problem u{cut.rows, cut.cols, n, DType::f16, DType::f16, Layout::col_major, Layout::row_major, 1.0f, 0.0f, false, Activation::none};
+    const Problem u{cut.rows,          cut.cols, n,    DType::f16, DType::f16,      Layout::col_major,
+                    Layout::row_major, 1.0f,     0.0f, false,      Activation::none};
     EXPECT_LE(run_with(cut, u, 52), tolerance(DType::f16)) << describe(u);
   }
 }
@@ -588,13 +626,16 @@ TEST(TileGpu, TallTilesRunTheWarpStreamKernelThroughTheirSplitCopy) {
       ASSERT_NE(da.split_rows(), nullptr) << tr << "x" << tc;
       EXPECT_EQ(da.split_rows()->tile_rows(), 32);
       int64_t parts = 0;  // every stored tile cut in tr / 32, less the parts past R of the last tile row's
-      for (int64_t i = 0; i < ceil_div(a.rows, int64_t{32}); ++i) parts += packed.row_ptr[i / (tr / 32) + 1] - packed.row_ptr[i / (tr / 32)];
+      for (int64_t i = 0; i < ceil_div(a.rows, int64_t{32}); ++i)
+        parts += packed.row_ptr[i / (tr / 32) + 1] - packed.row_ptr[i / (tr / 32)];
       EXPECT_EQ(da.split_rows()->nnz_tiles(), parts) << tr << "x" << tc;
     }
     for (int64_t n : {20, 32, 33}) {
-      const Problem t{a.rows, a.cols, n, DType::f16, DType::f16, Layout::col_major, Layout::row_major, 1.0f, 0.0f, false, Activation::none};
+      const Problem t{a.rows, a.cols, n,     DType::f16,      DType::f16, Layout::col_major, Layout::row_major,
+                      1.0f,   0.0f,   false, Activation::none};
       const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), tr, tc);
-      EXPECT_EQ(plan.kernel_for(da), sm90_here() && n <= 32 ? TileKernel::warp_stream_mma : plan.kernel()) << tr << "x" << tc << " C = " << n;
+      EXPECT_EQ(plan.kernel_for(da), sm90_here() && n <= 32 ? TileKernel::warp_stream_mma : plan.kernel())
+          << tr << "x" << tc << " C = " << n;
       EXPECT_LE(run_with(a, t, seed += 10), tolerance(DType::f16)) << describe(t) << " tiles " << tr << "x" << tc;
     }
   }
@@ -608,19 +649,22 @@ TEST(TileGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   // Chained layers (expect_chained_layers) in 32x32 tiles at C = 24: the warp-stream kernel on an sm_90 device,
   // launched overlapping the kernel before it (TileLaunch::overlap_launch), and with the environment's override off.
   constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700, kN = 24;
-  const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 71), w2 = test::random_matrix(kR2, kR1, DType::f16, 72);
+  const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 71),
+                    w2 = test::random_matrix(kR2, kR1, DType::f16, 72);
   const TileMatrix a1 = compress_tiles(w1, prune_tiles_by_norm(w1, 32, 32, 0.3), 32, 32);
   const TileMatrix a2 = compress_tiles(w2, prune_tiles_by_norm(w2, 32, 32, 0.3), 32, 32);
   const DeviceTiles d1 = DeviceTiles::upload(pack_tiles(a1)), d2 = DeviceTiles::upload(pack_tiles(a2));
   for (const char* overlap : {"1", "0"}) {
     const ScopedEnv env("NMKIT_OVERLAP_LAUNCH", overlap);
-    const TileSpmmPlan p1 = TileSpmmPlan::create({kR1, kK, kN}, 32, 32), p2 = TileSpmmPlan::create({kR2, kR1, kN}, 32, 32);
+    const TileSpmmPlan p1 = TileSpmmPlan::create({kR1, kK, kN}, 32, 32),
+                       p2 = TileSpmmPlan::create({kR2, kR1, kN}, 32, 32);
     EXPECT_EQ(p1.overlap_launch(), sm90_here() && overlap[0] == '1');
     if (sm90_here()) EXPECT_EQ(p1.kernel_for(d1), TileKernel::warp_stream_mma);
     expect_chained_layers(
         SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, kN,
         [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
-        [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); }, std::string("overlap ") + overlap);
+        [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); },
+        std::string("overlap ") + overlap);
   }
 }
 
@@ -628,10 +672,10 @@ TEST(TileGpu, BadInputsAreRejected) {
   SKIP_WITHOUT_GPU();
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 48, 64), ErrorCode::unsupported, "16, 32, 64 or 128");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64, DType::f32}, 64, 64), ErrorCode::unsupported, "f16 or bf16");
-  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 64, 64, TileKernel::automatic, {96}), ErrorCode::invalid_argument,
-                     "block_n must be");
-  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 64, 64, TileKernel::automatic, {0, 9}), ErrorCode::invalid_argument,
-                     "split must be");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 64, 64, TileKernel::automatic, {96}),
+                     ErrorCode::invalid_argument, "block_n must be");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 64}, 64, 64, TileKernel::automatic, {0, 9}),
+                     ErrorCode::invalid_argument, "split must be");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 16}, 64, 64, TileKernel::stream_mma, {.stream_ctas = -1}),
                      ErrorCode::invalid_argument, "stream_ctas must be");
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create({64, 64, 16}, 16, 64, TileKernel::warp_stream_mma), ErrorCode::unsupported,

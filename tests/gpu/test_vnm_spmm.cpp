@@ -28,8 +28,7 @@ struct Case : Problem {
 std::string describe(const Case& t) {
   return describe(static_cast<const Problem&>(t)) + " pattern " + std::to_string(t.pattern.v) + ":" +
          std::to_string(t.pattern.n) + ":" + std::to_string(t.pattern.m) + " " + vnm_form_name(t.form) + " kernel " +
-         kernel_name(t.kernel) +
-         (t.block_n ? " block_n " + std::to_string(t.block_n) : "");
+         kernel_name(t.kernel) + (t.block_n ? " block_n " + std::to_string(t.block_n) : "");
 }
 
 double run_case(const Case& t, uint32_t seed) {
@@ -64,9 +63,10 @@ Problem plain(int64_t r, int64_t k, int64_t c, DType dtype, Layout b_layout) {
 
 TEST(VnmGpu, PatternsAndShapesWithTails) {
   SKIP_WITHOUT_GPU();
-  const int64_t shapes[][3] = {{128, 64, 128}, {200, 136, 72}, {64, 40, 17}, {333, 1000, 520}, {1, 8, 1}, {256, 512, 256}};
-  const Pattern patterns[] = {{128, 2, 8}, {64, 2, 5}, {32, 2, 7}, {256, 2, 16}, {128, 1, 10}, {64, 2, 32},
-                              {128, 2, 100}, {64, 2, 4}, {32, 1, 20}, {128, 2, 40}};
+  const int64_t shapes[][3] = {{128, 64, 128},   {200, 136, 72}, {64, 40, 17},
+                               {333, 1000, 520}, {1, 8, 1},      {256, 512, 256}};
+  const Pattern patterns[] = {{128, 2, 8}, {64, 2, 5},    {32, 2, 7}, {256, 2, 16}, {128, 1, 10},
+                              {64, 2, 32}, {128, 2, 100}, {64, 2, 4}, {32, 1, 20},  {128, 2, 40}};
   uint32_t seed = 1;
   for (Nm24Kernel kernel : kernels_here())
     for (Layout b_layout : {Layout::col_major, Layout::row_major})
@@ -90,7 +90,8 @@ TEST(VnmGpu, EveryHopperTileWidth) {
     for (const auto& [v, widths] : {std::pair<int, std::vector<int>>{128, {256, 128, 64}}, {64, {128, 64}}})
       for (int block_n : widths)
         for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{300, 256, 8}, {256, 1000, 264}}) {
-          Case t{plain(r, k, c, DType::f16, b_layout), {v, 2, 16}, Nm24Kernel::sm90_wgmma_sp, block_n, VnmForm::condensed};
+          Case t{
+              plain(r, k, c, DType::f16, b_layout), {v, 2, 16}, Nm24Kernel::sm90_wgmma_sp, block_n, VnmForm::condensed};
           EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
         }
 }
@@ -165,10 +166,9 @@ TEST(VnmGpu, AnAutomaticPlanRunsEitherForm) {
     EXPECT_EQ(plan.form(), VnmForm::automatic);
     for (VnmForm form : {VnmForm::condensed, VnmForm::full_2_4}) {
       const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, form));
-      const double error = error_against_oracle(SparseMatrix{a}, p, seed += 10,
-                                                [&](const void* b, const void* c, void* d, const float* bias) {
-                                                  plan.run(nullptr, da, b, c, d, bias);
-                                                });
+      const double error = error_against_oracle(
+          SparseMatrix{a}, p, seed += 10,
+          [&](const void* b, const void* c, void* d, const float* bias) { plan.run(nullptr, da, b, c, d, bias); });
       EXPECT_LE(error, tolerance(p.dtype)) << describe(p) << " " << vnm_form_name(form);
     }
   }
@@ -189,13 +189,14 @@ TEST(VnmGpu, FallbacksArePickedAndCorrect) {
   const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, VnmForm::automatic, p.b_layout));  // condensed at 128:2:16
   ASSERT_EQ(da.form(), VnmForm::condensed);
   const VnmSpmmPlan plan = VnmSpmmPlan::create(p.desc(), 128, 16);
-  const double error = error_against_oracle(SparseMatrix{a}, p, 6, [&](const void* b, const void* c, void* d, const float* bias) {
-    // Shift B by one element: a copy of B one half further on (the oracle reads the original values).
-    DeviceBytes shifted(p.k * p.c * 2 + 2);
-    check(cudaMemcpy(static_cast<char*>(shifted.ptr) + 2, b, p.k * p.c * 2, cudaMemcpyDeviceToDevice), "shift B");
-    plan.run(nullptr, da, static_cast<char*>(shifted.ptr) + 2, c, d, bias);
-    check(cudaDeviceSynchronize(), "kernel");
-  });
+  const double error =
+      error_against_oracle(SparseMatrix{a}, p, 6, [&](const void* b, const void* c, void* d, const float* bias) {
+        // Shift B by one element: a copy of B one half further on (the oracle reads the original values).
+        DeviceBytes shifted(p.k * p.c * 2 + 2);
+        check(cudaMemcpy(static_cast<char*>(shifted.ptr) + 2, b, p.k * p.c * 2, cudaMemcpyDeviceToDevice), "shift B");
+        plan.run(nullptr, da, static_cast<char*>(shifted.ptr) + 2, c, d, bias);
+        check(cudaDeviceSynchronize(), "kernel");
+      });
   EXPECT_LE(error, tolerance(p.dtype));
 }
 
@@ -204,7 +205,8 @@ TEST(VnmGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   // Chained 128:2:8 layers in the condensed form (expect_chained_layers): the gathering kernel, B col-major, at
   // C = 64, launched overlapping the kernel before it on an sm_90 device, and with the environment's override off.
   constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700, kN = 64;
-  const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 91), w2 = test::random_matrix(kR2, kR1, DType::f16, 92);
+  const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 91),
+                    w2 = test::random_matrix(kR2, kR1, DType::f16, 92);
   const VnmMatrix a1 = compress_vnm(w1, prune_vnm_magnitude(w1, 128, 2, 8), 128, 2, 8);
   const VnmMatrix a2 = compress_vnm(w2, prune_vnm_magnitude(w2, 128, 2, 8), 128, 2, 8);
   const DeviceVnm d1 = DeviceVnm::upload(pack_vnm(a1, VnmForm::condensed, Layout::col_major));
@@ -217,7 +219,8 @@ TEST(VnmGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
     expect_chained_layers(
         SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, kN,
         [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
-        [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); }, std::string("overlap ") + overlap);
+        [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); },
+        std::string("overlap ") + overlap);
   }
 }
 
@@ -226,7 +229,8 @@ TEST(VnmGpu, BadInputsAreRejected) {
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 48, 10), ErrorCode::unsupported, "V=48");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 300), ErrorCode::invalid_argument, "M=300");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64, DType::f32}, 64, 8), ErrorCode::unsupported, "f16 or bf16");
-  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 32, 16, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported, "V >= 64");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 32, 16, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported,
+                     "V >= 64");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 10, Nm24Kernel::automatic, 0, VnmForm::full_2_4),
                      ErrorCode::invalid_argument, "M % 4 == 0");
   const DenseMatrix w = test::random_matrix(64, 64, DType::f16, 5);

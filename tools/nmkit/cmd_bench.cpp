@@ -21,7 +21,8 @@ std::string find_bench() {
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (const fs::path& candidate : {self.parent_path() / "nmkit_bench", self.parent_path() / "../../bench/nmkit_bench"})
+    for (const fs::path& candidate :
+         {self.parent_path() / "nmkit_bench", self.parent_path() / "../../bench/nmkit_bench"})
       if (fs::exists(candidate)) return fs::weakly_canonical(candidate).string();
   }
   throw Error(ErrorCode::unsupported,

@@ -25,7 +25,6 @@ namespace {
 constexpr const char* kDemoLayer = "encoder.layer.0.intermediate.dense.weight";
 constexpr double kFp16Tolerance = 2e-3;  // relative Frobenius error, fp16 values with fp32 accumulation
 
-
 // y = x * W^T for a linear layer, x (T x K) row-major: B = x^T is K x T column-major, D = y^T.
 bool run_layer(const DenseMatrix& weight, const FormatSpec& spec, int64_t tokens) {
   const DenseMatrix w16 = DenseMatrix::from_float(weight.rows, weight.cols, weight.to_float(), DType::f16);
@@ -47,9 +46,10 @@ bool run_layer(const DenseMatrix& weight, const FormatSpec& spec, int64_t tokens
   const double error = relative_frobenius_error(y_sparse, y_dense);
   const bool ok = error <= kFp16Tolerance;
   const auto ms = [](auto a, auto z) { return std::chrono::duration<double, std::milli>(z - a).count(); };
-  fmt::print("  {:<12} {}x{}x{} fp16  energy {:.4f}  cpu spmm {:7.2f} ms  dense gemm {:7.2f} ms  rel. error {:.2e}  {}\n",
-             format_name(pruned.compressed), weight.rows, weight.cols, tokens, pruned.energy, ms(t0, t1), ms(t1, t2), error,
-             ok ? "ok" : "FAILED");
+  fmt::print(
+      "  {:<12} {}x{}x{} fp16  energy {:.4f}  cpu spmm {:7.2f} ms  dense gemm {:7.2f} ms  rel. error {:.2e}  {}\n",
+      format_name(pruned.compressed), weight.rows, weight.cols, tokens, pruned.energy, ms(t0, t1), ms(t1, t2), error,
+      ok ? "ok" : "FAILED");
   return ok;
 }
 
@@ -96,7 +96,8 @@ Action add_demo(CLI::App& app) {
     int64_t tokens = 512;
   };
   auto o = std::make_shared<Options>();
-  app.add_option("--model", o->model, "Model safetensors file (default: $NMKIT_MODEL or the installed all-MiniLM-L6-v2)")
+  app.add_option("--model", o->model,
+                 "Model safetensors file (default: $NMKIT_MODEL or the installed all-MiniLM-L6-v2)")
       ->capture_default_str();
   app.add_option("--tokens", o->tokens, "Tokens (the C of the SpMM) in the layer product")
       ->capture_default_str()
@@ -117,8 +118,8 @@ Action add_demo(CLI::App& app) {
       std::size_t before = 0, after = 0;
       for (const auto& t : r.tensors)
         if (t.pruned) before += t.bytes_before, after += t.bytes_after;
-      fmt::print("  {:<14} {:>8} {:>10.4f} {:>12} {:>12} {:>7.2f}%\n", to_string(spec), r.pruned_count, r.energy.ratio(),
-                 human_bytes(before), human_bytes(after), before ? 100.0 * after / before : 100.0);
+      fmt::print("  {:<14} {:>8} {:>10.4f} {:>12} {:>12} {:>7.2f}%\n", to_string(spec), r.pruned_count,
+                 r.energy.ratio(), human_bytes(before), human_bytes(after), before ? 100.0 * after / before : 100.0);
     }
 
     const auto it = std::find_if(dense_model.weights.begin(), dense_model.weights.end(),

@@ -15,14 +15,14 @@
 namespace nmkit::cli {
 namespace {
 
-
 void print_header() {
-  fmt::print("{:<14} {:<10} {:>8} {:>12} {:>11} {:>10} {:>10}\n", "format", "method", "energy", "1-mean cos", "mean cos",
-             "min cos", "NN agree");
+  fmt::print("{:<14} {:<10} {:>8} {:>12} {:>11} {:>10} {:>10}\n", "format", "method", "energy", "1-mean cos",
+             "mean cos", "min cos", "NN agree");
 }
 
 // `energy` is empty where it was not measured (a file pruned elsewhere: eval never saw its masks).
-void print_row(const std::string& format, const std::string& method, std::optional<double> energy, const EmbeddingComparison& c) {
+void print_row(const std::string& format, const std::string& method, std::optional<double> energy,
+               const EmbeddingComparison& c) {
   fmt::print("{:<14} {:<10} {:>8} {:>12.5f} {:>11.5f} {:>10.4f} {:>9.1f}%\n", format, method,
              energy ? fmt::format("{:.4f}", *energy) : "-", 1.0 - c.mean_cosine, c.mean_cosine, c.min_cosine,
              100.0 * c.neighbour_agreement);
@@ -57,7 +57,8 @@ Action add_eval(CLI::App& app) {
                  "Dense model directory (config.json, vocab.txt, model.safetensors); default: the pruned file's "
                  "directory when it holds them, else the bundled all-MiniLM-L6-v2");
   app.add_option("--corpus", o->corpus, "Text files or directories of sentences")->capture_default_str();
-  app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences (--sweep)")->capture_default_str();
+  app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences (--sweep)")
+      ->capture_default_str();
   app.add_option("--eval-sentences", o->eval_sentences, "Held-out sentences compared")->capture_default_str();
   app.add_flag("--sweep", o->sweep, "Prune all encoder linear weights in memory for every format x method and compare");
   app.add_option("--formats", o->formats, "Formats of the sweep")->capture_default_str();
@@ -86,7 +87,8 @@ Action add_eval(CLI::App& app) {
                split.calibration.size(), dir);
     const auto stats = collect_statistics(dense, split.calibration);
     // One row: prune every encoder linear weight in memory, embed the held-out sentences, compare.
-    auto evaluate = [&](const std::string& format, const std::string& method_name, const std::string& candidates, int steps) {
+    auto evaluate = [&](const std::string& format, const std::string& method_name, const std::string& candidates,
+                        int steps) {
       ModelFile model = dense_weights;
       ModelPruneOptions options;
       options.spec = parse_format_spec(format), options.include = kEncoderLinearWeights, options.exclude = "";
@@ -97,7 +99,8 @@ Action add_eval(CLI::App& app) {
       std::string label = method_name;
       if (options.method == PruneMethod::obs && candidates != "diagonal") label += "-" + candidates.substr(0, 4);
       if (steps > 1) label += " x" + std::to_string(steps);
-      print_row(format, label, report.energy.ratio(), compare_embeddings(reference, pruned.embed_all(split.evaluation)));
+      print_row(format, label, report.energy.ratio(),
+                compare_embeddings(reference, pruned.embed_all(split.evaluation)));
       std::fflush(stdout);
     };
     print_header();

@@ -102,7 +102,8 @@ Action add_inspect(CLI::App& app) {
     if (*schedule && total_neighbour_steps > 0)
       fmt::print("tile steps of the Hopper kernel: {} with neighbouring tile rows, {} paired ({:.1f} % fewer)\n",
                  total_neighbour_steps, total_paired_steps,
-                 100.0 * static_cast<double>(total_neighbour_steps - total_paired_steps) / static_cast<double>(total_neighbour_steps));
+                 100.0 * static_cast<double>(total_neighbour_steps - total_paired_steps) /
+                     static_cast<double>(total_neighbour_steps));
     return 0;
   };
 }

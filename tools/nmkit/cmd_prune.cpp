@@ -20,8 +20,8 @@ namespace {
 void draw_progress(std::size_t done, std::size_t total, const std::string& name) {
   constexpr int kWidth = 30;
   const int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
-  fmt::print(stderr, "\r[{}{}] {}/{} {:<50.50}", std::string(filled, '#'), std::string(kWidth - filled, ' '), done, total,
-             name);
+  fmt::print(stderr, "\r[{}{}] {}/{} {:<50.50}", std::string(filled, '#'), std::string(kWidth - filled, ' '), done,
+             total, name);
   if (done == total) fmt::print(stderr, "\r{:<100}\r", "");
   std::fflush(stderr);
 }
@@ -42,11 +42,12 @@ void print_prune_report(const ModelPruneReport& report, bool all) {
   for (const auto& t : report.tensors) {
     if (!all && !t.pruned) continue;
     fmt::print("{:<{}}  {:>11}  {:>12}  {:>8.4f}  {:>7.4f}  {:>11}  {:>11}  {:>6.2f}%\n", t.name, name_width,
-               shape_string(t.shape), t.format, t.density, t.energy, human_bytes(t.bytes_before), human_bytes(t.bytes_after),
-               t.bytes_before ? 100.0 * t.bytes_after / t.bytes_before : 100.0);
+               shape_string(t.shape), t.format, t.density, t.energy, human_bytes(t.bytes_before),
+               human_bytes(t.bytes_after), t.bytes_before ? 100.0 * t.bytes_after / t.bytes_before : 100.0);
   }
-  fmt::print("total: {} tensors pruned, energy kept {:.4f}, storage {} -> {} ({:.2f}% of before)\n", report.pruned_count,
-             report.energy.ratio(), human_bytes(report.bytes_before), human_bytes(report.bytes_after),
+  fmt::print("total: {} tensors pruned, energy kept {:.4f}, storage {} -> {} ({:.2f}% of before)\n",
+             report.pruned_count, report.energy.ratio(), human_bytes(report.bytes_before),
+             human_bytes(report.bytes_after),
              report.bytes_before ? 100.0 * report.bytes_after / report.bytes_before : 100.0);
 }
 
@@ -61,7 +62,9 @@ Action add_prune(CLI::App& app) {
   auto o = std::make_shared<Options>();
   app.add_option("input", o->input, "Input safetensors file")->required()->check(CLI::ExistingFile);
   app.add_option("-o,--output", o->output, "Output safetensors file (written atomically)")->required();
-  app.add_option("-f,--format", o->format, "Target format: 2:4 | N:M | vnm:V:N:M | tile:RxC:DENSITY (tile:S:DENSITY for S x S tiles)")->required();
+  app.add_option("-f,--format", o->format,
+                 "Target format: 2:4 | N:M | vnm:V:N:M | tile:RxC:DENSITY (tile:S:DENSITY for S x S tiles)")
+      ->required();
   app.add_option("--include", o->prune.include, "Regex: prune only 2-D weights whose name matches")
       ->capture_default_str();
   app.add_option("--exclude", o->prune.exclude, "Regex: never prune weights whose name matches ('' for none)")
@@ -81,8 +84,9 @@ Action add_prune(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_option("--candidates", o->candidates, "OBS candidate sets: diagonal | pairwise | combinatorial")
       ->capture_default_str();
-  app.add_option("--fisher", o->fisher,
-                 "With --method obs: a safetensors file of gradients [samples, R, K] per weight name (empirical Fisher)")
+  app.add_option(
+         "--fisher", o->fisher,
+         "With --method obs: a safetensors file of gradients [samples, R, K] per weight name (empirical Fisher)")
       ->check(CLI::ExistingFile);
   app.add_option("--fisher-block", o->prune.fisher.block, "Columns per Fisher block")->capture_default_str();
   app.add_option("--fisher-damp", o->prune.fisher.damp, "Fisher dampening (lambda)")->capture_default_str();
@@ -123,7 +127,9 @@ Action add_prune(CLI::App& app) {
     const bool tty = ::isatty(STDERR_FILENO) != 0;
     const ModelPruneReport report = prune_model(model, o->prune, tty ? PruneProgress(draw_progress) : PruneProgress{});
     if (!report.skipped.empty()) {
-      fmt::print(stderr, "nmkit: warning: {} selected tensor(s) kept dense: the calibration forward never runs them, so {} has no statistics:",
+      fmt::print(stderr,
+                 "nmkit: warning: {} selected tensor(s) kept dense: the calibration forward never runs them, so {} has "
+                 "no statistics:",
                  report.skipped.size(), prune_method_name(o->prune.method));
       for (const std::string& name : report.skipped) fmt::print(stderr, " {}", name);
       fmt::print(stderr, "\n");

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   add("inspect", "Per tensor: format, shape, density and storage against dense", add_inspect);
   add("demo", "Prune a real model (all-MiniLM-L6-v2) and run one layer's SpMM, verified", add_demo);
   add("eval", "Compare a pruned BERT model's sentence embeddings with the dense model's", add_eval);
-  add("bench", "2:4 SpMM on the GPU against cuBLAS and cuSPARSELt (arguments go to nmkit_bench; try --help)", add_bench);
+  add("bench", "2:4 SpMM on the GPU against cuBLAS and cuSPARSELt (arguments go to nmkit_bench; try --help)",
+      add_bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

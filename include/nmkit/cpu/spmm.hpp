@@ -25,7 +25,9 @@ struct MatrixRef {
   int64_t rows = 0;
   int64_t cols = 0;
   Layout layout = Layout::row_major;
-  float& at(int64_t r, int64_t c) const noexcept { return data[layout == Layout::row_major ? r * cols + c : c * rows + r]; }
+  float& at(int64_t r, int64_t c) const noexcept {
+    return data[layout == Layout::row_major ? r * cols + c : c * rows + r];
+  }
   operator ConstMatrixRef() const noexcept { return {data, rows, cols, layout}; }
 };
 

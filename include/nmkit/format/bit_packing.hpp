@@ -22,7 +22,10 @@ inline void write_packed(std::vector<uint8_t>& stream, std::size_t index, int bi
   std::size_t bit = index * bits;
   for (int b = 0; b < bits; ++b, ++bit) {
     const uint8_t m = static_cast<uint8_t>(1u << (bit % 8));
-    if ((value >> b) & 1u) stream[bit / 8] |= m; else stream[bit / 8] &= static_cast<uint8_t>(~m);
+    if ((value >> b) & 1u)
+      stream[bit / 8] |= m;
+    else
+      stream[bit / 8] &= static_cast<uint8_t>(~m);
   }
 }
 

@@ -23,15 +23,15 @@ namespace nmkit::gpu {
 using Stream = CUstream_st*;  // cudaStream_t; nullptr is the legacy default stream
 
 // Packed layout constants (docs/formats.md, "2:4 packed for the nm24 kernels").
-inline constexpr int kSlabRows = 16;         // rows of one mma.sp / wgmma.sp warp fragment
-inline constexpr int kFragmentK = 32;        // logical K of one sparse MMA
-inline constexpr int kPackRowAlign = 128;    // R is padded to whole thread-block tiles
-inline constexpr int kPackKAlign = 64;       // K is padded to whole k-tiles
+inline constexpr int kSlabRows = 16;       // rows of one mma.sp / wgmma.sp warp fragment
+inline constexpr int kFragmentK = 32;      // logical K of one sparse MMA
+inline constexpr int kPackRowAlign = 128;  // R is padded to whole thread-block tiles
+inline constexpr int kPackKAlign = 64;     // K is padded to whole k-tiles
 inline constexpr int kLanes = 32;
 inline constexpr int kRegistersPerFragment = 4;
 
-inline constexpr int kTileSlabs = kPackRowAlign / kSlabRows;     // 8 slabs per 128-row tile
-inline constexpr int kTileKBlocks = kPackKAlign / kFragmentK;    // 2 k-blocks per 64-wide k-tile
+inline constexpr int kTileSlabs = kPackRowAlign / kSlabRows;   // 8 slabs per 128-row tile
+inline constexpr int kTileKBlocks = kPackKAlign / kFragmentK;  // 2 k-blocks per 64-wide k-tile
 
 // Position of fragment (slab, kblock) in the packed metadata, tile-major: the 16 fragments of one 128 x 64 tile
 // are contiguous (2 KiB), so a kernel stages a tile's metadata with one bulk copy.
@@ -47,9 +47,9 @@ constexpr int64_t packed_fragment_index(int64_t slab, int64_t kblock, int64_t kb
 // memory: the tensor cores read it; no register loads), and a warp's mma.sp A fragment of a 16-row slab is four
 // core matrices (register r = u + 2 h: row group 2 (slab % 8) + u, half h), each read by the warp as 128
 // contiguous bytes (docs/formats.md).
-inline constexpr int kCoreMatrixBytes = 128;                                   // 8 rows x 16 bytes
-inline constexpr int kKBlockValueBytes = kPackRowAlign * kFragmentK / 2 * 2;    // 4 KiB: 128 rows x 16 stored values
-inline constexpr int kTileValueBytes = kTileKBlocks * kKBlockValueBytes;       // 8 KiB
+inline constexpr int kCoreMatrixBytes = 128;                                  // 8 rows x 16 bytes
+inline constexpr int kKBlockValueBytes = kPackRowAlign * kFragmentK / 2 * 2;  // 4 KiB: 128 rows x 16 stored values
+inline constexpr int kTileValueBytes = kTileKBlocks * kKBlockValueBytes;      // 8 KiB
 // The 32-bit word (two stored values) that register `reg` of lane `lane` holds in the A fragment (slab, kblock).
 constexpr int64_t packed_value_word(int64_t slab, int64_t kblock, int64_t kblocks, int lane, int reg) noexcept {
   const int64_t tile = slab / kTileSlabs * (kblocks / kTileKBlocks) + kblock / kTileKBlocks;
@@ -108,11 +108,11 @@ class DeviceNm24 {
 
 // The problem a plan is made for.
 struct SpmmDesc {
-  int64_t rows = 0;  // R (the weight's rows)
-  int64_t cols = 0;  // K
-  int64_t n = 0;     // C (tokens)
-  DType dtype = DType::f16;      // A and B: f16 or bf16
-  DType out_dtype = DType::f16;  // C and D: f16, bf16 or f32
+  int64_t rows = 0;                     // R (the weight's rows)
+  int64_t cols = 0;                     // K
+  int64_t n = 0;                        // C (tokens)
+  DType dtype = DType::f16;             // A and B: f16 or bf16
+  DType out_dtype = DType::f16;         // C and D: f16, bf16 or f32
   Layout b_layout = Layout::col_major;  // col_major: B[k, j] at j * ldb + k (x[T, K] row-major)
   Layout d_layout = Layout::col_major;  // col_major: D[r, j] at j * ldd + r (y[T, R] row-major)
   float alpha = 1.0f;
@@ -166,7 +166,8 @@ class Nm24SpmmPlan {
   // Device pointers: b (K x C), c (R x C, only when beta != 0), d (R x C), bias (R floats, when the desc
   // says so). Leading dimensions are dense (K or C for B, R or C for C/D). Throws Error on mismatched
   // weights, null or misaligned pointers; never synchronises.
-  void run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
+  void run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d,
+           const float* bias = nullptr) const;
 
   const SpmmDesc& desc() const noexcept { return desc_; }
   const KernelConfig& config() const noexcept { return config_; }

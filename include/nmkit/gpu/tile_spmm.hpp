@@ -106,7 +106,7 @@ struct WarpStreamSchedule {
   static constexpr double kRowSlack = 0.25;
   static constexpr int64_t kCutCost = 24;       // chunks: a cut row's sum, ~1.4 us at ~0.06 us per chunk
   static constexpr int64_t kMinCutChunks = 16;  // two per warp
-  std::vector<int32_t> cta_begin;  // (ctas + 1): CTA i takes chunks [cta_begin[i], cta_begin[i + 1])
+  std::vector<int32_t> cta_begin;               // (ctas + 1): CTA i takes chunks [cta_begin[i], cta_begin[i + 1])
   // (2 x tile rows): for a tile row that several CTAs hold, {2 x its first CTA + 1 if that CTA's range starts
   // before the row, its last CTA}; {-1, -1} for a row that one CTA holds or that stores no tile
   std::vector<int32_t> row_ctas;
@@ -125,9 +125,10 @@ struct WarpStreamLead {
   static constexpr int kChunks = 3;       // the kernel's chunks in flight per warp (its ring's stages)
   int32_t begin, end;  // the warp's chunks [begin, end): an even share of its CTA's range (begin = end: none)
   int32_t ends_cta;    // 1 where end is its CTA's end (the CTA's last warp with chunks), else 0
-  int32_t before_row, after_row, last_row;  // tile rows of the chunks just before and after the range and of its last (-1: none)
+  int32_t before_row, after_row,
+      last_row;  // tile rows of the chunks just before and after the range and of its last (-1: none)
   int32_t first_row_ctas[2], last_row_ctas[2];  // the schedule's row_ctas pairs of the range's first and last rows
-  int32_t column[kChunks], row[kChunks];        // tile column and tile row of the range's first chunks (0, -1 past its end)
+  int32_t column[kChunks], row[kChunks];  // tile column and tile row of the range's first chunks (0, -1 past its end)
 };
 static_assert(sizeof(WarpStreamLead) == 64, "one 64-byte record per warp");
 // The records of every warp of the schedule's CTAs (ctas x kWarpsPerCta), for a weight in tiles of chunks_per_tile
@@ -166,7 +167,9 @@ class DeviceTiles {
   const int32_t* tile_row() const noexcept { return static_cast<const int32_t*>(tile_row_.data()); }
   // tile_block_schedule's arrays (empty buffers unless both tile sides are 64 or 128).
   const int32_t* schedule_block() const noexcept { return static_cast<const int32_t*>(schedule_block_.data()); }
-  const int32_t* schedule_block_groups() const noexcept { return static_cast<const int32_t*>(schedule_block_groups_.data()); }
+  const int32_t* schedule_block_groups() const noexcept {
+    return static_cast<const int32_t*>(schedule_block_groups_.data());
+  }
   const int32_t* schedule_step_ptr() const noexcept { return static_cast<const int32_t*>(schedule_step_ptr_.data()); }
   const TileStep* schedule_steps() const noexcept { return static_cast<const TileStep*>(schedule_steps_.data()); }
   bool schedule_balanced() const noexcept { return schedule_balanced_; }  // TileBlockSchedule::balanced
@@ -206,15 +209,15 @@ class DeviceTiles {
 // stream_mma: mma.sync, every tile shape and layout, for few tokens: the stored tiles split evenly over a grid that
 // fills the GPU, 32 tokens per CTA, rows that CTAs share summed through the plan's workspace;
 // warp_stream_mma: mma.sync for few tokens on tiles 32 rows high (32, 64 or 128 columns; tiles 64 or 128 rows high
-// through the weight's split copy, DeviceTiles::split_rows), every layout: the stored tiles' 32-column chunks split over the CTAs of a grid that fills the GPU (whole tile rows per CTA by the weight's
-// WarpStreamSchedule, else evenly) and evenly over each CTA's warps, each streaming its chunks through a ring of
-// its own in shared memory, 32 tokens per warp, rows that warps share summed in shared memory, rows that CTAs share
-// through the plan's workspace; it needs 166 KiB of shared memory per CTA (H100, H200; not A100: plans refuse it
-// there).
-// `automatic` takes sm90_wgmma where it applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma; where it
-// takes sm90_wgmma for tiles 32, 64 or 128 rows high (32, 64 or 128 columns) and C <= 32, a weight that has a
-// warp-stream schedule (DeviceTiles::upload makes one, for taller tiles on their split copy, where the device fits
-// the kernel) runs warp_stream_mma instead, which is faster there on every weight (TileSpmmPlan::kernel_for).
+// through the weight's split copy, DeviceTiles::split_rows), every layout: the stored tiles' 32-column chunks split
+// over the CTAs of a grid that fills the GPU (whole tile rows per CTA by the weight's WarpStreamSchedule, else evenly)
+// and evenly over each CTA's warps, each streaming its chunks through a ring of its own in shared memory, 32 tokens per
+// warp, rows that warps share summed in shared memory, rows that CTAs share through the plan's workspace; it needs 166
+// KiB of shared memory per CTA (H100, H200; not A100: plans refuse it there). `automatic` takes sm90_wgmma where it
+// applies, else stream_mma for C <= kStreamMaxTokens, else sm80_mma; where it takes sm90_wgmma for tiles 32, 64 or 128
+// rows high (32, 64 or 128 columns) and C <= 32, a weight that has a warp-stream schedule (DeviceTiles::upload makes
+// one, for taller tiles on their split copy, where the device fits the kernel) runs warp_stream_mma instead, which is
+// faster there on every weight (TileSpmmPlan::kernel_for).
 enum class TileKernel : uint8_t { automatic, sm80_mma, sm90_wgmma, stream_mma, warp_stream_mma };
 inline constexpr int64_t kStreamMaxTokens = 32;
 inline constexpr int kMaxStreamCtas = 1 << 20;
@@ -252,16 +255,16 @@ struct TileLaunch {
 // One CTA's words of a TileLaunch::timeline: clock64() values (globaltimer ns for kStartNs); slots past what a
 // CTA reached stay as the caller filled them.
 struct TileTimeline {
-  static constexpr int kSteps = 128;  // pipeline steps recorded, counted over all of the CTA's units
-  static constexpr int kUnits = 32;   // work units recorded
-  static constexpr int kStartNs = 0;  // %globaltimer when the CTA started
-  static constexpr int kStart = 1;    // clock64 when the CTA started
-  static constexpr int kPosted = 2;                  // [kSteps] the producer issued the step's copies
-  static constexpr int kArrived = kPosted + kSteps;  // [kSteps] consumer warpgroup 0 saw the step's data land
+  static constexpr int kSteps = 128;                   // pipeline steps recorded, counted over all of the CTA's units
+  static constexpr int kUnits = 32;                    // work units recorded
+  static constexpr int kStartNs = 0;                   // %globaltimer when the CTA started
+  static constexpr int kStart = 1;                     // clock64 when the CTA started
+  static constexpr int kPosted = 2;                    // [kSteps] the producer issued the step's copies
+  static constexpr int kArrived = kPosted + kSteps;    // [kSteps] consumer warpgroup 0 saw the step's data land
   static constexpr int kUnitDone = kArrived + kSteps;  // [kUnits] consumer warpgroup 0 wrote the unit's rows
-  static constexpr int kIssued = kUnitDone + kUnits;  // [kSteps] the producer issued the step's last copy
-  static constexpr int kEndNs = kIssued + kSteps;     // %globaltimer when the CTA's last write was done
-  static constexpr int kMathDone = kEndNs + 1;        // [kUnits] consumer warpgroup 0's last wgmma of the unit done
+  static constexpr int kIssued = kUnitDone + kUnits;   // [kSteps] the producer issued the step's last copy
+  static constexpr int kEndNs = kIssued + kSteps;      // %globaltimer when the CTA's last write was done
+  static constexpr int kMathDone = kEndNs + 1;         // [kUnits] consumer warpgroup 0's last wgmma of the unit done
   static constexpr int kFirstPartStaged = kMathDone + kUnits;  // [kUnits] ... and the unit's first output part staged
   static constexpr int kEnd = kFirstPartStaged + kUnits;       // clock64 when kEndNs was taken
   static constexpr int kWords = kEnd + 1;
@@ -274,23 +277,23 @@ struct TileTimeline {
 // counts only if its end-of-unit step is among the recorded steps: where the record ran out
 // inside a unit, its epilogue would be measured from a mid-unit step.
 struct TileTimelineSummary {
-  int64_t ctas = 0;            // CTAs that recorded a start
-  int64_t units_counted = 0;   // units whose main loop and epilogue are in the means below
-  double start_spread_us = 0;  // the last CTA start after the first (global timer)
+  int64_t ctas = 0;                              // CTAs that recorded a start
+  int64_t units_counted = 0;                     // units whose main loop and epilogue are in the means below
+  double start_spread_us = 0;                    // the last CTA start after the first (global timer)
   double units_per_cta = 0, steps_per_unit = 0;  // steps: those with data
-  double prologue_us = 0;      // CTA start -> its first post
-  double copy_latency_us = 0;  // a step posted -> its data landed for consumer warpgroup 0
-  double copy_issue_us = 0;    // a step posted -> its last copy issued
-  double post_gap_us = 0;      // a step's last copy issued -> the next step posted
-  double step_us = 0;          // between two steps of a unit landing
-  double main_loop_us = 0;     // a unit's first step landed -> its end-of-unit step
-  double epilogue_us = 0;      // the end-of-unit step -> the unit written (or staged)
-  double math_drain_us = 0;    // the end-of-unit step -> the unit's last wgmma done
-  double first_part_us = 0;    // the last wgmma done -> the first part staged (deferred store)
-  double other_parts_us = 0;   // the first part staged -> the unit staged
-  double next_unit_wait_us = 0;  // the unit written -> the next unit's first step landed
+  double prologue_us = 0;                        // CTA start -> its first post
+  double copy_latency_us = 0;                    // a step posted -> its data landed for consumer warpgroup 0
+  double copy_issue_us = 0;                      // a step posted -> its last copy issued
+  double post_gap_us = 0;                        // a step's last copy issued -> the next step posted
+  double step_us = 0;                            // between two steps of a unit landing
+  double main_loop_us = 0;                       // a unit's first step landed -> its end-of-unit step
+  double epilogue_us = 0;                        // the end-of-unit step -> the unit written (or staged)
+  double math_drain_us = 0;                      // the end-of-unit step -> the unit's last wgmma done
+  double first_part_us = 0;                      // the last wgmma done -> the first part staged (deferred store)
+  double other_parts_us = 0;                     // the first part staged -> the unit staged
+  double next_unit_wait_us = 0;                  // the unit written -> the next unit's first step landed
   double end_first_us = 0, end_mean_us = 0, end_last_us = 0;  // CTA ends after the first start (global timer)
-  double clock_ghz = 0;        // the SMs' clock over the CTAs' lives, where measured
+  double clock_ghz = 0;                                       // the SMs' clock over the CTAs' lives, where measured
 };
 // `words`: grid x TileTimeline::kWords, as the launch left them (zero-filled before it).
 TileTimelineSummary summarize_tile_timeline(const std::vector<uint64_t>& words, double us_per_cycle);
@@ -299,12 +302,13 @@ class TileSpmmPlan {
  public:
   // Validates the description, the tile shape and the kernel's requirements, and fixes the launch configuration
   // (TileLaunch: chosen by shape unless forced).
-  static TileSpmmPlan create(const SpmmDesc& desc, int tile_rows, int tile_cols, TileKernel kernel = TileKernel::automatic,
-                             const TileLaunch& launch = {});
+  static TileSpmmPlan create(const SpmmDesc& desc, int tile_rows, int tile_cols,
+                             TileKernel kernel = TileKernel::automatic, const TileLaunch& launch = {});
   // Same contract as Nm24SpmmPlan::run; the weight must match the plan's shape, dtype and tile shape.
   // A plan of the stream kernel owns a workspace (partial sums and counters; workspace_bytes()), which its copies
   // share: its runs must not overlap in time, so run it on one stream, or make one plan per concurrent stream.
-  void run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
+  void run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d,
+           const float* bias = nullptr) const;
 
   const SpmmDesc& desc() const noexcept { return desc_; }
   TileKernel kernel() const noexcept { return kernel_; }
@@ -343,7 +347,7 @@ class TileSpmmPlan {
   int stream_max_ctas_ = 0;  // the stream kernels: CTAs resident at once, or TileLaunch::stream_ctas
   bool stream_forced_ = false;
   std::shared_ptr<const DeviceBuffer> workspace_;  // the stream kernels: partial tile rows, then the row counters
-  std::size_t partial_floats() const;             // the workspace's partial tile rows
+  std::size_t partial_floats() const;              // the workspace's partial tile rows
   bool takes_warp_stream_schedule(const DeviceTiles& a) const noexcept;
 };
 

@@ -19,8 +19,8 @@ struct CorpusSplit {
   std::vector<std::string> calibration;
   std::vector<std::string> evaluation;
 };
-CorpusSplit split_corpus(const std::vector<std::string>& sentences, int eval_every = 4, std::size_t max_calibration = 256,
-                         std::size_t max_evaluation = 128);
+CorpusSplit split_corpus(const std::vector<std::string>& sentences, int eval_every = 4,
+                         std::size_t max_calibration = 256, std::size_t max_evaluation = 128);
 
 // The texts every Debian/Ubuntu machine has: /usr/share/common-licenses.
 std::vector<std::string> default_corpus_paths();
@@ -34,6 +34,7 @@ struct LayerStatistics {
 };
 
 // Runs the model over the sentences and accumulates each linear layer's statistics.
-std::map<std::string, LayerStatistics> collect_statistics(const BertEncoder& model, const std::vector<std::string>& sentences);
+std::map<std::string, LayerStatistics> collect_statistics(const BertEncoder& model,
+                                                          const std::vector<std::string>& sentences);
 
 }  // namespace nmkit

@@ -13,8 +13,8 @@
 namespace nmkit {
 
 struct FisherOptions {
-  int block = 64;         // columns per Fisher block; a multiple of the format's group (M, or the tile width)
-  double damp = 1e-5;     // lambda
+  int block = 64;      // columns per Fisher block; a multiple of the format's group (M, or the tile width)
+  double damp = 1e-5;  // lambda
   ObsCandidates candidates = ObsCandidates::combinatorial;
 };
 

@@ -31,10 +31,10 @@ double group_saliency(const std::vector<double>& hinv_group, int width, const st
 
 struct ObsOptions {
   ObsCandidates candidates = ObsCandidates::diagonal;
-  double damp = 0.01;    // added to H's diagonal, as a fraction of its mean
-  int block_cols = 128;  // columns per lazy update (rounded to whole groups / tiles)
+  double damp = 0.01;             // added to H's diagonal, as a fraction of its mean
+  int block_cols = 128;           // columns per lazy update (rounded to whole groups / tiles)
   const Mask* allowed = nullptr;  // entries outside it are pruned whatever their saliency (gradual schedules)
-  int block_columns = 0;  // > 0 with a V:N:M spec: keep this many whole columns per V x M block instead
+  int block_columns = 0;          // > 0 with a V:N:M spec: keep this many whole columns per V x M block instead
 };
 
 // The OBS sweep alone: the updated weight (pruned entries zero) and its mask, for any spec (or a
@@ -44,7 +44,8 @@ struct ObsSweep {
   Mask mask;
   TileMask tiles;  // the kept tiles of a tile spec
 };
-ObsSweep obs_sweep(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec, const ObsOptions& options = {});
+ObsSweep obs_sweep(const DenseMatrix& weight, const LayerStatistics& stats, const FormatSpec& spec,
+                   const ObsOptions& options = {});
 
 // The weight after pruning and updating, its mask and compressed form; energy is measured on the original
 // weight. Throws Error when the statistics do not match the weight's columns.

@@ -31,9 +31,9 @@ struct ModelPruneOptions {
 struct TensorPruneReport {
   std::string name;
   std::vector<int64_t> shape;
-  std::string format;   // "dense" when kept as it was
-  double density = 1;   // kept entries / entries
-  double energy = 1;    // kept L1 / total L1
+  std::string format;  // "dense" when kept as it was
+  double density = 1;  // kept entries / entries
+  double energy = 1;   // kept L1 / total L1
   std::size_t bytes_before = 0;
   std::size_t bytes_after = 0;
   bool pruned = false;

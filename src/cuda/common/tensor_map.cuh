@@ -41,8 +41,8 @@ CUtensorMap make_tensor_map_sw128(const void* base, const cuuint64_t (&dims)[kRa
   for (int i = 0; i < kRank; ++i) element_strides[i] = 1;
   const CUtensorMapDataType type =
       std::is_same_v<Element, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const CUresult r = encode_tiled()(&map, type, kRank, const_cast<void*>(base), dims, byte_strides, box, element_strides,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+  const CUresult r = encode_tiled()(&map, type, kRank, const_cast<void*>(base), dims, byte_strides, box,
+                                    element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(r == CUDA_SUCCESS, ErrorCode::cuda_error, "cuTensorMapEncodeTiled failed with code " + std::to_string(r));
   return map;

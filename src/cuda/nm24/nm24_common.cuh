@@ -19,18 +19,18 @@ inline constexpr int kSm90GroupRows = 16;
 
 // Everything a kernel needs; built by the plan, passed by value.
 struct Params {
-  const uint32_t* a_values;   // packed values (packed_value_word)
-  const uint32_t* a_meta;     // packed metadata (slab, kblock, lane)
-  const void* b;              // K x C, ldb = K (col-major) or C (row-major)
-  const void* c;              // R x C in D's layout, read when beta != 0
-  void* d;                    // R x C
-  const float* bias;          // R, or null
-  int64_t rows, cols, n;      // R, K, C
-  int64_t kblocks;            // packed k-blocks of 32 (cols_padded / 32)
+  const uint32_t* a_values;  // packed values (packed_value_word)
+  const uint32_t* a_meta;    // packed metadata (slab, kblock, lane)
+  const void* b;             // K x C, ldb = K (col-major) or C (row-major)
+  const void* c;             // R x C in D's layout, read when beta != 0
+  void* d;                   // R x C
+  const float* bias;         // R, or null
+  int64_t rows, cols, n;     // R, K, C
+  int64_t kblocks;           // packed k-blocks of 32 (cols_padded / 32)
   float alpha, beta;
   Activation activation;
   bool d_col_major;
-  bool b_col_major = true;    // B's layout (the sm90 kernel stages it K-major or MN-major accordingly)
+  bool b_col_major = true;  // B's layout (the sm90 kernel stages it K-major or MN-major accordingly)
   // V:N:M (src/cuda/vnm): A is the condensed 2:4 matrix and condensed column k' of row block rb multiplies
   // B row b_gather[rb * gather_stride + k'] (kNoBRow: zeros). Null for 2:4, where column k reads B row k.
   const int32_t* b_gather = nullptr;
@@ -75,29 +75,37 @@ struct AFragment {
 __device__ __forceinline__ AFragment load_a_fragment(const Params& p, int64_t slab, int64_t kblock, int lane) {
   AFragment a;
 #pragma unroll
-  for (int r = 0; r < kRegistersPerFragment; ++r) a.values[r] = __ldg(p.a_values + packed_value_word(slab, kblock, p.kblocks, lane, r));
+  for (int r = 0; r < kRegistersPerFragment; ++r)
+    a.values[r] = __ldg(p.a_values + packed_value_word(slab, kblock, p.kblocks, lane, r));
   a.meta = __ldg(p.a_meta + packed_fragment_index(slab, kblock, p.kblocks) * kLanes + lane);
   return a;
 }
 
 __device__ __forceinline__ float activate(Activation a, float x) {
   switch (a) {
-    case Activation::relu: return fmaxf(x, 0.0f);
-    case Activation::gelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    default: return x;
+    case Activation::relu:
+      return fmaxf(x, 0.0f);
+    case Activation::gelu:
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    default:
+      return x;
   }
 }
 
 template <class Out>
 __device__ __forceinline__ float load_out(const void* base, int64_t index) {
-  if constexpr (std::is_same_v<Out, float>) return static_cast<const float*>(base)[index];
-  else return static_cast<float>(static_cast<const Out*>(base)[index]);
+  if constexpr (std::is_same_v<Out, float>)
+    return static_cast<const float*>(base)[index];
+  else
+    return static_cast<float>(static_cast<const Out*>(base)[index]);
 }
 
 template <class Out>
 __device__ __forceinline__ void store_out(void* base, int64_t index, float v) {
-  if constexpr (std::is_same_v<Out, float>) static_cast<float*>(base)[index] = v;
-  else static_cast<Out*>(base)[index] = static_cast<Out>(v);
+  if constexpr (std::is_same_v<Out, float>)
+    static_cast<float*>(base)[index] = v;
+  else
+    static_cast<Out*>(base)[index] = static_cast<Out>(v);
 }
 
 // Applies the epilogue to accumulator `acc` of D(row, col) and stores it; rows/cols past R/C are skipped.
@@ -190,18 +198,23 @@ int sm_count();
 bool device_is_sm90();
 // Throw Error (invalid_argument / unsupported) naming `who` and what is wrong.
 void check_desc(const SpmmDesc& desc, const char* who);
-void check_operands(const SpmmDesc& desc, const void* b, const void* c, const void* d, const float* bias, const char* who);
+void check_operands(const SpmmDesc& desc, const void* b, const void* c, const void* d, const float* bias,
+                    const char* who);
 
 // Calls f.template operator()<Element, Out>() for the description's input and output types.
 template <class F>
 void dispatch_types(const SpmmDesc& desc, F&& f) {
   const bool f32_out = desc.out_dtype == DType::f32;
   if (desc.dtype == DType::f16) {
-    if (f32_out) f.template operator()<__half, float>();
-    else f.template operator()<__half, __half>();
+    if (f32_out)
+      f.template operator()<__half, float>();
+    else
+      f.template operator()<__half, __half>();
   } else {
-    if (f32_out) f.template operator()<__nv_bfloat16, float>();
-    else f.template operator()<__nv_bfloat16, __nv_bfloat16>();
+    if (f32_out)
+      f.template operator()<__nv_bfloat16, float>();
+    else
+      f.template operator()<__nv_bfloat16, __nv_bfloat16>();
   }
 }
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

@@ -11,9 +11,9 @@
 namespace nmkit::gpu {
 namespace {
 
-constexpr int kGroup = 4;                              // 2:4
+constexpr int kGroup = 4;  // 2:4
 constexpr int kKept = 2;
-constexpr int kCompressedK = kFragmentK / 2;           // 16 stored values per row per k-block
+constexpr int kCompressedK = kFragmentK / 2;                 // 16 stored values per row per k-block
 constexpr int kMetaGroupsPerLane = kFragmentK / 2 / kGroup;  // 4 groups (16 logical k) per metadata half
 
 // Where value (row, logical group, slot) of one 16 x 32 fragment sits: lane and register half.
@@ -110,7 +110,8 @@ NmMatrix unpack_nm24(const PackedNm24& p) {
       for (int s = 0; s < kKept; ++s) {
         const int64_t vi = (r * groups + g) * kKept + s;
         const FragmentPosition pos = position_of(row, group_in_block * kKept + s);
-        const uint32_t reg = p.values[static_cast<std::size_t>(packed_value_word(slab, kblock, kblocks, pos.lane, pos.reg))];
+        const uint32_t reg =
+            p.values[static_cast<std::size_t>(packed_value_word(slab, kblock, kblocks, pos.lane, pos.reg))];
         const uint16_t bits = static_cast<uint16_t>(reg >> (16 * pos.half));
         std::memcpy(a.values.data() + vi * 2, &bits, 2);
         const unsigned index = (nibble >> (2 * s)) & 3u;

@@ -21,10 +21,11 @@ namespace {
 
 // The sm90 kernel's n-tiles and their relative math rates, as measured on the H200; only ratios matter. B row-major
 // takes whole 64-column TMA boxes.
-constexpr nm24::BlockNChoice kColMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}, {64, 0.8}, {32, 0.6}, {16, 0.4}};
+constexpr nm24::BlockNChoice kColMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92},
+                                                  {64, 0.8},  {32, 0.6},   {16, 0.4}};
 constexpr nm24::BlockNChoice kRowMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}, {64, 0.8}};
-constexpr double kSmMathRate = 6.5e12;      // dense-equivalent FLOP/s of one SM in the wgmma.sp kernel
-constexpr double kMemoryBandwidth = 4.0e12;  // bytes/s from HBM
+constexpr double kSmMathRate = 6.5e12;          // dense-equivalent FLOP/s of one SM in the wgmma.sp kernel
+constexpr double kMemoryBandwidth = 4.0e12;     // bytes/s from HBM
 constexpr double kPackedBytesPerWeight = 1.25;  // 2:4 fp16: half the values plus metadata
 
 }  // namespace
@@ -33,7 +34,8 @@ namespace nm24 {
 
 int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices) {
   const int64_t row_tiles = ceil_div(rows, kPackRowAlign);
-  const double weight_time = static_cast<double>(rows) * static_cast<double>(cols) * kPackedBytesPerWeight / kMemoryBandwidth;
+  const double weight_time =
+      static_cast<double>(rows) * static_cast<double>(cols) * kPackedBytesPerWeight / kMemoryBandwidth;
   int best = choices.front().block_n;
   double best_cost = 1e300;
   for (const BlockNChoice& c : choices) {
@@ -43,7 +45,8 @@ int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<
     // Ties (within 1 %, typically when reading A is the bound) go to the narrowest tile that still covers C:
     // less math on padding and less shared-memory traffic for the same time.
     const bool tie = cost <= best_cost * 1.01 && cost >= best_cost * 0.99;
-    if ((!tie && cost < best_cost) || (tie && c.block_n >= n && c.block_n < best)) best_cost = std::min(cost, best_cost), best = c.block_n;
+    if ((!tie && cost < best_cost) || (tie && c.block_n >= n && c.block_n < best))
+      best_cost = std::min(cost, best_cost), best = c.block_n;
   }
   return best;
 }
@@ -58,7 +61,8 @@ int sm90_gather_group_rows(int64_t cols) {
   int device = 0, l2_bytes = 0;
   NMKIT_CUDA_CHECK(cudaGetDevice(&device));
   NMKIT_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-  const double a_row_tile_bytes = static_cast<double>(kPackRowAlign) * static_cast<double>(cols) * kPackedBytesPerWeight;
+  const double a_row_tile_bytes =
+      static_cast<double>(kPackRowAlign) * static_cast<double>(cols) * kPackedBytesPerWeight;
   int rows = kMaxGatherGroupRows;
   while (rows > kSm90GroupRows && rows * a_row_tile_bytes > kGatherGroupL2Share * l2_bytes) rows /= 2;
   return rows;
@@ -81,7 +85,8 @@ void check_desc(const SpmmDesc& desc, const char* who) {
           std::string(who) + ": output dtype must be the input dtype or f32, got " + dtype_name(desc.out_dtype));
 }
 
-void check_operands(const SpmmDesc& desc, const void* b, const void* c, const void* d, const float* bias, const char* who) {
+void check_operands(const SpmmDesc& desc, const void* b, const void* c, const void* d, const float* bias,
+                    const char* who) {
   require(b != nullptr && d != nullptr, ErrorCode::invalid_argument, std::string(who) + ": B and D must not be null");
   require(desc.beta == 0.0f || c != nullptr, ErrorCode::invalid_argument, std::string(who) + ": beta != 0 needs C");
   require(!desc.bias || bias != nullptr, ErrorCode::invalid_argument,
@@ -92,10 +97,23 @@ void check_operands(const SpmmDesc& desc, const void* b, const void* c, const vo
           ErrorCode::invalid_argument, std::string(who) + ": B, C and D must be aligned to their element size");
 }
 
-Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias) {
-  return {static_cast<const uint32_t*>(a.values()), static_cast<const uint32_t*>(a.metadata()), b, c, d,
-          desc.bias ? bias : nullptr, desc.rows, desc.cols, desc.n, a.cols_padded() / kFragmentK,
-          desc.alpha, desc.beta, desc.activation, desc.d_layout == Layout::col_major, desc.b_layout == Layout::col_major};
+Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d,
+                   const float* bias) {
+  return {static_cast<const uint32_t*>(a.values()),
+          static_cast<const uint32_t*>(a.metadata()),
+          b,
+          c,
+          d,
+          desc.bias ? bias : nullptr,
+          desc.rows,
+          desc.cols,
+          desc.n,
+          a.cols_padded() / kFragmentK,
+          desc.alpha,
+          desc.beta,
+          desc.activation,
+          desc.d_layout == Layout::col_major,
+          desc.b_layout == Layout::col_major};
 }
 
 namespace {
@@ -117,7 +135,8 @@ bool overlap_launch_wanted(bool fallback) {
   const char* env = std::getenv("NMKIT_OVERLAP_LAUNCH");
   if (!env || !*env) return fallback;
   const std::string value(env);
-  require(value == "0" || value == "1", ErrorCode::invalid_argument, "NMKIT_OVERLAP_LAUNCH must be 0 or 1, got '" + value + "'");
+  require(value == "0" || value == "1", ErrorCode::invalid_argument,
+          "NMKIT_OVERLAP_LAUNCH must be 0 or 1, got '" + value + "'");
   return value == "1";
 }
 
@@ -134,7 +153,8 @@ constexpr bool kSm90OverlapLaunch = true;
 
 void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config) {
   config.register_epilogue = false, config.persistent_ctas = 0;
-  config.overlap_launch = config.kernel == Nm24Kernel::sm90_wgmma_sp && config.cluster == 1 && overlap_launch_wanted(kSm90OverlapLaunch);
+  config.overlap_launch =
+      config.kernel == Nm24Kernel::sm90_wgmma_sp && config.cluster == 1 && overlap_launch_wanted(kSm90OverlapLaunch);
   const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
   // The register epilogue stores 64-column parts of the tile: n-tiles of 16 and 32 (decode) keep the staged one.
   if (config.kernel != Nm24Kernel::sm90_wgmma_sp || config.block_n % 64 != 0 ||
@@ -189,8 +209,7 @@ bool device_is_sm90() {
 
 }  // namespace nm24
 
-namespace {
-}  // namespace
+namespace {}  // namespace
 
 namespace nm24 {
 bool sm90_compiled() {
@@ -204,17 +223,21 @@ bool sm90_compiled() {
 
 const char* kernel_name(Nm24Kernel k) noexcept {
   switch (k) {
-    case Nm24Kernel::automatic: return "automatic";
-    case Nm24Kernel::sm80_mma_sp: return "sm80_mma_sp";
-    case Nm24Kernel::sm90_wgmma_sp: return "sm90_wgmma_sp";
+    case Nm24Kernel::automatic:
+      return "automatic";
+    case Nm24Kernel::sm80_mma_sp:
+      return "sm80_mma_sp";
+    case Nm24Kernel::sm90_wgmma_sp:
+      return "sm90_wgmma_sp";
   }
   return "?";
 }
 
 std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
   os << kernel_name(c.kernel) << " tile " << c.block_m << "x" << c.block_n << "x" << c.block_k << " stages " << c.stages
-     << " threads " << c.threads << " smem " << c.smem_bytes << " B" << (c.cluster > 1 ? " cluster 2 (B multicast)" : "")
-     << (c.register_epilogue ? " register epilogue" : "") << (c.overlap_launch ? " overlapped launch" : "");
+     << " threads " << c.threads << " smem " << c.smem_bytes << " B"
+     << (c.cluster > 1 ? " cluster 2 (B multicast)" : "") << (c.register_epilogue ? " register epilogue" : "")
+     << (c.overlap_launch ? " overlapped launch" : "");
   if (c.persistent_ctas > 0) os << " persistent " << c.persistent_ctas << " CTAs";
   if (c.raster_rows > 0) os << " raster " << c.raster_rows << " row tiles";
   return os;
@@ -281,18 +304,22 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, Nm24Kernel kernel, int b
   const bool sm90_device = nm24::sm90_compiled() && nm24::device_is_sm90();
   const bool sm90_possible = sm90_device && (b_col_major ? desc.cols % 8 == 0 : desc.n % 8 == 0);
   if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
-  require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
-          "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, and K % 8 == 0 (B col-major) "
-          "or C % 8 == 0 (B row-major)");
+  require(
+      kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
+      "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, and K % 8 == 0 (B col-major) "
+      "or C % 8 == 0 (B row-major)");
   require(block_n == 0 || kernel == Nm24Kernel::sm90_wgmma_sp, ErrorCode::unsupported,
           "nm24 plan: block_n can only be chosen for the sm90 kernel");
-  require(block_n == 0 || b_col_major || block_n % 64 == 0, ErrorCode::unsupported,
-          "nm24 plan: with B row-major the sm90 kernel's block_n is 64, 128, 192 or 256, got " + std::to_string(block_n));
-  const std::span<const nm24::BlockNChoice> choices =
-      b_col_major ? std::span<const nm24::BlockNChoice>(kColMajorBlockN) : std::span<const nm24::BlockNChoice>(kRowMajorBlockN);
+  require(
+      block_n == 0 || b_col_major || block_n % 64 == 0, ErrorCode::unsupported,
+      "nm24 plan: with B row-major the sm90 kernel's block_n is 64, 128, 192 or 256, got " + std::to_string(block_n));
+  const std::span<const nm24::BlockNChoice> choices = b_col_major
+                                                          ? std::span<const nm24::BlockNChoice>(kColMajorBlockN)
+                                                          : std::span<const nm24::BlockNChoice>(kRowMajorBlockN);
   const nm24::TileShape t =
       kernel == Nm24Kernel::sm90_wgmma_sp
-          ? nm24::sm90_tile_shape(block_n != 0 ? block_n : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::sm_count(), choices))
+          ? nm24::sm90_tile_shape(
+                block_n != 0 ? block_n : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::sm_count(), choices))
           : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   // B multicast across a 2-CTA cluster (n-tiles of 128 and more, an even number of row tiles) is an experiment,
@@ -380,11 +407,12 @@ Nm24SpmmPlan Nm24SpmmPlan::autotune(const SpmmDesc& desc) {
   return create(desc, Nm24Kernel::sm90_wgmma_sp, best);
 }
 
-void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias) const {
+void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d,
+                       const float* bias) const {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype, ErrorCode::invalid_argument,
-          "nm24 run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " + dtype_name(a.dtype()) +
-              ", the plan was made for " + std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " +
-              dtype_name(desc_.dtype));
+          "nm24 run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
+              dtype_name(a.dtype()) + ", the plan was made for " + std::to_string(desc_.rows) + "x" +
+              std::to_string(desc_.cols) + " " + dtype_name(desc_.dtype));
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "nm24 run");
 
@@ -394,8 +422,10 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && nm24::aligned16(b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, nm24::sm90_launch_on(config_, stream));
-    else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
+    if (sm90)
+      nm24::launch_sm90<Element, Out>(p, config_.block_n, config_.cluster == 2, nm24::sm90_launch_on(config_, stream));
+    else
+      nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });
 }
 

@@ -22,13 +22,13 @@ constexpr int kStages = 3;
 constexpr int kWarpsM = 4;
 constexpr int kWarpsN = 2;
 constexpr int kThreads = kWarpsM * kWarpsN * 32;
-constexpr int kWarpM = kBlockM / kWarpsM;           // 32 rows: 2 slabs
-constexpr int kWarpN = kBlockN / kWarpsN;           // 64 cols: 8 n8 tiles
-constexpr int kSlabsPerWarp = kWarpM / kSlabRows;   // 2
-constexpr int kTilesN = kWarpN / 8;                 // 8
+constexpr int kWarpM = kBlockM / kWarpsM;              // 32 rows: 2 slabs
+constexpr int kWarpN = kBlockN / kWarpsN;              // 64 cols: 8 n8 tiles
+constexpr int kSlabsPerWarp = kWarpM / kSlabRows;      // 2
+constexpr int kTilesN = kWarpN / 8;                    // 8
 constexpr int kKBlocksPerTile = kBlockK / kFragmentK;  // 2
-constexpr int kChunk = 8;                           // halves per 16-byte chunk
-constexpr int kStageElems = kBlockN * kBlockK;      // halves of B per stage
+constexpr int kChunk = 8;                              // halves per 16-byte chunk
+constexpr int kStageElems = kBlockN * kBlockK;         // halves of B per stage
 constexpr int kSmemBytes = kStages * kStageElems * 2;
 
 static_assert(kBlockM % kPackRowAlign == 0 || kPackRowAlign % kBlockM == 0, "packed rows must cover whole CTA tiles");
@@ -50,8 +50,10 @@ struct BTile {
 // the gather table's entry for V:N:M (`gather` points at the tile's first entry).
 template <bool kGather>
 __device__ __forceinline__ int64_t b_row(const Params& p, const int32_t* gather, int64_t k0, int k_local) {
-  if constexpr (kGather) return __ldg(gather + k_local);
-  else return k0 + k_local < p.cols ? k0 + k_local : -1;
+  if constexpr (kGather)
+    return __ldg(gather + k_local);
+  else
+    return k0 + k_local < p.cols ? k0 + k_local : -1;
 }
 
 // Loads one k-tile of B into a stage. Vector path: 16-byte cp.async with zero-fill past K and C (for a
@@ -120,16 +122,18 @@ __global__ void __launch_bounds__(kThreads) sm80_nm24_spmm_kernel(const Params p
   auto load_stage = [&](int64_t kt, Element* stage) {
     for (int t = 0; t < b_tiles; ++t)
       load_b_tile<Element, kKMajor, kVector, kGather>(p, stage + t * kStageElems, kt * kBlockK, n0,
-                                                      kGather ? gather + t * p.gather_stride + kt * kBlockK : nullptr, tid);
+                                                      kGather ? gather + t * p.gather_stride + kt * kBlockK : nullptr,
+                                                      tid);
   };
 
   float acc[kSlabsPerWarp][kTilesN][4] = {};
   AFragment a_cur[kSlabsPerWarp][kKBlocksPerTile], a_next[kSlabsPerWarp][kKBlocksPerTile];
-  auto load_a = [&](AFragment (&a)[kSlabsPerWarp][kKBlocksPerTile], int64_t kt) {
+  auto load_a = [&](AFragment(&a)[kSlabsPerWarp][kKBlocksPerTile], int64_t kt) {
 #pragma unroll
     for (int s = 0; s < kSlabsPerWarp; ++s)
 #pragma unroll
-      for (int kk = 0; kk < kKBlocksPerTile; ++kk) a[s][kk] = load_a_fragment(p, slab0 + s, kt * kKBlocksPerTile + kk, lane);
+      for (int kk = 0; kk < kKBlocksPerTile; ++kk)
+        a[s][kk] = load_a_fragment(p, slab0 + s, kt * kKBlocksPerTile + kk, lane);
   };
 
   // Prologue: the first kStages - 1 k-tiles of B in flight.
@@ -156,7 +160,8 @@ __global__ void __launch_bounds__(kThreads) sm80_nm24_spmm_kernel(const Params p
         uint32_t b_frag[4];
         load_b_fragment<kKMajor>(b_frag, stage, kk, warp_n * kWarpN + 8 * j, lane);
 #pragma unroll
-        for (int s = 0; s < kSlabsPerWarp; ++s) ptx::mma_sp_m16n8k32<Mma>(acc[s][j], a_cur[s][kk].values, b_frag, a_cur[s][kk].meta);
+        for (int s = 0; s < kSlabsPerWarp; ++s)
+          ptx::mma_sp_m16n8k32<Mma>(acc[s][j], a_cur[s][kk].values, b_frag, a_cur[s][kk].meta);
       }
     if (kt + 1 < k_tiles) {
 #pragma unroll
@@ -192,9 +197,12 @@ template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream) {
   const bool k_major = b_layout == Layout::col_major;
   if (p.b_gather != nullptr) {  // V:N:M: rows of B through the gather table
-    if (k_major) launch<Element, Out, true, false, true>(p, stream);
-    else if (b_vector_loads) launch<Element, Out, false, true, true>(p, stream);
-    else launch<Element, Out, false, false, true>(p, stream);
+    if (k_major)
+      launch<Element, Out, true, false, true>(p, stream);
+    else if (b_vector_loads)
+      launch<Element, Out, false, true, true>(p, stream);
+    else
+      launch<Element, Out, false, false, true>(p, stream);
   } else if (k_major && b_vector_loads) {
     launch<Element, Out, true, true, false>(p, stream);
   } else if (k_major) {

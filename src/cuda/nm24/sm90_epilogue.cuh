@@ -19,9 +19,9 @@
 
 namespace nmkit::gpu::sm90_epilogue {
 
-inline constexpr int kWarpgroupRows = 64;        // one m64 wgmma
-inline constexpr int kEpilogueRows = 128;        // two consumer warpgroups
-inline constexpr int kEpilogueThreads = 256;     // their threads
+inline constexpr int kWarpgroupRows = 64;     // one m64 wgmma
+inline constexpr int kEpilogueRows = 128;     // two consumer warpgroups
+inline constexpr int kEpilogueThreads = 256;  // their threads
 inline constexpr int kStagePad = 4;
 inline constexpr int kVector = 4;
 
@@ -90,7 +90,7 @@ __device__ __forceinline__ void write_runs(const P& p, const EpilogueTile<kRows,
   constexpr int kRunLen = kColMajor ? kRows : kCols;  // contiguous extent inside the tile
   constexpr int kRuns = kColMajor ? kCols : kRows;
   constexpr int kVectorsPerRun = kRunLen / kVector;
-  constexpr int kStride = kRunLen + kStagePad;        // EpilogueTile::stride() for this layout
+  constexpr int kStride = kRunLen + kStagePad;  // EpilogueTile::stride() for this layout
   static_assert(kRunLen % kVector == 0, "whole vectors per run");
   const int64_t ld = kColMajor ? p.rows : p.n;
   const int64_t run_room = kColMajor ? p.rows - m0 : p.n - n0;   // elements left along a run
@@ -99,8 +99,9 @@ __device__ __forceinline__ void write_runs(const P& p, const EpilogueTile<kRows,
   const int runs_limit = static_cast<int>(runs_room < kRuns ? runs_room : kRuns);
   const int64_t origin = kColMajor ? n0 * ld + m0 : m0 * ld + n0;
   // Whole vectors stored as one 4-element access when D allows it and C is not read.
-  const bool vector_stores = p.beta == 0.0f && ld % kVector == 0 &&
-                             reinterpret_cast<uintptr_t>(static_cast<Out*>(p.d) + origin) % (kVector * sizeof(Out)) == 0;
+  const bool vector_stores =
+      p.beta == 0.0f && ld % kVector == 0 &&
+      reinterpret_cast<uintptr_t>(static_cast<Out*>(p.d) + origin) % (kVector * sizeof(Out)) == 0;
   for (int i = first; i < kRuns * kVectorsPerRun; i += step) {
     const int run = i / kVectorsPerRun, pos = i % kVectorsPerRun * kVector;
     if (run >= runs_limit || pos >= run_limit) continue;
@@ -127,10 +128,12 @@ __device__ __forceinline__ void write_runs(const P& p, const EpilogueTile<kRows,
 // i = first, first + step, ...; load_staged(address in the local tile) returns the 4 staged values (a split-K
 // cluster sums its CTAs' tiles there). Applies beta * C and the activation; R and C tails are skipped.
 template <class Out, int kRows, int kCols, class P, class LoadStaged>
-__device__ void write_tile(const P& p, const EpilogueTile<kRows, kCols>& tile, int64_t m0, int64_t n0, int first, int step,
-                           LoadStaged load_staged) {
-  if (tile.col_major) write_runs<Out, true>(p, tile, m0, n0, first, step, load_staged);
-  else write_runs<Out, false>(p, tile, m0, n0, first, step, load_staged);
+__device__ void write_tile(const P& p, const EpilogueTile<kRows, kCols>& tile, int64_t m0, int64_t n0, int first,
+                           int step, LoadStaged load_staged) {
+  if (tile.col_major)
+    write_runs<Out, true>(p, tile, m0, n0, first, step, load_staged);
+  else
+    write_runs<Out, false>(p, tile, m0, n0, first, step, load_staged);
 }
 
 // ---- Deferred stores ------------------------------------------------------------------------------------------
@@ -159,7 +162,8 @@ struct OutputTile {
 // deferred store, the 2:4 / V:N:M kernel's register epilogue): D 16-bit, no C to add, no GELU (its polynomial,
 // unrolled over every accumulator, bloats the kernel; it takes the staged epilogue), and D's stride (elements
 // between consecutive rows of row-major D, columns of col-major D) a multiple of 16 bytes, for the tensor map.
-__host__ __device__ constexpr bool outputs_final_in_registers(bool d_16bit, float beta, Activation activation, int64_t d_stride) {
+__host__ __device__ constexpr bool outputs_final_in_registers(bool d_16bit, float beta, Activation activation,
+                                                              int64_t d_stride) {
   return d_16bit && beta == 0.0f && activation != Activation::gelu && d_stride % 8 == 0;
 }
 
@@ -199,8 +203,9 @@ __device__ __forceinline__ void pack_outputs(const P& p, const float (&acc)[kAcc
 // The shared addresses are one per-lane base and compile-time offsets: a persistent kernel hoists whatever it can
 // out of its unit loop, and a general (row, col) -> address map there spilled.
 template <bool kColMajor, int kRows, int kCols>
-__device__ __forceinline__ void store_outputs_as(const OutputTile<kRows, kCols>& tile, const uint32_t (&pairs)[kCols / 4],
-                                                 int row_offset, int thread_in_group) {
+__device__ __forceinline__ void store_outputs_as(const OutputTile<kRows, kCols>& tile,
+                                                 const uint32_t (&pairs)[kCols / 4], int row_offset,
+                                                 int thread_in_group) {
   static_assert(OutputTile<kRows, kCols>::kWholeBoxes, "whole boxes of 64-element lines");
   constexpr int kBoxBytes = OutputTile<kRows, kCols>::box_bytes(kColMajor);
   const int warp = thread_in_group / 32, lane = thread_in_group % 32;
@@ -209,14 +214,16 @@ __device__ __forceinline__ void store_outputs_as(const OutputTile<kRows, kCols>&
   // Row-major D: line r0 + i, element 8 (j + dj) + c of box (j + dj) / 8, at chunk ((j + dj) % 8) ^ i; j even, so
   // (j + dj) / 8 = j / 8 and the chunk is (j % 8) ^ dj ^ i: the base holds dj ^ i, XOR adds j % 8.
   // Col-major D: line 8 (j + dj) + i (a token) of box r0 / 64, element r0 % 64 + c at chunk ((r0 % 64) / 8) ^ i.
-  const uint32_t lane_base =
-      kColMajor ? tile.base + (r0 / kLineElements) * kBoxBytes + (8 * dj + i) * kLineBytes + ((((r0 % kLineElements) / 8) ^ i) << 4)
-                : tile.base + (r0 + i) * kLineBytes + ((dj ^ i) << 4);
+  const uint32_t lane_base = kColMajor ? tile.base + (r0 / kLineElements) * kBoxBytes + (8 * dj + i) * kLineBytes +
+                                             ((((r0 % kLineElements) / 8) ^ i) << 4)
+                                       : tile.base + (r0 + i) * kLineBytes + ((dj ^ i) << 4);
 #pragma unroll
   for (int j = 0; j < kCols / 8; j += 2) {
     const uint32_t(&four)[4] = *reinterpret_cast<const uint32_t(*)[4]>(pairs + 2 * j);
-    if constexpr (kColMajor) ptx::stmatrix_x4_trans(lane_base + j * 8 * kLineBytes, four);
-    else ptx::stmatrix_x4((lane_base ^ ((j % 8) << 4)) + (j / 8) * kBoxBytes, four);
+    if constexpr (kColMajor)
+      ptx::stmatrix_x4_trans(lane_base + j * 8 * kLineBytes, four);
+    else
+      ptx::stmatrix_x4((lane_base ^ ((j % 8) << 4)) + (j / 8) * kBoxBytes, four);
   }
   ptx::fence_proxy_async_shared();  // the stores above, before the copy engine reads them
 }
@@ -224,8 +231,10 @@ __device__ __forceinline__ void store_outputs_as(const OutputTile<kRows, kCols>&
 template <int kRows, int kCols>
 __device__ __forceinline__ void store_outputs(bool col_major, const OutputTile<kRows, kCols>& tile,
                                               const uint32_t (&pairs)[kCols / 4], int row_offset, int thread_in_group) {
-  if (col_major) store_outputs_as<true>(tile, pairs, row_offset, thread_in_group);
-  else store_outputs_as<false>(tile, pairs, row_offset, thread_in_group);
+  if (col_major)
+    store_outputs_as<true>(tile, pairs, row_offset, thread_in_group);
+  else
+    store_outputs_as<false>(tile, pairs, row_offset, thread_in_group);
 }
 
 // Stages consumer warpgroup rows row_offset..row_offset + 63 of the tile (pack_outputs, then store_outputs).
@@ -242,19 +251,19 @@ __device__ __forceinline__ void stage_outputs(const P& p, const OutputTile<kRows
 // One thread: has the copy engine store the staged unit to D at (m0, n0) through `d_map` (D as a 2-D tensor,
 // contiguous dimension first, boxes of 64 x kCols for col-major D, 64 x kRows for row-major D), as one bulk group.
 template <int kRows, int kCols>
-__device__ __forceinline__ void issue_staged_store(const void* d_map, const OutputTile<kRows, kCols>& tile, bool col_major,
-                                                   int64_t m0, int64_t n0) {
+__device__ __forceinline__ void issue_staged_store(const void* d_map, const OutputTile<kRows, kCols>& tile,
+                                                   bool col_major, int64_t m0, int64_t n0) {
   static_assert(OutputTile<kRows, kCols>::kWholeBoxes, "whole boxes of 64-element lines");
   if (col_major) {
 #pragma unroll
     for (int box = 0; box < kRows / kLineElements; ++box)
-      ptx::tma_store_2d(d_map, tile.base + box * OutputTile<kRows, kCols>::box_bytes(true), static_cast<int32_t>(m0 + box * kLineElements),
-                        static_cast<int32_t>(n0));
+      ptx::tma_store_2d(d_map, tile.base + box * OutputTile<kRows, kCols>::box_bytes(true),
+                        static_cast<int32_t>(m0 + box * kLineElements), static_cast<int32_t>(n0));
   } else {
 #pragma unroll
     for (int box = 0; box < kCols / kLineElements; ++box)
-      ptx::tma_store_2d(d_map, tile.base + box * OutputTile<kRows, kCols>::box_bytes(false), static_cast<int32_t>(n0 + box * kLineElements),
-                        static_cast<int32_t>(m0));
+      ptx::tma_store_2d(d_map, tile.base + box * OutputTile<kRows, kCols>::box_bytes(false),
+                        static_cast<int32_t>(n0 + box * kLineElements), static_cast<int32_t>(m0));
   }
   ptx::bulk_commit_group();
 }

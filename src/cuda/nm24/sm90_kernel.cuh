@@ -43,26 +43,25 @@
 namespace nmkit::gpu::nm24::sm90 {
 namespace {
 
-
 constexpr int kBlockM = 128;
-constexpr int kBlockK = 64;                     // one 128-byte swizzle row of halves
-constexpr int kConsumers = 2;                   // warpgroups doing math
+constexpr int kBlockK = 64;    // one 128-byte swizzle row of halves
+constexpr int kConsumers = 2;  // warpgroups doing math
 constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
-constexpr int kMulticastCtas = 2;               // CTAs of a B-multicast cluster (kMulticast)
-constexpr int kRowsPerConsumer = kBlockM / kConsumers;   // 64: one m64 wgmma
-constexpr int kKBlocksPerTile = kBlockK / kFragmentK;    // 2 wgmma.sp per k-tile
-constexpr int kSwizzleAlign = 1024;             // 128B-swizzle atoms are 8 rows x 128 bytes
+constexpr int kMulticastCtas = 2;                       // CTAs of a B-multicast cluster (kMulticast)
+constexpr int kRowsPerConsumer = kBlockM / kConsumers;  // 64: one m64 wgmma
+constexpr int kKBlocksPerTile = kBlockK / kFragmentK;   // 2 wgmma.sp per k-tile
+constexpr int kSwizzleAlign = 1024;                     // 128B-swizzle atoms are 8 rows x 128 bytes
 constexpr int kRegisterFile = 64 * 1024;
 constexpr int kSharedMemoryLimit = cuda::kSm90SharedMemoryPerCta;
 
 static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
 static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole number of sparse k32 steps");
 
-constexpr int kTileFragments = kTileSlabs * kTileKBlocks;              // 16 fragments of 32 lanes
-constexpr int kAValueBytes = kTileValueBytes;                            // 8 KiB per k-tile
-constexpr int kAMetaBytes = kTileFragments * kLanes * 4;                 // 2 KiB per k-tile
+constexpr int kTileFragments = kTileSlabs * kTileKBlocks;  // 16 fragments of 32 lanes
+constexpr int kAValueBytes = kTileValueBytes;              // 8 KiB per k-tile
+constexpr int kAMetaBytes = kTileFragments * kLanes * 4;   // 2 KiB per k-tile
 static_assert(kAValueBytes == kTileFragments * kLanes * kRegistersPerFragment * 4, "values: 4 registers per lane");
 // A warpgroup's m64 x k32 operand in the packed values: k-block kk of the tile, row groups 8w..8w+7 (the layout of
 // packed_value_word): kKBlockValueBytes apart per k-block, 8 row groups of two core matrices per warpgroup.
@@ -94,7 +93,8 @@ struct Sm90Shape {
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
   static_assert(kSmemBytes <= kSharedMemoryLimit, "the pipeline must fit in shared memory");
   static_assert(kStages >= 2, "the pipeline needs two stages");
-  static_assert(sm90_epilogue::EpilogueTile<kBlockM, kBlockN>::kBytes <= kStages * kStageBytes, "the epilogue tile reuses the stages");
+  static_assert(sm90_epilogue::EpilogueTile<kBlockM, kBlockN>::kBytes <= kStages * kStageBytes,
+                "the epilogue tile reuses the stages");
 };
 
 // Named barrier 2 of the whole CTA, which a gathering producer arrives at when its last cp.async landed: the
@@ -134,14 +134,15 @@ struct BSourceTraits {
   static constexpr int kFullArrivals = kGather ? 1 + kWarpgroupThreads : 1;
   // setmaxnreg.inc waits for registers that the producer's .dec released: the budgets must fit what the
   // launch allocated (kRegisterFile / kThreads, in units of 8), or the consumers wait forever.
-  static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
+  static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
+                    (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
                 "setmaxnreg budgets must fit the registers allocated at launch");
 };
 
-constexpr int kMnAtomHalves = 64;                   // MN-major swizzle atom: 64 halves (128 B) along N
-constexpr int kMnAtomBytes = kBlockK * 128;          // one atom column of a 64-row k-tile
-constexpr int kKGroupBytes = 8 * 128;                // 8 k-rows of 128 B
-constexpr int kChunkHalves = 8;                      // 16-byte chunk
+constexpr int kMnAtomHalves = 64;            // MN-major swizzle atom: 64 halves (128 B) along N
+constexpr int kMnAtomBytes = kBlockK * 128;  // one atom column of a 64-row k-tile
+constexpr int kKGroupBytes = 8 * 128;        // 8 k-rows of 128 B
+constexpr int kChunkHalves = 8;              // 16-byte chunk
 
 // 128-byte swizzle: the 16-byte chunk c of 128-byte row r sits at chunk c ^ (r % 8).
 __device__ __forceinline__ int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
@@ -179,12 +180,12 @@ struct RowGather {
   static_assert(kWarpgroupThreads / 32 * kRowsPerWarp == kBlockK, "the producer warpgroup covers the k-tile's rows");
   static_assert(kBlockN % kMnAtomHalves == 0, "whole atoms");
 
-  const char* column;         // B's row 0 at this thread's column of atom 0
+  const char* column;  // B's row 0 at this thread's column of atom 0
   uint64_t row_bytes;
-  int first_row;              // tile row of entry 0
+  int first_row;                        // tile row of entry 0
   uint32_t row_offset[kRowsPerThread];  // where each row's chunk lands in the tile (swizzled)
-  uint32_t atoms_inside;      // bit a: this thread's column of atom a is inside C
-  bool columns_full;          // the CTA's n-tile is inside C (every CTA but the last column's)
+  uint32_t atoms_inside;                // bit a: this thread's column of atom a is inside C
+  bool columns_full;                    // the CTA's n-tile is inside C (every CTA but the last column's)
 
   __device__ RowGather(const Params& p, int64_t n0, int thread) {
     const int lane = thread % 32, chunk = lane % kLanesPerAtomRow;
@@ -204,8 +205,10 @@ struct RowGather {
   __device__ int4 load(const int32_t* gather) const { return __ldg(reinterpret_cast<const int4*>(gather + first_row)); }
 
   __device__ void copy(uint32_t tile, int4 entries) const {
-    if (columns_full) copy_rows<false>(tile, entries, std::make_integer_sequence<int, kAtoms>{});
-    else copy_rows<true>(tile, entries, std::make_integer_sequence<int, kAtoms>{});
+    if (columns_full)
+      copy_rows<false>(tile, entries, std::make_integer_sequence<int, kAtoms>{});
+    else
+      copy_rows<true>(tile, entries, std::make_integer_sequence<int, kAtoms>{});
   }
 
  private:
@@ -265,7 +268,9 @@ template <int kBlockN>
 struct TileOrder {
   int64_t row_tiles, col_tiles, tiles;
   __device__ explicit TileOrder(const Params& p)
-      : row_tiles((p.rows + kBlockM - 1) / kBlockM), col_tiles((p.n + kBlockN - 1) / kBlockN), tiles(row_tiles * col_tiles) {}
+      : row_tiles((p.rows + kBlockM - 1) / kBlockM),
+        col_tiles((p.n + kBlockN - 1) / kBlockN),
+        tiles(row_tiles * col_tiles) {}
   struct Origin {
     int64_t m0, n0;
   };
@@ -283,8 +288,9 @@ struct TileOrder {
 // arrives on its own CTA's empty barrier, and one elected lane per consumer warp on the peer's (a remote arrival
 // per thread made the release cost more than the multicast saved).
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
-__global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
-                                                                 const __grid_constant__ CUtensorMap d_map) {
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
+                       const __grid_constant__ CUtensorMap d_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Shape = Sm90Shape<kBlockN, kBTiles>;
   using Traits = BSourceTraits<kSource>;
@@ -299,8 +305,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
   extern __shared__ unsigned char smem_raw[];
   // Stage buffers on a 1024-byte boundary (the swizzle atom), then the register epilogue's output parts, then the
   // barriers.
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) & ~uintptr_t{kSwizzleAlign - 1});
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) &
+                                                         ~uintptr_t{kSwizzleAlign - 1});
   unsigned char* const outputs = smem + kStages * Shape::kStageBytes;
   uint64_t* full = reinterpret_cast<uint64_t*>(outputs + Shape::kOutputBytes);
   uint64_t* empty = full + kStages;
@@ -322,8 +328,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     }
     ptx::fence_barrier_init();
   }
-  if constexpr (kMulticast) ptx::cluster_sync();  // the peer's barriers exist before its copies signal ours
-  else __syncthreads();
+  if constexpr (kMulticast)
+    ptx::cluster_sync();  // the peer's barriers exist before its copies signal ours
+  else
+    __syncthreads();
 
   if (warpgroup == kConsumers) {  // producer warpgroup
     ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
@@ -337,8 +345,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         ++posted;
         return;
       }
-      if constexpr (kMulticast) ptx::mbarrier_wait_cluster(&empty[ring.stage], ring.phase ^ 1u);
-      else ptx::mbarrier_wait(&empty[ring.stage], ring.phase ^ 1u);
+      if constexpr (kMulticast)
+        ptx::mbarrier_wait_cluster(&empty[ring.stage], ring.phase ^ 1u);
+      else
+        ptx::mbarrier_wait(&empty[ring.stage], ring.phase ^ 1u);
     };
     // Without a gather, one thread streams the A and B tiles.
     const bool streams = Traits::kGather || thread == 0;
@@ -359,8 +369,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
           ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
           if constexpr (kMulticast) {
             constexpr int kHalfRows = kBlockN / 2;
-            ptx::tma_load_2d_multicast(stage + rank * kHalfRows * kBlockK * 2, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK),
-                                       static_cast<int32_t>(n0 + rank * kHalfRows), 0x3);
+            ptx::tma_load_2d_multicast(stage + rank * kHalfRows * kBlockK * 2, &b_map, &full[s],
+                                       static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0 + rank * kHalfRows),
+                                       0x3);
           } else if constexpr (kSource == BSource::tma) {
             ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
           } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
@@ -380,8 +391,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
         [[maybe_unused]] const RowGather<Element, kBlockN> row_gather(p, n0, thread);
         const auto load_rows = [&](int t, int64_t kt) {
           const int32_t* table = gather + t * p.gather_stride + kt * kBlockK;
-          if constexpr (kSource == BSource::gather_rows) return row_gather.load(table);
-          else return TileRows::load(table, lane_in_warp);
+          if constexpr (kSource == BSource::gather_rows)
+            return row_gather.load(table);
+          else
+            return TileRows::load(table, lane_in_warp);
         };
         Rows next[kBTiles];
 #pragma unroll
@@ -448,8 +461,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
     for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
       const int fragment = slab_in_tile * kTileKBlocks + kk;
       meta[kk] = ptx::ld_shared_b32(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4);
-      a_desc[kk] = ptx::make_smem_desc_k_major_interleave(a_stage + kk * kKBlockValueBytes + warpgroup * kAWarpgroupBytes,
-                                                          kACoreKStride, kACoreRowStride);
+      a_desc[kk] = ptx::make_smem_desc_k_major_interleave(
+          a_stage + kk * kKBlockValueBytes + warpgroup * kAWarpgroupBytes, kACoreKStride, kACoreRowStride);
       if constexpr (Traits::kMnMajor)  // k32 step kk starts 32 rows of 128 B further
         b_desc[kk] = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
       else  // k32 step kk starts 64 bytes into each swizzled row
@@ -528,28 +541,37 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_sparse_kernel(const Params p
           // been read; except at a tile's first part when the parts per tile are not a multiple of the buffers
           // (the previous tile's last part then used this same buffer).
           if (thread_in_group == 0) {
-            if (kBuffers == 1 || (c == 0 && kParts % kBuffers != 0)) ptx::bulk_wait_group_read<0>();
-            else ptx::bulk_wait_group_read<1>();
+            if (kBuffers == 1 || (c == 0 && kParts % kBuffers != 0))
+              ptx::bulk_wait_group_read<0>();
+            else
+              ptx::bulk_wait_group_read<1>();
           }
-          const sm90_epilogue::OutputTile<kRowsPerConsumer, kPart> part{buffers + (c % kBuffers) * Shape::kOutputPartBytes};
+          const sm90_epilogue::OutputTile<kRowsPerConsumer, kPart> part{buffers +
+                                                                        (c % kBuffers) * Shape::kOutputPartBytes};
           sm90_epilogue::warpgroup_barrier(part_barrier);  // the buffer was read: it is free
-          const uint32_t(&part_pairs)[kPartPairs] = *reinterpret_cast<const uint32_t(*)[kPartPairs]>(pairs + kPartPairs * c);
+          const uint32_t(&part_pairs)[kPartPairs] =
+              *reinterpret_cast<const uint32_t(*)[kPartPairs]>(pairs + kPartPairs * c);
           sm90_epilogue::store_outputs(p.d_col_major, part, part_pairs, 0, thread_in_group);
           sm90_epilogue::warpgroup_barrier(part_barrier);  // staged (and fenced for the copy engine)
           if (thread_in_group == 0)
-            sm90_epilogue::issue_staged_store(&d_map, part, p.d_col_major, m0 + warpgroup * kRowsPerConsumer, n0 + kPart * c);
+            sm90_epilogue::issue_staged_store(&d_map, part, p.d_col_major, m0 + warpgroup * kRowsPerConsumer,
+                                              n0 + kPart * c);
         }
       }
       continue;
     }
     // Staged epilogue (one tile per CTA): alpha * acc + bias into the reused stages, then coalesced stores
     // (write_tile). Every consumer's wgmma is done (and, when gathering, every producer copy): the stages are free.
-    if constexpr (Traits::kGather) wait_producer_drained();
-    else consumer_sync();
+    if constexpr (Traits::kGather)
+      wait_producer_drained();
+    else
+      consumer_sync();
     const EpilogueTile<kBlockM, kBlockN> staged{p.d_col_major, reinterpret_cast<float*>(smem)};
-    sm90_epilogue::stage_accumulators(p, staged, acc, p.bias, m0, warpgroup * kRowsPerConsumer, 0, tid % kWarpgroupThreads);
+    sm90_epilogue::stage_accumulators(p, staged, acc, p.bias, m0, warpgroup * kRowsPerConsumer, 0,
+                                      tid % kWarpgroupThreads);
     consumer_sync();
-    sm90_epilogue::write_tile<Out>(p, staged, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
+    sm90_epilogue::write_tile<Out>(p, staged, m0, n0, tid, sm90_epilogue::kEpilogueThreads,
+                                   sm90_epilogue::LocalStaged{});
   }
   // The consumers' work is done: the next kernel in the stream may be scheduled (where it was launched overlapping
   // this one), its CTAs taking the SMs that this grid's CTAs free. Said here rather than after the producer's loop,
@@ -592,7 +614,8 @@ void launch(const Params& p, const LaunchOn& on) {
   (void)smem_set;
   // D for the register epilogue's TMA stores (contiguous dimension first, boxes of one warpgroup's part: 64 x 64,
   // R and C tails clipped); unused otherwise.
-  require(!p.register_epilogue || (sizeof(Out) == 2 && Sm90Shape<kBlockN, kBTiles>::kRegisterEpilogue), ErrorCode::invalid_argument,
+  require(!p.register_epilogue || (sizeof(Out) == 2 && Sm90Shape<kBlockN, kBTiles>::kRegisterEpilogue),
+          ErrorCode::invalid_argument,
           "sm90 sparse kernel: the register epilogue needs a 16-bit D and an n-tile of whole 64-column parts");
   CUtensorMap d_map{};
   if constexpr (sizeof(Out) == 2 && Sm90Shape<kBlockN, kBTiles>::kRegisterEpilogue) {
@@ -608,7 +631,8 @@ void launch(const Params& p, const LaunchOn& on) {
   if constexpr (kSource == BSource::tma_rows) map = make_b_rows_map<Element>(p);
   const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
   require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 tiles");
-  require(p.kblocks / kKBlocksPerTile < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 k-tiles");
+  require(p.kblocks / kKBlocksPerTile < (int64_t{1} << 31), ErrorCode::unsupported,
+          "sm90 sparse kernel: more than 2^31 k-tiles");
   // A persistent launch keeps one CTA per SM (the pipeline takes the SM's shared memory); its tiles must end in
   // the register epilogue, which leaves the stages to the producer.
   require(p.persistent_ctas == 0 || p.register_epilogue, ErrorCode::invalid_argument,
@@ -639,7 +663,8 @@ void launch(const Params& p, const LaunchOn& on) {
     }
     NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
   } else {
-    const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, on.stream, on.overlap);
+    const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, on.stream,
+                                                 on.overlap);
     NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map));
   }
 }

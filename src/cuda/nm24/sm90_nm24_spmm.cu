@@ -11,42 +11,67 @@ void launch_sm90(const Params& p, int block_n, bool multicast, const LaunchOn& o
   using sm90::launch;
   // A cluster's two CTAs take consecutive tiles of the raster, which share their columns only where every group of
   // row tiles has an even number of them.
-  require(!multicast || (ceil_div(p.rows, sm90::kBlockM) % 2 == 0 && p.group_rows % 2 == 0 && block_n >= 128 && p.b_col_major),
+  require(!multicast ||
+              (ceil_div(p.rows, sm90::kBlockM) % 2 == 0 && p.group_rows % 2 == 0 && block_n >= 128 && p.b_col_major),
           ErrorCode::invalid_argument,
           "sm90 nm24: B multicast needs B col-major, an even number of row tiles (and of rows per raster group) and an "
           "n-tile of at least 128");
   if (!p.b_col_major) {  // B row-major: MN-major boxes of 64 columns
     constexpr BSource kRows = BSource::tma_rows;
     switch (block_n) {
-      case 256: return launch<Element, Out, 256, kRows, 1, false>(p, on);
-      case 192: return launch<Element, Out, 192, kRows, 1, false>(p, on);
-      case 128: return launch<Element, Out, 128, kRows, 1, false>(p, on);
-      case 64: return launch<Element, Out, 64, kRows, 1, false>(p, on);
-      default: throw Error(ErrorCode::invalid_argument, "sm90 nm24: B row-major needs block_n 64, 128, 192 or 256, got " +
-                                                            std::to_string(block_n));
+      case 256:
+        return launch<Element, Out, 256, kRows, 1, false>(p, on);
+      case 192:
+        return launch<Element, Out, 192, kRows, 1, false>(p, on);
+      case 128:
+        return launch<Element, Out, 128, kRows, 1, false>(p, on);
+      case 64:
+        return launch<Element, Out, 64, kRows, 1, false>(p, on);
+      default:
+        throw Error(ErrorCode::invalid_argument,
+                    "sm90 nm24: B row-major needs block_n 64, 128, 192 or 256, got " + std::to_string(block_n));
     }
   }
   constexpr BSource kTma = BSource::tma;
   switch (block_n) {
-    case 256: multicast ? launch<Element, Out, 256, kTma, 1, true>(p, on) : launch<Element, Out, 256, kTma, 1, false>(p, on); break;
-    case 192: multicast ? launch<Element, Out, 192, kTma, 1, true>(p, on) : launch<Element, Out, 192, kTma, 1, false>(p, on); break;
-    case 128: multicast ? launch<Element, Out, 128, kTma, 1, true>(p, on) : launch<Element, Out, 128, kTma, 1, false>(p, on); break;
-    case 64: launch<Element, Out, 64, kTma, 1, false>(p, on); break;
-    case 32: launch<Element, Out, 32, kTma, 1, false>(p, on); break;
-    case 16: launch<Element, Out, 16, kTma, 1, false>(p, on); break;
-    default: throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
+    case 256:
+      multicast ? launch<Element, Out, 256, kTma, 1, true>(p, on) : launch<Element, Out, 256, kTma, 1, false>(p, on);
+      break;
+    case 192:
+      multicast ? launch<Element, Out, 192, kTma, 1, true>(p, on) : launch<Element, Out, 192, kTma, 1, false>(p, on);
+      break;
+    case 128:
+      multicast ? launch<Element, Out, 128, kTma, 1, true>(p, on) : launch<Element, Out, 128, kTma, 1, false>(p, on);
+      break;
+    case 64:
+      launch<Element, Out, 64, kTma, 1, false>(p, on);
+      break;
+    case 32:
+      launch<Element, Out, 32, kTma, 1, false>(p, on);
+      break;
+    case 16:
+      launch<Element, Out, 16, kTma, 1, false>(p, on);
+      break;
+    default:
+      throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
   }
 }
 
 TileShape sm90_tile_shape(int block_n) {
   using sm90::shape_of;
   switch (block_n) {
-    case 256: return shape_of<256>();
-    case 192: return shape_of<192>();
-    case 128: return shape_of<128>();
-    case 64: return shape_of<64>();
-    case 32: return shape_of<32>();
-    case 16: return shape_of<16>();
+    case 256:
+      return shape_of<256>();
+    case 192:
+      return shape_of<192>();
+    case 128:
+      return shape_of<128>();
+    case 64:
+      return shape_of<64>();
+    case 32:
+      return shape_of<32>();
+    case 16:
+      return shape_of<16>();
   }
   throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
 }

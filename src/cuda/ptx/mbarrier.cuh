@@ -13,7 +13,8 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) 
 __device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::); }
 
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))));
+  asm volatile(
+      "mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))));
 }
 
 // Arrives and adds `bytes` to the transaction count that async copies will complete.

@@ -15,8 +15,8 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t smem_address, const uint32_
 }
 
 __device__ __forceinline__ void stmatrix_x4_trans(uint32_t smem_address, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address), "r"(r[0]),
-               "r"(r[1]), "r"(r[2]), "r"(r[3])
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                : "memory");
 }
 

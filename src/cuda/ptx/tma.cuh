@@ -17,8 +17,8 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tensor_m
 __device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tensor_map, uint64_t* bar, int32_t c0,
                                             int32_t c1, int32_t c2) {
   asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(
-          static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::
+          "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
       "l"(tensor_map), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
@@ -46,10 +46,11 @@ namespace nmkit::ptx {
 
 // The 2-D tile copy, written to the same shared-memory offset of every CTA in `cta_mask` and completing on the
 // mbarrier at the same offset in each (PTX ISA §9.7.9.27, .multicast::cluster).
-__device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const void* tensor_map, uint64_t* bar, int32_t inner,
-                                                      int32_t outer, uint16_t cta_mask) {
+__device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const void* tensor_map, uint64_t* bar,
+                                                      int32_t inner, int32_t outer, uint16_t cta_mask) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], "
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "%4}], "
       "[%2], %5;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
       "l"(tensor_map), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(inner), "r"(outer), "h"(cta_mask)
       : "memory");
@@ -63,8 +64,8 @@ namespace nmkit::ptx {
 // .global.shared::cta.bulk_group). Elements of the box outside the tensor are not written. The source box must
 // be written by the generic proxy before a fence.proxy.async.shared::cta.
 __device__ __forceinline__ void tma_store_2d(const void* tensor_map, uint32_t smem_src, int32_t inner, int32_t outer) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tensor_map), "r"(smem_src),
-               "r"(inner), "r"(outer)
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tensor_map),
+               "r"(smem_src), "r"(inner), "r"(outer)
                : "memory");
 }
 

@@ -15,10 +15,10 @@ enum class SmemSwizzle : uint64_t { none = 0, bytes128 = 1, bytes64 = 2, bytes32
 __device__ __forceinline__ uint64_t make_smem_desc(uint32_t smem_address, uint32_t leading_bytes, uint32_t stride_bytes,
                                                    SmemSwizzle swizzle) {
   uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((smem_address & 0x3ffff) >> 4);            // start address, bits [0, 14)
-  desc |= static_cast<uint64_t>((leading_bytes >> 4) & 0x3fff) << 16;      // leading byte offset, bits [16, 30)
-  desc |= static_cast<uint64_t>((stride_bytes >> 4) & 0x3fff) << 32;       // stride byte offset, bits [32, 46)
-  desc |= static_cast<uint64_t>(swizzle) << 62;                            // swizzle mode, bits [62, 64)
+  desc |= static_cast<uint64_t>((smem_address & 0x3ffff) >> 4);        // start address, bits [0, 14)
+  desc |= static_cast<uint64_t>((leading_bytes >> 4) & 0x3fff) << 16;  // leading byte offset, bits [16, 30)
+  desc |= static_cast<uint64_t>((stride_bytes >> 4) & 0x3fff) << 32;   // stride byte offset, bits [32, 46)
+  desc |= static_cast<uint64_t>(swizzle) << 62;                        // swizzle mode, bits [62, 64)
   return desc;
 }
 
@@ -47,13 +47,17 @@ __device__ __forceinline__ uint64_t make_smem_desc_k_major_interleave(uint32_t s
 
 // Orders this thread's generic-proxy shared-memory accesses (st.shared, cp.async) before later async-proxy
 // ones (wgmma, TMA) (PTX ISA §9.7.13.4, membar/fence: fence.proxy.async).
-__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 
 // The start address is in 16-byte units: moving along K inside a swizzled row adds bytes / 16.
 __device__ __forceinline__ uint64_t advance_smem_desc(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");

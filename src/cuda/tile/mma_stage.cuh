@@ -26,7 +26,9 @@ constexpr int kMaxTileCols = kMaxKernelTileSide;
 struct SwizzledRows {
   int row_halves;
   __device__ int span_mask() const { return (row_halves / kChunk < 8 ? row_halves / kChunk : 8) - 1; }
-  __device__ int offset(int row, int chunk) const { return row * row_halves + ((chunk ^ (row & span_mask())) * kChunk); }
+  __device__ int offset(int row, int chunk) const {
+    return row * row_halves + ((chunk ^ (row & span_mask())) * kChunk);
+  }
 };
 
 __host__ __device__ constexpr int stage_halves(int tile_rows, int block_n, int tile_cols) {
@@ -59,7 +61,8 @@ class StageCopier {
       b_first_ = (n0 + row) * p.cols + chunk * kChunk;
       b_stride_ = int64_t{rows_per_pass} * p.cols;
       k_first_ = chunk * kChunk, k_stride_ = 0;
-      for (int j = 0; j * kThreads + tid < b_chunks && j < kMaxB; ++j) tokens_inside_ |= (n0 + row + j * rows_per_pass < p.n) << j;
+      for (int j = 0; j * kThreads + tid < b_chunks && j < kMaxB; ++j)
+        tokens_inside_ |= (n0 + row + j * rows_per_pass < p.n) << j;
     } else {  // [k][n]: row k is B[k0 + k, n0 .. n0 + kBlockN)
       constexpr int kChunksPerRow = kBlockN / kChunk;
       b_chunks = tile_cols * kChunksPerRow, rows_per_pass = kThreads / kChunksPerRow;
@@ -68,7 +71,8 @@ class StageCopier {
       b_first_ = int64_t{row} * p.n + n0 + chunk * kChunk;
       b_stride_ = int64_t{rows_per_pass} * p.n;
       k_first_ = row, k_stride_ = rows_per_pass;
-      for (int j = 0; j * kThreads + tid < b_chunks && j < kMaxB; ++j) tokens_inside_ |= (n0 + chunk * kChunk < p.n) << j;
+      for (int j = 0; j * kThreads + tid < b_chunks && j < kMaxB; ++j)
+        tokens_inside_ |= (n0 + chunk * kChunk < p.n) << j;
     }
     b_count_ = tid < b_chunks ? (b_chunks - 1 - tid) / kThreads + 1 : 0;
     b_column_stride_ = p.b_col_major ? int64_t{tile_cols} : int64_t{tile_cols} * p.n;
@@ -102,7 +106,8 @@ class StageCopier {
   static_assert(kMaxB <= 32, "one bit per B copy");
 
   // B without 16-byte copies (a leading dimension or address that is not a multiple of 8 elements).
-  __device__ static void post_b_elementwise(const TileParams& p, uint16_t* b_stage, int32_t column, int64_t n0, int tid) {
+  __device__ static void post_b_elementwise(const TileParams& p, uint16_t* b_stage, int32_t column, int64_t n0,
+                                            int tid) {
     const auto* b = static_cast<const uint16_t*>(p.b);
     const int tile_cols = p.tile_cols, k_chunks = tile_cols / kChunk, k_chunk_bits = log2_of(k_chunks);
     const int64_t k0 = int64_t{column} * tile_cols;
@@ -127,12 +132,12 @@ class StageCopier {
   }
 
   int a_count_, b_count_;
-  int a_first_;                          // halves into the tile
-  int a_stage_first_, b_stage_first_;    // halves into the stage
-  int64_t b_first_, b_stride_;           // halves into B (less the tile column's offset), and between passes
-  int64_t b_column_stride_;              // halves of B per tile column
-  int k_first_, k_stride_;               // the first copy's k in its tile column, and per pass
-  uint32_t tokens_inside_ = 0;           // bit j: copy j's tokens are inside C
+  int a_first_;                        // halves into the tile
+  int a_stage_first_, b_stage_first_;  // halves into the stage
+  int64_t b_first_, b_stride_;         // halves into B (less the tile column's offset), and between passes
+  int64_t b_column_stride_;            // halves of B per tile column
+  int k_first_, k_stride_;             // the first copy's k in its tile column, and per pass
+  uint32_t tokens_inside_ = 0;         // bit j: copy j's tokens are inside C
 };
 
 // A lane's ldmatrix addresses in a stage, for a warp whose m16 blocks start at row m_base of the tile and whose n8

@@ -27,11 +27,11 @@ std::string tile_shape_name(int r, int c) { return std::to_string(r) + "x" + std
 // Throws unless the CSR arrays describe grid_rows tile rows of tiles in [0, grid_cols), ascending per row.
 void check_csr(const PackedTiles& p, const char* who) {
   const int64_t grid_rows = p.grid_rows(), grid_cols = p.grid_cols(), nnz = p.nnz_tiles();
-  require(p.row_ptr.size() == static_cast<std::size_t>(grid_rows + 1) && p.row_ptr.front() == 0 &&
-              p.row_ptr.back() == nnz,
-          ErrorCode::invalid_argument,
-          std::string(who) + ": row_ptr must hold " + std::to_string(grid_rows + 1) + " entries from 0 to " +
-              std::to_string(nnz));
+  require(
+      p.row_ptr.size() == static_cast<std::size_t>(grid_rows + 1) && p.row_ptr.front() == 0 && p.row_ptr.back() == nnz,
+      ErrorCode::invalid_argument,
+      std::string(who) + ": row_ptr must hold " + std::to_string(grid_rows + 1) + " entries from 0 to " +
+          std::to_string(nnz));
   for (int64_t i = 0; i < grid_rows; ++i)
     require(p.row_ptr[static_cast<std::size_t>(i)] <= p.row_ptr[static_cast<std::size_t>(i + 1)],
             ErrorCode::invalid_argument, std::string(who) + ": row_ptr decreases at tile row " + std::to_string(i));
@@ -58,8 +58,7 @@ void check_csr(const PackedTiles& p, const char* who) {
 PackedTiles pack_tiles(const TileMatrix& a) {
   validate(a);
   require(tile_kernel_supports(a.tile_rows, a.tile_cols), ErrorCode::unsupported,
-          "pack_tiles: the kernels run tile sides 16, 32, 64 or 128, got " +
-              tile_shape_name(a.tile_rows, a.tile_cols));
+          "pack_tiles: the kernels run tile sides 16, 32, 64 or 128, got " + tile_shape_name(a.tile_rows, a.tile_cols));
   require(a.dtype() == DType::f16 || a.dtype() == DType::bf16, ErrorCode::unsupported,
           std::string("pack_tiles needs f16 or bf16 values, got ") + dtype_name(a.dtype()));
   PackedTiles p;
@@ -67,7 +66,8 @@ PackedTiles pack_tiles(const TileMatrix& a) {
   const int64_t grid_rows = a.grid_rows(), grid_cols = a.grid_cols(), nnz = a.nnz_tiles(), elems = a.tile_elems();
   p.row_ptr.assign(static_cast<std::size_t>(grid_rows + 1), 0);
   for (const int32_t i : a.indices) ++p.row_ptr[static_cast<std::size_t>(i + 1)];
-  for (int64_t i = 0; i < grid_rows; ++i) p.row_ptr[static_cast<std::size_t>(i + 1)] += p.row_ptr[static_cast<std::size_t>(i)];
+  for (int64_t i = 0; i < grid_rows; ++i)
+    p.row_ptr[static_cast<std::size_t>(i + 1)] += p.row_ptr[static_cast<std::size_t>(i)];
   p.col_index.resize(static_cast<std::size_t>(nnz));
   p.data.resize(static_cast<std::size_t>(nnz * elems));
   std::vector<int32_t> next(p.row_ptr.begin(), p.row_ptr.end() - 1);
@@ -107,7 +107,9 @@ std::vector<int32_t> tile_rows_longest_first(const std::vector<int32_t>& row_ptr
   const std::size_t rows = row_ptr.empty() ? 0 : row_ptr.size() - 1;
   std::vector<int32_t> order(rows);
   for (std::size_t i = 0; i < rows; ++i) order[i] = static_cast<int32_t>(i);
-  const auto length = [&](int32_t row) { return row_ptr[static_cast<std::size_t>(row) + 1] - row_ptr[static_cast<std::size_t>(row)]; };
+  const auto length = [&](int32_t row) {
+    return row_ptr[static_cast<std::size_t>(row) + 1] - row_ptr[static_cast<std::size_t>(row)];
+  };
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return length(a) > length(b); });
   return order;
 }
@@ -128,7 +130,9 @@ namespace {
 class RangePartition {
  public:
   RangePartition(std::vector<bool> at_boundary, int64_t chunks)
-      : at_boundary_(std::move(at_boundary)), boundary_at_or_below_(static_cast<std::size_t>(chunks) + 1), chunks_(chunks) {
+      : at_boundary_(std::move(at_boundary)),
+        boundary_at_or_below_(static_cast<std::size_t>(chunks) + 1),
+        chunks_(chunks) {
     int64_t last = 0;
     for (int64_t x = 0; x <= chunks; ++x) {
       if (at_boundary_[static_cast<std::size_t>(x)]) last = x;
@@ -235,7 +239,8 @@ WarpStreamSchedule warp_stream_schedule(const std::vector<int32_t>& row_ptr, int
 std::vector<WarpStreamLead> warp_stream_leads(const WarpStreamSchedule& s, const std::vector<int32_t>& row_ptr,
                                               const std::vector<int32_t>& col_index, int chunks_per_tile) {
   require(s.ctas() > 0 && chunks_per_tile >= 1 && !row_ptr.empty() &&
-              int64_t{row_ptr.back()} * chunks_per_tile == s.cta_begin.back() && col_index.size() == static_cast<std::size_t>(row_ptr.back()) &&
+              int64_t{row_ptr.back()} * chunks_per_tile == s.cta_begin.back() &&
+              col_index.size() == static_cast<std::size_t>(row_ptr.back()) &&
               s.row_ctas.size() == 2 * (row_ptr.size() - 1),
           ErrorCode::invalid_argument, "warp_stream_leads: the schedule does not match the weight's arrays");
   const std::vector<int32_t> tile_row = tile_row_of_tiles(row_ptr);
@@ -244,9 +249,11 @@ std::vector<WarpStreamLead> warp_stream_leads(const WarpStreamSchedule& s, const
   std::vector<WarpStreamLead> leads;
   leads.reserve(static_cast<std::size_t>(s.ctas() * WarpStreamLead::kWarpsPerCta));
   for (int64_t cta = 0; cta < s.ctas(); ++cta) {
-    const int64_t cta_begin = s.cta_begin[static_cast<std::size_t>(cta)], cta_end = s.cta_begin[static_cast<std::size_t>(cta) + 1];
+    const int64_t cta_begin = s.cta_begin[static_cast<std::size_t>(cta)],
+                  cta_end = s.cta_begin[static_cast<std::size_t>(cta) + 1];
     // The kernel's cut: the range's chunks evenly over min(warps, length) warps; the others idle.
-    const int64_t length = cta_end - cta_begin, parts = std::min<int64_t>(WarpStreamLead::kWarpsPerCta, std::max<int64_t>(length, 1));
+    const int64_t length = cta_end - cta_begin,
+                  parts = std::min<int64_t>(WarpStreamLead::kWarpsPerCta, std::max<int64_t>(length, 1));
     for (int64_t warp = 0; warp < WarpStreamLead::kWarpsPerCta; ++warp) {
       WarpStreamLead l{};
       const bool working = warp < parts && length > 0;
@@ -278,7 +285,9 @@ std::vector<WarpStreamLead> warp_stream_leads(const WarpStreamSchedule& s, const
 std::vector<int32_t> pair_tile_rows(const PackedTiles& p) {
   check_csr(p, "pair_tile_rows");
   const int64_t rows = p.grid_rows(), words = ceil_div(p.grid_cols(), int64_t{64});
-  const auto count = [&](int64_t r) { return p.row_ptr[static_cast<std::size_t>(r) + 1] - p.row_ptr[static_cast<std::size_t>(r)]; };
+  const auto count = [&](int64_t r) {
+    return p.row_ptr[static_cast<std::size_t>(r) + 1] - p.row_ptr[static_cast<std::size_t>(r)];
+  };
   std::vector<uint64_t> columns(static_cast<std::size_t>(rows * words), 0);  // each row's tile columns as a bit set
   for (int64_t r = 0; r < rows; ++r)
     for (int32_t t = p.row_ptr[static_cast<std::size_t>(r)]; t < p.row_ptr[static_cast<std::size_t>(r) + 1]; ++t) {
@@ -288,7 +297,8 @@ std::vector<int32_t> pair_tile_rows(const PackedTiles& p) {
   const auto shared = [&](int64_t a, int64_t b) {
     int64_t n = 0;
     for (int64_t w = 0; w < words; ++w)
-      n += std::popcount(columns[static_cast<std::size_t>(a * words + w)] & columns[static_cast<std::size_t>(b * words + w)]);
+      n += std::popcount(columns[static_cast<std::size_t>(a * words + w)] &
+                         columns[static_cast<std::size_t>(b * words + w)]);
     return n;
   };
   // No pair may take more steps than the neighbours' longest: on skewed patterns that block bounds the product's
@@ -348,7 +358,8 @@ TileBlockSchedule tile_block_schedule(const PackedTiles& p) {
   schedule.block_groups.resize(static_cast<std::size_t>(2 * blocks));
   for (int64_t b = 0; b < blocks; ++b)
     for (int w = 0; w < 2; ++w) {
-      const int32_t row = rows_per_block == 2 ? block_rows[static_cast<std::size_t>(2 * b + w)] : static_cast<int32_t>(2 * b + w);
+      const int32_t row =
+          rows_per_block == 2 ? block_rows[static_cast<std::size_t>(2 * b + w)] : static_cast<int32_t>(2 * b + w);
       schedule.block_groups[static_cast<std::size_t>(2 * b + w)] = row >= 0 ? row : past_groups;
     }
   // Each block's steps in block order first: a merge of its (one or two) ascending column lists.
@@ -376,7 +387,8 @@ TileBlockSchedule tile_block_schedule(const PackedTiles& p) {
       }
       steps.push_back(step);
     }
-    natural_ptr[static_cast<std::size_t>(b) + 1] = natural_ptr[static_cast<std::size_t>(b)] + static_cast<int32_t>(steps.size());
+    natural_ptr[static_cast<std::size_t>(b) + 1] =
+        natural_ptr[static_cast<std::size_t>(b)] + static_cast<int32_t>(steps.size());
   }
   // Then laid out longest first: the order in which units are handed to CTAs.
   schedule.block = tile_rows_longest_first(natural_ptr);
@@ -412,7 +424,8 @@ PackedTiles widen_tiles(const PackedTiles& p) {
                       w.col_index.end());
     require(w.col_index.size() <= static_cast<std::size_t>(INT32_MAX), ErrorCode::unsupported,
             "widen_tiles: 2^31 or more widened tiles");
-    for (auto t = begin; t < w.col_index.size(); ++t) slot[static_cast<std::size_t>(w.col_index[t])] = static_cast<int32_t>(t);
+    for (auto t = begin; t < w.col_index.size(); ++t)
+      slot[static_cast<std::size_t>(w.col_index[t])] = static_cast<int32_t>(t);
     w.data.resize(w.col_index.size() * static_cast<std::size_t>(wide_elems), 0);
     for (int64_t i = first; i < last; ++i)  // each small tile into its place in its wide tile, row by row
       for (int32_t t = p.row_ptr[static_cast<std::size_t>(i)]; t < p.row_ptr[static_cast<std::size_t>(i) + 1]; ++t) {
@@ -421,7 +434,8 @@ PackedTiles widen_tiles(const PackedTiles& p) {
                          (i - first) * p.tile_rows * w.tile_cols + (j % cols_per_wide) * p.tile_cols;
         const uint16_t* small = p.data.data() + t * small_elems;
         for (int r = 0; r < p.tile_rows; ++r)
-          std::memcpy(wide + int64_t{r} * w.tile_cols, small + int64_t{r} * p.tile_cols, static_cast<std::size_t>(p.tile_cols) * 2);
+          std::memcpy(wide + int64_t{r} * w.tile_cols, small + int64_t{r} * p.tile_cols,
+                      static_cast<std::size_t>(p.tile_cols) * 2);
       }
     w.row_ptr.push_back(static_cast<int32_t>(w.col_index.size()));
   }
@@ -431,7 +445,8 @@ PackedTiles widen_tiles(const PackedTiles& p) {
 PackedTiles split_tile_rows(const PackedTiles& p, int tile_rows) {
   check_csr(p, "split_tile_rows");
   require(tile_rows >= 1 && p.tile_rows % tile_rows == 0, ErrorCode::invalid_argument,
-          "split_tile_rows: " + std::to_string(tile_rows) + " does not divide the tiles' " + std::to_string(p.tile_rows) + " rows");
+          "split_tile_rows: " + std::to_string(tile_rows) + " does not divide the tiles' " +
+              std::to_string(p.tile_rows) + " rows");
   PackedTiles q;
   q.rows = p.rows, q.cols = p.cols, q.dtype = p.dtype, q.tile_rows = tile_rows, q.tile_cols = p.tile_cols;
   const int parts = p.tile_rows / tile_rows;
@@ -460,8 +475,9 @@ bool TileBlockSchedule::balanced() const noexcept {
 }
 
 void check_packed_tiles(const PackedTiles& p) {
-  require(tile_kernel_supports(p.tile_rows, p.tile_cols), ErrorCode::unsupported,
-          "DeviceTiles: the kernels run tile sides 16, 32, 64 or 128, got " + tile_shape_name(p.tile_rows, p.tile_cols));
+  require(
+      tile_kernel_supports(p.tile_rows, p.tile_cols), ErrorCode::unsupported,
+      "DeviceTiles: the kernels run tile sides 16, 32, 64 or 128, got " + tile_shape_name(p.tile_rows, p.tile_cols));
   require(p.dtype == DType::f16 || p.dtype == DType::bf16, ErrorCode::unsupported, "DeviceTiles: f16 or bf16 only");
   check_csr(p, "DeviceTiles::upload");
 }

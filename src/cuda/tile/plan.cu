@@ -36,11 +36,16 @@ tile::TileParams tile_params(const SpmmDesc& desc, const DeviceTiles& w, const v
 
 const char* kernel_name(TileKernel k) noexcept {
   switch (k) {
-    case TileKernel::automatic: return "automatic";
-    case TileKernel::sm80_mma: return "sm80_mma";
-    case TileKernel::sm90_wgmma: return "sm90_wgmma";
-    case TileKernel::stream_mma: return "stream_mma";
-    case TileKernel::warp_stream_mma: return "warp_stream_mma";
+    case TileKernel::automatic:
+      return "automatic";
+    case TileKernel::sm80_mma:
+      return "sm80_mma";
+    case TileKernel::sm90_wgmma:
+      return "sm90_wgmma";
+    case TileKernel::stream_mma:
+      return "stream_mma";
+    case TileKernel::warp_stream_mma:
+      return "warp_stream_mma";
   }
   return "?";
 }
@@ -53,7 +58,8 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
     w.widened_ = std::make_shared<const DeviceTiles>(upload_arrays(widen_tiles(packed)));
   if (packed.tile_rows > tile::kWarpStreamTileRows && tile::warp_stream_runs(packed.tile_rows, packed.tile_cols) &&
       tile::warp_stream_fits_device())  // the warp-stream kernel's copy
-    w.split_rows_ = std::make_shared<const DeviceTiles>(upload_arrays(split_tile_rows(packed, tile::kWarpStreamTileRows)));
+    w.split_rows_ =
+        std::make_shared<const DeviceTiles>(upload_arrays(split_tile_rows(packed, tile::kWarpStreamTileRows)));
   return w;
 }
 
@@ -79,17 +85,19 @@ DeviceTiles DeviceTiles::upload_arrays(const PackedTiles& packed) {
     upload_vector(w.schedule_steps_, schedule.steps);
     w.schedule_balanced_ = schedule.balanced();
   }
-  if (packed.tile_rows == tile::kWarpStreamTileRows && tile::warp_stream_runs(packed.tile_rows, packed.tile_cols) && w.nnz_tiles_ > 0 &&
-      tile::warp_stream_fits_device()) {
+  if (packed.tile_rows == tile::kWarpStreamTileRows && tile::warp_stream_runs(packed.tile_rows, packed.tile_cols) &&
+      w.nnz_tiles_ > 0 && tile::warp_stream_fits_device()) {
     // The warp-stream kernel's CTA ranges, for as many CTAs as its plans launch by default on this device.
     const int chunks_per_tile = packed.tile_cols / tile::kWarpStreamChunkCols;
     const int max_ctas = tile::warp_stream_max_ctas();
     const WarpStreamSchedule schedule = warp_stream_schedule(
         packed.row_ptr, chunks_per_tile, tile::warp_stream_ctas(w.nnz_tiles_, packed.tile_cols, max_ctas), max_ctas);
     if (schedule.ctas() > 0) {
-      upload_vector(w.warp_stream_leads_, gpu::warp_stream_leads(schedule, packed.row_ptr, packed.col_index, chunks_per_tile));
+      upload_vector(w.warp_stream_leads_,
+                    gpu::warp_stream_leads(schedule, packed.row_ptr, packed.col_index, chunks_per_tile));
       w.warp_stream_ctas_ = schedule.ctas();
-      for (std::size_t r = 0; r < schedule.row_ctas.size(); r += 2) w.warp_stream_rows_cut_ += schedule.row_ctas[r] >= 0;
+      for (std::size_t r = 0; r < schedule.row_ctas.size(); r += 2)
+        w.warp_stream_rows_cut_ += schedule.row_ctas[r] >= 0;
     }
   }
   return w;
@@ -102,7 +110,8 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   require(tile_kernel_supports(tile_rows, tile_cols), ErrorCode::unsupported,
           "tile plan: the kernels run tile sides 16, 32, 64 or 128, got " + std::to_string(tile_rows) + "x" +
               std::to_string(tile_cols));
-  require(block_n == 0 || block_n == 32 || block_n == 64 || block_n == 128 || block_n == 256, ErrorCode::invalid_argument,
+  require(block_n == 0 || block_n == 32 || block_n == 64 || block_n == 128 || block_n == 256,
+          ErrorCode::invalid_argument,
           "tile plan: block_n must be 0 (by shape), 32, 64, 128 or 256, got " + std::to_string(block_n));
   require(split >= 0 && split <= 8, ErrorCode::invalid_argument,
           "tile plan: split must be 0 (by shape) or 1..8, got " + std::to_string(split));
@@ -114,8 +123,8 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   TileSpmmPlan plan;
   plan.desc_ = desc, plan.tile_rows_ = tile_rows, plan.tile_cols_ = tile_cols;
   // Tile sides below 64 run the sm90 kernel on the weight's widened copy (widen_tiles).
-  const bool sm90_possible = nm24::sm90_compiled() && nm24::device_is_sm90() && desc.b_layout == Layout::col_major &&
-                             desc.cols % 8 == 0;
+  const bool sm90_possible =
+      nm24::sm90_compiled() && nm24::device_is_sm90() && desc.b_layout == Layout::col_major && desc.cols % 8 == 0;
   require(kernel != TileKernel::sm90_wgmma || sm90_possible, ErrorCode::unsupported,
           "tile plan: the sm90 wgmma kernel needs an sm_90 device, a build with sm_90a, B col-major and K % 8 == 0");
   // Tiles 32, 64 or 128 rows high at C <= 32: the warp-stream kernel (taller tiles through the weight's copy in
@@ -127,28 +136,33 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   // The stream kernel beats the portable one wherever C is small (a grid that fills the GPU, not one CTA per tile
   // row: 1.1-7.2x at C = 32), but not the Hopper kernel.
   if (kernel == TileKernel::automatic)
-    kernel = sm90_possible ? TileKernel::sm90_wgmma : desc.n <= kStreamMaxTokens ? TileKernel::stream_mma : TileKernel::sm80_mma;
+    kernel = sm90_possible                ? TileKernel::sm90_wgmma
+             : desc.n <= kStreamMaxTokens ? TileKernel::stream_mma
+                                          : TileKernel::sm80_mma;
   require(kernel != TileKernel::warp_stream_mma || warp_stream_tiles, ErrorCode::unsupported,
           "tile plan: the warp-stream kernel takes tiles 32, 64 or 128 rows high (taller than " +
-              std::to_string(tile::kWarpStreamTileRows) + " through the weight's split copy) and 32, 64 or 128 columns, got " +
-              std::to_string(tile_rows) + "x" + std::to_string(tile_cols));
+              std::to_string(tile::kWarpStreamTileRows) +
+              " through the weight's split copy) and 32, 64 or 128 columns, got " + std::to_string(tile_rows) + "x" +
+              std::to_string(tile_cols));
   plan.kernel_ = kernel;
   plan.overlap_launch_ = overlap_wanted && nm24::device_is_sm90();
   plan.stream_kernel_ = kernel == TileKernel::stream_mma || kernel == TileKernel::warp_stream_mma ? kernel
-                        : warp_stream_by_weight                                                 ? TileKernel::warp_stream_mma
-                                                                                                : TileKernel::automatic;
+                        : warp_stream_by_weight ? TileKernel::warp_stream_mma
+                                                : TileKernel::automatic;
   if (plan.stream_kernel_ != TileKernel::automatic) {
     // The workspace: a partial tile row per CTA end and token block, then a counter per tile row and token block
     // (zero; each launch leaves them zero).
-    plan.stream_max_ctas_ = launch.stream_ctas                                      ? launch.stream_ctas
-                            : plan.stream_kernel_ == TileKernel::warp_stream_mma ? tile::warp_stream_max_ctas()
-                                                                                  : tile::stream_max_ctas(tile_rows, tile_cols);
+    plan.stream_max_ctas_ = launch.stream_ctas ? launch.stream_ctas
+                            : plan.stream_kernel_ == TileKernel::warp_stream_mma
+                                ? tile::warp_stream_max_ctas()
+                                : tile::stream_max_ctas(tile_rows, tile_cols);
     plan.stream_forced_ = launch.stream_ctas != 0;
     const std::size_t partial_bytes = plan.partial_floats() * sizeof(float);
-    const int stream_tile_rows = plan.stream_kernel_ == TileKernel::warp_stream_mma ? tile::kWarpStreamTileRows : tile_rows;
-    const std::size_t counter_bytes =
-        static_cast<std::size_t>(ceil_div(desc.n, int64_t{tile::kStreamBlockN}) * ceil_div(desc.rows, int64_t{stream_tile_rows})) *
-        sizeof(int32_t);
+    const int stream_tile_rows =
+        plan.stream_kernel_ == TileKernel::warp_stream_mma ? tile::kWarpStreamTileRows : tile_rows;
+    const std::size_t counter_bytes = static_cast<std::size_t>(ceil_div(desc.n, int64_t{tile::kStreamBlockN}) *
+                                                               ceil_div(desc.rows, int64_t{stream_tile_rows})) *
+                                      sizeof(int32_t);
     auto workspace = std::make_shared<DeviceBuffer>(std::max<std::size_t>(partial_bytes + counter_bytes, 1));
     NMKIT_CUDA_CHECK(cudaMemset(workspace->data(), 0, workspace->size()));
     NMKIT_CUDA_CHECK(cudaDeviceSynchronize());  // zero before any stream, blocking or not, runs the plan
@@ -160,8 +174,9 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
     plan.block_n_ = block_n ? block_n : config.block_n, plan.split_ = split ? split : config.split;
     plan.persistent_ = launch.persistent && plan.split_ == 1;
     const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
-    plan.deferred_store_ = launch.deferred_store && plan.split_ == 1 && plan.block_n_ >= sm90_epilogue::kLineElements &&
-                           sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride);
+    plan.deferred_store_ =
+        launch.deferred_store && plan.split_ == 1 && plan.block_n_ >= sm90_epilogue::kLineElements &&
+        sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride);
     plan.timeline_ = launch.timeline;
     if (plan.persistent_) tile::unit_claim_pool();  // allocated now rather than in a run (a stream capture, say)
   }
@@ -192,22 +207,26 @@ int64_t TileSpmmPlan::stream_ctas(const DeviceTiles& a) const {
   const int64_t nnz_tiles = w ? w->nnz_tiles() : a.nnz_tiles();
   if (stream_forced_) return std::clamp<int64_t>(stream_max_ctas_, 1, std::max<int64_t>(nnz_tiles, 1));
   if (!warp_stream) return tile::stream_ctas(nnz_tiles, stream_max_ctas_);
-  return takes_warp_stream_schedule(a) ? w->warp_stream_ctas() : tile::warp_stream_ctas(nnz_tiles, tile_cols_, stream_max_ctas_);
+  return takes_warp_stream_schedule(a) ? w->warp_stream_ctas()
+                                       : tile::warp_stream_ctas(nnz_tiles, tile_cols_, stream_max_ctas_);
 }
 
 std::size_t TileSpmmPlan::partial_floats() const {
-  return stream_kernel_ == TileKernel::warp_stream_mma ? tile::warp_stream_partial_floats(stream_max_ctas_, desc_.n)
-                                                       : tile::stream_partial_floats(tile_rows_, stream_max_ctas_, desc_.n);
+  return stream_kernel_ == TileKernel::warp_stream_mma
+             ? tile::warp_stream_partial_floats(stream_max_ctas_, desc_.n)
+             : tile::stream_partial_floats(tile_rows_, stream_max_ctas_, desc_.n);
 }
 
-void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d, const float* bias) const {
+void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d,
+                       const float* bias) const {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype && a.tile_rows() == tile_rows_ &&
               a.tile_cols() == tile_cols_,
           ErrorCode::invalid_argument,
-          "tile run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " + dtype_name(a.dtype()) +
-              " in " + std::to_string(a.tile_rows()) + "x" + std::to_string(a.tile_cols()) + " tiles, the plan was made for " +
-              std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " + dtype_name(desc_.dtype) + " in " +
-              std::to_string(tile_rows_) + "x" + std::to_string(tile_cols_) + " tiles");
+          "tile run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
+              dtype_name(a.dtype()) + " in " + std::to_string(a.tile_rows()) + "x" + std::to_string(a.tile_cols()) +
+              " tiles, the plan was made for " + std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " +
+              dtype_name(desc_.dtype) + " in " + std::to_string(tile_rows_) + "x" + std::to_string(tile_cols_) +
+              " tiles");
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
   const TileKernel kernel = kernel_for(a);
@@ -215,18 +234,22 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
     const DeviceTiles* weight = kernel == TileKernel::warp_stream_mma ? warp_stream_weight(a) : &a;
     require(weight != nullptr, ErrorCode::unsupported,
             "tile run: the warp-stream kernel needs the weight in tiles 32 rows high, and this weight of " +
-                std::to_string(a.tile_rows()) + "-row tiles has no split copy (made at upload where the device fits the kernel)");
+                std::to_string(a.tile_rows()) +
+                "-row tiles has no split copy (made at upload where the device fits the kernel)");
     const tile::TileParams p = tile_params(desc_, *weight, b, c, d, bias);
     auto* partials = static_cast<float*>(workspace_->data());  // then the counters (create() sizes both)
-    tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats()), static_cast<int>(stream_ctas(a))};
+    tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats()),
+                          static_cast<int>(stream_ctas(a))};
     // The warp-stream kernel takes the weight's schedule (its warps' records) unless the plan fixes the CTAs.
     if (kernel == TileKernel::warp_stream_mma && takes_warp_stream_schedule(a))
       work.leads = weight->warp_stream_leads();
     nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
       // Overlapping launches order themselves by the stream; the legacy default stream's implicit order with
       // other streams is not theirs to keep.
-      if (kernel == TileKernel::warp_stream_mma) tile::launch_warp_stream<Element, Out>(p, work, stream, overlap_launch_ && stream != nullptr);
-      else tile::launch_stream<Element, Out>(p, work, stream);
+      if (kernel == TileKernel::warp_stream_mma)
+        tile::launch_warp_stream<Element, Out>(p, work, stream, overlap_launch_ && stream != nullptr);
+      else
+        tile::launch_stream<Element, Out>(p, work, stream);
     });
     return;
   }
@@ -238,8 +261,10 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
     // The deferred store's tensor map needs a 16-byte aligned D; otherwise this call keeps the chunked epilogue.
     const bool deferred = deferred_store_ && nm24::aligned16(d);
-    if (sm90) tile::launch_sm90<Element, Out>(p, {block_n_, split_, persistent_, deferred, timeline_}, stream);
-    else tile::launch_sm80<Element, Out>(p, tile_rows_, stream);
+    if (sm90)
+      tile::launch_sm90<Element, Out>(p, {block_n_, split_, persistent_, deferred, timeline_}, stream);
+    else
+      tile::launch_sm80<Element, Out>(p, tile_rows_, stream);
   });
 }
 

@@ -20,7 +20,7 @@ namespace {
 constexpr int kBlockN = 128;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kWarpN = kBlockN / kWarps;   // 32 columns: 4 n8 tiles
+constexpr int kWarpN = kBlockN / kWarps;  // 32 columns: 4 n8 tiles
 constexpr int kTilesN = kWarpN / 8;
 constexpr int kStages = 2;
 using mma_stage::kMmaK;
@@ -96,10 +96,14 @@ void launch(const TileParams& p, cudaStream_t stream) {
 template <class Element, class Out>
 void launch_sm80(const TileParams& p, int tile_rows, cudaStream_t stream) {
   switch (tile_rows) {
-    case 16: return launch<Element, Out, 16>(p, stream);
-    case 32: return launch<Element, Out, 32>(p, stream);
-    case 64: return launch<Element, Out, 64>(p, stream);
-    case 128: return launch<Element, Out, 128>(p, stream);
+    case 16:
+      return launch<Element, Out, 16>(p, stream);
+    case 32:
+      return launch<Element, Out, 32>(p, stream);
+    case 64:
+      return launch<Element, Out, 64>(p, stream);
+    case 128:
+      return launch<Element, Out, 128>(p, stream);
   }
   throw Error(ErrorCode::invalid_argument, "sm80 tile: no kernel for tile rows " + std::to_string(tile_rows));
 }

@@ -33,7 +33,8 @@ __device__ __forceinline__ void write_cluster_sum(const P& p, float* staging, co
   const int warpgroup = consumer_thread / 128, thread_in_group = consumer_thread % 128;
   const auto half_tile = [&](int half) { return Half{p.d_col_major, staging + half * (Half::kBytes / 4)}; };
   epi::consumer_sync();  // both warpgroups are done with the pipeline memory the partial tile overwrites
-  epi::stage_accumulators(p, half_tile(warpgroup), acc, rank == 0 ? p.bias : nullptr, rows.of(warpgroup), 0, 0, thread_in_group);
+  epi::stage_accumulators(p, half_tile(warpgroup), acc, rank == 0 ? p.bias : nullptr, rows.of(warpgroup), 0, 0,
+                          thread_in_group);
   ptx::cluster_sync();  // every CTA's partial tile is staged
   const auto sum_of_cluster = [split](const float* staged) {
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -47,7 +48,8 @@ __device__ __forceinline__ void write_cluster_sum(const P& p, float* staging, co
   };
 #pragma unroll
   for (int half = 0; half < 2; ++half)
-    epi::write_tile<Out>(p, half_tile(half), rows.first[half], n0, static_cast<int>(rank) * epi::kEpilogueThreads + consumer_thread,
+    epi::write_tile<Out>(p, half_tile(half), rows.first[half], n0,
+                         static_cast<int>(rank) * epi::kEpilogueThreads + consumer_thread,
                          static_cast<int>(split) * epi::kEpilogueThreads, sum_of_cluster);
   ptx::cluster_sync();  // no CTA leaves while another still reads its tile
 }

@@ -52,18 +52,19 @@ namespace epi = sm90_epilogue;
 constexpr int kConsumers = 2;
 constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
-constexpr int kBlockRows = epi::kEpilogueRows;               // 128: one m64 wgmma per consumer warpgroup
+constexpr int kBlockRows = epi::kEpilogueRows;  // 128: one m64 wgmma per consumer warpgroup
 constexpr int kWarpgroupRows = kBlockRows / kConsumers;
-constexpr int kStepK = 64;                                   // columns per pipeline step: one 128-byte swizzled row
+constexpr int kStepK = 64;  // columns per pipeline step: one 128-byte swizzled row
 constexpr int kRowBytes = kStepK * 2;
 [[maybe_unused]] constexpr int kWgmmaK = 16;
 constexpr int kSwizzleAlign = 1024;
-constexpr int kABytes = kBlockRows * kRowBytes;              // a step's tile slots: 128 rows x 64 columns
+constexpr int kABytes = kBlockRows * kRowBytes;  // a step's tile slots: 128 rows x 64 columns
 constexpr int kRegisterFile = 64 * 1024;
 constexpr int kMaxStages = 8;
 constexpr int kMaxSplit = kMaxClusterSplit;
-constexpr int kChunkN = 32;                                  // tokens per epilogue chunk of a warpgroup
-[[maybe_unused]] constexpr int kChunkBarrier = 2;  // named barriers 2 + w: consumer warpgroup w's epilogue chunks (1: both, 0: CTA)
+constexpr int kChunkN = 32;  // tokens per epilogue chunk of a warpgroup
+[[maybe_unused]] constexpr int kChunkBarrier =
+    2;  // named barriers 2 + w: consumer warpgroup w's epilogue chunks (1: both, 0: CTA)
 static_assert(kWarpgroupRows == 64, "a consumer warpgroup issues m64 wgmma");
 
 // CTAs per SM. Token blocks of up to 64 (decode-sized C) need few accumulators and short pipelines, and their
@@ -111,7 +112,8 @@ struct Shape {
   static constexpr int kXBytes = kBlockN * kRowBytes;
   static constexpr int kStageBytes = kXBytes + kABytes;
   static constexpr int kChunkBytes = ChunkTile::kBytes;
-  static constexpr int kEpilogueBytes = kDeferred ? kStoreBuffers<kBlockN> * OutputTile<kBlockN>::kBytes : kConsumers * kChunkBytes;
+  static constexpr int kEpilogueBytes =
+      kDeferred ? kStoreBuffers<kBlockN> * OutputTile<kBlockN>::kBytes : kConsumers * kChunkBytes;
   static constexpr int kStages = std::min((Budget<kBlockN>::kPipelineBytes - kEpilogueBytes) / kStageBytes, kMaxStages);
   static constexpr int kPipelineEnd = kStages * kStageBytes;
   static constexpr int kBarriers = kPipelineEnd + kEpilogueBytes;
@@ -122,7 +124,8 @@ struct Shape {
   static_assert(kXBytes % kSwizzleAlign == 0 && kStageBytes % kSwizzleAlign == 0, "stages keep the swizzle alignment");
   static_assert(kEpilogueBytes % 16 == 0, "the barriers stay 8-byte aligned and the output tile 16-byte aligned");
   static_assert(kStages >= 2 && kSmemBytes <= cuda::kSm90SharedMemoryPerCta, "the pipeline must fit in shared memory");
-  static_assert(kConsumers * epi::EpilogueTile<kWarpgroupRows, kBlockN>::kBytes <= kPipelineEnd, "a split's tiles reuse the stages");
+  static_assert(kConsumers * epi::EpilogueTile<kWarpgroupRows, kBlockN>::kBytes <= kPipelineEnd,
+                "a split's tiles reuse the stages");
 };
 
 // With kDeferred, lane 0 of the producer warpgroup's warp 1 has each staged part stored by TMA.
@@ -178,7 +181,8 @@ __device__ UnitLookup unit_lookup(const TileParams& p, int32_t unit) {
 }
 __device__ __forceinline__ Unit unit_from(const UnitLookup& l, uint32_t rank, uint32_t split) {
   const int64_t steps = l.end_step - l.first_step;
-  return {{l.block, l.token_block}, static_cast<int32_t>(l.first_step + steps * rank / split),
+  return {{l.block, l.token_block},
+          static_cast<int32_t>(l.first_step + steps * rank / split),
           static_cast<int32_t>(l.first_step + steps * (rank + 1) / split)};
 }
 
@@ -193,9 +197,10 @@ __device__ __forceinline__ BlockRows block_rows(const TileParams& p, int32_t blo
 // half at its own rows, as one bulk group. D's tensor map has boxes of 64 rows: 64 x kCols (col-major D, a box per
 // half) or 64 x 64 (row-major D, two per 64 tokens, one per half).
 template <int kRows, int kCols>
-__device__ __forceinline__ void issue_staged_halves(const void* d_map, const epi::OutputTile<kRows, kCols>& tile, bool col_major,
-                                                    const BlockRows& rows, int64_t n0) {
-  static_assert(kRows == 2 * kWarpgroupRows && epi::OutputTile<kRows, kCols>::kWholeBoxes, "two halves of 64-element lines");
+__device__ __forceinline__ void issue_staged_halves(const void* d_map, const epi::OutputTile<kRows, kCols>& tile,
+                                                    bool col_major, const BlockRows& rows, int64_t n0) {
+  static_assert(kRows == 2 * kWarpgroupRows && epi::OutputTile<kRows, kCols>::kWholeBoxes,
+                "two halves of 64-element lines");
   constexpr int kHalfLines = kWarpgroupRows * epi::kLineBytes;  // a half's rows in a row-major box
   if (col_major) {
 #pragma unroll
@@ -247,11 +252,12 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   uint64_t* staged = empty + kStages;  // kDeferred: the consumers staged a part (256 arrivals)
   uint64_t* stored = staged + 1;       // kDeferred: the copy engine read it (one arrival)
   UnitOrigin* end_origin = reinterpret_cast<UnitOrigin*>(stored + 1);  // [stage] an end-of-unit step's unit
-  UnitOrigin* staged_origin = end_origin + kStages;  // kDeferred: the staged unit's; block -1: none
+  UnitOrigin* staged_origin = end_origin + kStages;                    // kDeferred: the staged unit's; block -1: none
   uint32_t* step_mask = reinterpret_cast<uint32_t*>(staged_origin + 1);
   // Part j of the deferred store goes to buffer j % kStoreBuffers.
   const auto output_buffer = [&](int part) {
-    return OutputTile<kBlockN>{ptx::smem_address(smem + S::kPipelineEnd) + (part % kStoreBuffers<kBlockN>) * OutputTile<kBlockN>::kBytes};
+    return OutputTile<kBlockN>{ptx::smem_address(smem + S::kPipelineEnd) +
+                               (part % kStoreBuffers<kBlockN>)*OutputTile<kBlockN>::kBytes};
   };
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
@@ -263,7 +269,9 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
   const int steps_per_tile = p.tile_cols / kStepK;           // 1 or 2
 
   if (tid == 0) {
-    if (timeline) record_time(timeline, TileTimeline::kStartNs, ptx::global_timer_ns()), record_time(timeline, TileTimeline::kStart, clock64());
+    if (timeline)
+      record_time(timeline, TileTimeline::kStartNs, ptx::global_timer_ns()),
+          record_time(timeline, TileTimeline::kStart, clock64());
     ptx::prefetch_tensor_map(&x_map);
     ptx::prefetch_tensor_map(&tile_map);
     for (int s = 0; s < kStages; ++s) {
@@ -288,7 +296,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         if (step >= kStages) ptx::mbarrier_wait(&empty[s], static_cast<uint32_t>((step / kStages - 1) & 1));
         const int this_step = step++;
         if (lane != 0) return;
-        if (timeline && this_step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kPosted + this_step, clock64());
+        if (timeline && this_step < TileTimeline::kSteps)
+          record_time(timeline, TileTimeline::kPosted + this_step, clock64());
         step_mask[s] = mask;
         if (mask & kEndOfUnit) {
           end_origin[s] = u;
@@ -303,7 +312,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         if (mask & 1u) ptx::tma_load_3d(stage + S::kXBytes, &tile_map, &full[s], k_in_tile, 0, tiles.y);
         if (tile_rows_per_block == 2 && mask & 2u)
           ptx::tma_load_3d(stage + S::kXBytes + kWarpgroupRows * kRowBytes, &tile_map, &full[s], k_in_tile, 0, tiles.z);
-        if (timeline && this_step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kIssued + this_step, clock64());
+        if (timeline && this_step < TileTimeline::kSteps)
+          record_time(timeline, TileTimeline::kIssued + this_step, clock64());
       };
       // The next unit is found while this one streams, in three dependent stages, one per step posted, so that the
       // producer does not stop on a load's result: its number (every gridDim-th by cluster, or with p.unit_claims
@@ -319,14 +329,17 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         const Unit u = next;
         int4 window = next_window, ahead = load_step_window(p.schedule_steps, u.step_begin + 32, u.step_end, lane);
         const int32_t look_at =
-            u.step_begin + (p.unit_claims ? max(kLookaheadStep, u.step_end - u.step_begin - kClaimAheadSteps) : kLookaheadStep);
+            u.step_begin +
+            (p.unit_claims ? max(kLookaheadStep, u.step_end - u.step_begin - kClaimAheadSteps) : kLookaheadStep);
         int32_t next_unit = 0;  // when claimed, lane 0's until kLookedUp
         UnitLookup lookup{};
         int lookahead = kNotBegun;
         const auto look_ahead = [&] {  // its next stage
           if (lookahead == kNotBegun) {
-            if (!p.unit_claims) next_unit = unit + static_cast<int32_t>(gridDim.x / split);
-            else if (lane == 0) next_unit = static_cast<int32_t>(gridDim.x) + atomicAdd(p.unit_claims + kUnitsClaimed, 1);
+            if (!p.unit_claims)
+              next_unit = unit + static_cast<int32_t>(gridDim.x / split);
+            else if (lane == 0)
+              next_unit = static_cast<int32_t>(gridDim.x) + atomicAdd(p.unit_claims + kUnitsClaimed, 1);
           } else if (lookahead == kNumbered) {
             if (p.unit_claims) next_unit = __shfl_sync(0xffffffffu, next_unit, 0);
             if (next_unit < units) lookup = unit_lookup<kBlockN>(p, next_unit);
@@ -369,12 +382,16 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
           if (origin.block < 0) break;
           issue_staged_halves(&d_map, output_buffer(parts_stored), p.d_col_major, block_rows(p, origin.block),
                               int64_t{origin.token_block} * kBlockN + parts_stored % kStoreParts<kBlockN> * kPartN);
-          if constexpr (kStoreBuffers<kBlockN> == 1) ptx::bulk_wait_group_read<0>();
-          else if (parts_stored > 0) ptx::bulk_wait_group_read<1>();
+          if constexpr (kStoreBuffers<kBlockN> == 1)
+            ptx::bulk_wait_group_read<0>();
+          else if (parts_stored > 0)
+            ptx::bulk_wait_group_read<1>();
           ptx::mbarrier_arrive(stored);
         }
         ptx::bulk_wait_group<0>();  // D written before the CTA retires
-        if (timeline) record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns()), record_time(timeline, TileTimeline::kEnd, clock64());
+        if (timeline)
+          record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns()),
+              record_time(timeline, TileTimeline::kEnd, clock64());
       }
     }
     if (split > 1) {  // the consumers' two cluster barriers (epilogue below)
@@ -386,7 +403,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
 
   ptx::setmaxnreg_inc<Budget<kBlockN>::kConsumerRegisters>();
   const int thread_in_group = tid % kWarpgroupThreads;
-  const ChunkTile chunk_tile{p.d_col_major, reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
+  const ChunkTile chunk_tile{p.d_col_major,
+                             reinterpret_cast<float*>(smem + S::kPipelineEnd + warpgroup * S::kChunkBytes)};
   float acc[Wgmma::kAccumulators];
   int step = 0;
   for (int units_done = 0;; ++units_done) {  // until the producer's kEndOfWork
@@ -398,7 +416,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     for (;; ++step) {
       const int s = step % kStages;
       ptx::mbarrier_wait(&full[s], static_cast<uint32_t>((step / kStages) & 1));
-      if (timeline && tid == 0 && step < TileTimeline::kSteps) record_time(timeline, TileTimeline::kArrived + step, clock64());
+      if (timeline && tid == 0 && step < TileTimeline::kSteps)
+        record_time(timeline, TileTimeline::kArrived + step, clock64());
       const uint32_t mask = step_mask[s];
       const bool end_of_unit = (mask & kEndOfUnit) != 0;
       if (end_of_unit || !(mask >> warpgroup & 1u)) {
@@ -419,12 +438,13 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
       }
       const unsigned char* stage = smem + s * S::kStageBytes;
       const uint64_t x_desc = ptx::make_smem_desc_k_major_sw128(ptx::smem_address(stage));
-      const uint64_t tile_desc =
-          ptx::make_smem_desc_k_major_sw128(ptx::smem_address(stage + S::kXBytes + warpgroup * kWarpgroupRows * kRowBytes));
+      const uint64_t tile_desc = ptx::make_smem_desc_k_major_sw128(
+          ptx::smem_address(stage + S::kXBytes + warpgroup * kWarpgroupRows * kRowBytes));
       ptx::wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kStepK / kWgmmaK; ++k)  // 16 columns = 32 bytes further along each swizzled row
-        Wgmma::mma(acc, ptx::advance_smem_desc(tile_desc, k * kWgmmaK * 2), ptx::advance_smem_desc(x_desc, k * kWgmmaK * 2), 1);
+        Wgmma::mma(acc, ptx::advance_smem_desc(tile_desc, k * kWgmmaK * 2),
+                   ptx::advance_smem_desc(x_desc, k * kWgmmaK * 2), 1);
       ptx::wgmma_commit_group();
       ptx::wgmma_wait_group<1>();  // the previous group is done: its stage goes back to the producer
       if (pending >= 0) ptx::mbarrier_arrive(&empty[pending]);
@@ -435,7 +455,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     // after each one, ptxas info C7518; all tile kernels ran that way until this line).
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
-    if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kMathDone + units_done, clock64());
+    if (timeline && tid == 0 && units_done < TileTimeline::kUnits)
+      record_time(timeline, TileTimeline::kMathDone + units_done, clock64());
     if (end_mark == kEndOfWork) {
       if constexpr (kDeferred) {  // the storer's last part: none (once it has taken the last real one's origin)
         const int parts_staged = units_done * kStoreParts<kBlockN>;
@@ -466,7 +487,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         if (timeline && tid == 0 && part == 0 && units_done < TileTimeline::kUnits)
           record_time(timeline, TileTimeline::kFirstPartStaged + units_done, clock64());
       }
-      if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
+      if (timeline && tid == 0 && units_done < TileTimeline::kUnits)
+        record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
       continue;
     }
     if (split == 1) {  // this warpgroup's 64 rows, kChunkN tokens at a time, while the producer loads ahead
@@ -478,15 +500,19 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
         epi::write_tile<Out>(p, chunk_tile, rows0, n0 + chunk * kChunkN, thread_in_group, kWarpgroupThreads,
                              epi::LocalStaged{});
       }
-      if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
+      if (timeline && tid == 0 && units_done < TileTimeline::kUnits)
+        record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
       continue;
     }
     // Split K (one unit per CTA): the pipeline is idle now; the cluster sums its partial tiles there.
-    write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, block_rows(p, origin.block), n0, opaque(tid));
-    if (timeline && tid == 0 && units_done < TileTimeline::kUnits) record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
+    write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem), acc, block_rows(p, origin.block), n0,
+                                    opaque(tid));
+    if (timeline && tid == 0 && units_done < TileTimeline::kUnits)
+      record_time(timeline, TileTimeline::kUnitDone + units_done, clock64());
   }
   if (!kDeferred && timeline && tid == 0)
-    record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns()), record_time(timeline, TileTimeline::kEnd, clock64());
+    record_time(timeline, TileTimeline::kEndNs, ptx::global_timer_ns()),
+        record_time(timeline, TileTimeline::kEnd, clock64());
 #endif
 }
 
@@ -512,9 +538,9 @@ void launch(const TileParams& params, int split, bool persistent, uint64_t* time
   TileParams p = params;
   // x[C, K] (B col-major) in boxes of 64 columns x kBlockN tokens; the packed tiles as {tile_cols, tile_rows, nnz}
   // in boxes of 64 columns x one whole tile.
-  const CUtensorMap x_map = cuda::make_tensor_map_sw128<Element, 2>(
-      p.b, {static_cast<cuuint64_t>(p.cols), static_cast<cuuint64_t>(p.n)}, {static_cast<cuuint64_t>(p.cols) * 2},
-      {kStepK, kBlockN});
+  const CUtensorMap x_map =
+      cuda::make_tensor_map_sw128<Element, 2>(p.b, {static_cast<cuuint64_t>(p.cols), static_cast<cuuint64_t>(p.n)},
+                                              {static_cast<cuuint64_t>(p.cols) * 2}, {kStepK, kBlockN});
   const cuuint64_t tiles = static_cast<cuuint64_t>(std::max<int64_t>(p.nnz_tiles, 1));  // a map needs one tile
   const auto tile_cols = static_cast<cuuint64_t>(p.tile_cols), tile_rows = static_cast<cuuint64_t>(p.tile_rows);
   const CUtensorMap tile_map = cuda::make_tensor_map_sw128<Element, 3>(
@@ -526,7 +552,8 @@ void launch(const TileParams& params, int split, bool persistent, uint64_t* time
   if constexpr (kDeferred) {
     const auto rows = static_cast<cuuint64_t>(p.rows), n = static_cast<cuuint64_t>(p.n);
     d_map = p.d_col_major
-                ? cuda::make_tensor_map_sw128<Out, 2>(p.d, {rows, n}, {rows * 2}, {epi::kLineElements, kBlockN / kStoreParts<kBlockN>})
+                ? cuda::make_tensor_map_sw128<Out, 2>(p.d, {rows, n}, {rows * 2},
+                                                      {epi::kLineElements, kBlockN / kStoreParts<kBlockN>})
                 : cuda::make_tensor_map_sw128<Out, 2>(p.d, {n, rows}, {n * 2}, {epi::kLineElements, kWarpgroupRows});
   }
   // One unit per CTA (per cluster when split), balanced by the hardware's CTA scheduler; or persistent: one CTA
@@ -572,7 +599,8 @@ int64_t cluster_wave_ctas(int block_n, int split) {
     config.attrs = &cluster;
     config.numAttrs = 1;
     int clusters = 0;
-    NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, ready_kernel<__half, __half, kBlockN, false>(), &config));
+    NMKIT_CUDA_CHECK(
+        cudaOccupancyMaxActiveClusters(&clusters, ready_kernel<__half, __half, kBlockN, false>(), &config));
     return int64_t{clusters} * split;
   };
   ctas = block_n == 64 ? query.template operator()<64>() : query.template operator()<32>();
@@ -634,14 +662,19 @@ void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t
           "stride, beta 0 and no GELU");
   const auto launch_n = [&]<int kBlockN>() {
     if constexpr (sizeof(Out) == 2 && kBlockN >= epi::kLineElements)
-      if (config.deferred_store) return launch<Element, Out, kBlockN, true>(p, config.split, config.persistent, config.timeline, stream);
+      if (config.deferred_store)
+        return launch<Element, Out, kBlockN, true>(p, config.split, config.persistent, config.timeline, stream);
     launch<Element, Out, kBlockN, false>(p, config.split, config.persistent, config.timeline, stream);
   };
   switch (config.block_n) {
-    case 32: return launch_n.template operator()<32>();
-    case 64: return launch_n.template operator()<64>();
-    case 128: return launch_n.template operator()<128>();
-    case 256: return launch_n.template operator()<256>();
+    case 32:
+      return launch_n.template operator()<32>();
+    case 64:
+      return launch_n.template operator()<64>();
+    case 128:
+      return launch_n.template operator()<128>();
+    case 256:
+      return launch_n.template operator()<256>();
   }
   throw Error(ErrorCode::invalid_argument, "sm90 tile: no kernel for block_n " + std::to_string(config.block_n));
 }

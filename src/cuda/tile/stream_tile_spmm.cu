@@ -48,11 +48,12 @@ struct WarpTiling {
   static constexpr int kMinCtasPerSm = kWarps == 8 ? 2 : 5;
   static constexpr int kWarpsM = kMBlocks < kWarps ? kMBlocks : kWarps;
   static constexpr int kWarpsN = kWarps / kWarpsM;
-  static constexpr int kMPerWarp = kMBlocks / kWarpsM;        // m16 blocks per warp
-  static constexpr int kN8PerWarp = kBlockN / kWarpsN / 8;    // n8 blocks per warp
-  static constexpr int kFragments = kMPerWarp * kN8PerWarp;   // m16n8 accumulator tiles per warp
-  static constexpr int kSlotFloats = kTileRows * kBlockN;     // one partial tile row
-  static_assert(kWarpsM * kWarpsN == kWarps && kFragments * 4 * kThreads == kSlotFloats, "the warps cover the tile row");
+  static constexpr int kMPerWarp = kMBlocks / kWarpsM;       // m16 blocks per warp
+  static constexpr int kN8PerWarp = kBlockN / kWarpsN / 8;   // n8 blocks per warp
+  static constexpr int kFragments = kMPerWarp * kN8PerWarp;  // m16n8 accumulator tiles per warp
+  static constexpr int kSlotFloats = kTileRows * kBlockN;    // one partial tile row
+  static_assert(kWarpsM * kWarpsN == kWarps && kFragments * 4 * kThreads == kSlotFloats,
+                "the warps cover the tile row");
 };
 
 template <int kTileRows>
@@ -86,19 +87,22 @@ __device__ void multiply_stage(const uint16_t* a_stage, const uint16_t* b_stage,
 }
 
 template <class Out, int kTileRows>
-__device__ void store_tile_row(const TileParams& p, int64_t m0, int64_t n0, int lane, const Accumulators<kTileRows>& acc) {
+__device__ void store_tile_row(const TileParams& p, int64_t m0, int64_t n0, int lane,
+                               const Accumulators<kTileRows>& acc) {
   using T = WarpTiling<kTileRows>;
   if (nm24::epilogue_is_plain(p)) {
 #pragma unroll
     for (int mi = 0; mi < T::kMPerWarp; ++mi)
 #pragma unroll
-      for (int j = 0; j < T::kN8PerWarp; ++j) nm24::plain_store_m16n8<Out>(p, m0 + 16 * mi, n0 + 8 * j, lane, acc[mi][j]);
+      for (int j = 0; j < T::kN8PerWarp; ++j)
+        nm24::plain_store_m16n8<Out>(p, m0 + 16 * mi, n0 + 8 * j, lane, acc[mi][j]);
     return;
   }
 #pragma unroll
   for (int mi = 0; mi < T::kMPerWarp; ++mi)
 #pragma unroll
-    for (int j = 0; j < T::kN8PerWarp; ++j) nm24::epilogue_store_m16n8<Out>(p, m0 + 16 * mi, n0 + 8 * j, lane, acc[mi][j]);
+    for (int j = 0; j < T::kN8PerWarp; ++j)
+      nm24::epilogue_store_m16n8<Out>(p, m0 + 16 * mi, n0 + 8 * j, lane, acc[mi][j]);
 }
 
 template <class Element, class Out, int kTileRows>
@@ -157,7 +161,8 @@ __global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, WarpTiling<kT
     ptx::cp_async_wait<kRing - 2>();
     __syncthreads();  // tile t is visible to every warp, and every warp is done with tile t - 1's stage
     const int refill = stage == 0 ? kRing - 1 : stage - 1;
-    if (t + kRing - 1 < end) copier.post(p, smem + refill * halves, t + kRing - 1, meta[t + kRing - 1 - window].x, n0, tid);
+    if (t + kRing - 1 < end)
+      copier.post(p, smem + refill * halves, t + kRing - 1, meta[t + kRing - 1 - window].x, n0, tid);
     ptx::cp_async_commit();
     const uint16_t* a_stage = smem + stage * halves;
     multiply_stage<Element, kTileRows>(a_stage, a_stage + kTileRows * p.tile_cols, k_steps, fragments, acc);
@@ -173,18 +178,21 @@ __global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, WarpTiling<kT
       store_tile_row<Out, kTileRows>(p, m0, n, lane, acc);
     } else {  // a shared row: this part to its slot (0: the range's first part, 1: its last), the last one adds them
       const auto slot = [&](int64_t owner, int which) {
-        return reinterpret_cast<float4*>(w.partials) + ((int64_t{blockIdx.y} * gridDim.x + owner) * 2 + which) * (T::kSlotFloats / 4);
+        return reinterpret_cast<float4*>(w.partials) +
+               ((int64_t{blockIdx.y} * gridDim.x + owner) * 2 + which) * (T::kSlotFloats / 4);
       };
       float4* mine = slot(cta, first_part ? 0 : 1);
 #pragma unroll
       for (int mi = 0; mi < T::kMPerWarp; ++mi)
 #pragma unroll
         for (int j = 0; j < T::kN8PerWarp; ++j)
-          mine[(mi * T::kN8PerWarp + j) * kThreads + tid] = make_float4(acc[mi][j][0], acc[mi][j][1], acc[mi][j][2], acc[mi][j][3]);
+          mine[(mi * T::kN8PerWarp + j) * kThreads + tid] =
+              make_float4(acc[mi][j][0], acc[mi][j][1], acc[mi][j][2], acc[mi][j][3]);
       __threadfence();  // the part is visible GPU-wide before its arrival is counted
       __syncthreads();
       const int64_t row_begin = first_part ? first_row_begin : last_row_begin;
-      const int64_t first = ranges.part_of(row_begin), last = ranges.part_of((first_part ? first_row_end : last_row_end) - 1);
+      const int64_t first = ranges.part_of(row_begin),
+                    last = ranges.part_of((first_part ? first_row_end : last_row_end) - 1);
       if (tid == 0) {
         int32_t* arrivals = w.arrivals + int64_t{blockIdx.y} * grid_rows + row;
         brings_last_part = atomicAdd(arrivals, 1) == static_cast<int>(last - first);
@@ -226,7 +234,9 @@ __global__ void __launch_bounds__(WarpTiling<kTileRows>::kThreads, WarpTiling<kT
 }
 
 template <int kTileRows>
-int smem_bytes(int tile_cols) { return kStages<kTileRows> * mma_stage::stage_halves(kTileRows, kBlockN, tile_cols) * 2; }
+int smem_bytes(int tile_cols) {
+  return kStages<kTileRows> * mma_stage::stage_halves(kTileRows, kBlockN, tile_cols) * 2;
+}
 
 // The kernel, its dynamic shared-memory limit raised to `bytes` (once per instantiation and size: the kernels'
 // function pointers share one type, so each needs its own DynamicSmemLimit).
@@ -255,8 +265,8 @@ template <int kTileRows>
 int resident_ctas(int tile_cols) {
   const int bytes = smem_bytes<kTileRows>(tile_cols);
   int per_sm = 0;
-  NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ready_kernel<__half, __half, kTileRows>(bytes),
-                                                                 WarpTiling<kTileRows>::kThreads, bytes));
+  NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, ready_kernel<__half, __half, kTileRows>(bytes), WarpTiling<kTileRows>::kThreads, bytes));
   return std::max(per_sm, 1) * nm24::sm_count();
 }
 
@@ -264,17 +274,22 @@ int resident_ctas(int tile_cols) {
 
 int stream_max_ctas(int tile_rows, int tile_cols) {
   switch (tile_rows) {
-    case 16: return resident_ctas<16>(tile_cols);
-    case 32: return resident_ctas<32>(tile_cols);
-    case 64: return resident_ctas<64>(tile_cols);
-    case 128: return resident_ctas<128>(tile_cols);
+    case 16:
+      return resident_ctas<16>(tile_cols);
+    case 32:
+      return resident_ctas<32>(tile_cols);
+    case 64:
+      return resident_ctas<64>(tile_cols);
+    case 128:
+      return resident_ctas<128>(tile_cols);
   }
   throw Error(ErrorCode::invalid_argument, "stream tile: no kernel for tile rows " + std::to_string(tile_rows));
 }
 
 int64_t stream_ctas(int64_t nnz_tiles, int max_ctas) {
   if (nnz_tiles == 0) return 1;  // only empty rows to write
-  return std::clamp<int64_t>(ceil_div(nnz_tiles, int64_t{kStreamMinTilesPerCta}), 1, std::min<int64_t>(max_ctas, nnz_tiles));
+  return std::clamp<int64_t>(ceil_div(nnz_tiles, int64_t{kStreamMinTilesPerCta}), 1,
+                             std::min<int64_t>(max_ctas, nnz_tiles));
 }
 
 std::size_t stream_partial_floats(int tile_rows, int64_t max_ctas, int64_t n) {
@@ -284,10 +299,14 @@ std::size_t stream_partial_floats(int tile_rows, int64_t max_ctas, int64_t n) {
 template <class Element, class Out>
 void launch_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream) {
   switch (p.tile_rows) {
-    case 16: return launch<Element, Out, 16>(p, w, stream);
-    case 32: return launch<Element, Out, 32>(p, w, stream);
-    case 64: return launch<Element, Out, 64>(p, w, stream);
-    case 128: return launch<Element, Out, 128>(p, w, stream);
+    case 16:
+      return launch<Element, Out, 16>(p, w, stream);
+    case 32:
+      return launch<Element, Out, 32>(p, w, stream);
+    case 64:
+      return launch<Element, Out, 64>(p, w, stream);
+    case 128:
+      return launch<Element, Out, 128>(p, w, stream);
   }
   throw Error(ErrorCode::invalid_argument, "stream tile: no kernel for tile rows " + std::to_string(p.tile_rows));
 }

@@ -38,7 +38,7 @@ struct TileParams {
   Activation activation;
   bool d_col_major;
   bool b_col_major;
-  bool b_vector;             // B's leading dimension and address allow 16-byte copies
+  bool b_vector;              // B's leading dimension and address allow 16-byte copies
   bool units_by_token_block;  // sm90: work units in token-block-major order (DeviceTiles::schedule_balanced)
   // sm90, persistent: {units claimed, CTAs retired} of this launch (a slot of unit_claim_pool), zero at launch;
   // null: each CTA takes every gridDim-th unit.
@@ -63,7 +63,9 @@ inline int64_t tile_grid_size(const TileParams& p, int tile_rows, int block_n) {
 struct EvenSplit {
   int64_t items, parts;
   __device__ int64_t begin(int64_t part) const { return part * items / parts; }
-  __device__ int64_t part_of(int64_t item) const { return ((item + 1) * parts - 1) / items; }  // max i: begin(i) <= item
+  __device__ int64_t part_of(int64_t item) const {
+    return ((item + 1) * parts - 1) / items;
+  }  // max i: begin(i) <= item
 };
 
 // The stream kernel (stream_tile_spmm.cu) for few tokens: the stored tiles split evenly over `ctas` CTAs per
@@ -80,8 +82,8 @@ struct StreamWork {
   // null for ranges of equal length.
   const WarpStreamLead* leads = nullptr;
 };
-int stream_max_ctas(int tile_rows, int tile_cols);         // CTAs resident on the current device at once
-int64_t stream_ctas(int64_t nnz_tiles, int max_ctas);      // <= nnz_tiles, so that no range is empty
+int stream_max_ctas(int tile_rows, int tile_cols);     // CTAs resident on the current device at once
+int64_t stream_ctas(int64_t nnz_tiles, int max_ctas);  // <= nnz_tiles, so that no range is empty
 std::size_t stream_partial_floats(int tile_rows, int64_t max_ctas, int64_t n);
 template <class Element, class Out>
 void launch_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream);
@@ -100,7 +102,7 @@ constexpr bool warp_stream_runs(int tile_rows, int tile_cols) {
 // At least this many chunks per warp: fewer, longer ranges share fewer rows.
 inline constexpr int kWarpStreamMinChunksPerWarp = 2;
 bool warp_stream_fits_device();  // the current device gives a CTA the kernel's shared memory (H100/H200: yes; A100: no)
-int warp_stream_max_ctas();     // CTAs resident on the current device at once; unsupported where it does not fit
+int warp_stream_max_ctas();      // CTAs resident on the current device at once; unsupported where it does not fit
 int64_t warp_stream_ctas(int64_t nnz_tiles, int tile_cols, int max_ctas);  // CTAs for a weight of nnz_tiles tiles
 std::size_t warp_stream_partial_floats(int64_t max_ctas, int64_t n);
 // overlap: launched with programmatic dependent launch (TileLaunch::overlap_launch).
@@ -113,12 +115,12 @@ void launch_sm80(const TileParams& p, int tile_rows, cudaStream_t stream);
 // The Hopper kernel (sm90_tile_spmm.cu): tile rows and columns 64 or 128, B col-major with K % 8 == 0 and a
 // 16-byte aligned base (TMA). A CTA computes 128 rows x block_n tokens; `split` CTAs of a cluster share its K.
 struct Sm90TileConfig {
-  int block_n = 256;        // 32, 64, 128 or 256
-  int split = 1;            // 1..8
-  bool persistent = true;   // one CTA per SM over all units (split == 1 only)
-  bool deferred_store = false;  // stage each unit (parts of <= 64 tokens, two buffers) for one producer lane to store by TMA
-                                // (split == 1, block_n >= 64, 16-bit D, beta == 0, no GELU, aligned D:
-                                // epi::outputs_final_in_registers)
+  int block_n = 256;             // 32, 64, 128 or 256
+  int split = 1;                 // 1..8
+  bool persistent = true;        // one CTA per SM over all units (split == 1 only)
+  bool deferred_store = false;   // stage each unit (parts of <= 64 tokens, two buffers) for one producer lane to store
+                                 // by TMA (split == 1, block_n >= 64, 16-bit D, beta == 0, no GELU, aligned D:
+                                 // epi::outputs_final_in_registers)
   uint64_t* timeline = nullptr;  // TileLaunch::timeline
 };
 Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count);

@@ -37,18 +37,20 @@ TileTimelineSummary summarize_tile_timeline(const std::vector<uint64_t>& words, 
     if (w[T::kEndNs] != 0) ends_ns.push_back(w[T::kEndNs]);
     // This CTA's clock over its life, where it recorded its end in both clocks (one SM: clock64 is that SM's).
     const bool clocked = w[T::kEnd] > w[T::kStart] && w[T::kEndNs] > w[T::kStartNs];
-    const double cta_us_per_cycle =
-        clocked ? static_cast<double>(w[T::kEndNs] - w[T::kStartNs]) * 1e-3 / static_cast<double>(w[T::kEnd] - w[T::kStart])
-                : us_per_cycle;
+    const double cta_us_per_cycle = clocked ? static_cast<double>(w[T::kEndNs] - w[T::kStartNs]) * 1e-3 /
+                                                  static_cast<double>(w[T::kEnd] - w[T::kStart])
+                                            : us_per_cycle;
     if (clocked) clock_ghz.add(1e-3 / cta_us_per_cycle);
-    const auto at = [&](int slot) { return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * cta_us_per_cycle; };
+    const auto at = [&](int slot) {
+      return (static_cast<double>(w[slot]) - static_cast<double>(w[T::kStart])) * cta_us_per_cycle;
+    };
     int steps = 0;
     while (steps < T::kSteps && w[T::kArrived + steps] != 0 && w[T::kPosted + steps] != 0) ++steps;
     int done = 0;
     while (done < T::kUnits && w[T::kUnitDone + done] != 0) ++done;
     units_per_cta.add(done);
     if (steps > 0) prologue.add(at(T::kPosted));
-    for (int i = 0; i < steps; ++i) {  // a step's copies: their issue, and the gap to the next step's post
+    for (int i = 0; i < steps; ++i) {        // a step's copies: their issue, and the gap to the next step's post
       if (w[T::kIssued + i] == 0) continue;  // an end-of-unit step issues no copy
       issue.add(at(T::kIssued + i) - at(T::kPosted + i));
       if (i + 1 < steps) post_gap.add(at(T::kPosted + i + 1) - at(T::kIssued + i));

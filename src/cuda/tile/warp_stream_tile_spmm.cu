@@ -17,10 +17,11 @@
 //
 // The work: the stored tiles' 32-column chunks in tile-row order (pack_tiles), cut into ranges, one per CTA and
 // token block (the weight's WarpStreamSchedule: whole tile rows where that stays balanced; else equal ranges),
-// each cut evenly again over the CTA's warps; a warp keeps kStages chunks in flight. A tile row whose chunks several warps hold is summed in two levels, both in a fixed order so that the
-// result does not depend on which warp or CTA ends last: the warps' parts through shared memory by the CTA's last
-// warp holding one, then, for a row that goes on in other CTAs' ranges, the CTAs' parts through the workspace (fp32)
-// by the CTA that brings the last of them (an arrival counter per tile row, zeroed again for the next launch).
+// each cut evenly again over the CTA's warps; a warp keeps kStages chunks in flight. A tile row whose chunks several
+// warps hold is summed in two levels, both in a fixed order so that the result does not depend on which warp or CTA
+// ends last: the warps' parts through shared memory by the CTA's last warp holding one, then, for a row that goes on in
+// other CTAs' ranges, the CTAs' parts through the workspace (fp32) by the CTA that brings the last of them (an arrival
+// counter per tile row, zeroed again for the next launch).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,9 +44,9 @@
 namespace nmkit::gpu::tile {
 namespace {
 
-constexpr int kRows = kWarpStreamTileRows;  // a warp's output rows: two m16 blocks
+constexpr int kRows = kWarpStreamTileRows;        // a warp's output rows: two m16 blocks
 constexpr int kChunkCols = kWarpStreamChunkCols;  // a chunk's columns: two k16 steps
-constexpr int kBlockN = kStreamBlockN;      // a warp's tokens: four n8 groups
+constexpr int kBlockN = kStreamBlockN;            // a warp's tokens: four n8 groups
 constexpr int kMBlocks = kRows / 16, kN8 = kBlockN / 8;
 constexpr int kFragments = kMBlocks * kN8;  // m16n8 accumulator tiles per warp
 constexpr int kWarps = 8, kThreads = kWarps * 32;
@@ -75,7 +76,7 @@ constexpr int kSmemBytes = (kPartSlotFloat4s + kWarps * kRingFloat4s + kStageMet
 // The tile rows at a warp's range ends, published in shared memory for the CTA's summing warps, so that they learn
 // which warps hold parts of a row without asking global memory for the row's extent at the end of the kernel.
 struct WarpRows {
-  int32_t first, last;   // the rows of the range's first and last chunks (-1: no range)
+  int32_t first, last;    // the rows of the range's first and last chunks (-1: no range)
   int32_t before, after;  // the rows of the chunks just before and after the range (-1: none)
 };
 static_assert(sizeof(WarpRows) == 16);
@@ -105,20 +106,29 @@ __device__ __noinline__ uint4 load_b_elements(const uint16_t* b, int64_t token, 
 // launch checks that they fit), addresses 64-bit; a chunk's addresses are a base plus fixed strides, so that the
 // compiler keeps a handful of registers for them rather than recomputing per-token addresses in the loop.
 struct LaneSources {
-  const uint16_t* a;            // the tiles, at row g and column 8t
-  int64_t a_rows8, tile_elems;  // 8 rows and a whole tile, in elements
-  int chunk_shift;              // chunks per tile: 1 << chunk_shift
+  const uint16_t* a;                // the tiles, at row g and column 8t
+  int64_t a_rows8, tile_elems;      // 8 rows and a whole tile, in elements
+  int chunk_shift;                  // chunks per tile: 1 << chunk_shift
   int32_t tile_cols, k_lane, cols;  // 8t; K
-  const uint16_t* b;            // B
-  int64_t token0, n, b_tokens8;  // token n0 + g; C; 8 tokens of B col-major, in elements
-  uint32_t tokens_inside;       // bit j: token n0 + 8 j + g < C
+  const uint16_t* b;                // B
+  int64_t token0, n, b_tokens8;     // token n0 + g; C; 8 tokens of B col-major, in elements
+  uint32_t tokens_inside;           // bit j: token n0 + 8 j + g < C
   bool b_col_major;
 
   __device__ LaneSources(const TileParams& p, int64_t n0, int lane, int chunk_shift)
-      : a(p.tiles + (lane / 4) * p.tile_cols + 8 * (lane % 4)), a_rows8(int64_t{8} * p.tile_cols),
-        tile_elems(int64_t{kRows} * p.tile_cols), chunk_shift(chunk_shift), tile_cols(p.tile_cols),
-        k_lane(8 * (lane % 4)), cols(static_cast<int32_t>(p.cols)), b(static_cast<const uint16_t*>(p.b)),
-        token0(n0 + lane / 4), n(p.n), b_tokens8(8 * p.cols), tokens_inside(0), b_col_major(p.b_col_major) {
+      : a(p.tiles + (lane / 4) * p.tile_cols + 8 * (lane % 4)),
+        a_rows8(int64_t{8} * p.tile_cols),
+        tile_elems(int64_t{kRows} * p.tile_cols),
+        chunk_shift(chunk_shift),
+        tile_cols(p.tile_cols),
+        k_lane(8 * (lane % 4)),
+        cols(static_cast<int32_t>(p.cols)),
+        b(static_cast<const uint16_t*>(p.b)),
+        token0(n0 + lane / 4),
+        n(p.n),
+        b_tokens8(8 * p.cols),
+        tokens_inside(0),
+        b_col_major(p.b_col_major) {
 #pragma unroll
     for (int j = 0; j < kN8; ++j) tokens_inside |= (token0 + 8 * j < n ? 1u : 0u) << j;
   }
@@ -138,7 +148,8 @@ struct LaneSources {
 #pragma unroll
     for (int j = 0; j < kN8; ++j) {
       const bool inside = k < cols && (tokens_inside >> j & 1);
-      ptx::cp_async_16(stage + ((2 * kMBlocks + j) * 32 + lane) * 16, inside ? from + j * b_tokens8 : b, inside ? 16 : 0);
+      ptx::cp_async_16(stage + ((2 * kMBlocks + j) * 32 + lane) * 16, inside ? from + j * b_tokens8 : b,
+                       inside ? 16 : 0);
     }
   }
   // Any other B: the chunk's B element by element, straight into registers (zero past K and C).
@@ -146,7 +157,8 @@ struct LaneSources {
     const int32_t k = column * tile_cols + chunk_in_tile(chunk) * kChunkCols + k_lane;
 #pragma unroll
     for (int j = 0; j < kN8; ++j)
-      c.b[j] = tokens_inside >> j & 1 ? load_b_elements(b, token0 + 8 * j, k, cols, n, b_col_major) : make_uint4(0, 0, 0, 0);
+      c.b[j] =
+          tokens_inside >> j & 1 ? load_b_elements(b, token0 + 8 * j, k, cols, n, b_col_major) : make_uint4(0, 0, 0, 0);
   }
 };
 
@@ -221,7 +233,8 @@ __device__ __forceinline__ bool stores_vectors(const TileParams& p, int64_t m0, 
 // A lane gathers its vectors from the slot (a few conflicts) rather than storing its accumulators' scattered 2-byte
 // outputs: a quarter of the store instructions, and every one writes whole 32-byte sectors.
 template <class Out>
-__device__ __forceinline__ void store_slot_vectors(const TileParams& p, int64_t m0, int64_t n0, int lane, const float* slot) {
+__device__ __forceinline__ void store_slot_vectors(const TileParams& p, int64_t m0, int64_t n0, int lane,
+                                                   const float* slot) {
   constexpr int kRowVectors = kRows / 8, kTokenVectors = kBlockN / 8, kVectorsPerLane = kRows * kBlockN / 8 / 32;
   Out* const d = static_cast<Out*>(p.d);
   __syncwarp();  // every lane's put_part has landed: the vectors gather other lanes' outputs
@@ -305,8 +318,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     first_row_ctas = make_int2(lead.first_row_ctas[0], lead.first_row_ctas[1]);
     last_row_ctas = make_int2(lead.last_row_ctas[0], lead.last_row_ctas[1]);
   } else {
-    const int64_t cta_begin = chunks ? cta_ranges.begin(blockIdx.x) : 0, cta_end = chunks ? cta_ranges.begin(blockIdx.x + 1) : 0;
-    const EvenSplit warp_ranges{cta_end - cta_begin, std::min<int64_t>(kWarps, std::max<int64_t>(cta_end - cta_begin, 1))};
+    const int64_t cta_begin = chunks ? cta_ranges.begin(blockIdx.x) : 0,
+                  cta_end = chunks ? cta_ranges.begin(blockIdx.x + 1) : 0;
+    const EvenSplit warp_ranges{cta_end - cta_begin,
+                                std::min<int64_t>(kWarps, std::max<int64_t>(cta_end - cta_begin, 1))};
     const bool working = warp < warp_ranges.parts && cta_begin < cta_end;
     begin = static_cast<int32_t>(working ? cta_begin + warp_ranges.begin(warp) : cta_end);
     end = static_cast<int32_t>(working ? cta_begin + warp_ranges.begin(warp + 1) : cta_end);
@@ -341,10 +356,11 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   const int64_t first_empty_candidate = int64_t{blockIdx.x} * kWarps + warp;
   int32_t candidate_ptr[2] = {0, 0};
   if (first_empty_candidate < grid_rows)
-    candidate_ptr[0] = __ldg(p.row_ptr + first_empty_candidate), candidate_ptr[1] = __ldg(p.row_ptr + first_empty_candidate + 1);
+    candidate_ptr[0] = __ldg(p.row_ptr + first_empty_candidate),
+    candidate_ptr[1] = __ldg(p.row_ptr + first_empty_candidate + 1);
 
-  // The first kStages chunks' A (it needs no metadata); each chunk's B follows in the same cp.async group, so that
-  // the group of chunk i is the i-th committed.
+    // The first kStages chunks' A (it needs no metadata); each chunk's B follows in the same cp.async group, so that
+    // the group of chunk i is the i-th committed.
 #pragma unroll
   for (int s = 0; s < kStages; ++s)
     if (begin + s < end) sources.post_a(stage_at(s), lane, begin + s);
@@ -366,7 +382,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   // window (which serves the chunks after them).
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
-    if (begin + s < end) post_rest(s, begin + s, led ? make_int2(lead.column[s], lead.row[s]) : tile_meta((begin + s) >> chunk_shift));
+    if (begin + s < end)
+      post_rest(s, begin + s, led ? make_int2(lead.column[s], lead.row[s]) : tile_meta((begin + s) >> chunk_shift));
     ptx::cp_async_commit();  // one group per stage, empty past the range
   }
 
@@ -407,7 +424,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   };
   stream_chunks();
   ptx::launch_dependents();  // the next kernel's CTAs may load their weight while this one sums and stores
-  WarpRows* const warp_rows = reinterpret_cast<WarpRows*>(warp_slots + kPartSlotFloat4s + kWarps * kRingFloat4s + kStageMetaFloat4s);
+  WarpRows* const warp_rows =
+      reinterpret_cast<WarpRows*>(warp_slots + kPartSlotFloat4s + kWarps * kRingFloat4s + kStageMetaFloat4s);
   if (lane == 0) warp_rows[warp] = rows;
   __syncthreads();  // every warp's parts and rows are in shared memory
 
@@ -421,7 +439,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     const bool last_in_cta = ends_cta || after_row != last_row;
     if (first_row != last_row || before_row == first_row || after_row == first_row) {
       sums_first_row = before_row == first_row && (first_row != last_row || last_in_cta);
-      sums_last_row = first_row != last_row ? after_row == last_row && last_in_cta : before_row != first_row && last_in_cta;
+      sums_last_row =
+          first_row != last_row ? after_row == last_row && last_in_cta : before_row != first_row && last_in_cta;
     }
   }
   // The CTA's warps' rows, warp i's in lane i: which warps hold parts of a row is a ballot away.
@@ -443,7 +462,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
     const bool starts_in_cta = !(goes_back & 1), ends_in_cta = !ends_cta || after_row != row;
     if (!starts_in_cta || !ends_in_cta) {  // the row goes on in other CTAs' ranges
       const auto cta_slot = [&](int64_t cta, int which) {
-        return reinterpret_cast<float4*>(w.partials) + ((int64_t{blockIdx.y} * gridDim.x + cta) * 2 + which) * kSlotFloat4s;
+        return reinterpret_cast<float4*>(w.partials) +
+               ((int64_t{blockIdx.y} * gridDim.x + cta) * 2 + which) * kSlotFloat4s;
       };
       // The CTAs holding the row, and whether the first of them holds it as its last part (its range starts before).
       int64_t first, last;
@@ -466,7 +486,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
         ptx::fence_acq_rel_gpu();  // release: the part is visible GPU-wide before its arrival is counted
         brings_last_part = atomicAdd(arrivals, 1) == static_cast<int>(last - first);
         if (brings_last_part) {
-          *arrivals = 0;  // every part has arrived: ready for the next launch
+          *arrivals = 0;             // every part has arrived: ready for the next launch
           ptx::fence_acq_rel_gpu();  // acquire: the other CTAs' parts, read below
         }
       }
@@ -484,7 +504,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   // candidate's extent was loaded at the start).
   bool zero_written = false;
   for (int64_t r = first_empty_candidate; r < grid_rows; r += int64_t{gridDim.x} * kWarps) {
-    const bool empty = r == first_empty_candidate ? candidate_ptr[0] == candidate_ptr[1] : __ldg(p.row_ptr + r) == __ldg(p.row_ptr + r + 1);
+    const bool empty = r == first_empty_candidate ? candidate_ptr[0] == candidate_ptr[1]
+                                                  : __ldg(p.row_ptr + r) == __ldg(p.row_ptr + r + 1);
     if (!empty) continue;
     if (!zero_written) {
       const Accumulators zero = {};
@@ -495,7 +516,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
   }
 #endif
 }
-
 
 // The kernel, its dynamic shared-memory limit raised past the default 48 KiB (once per instantiation).
 template <class Element, class Out>
@@ -520,14 +540,16 @@ int warp_stream_max_ctas() {
           "warp-stream tile: the kernel needs " + std::to_string(kSmemBytes / 1024) +
               " KiB of shared memory per CTA, more than this device allows (H100 and H200 have 227 KiB)");
   int per_sm = 0;
-  NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ready_kernel<__half, __half>(), kThreads, kSmemBytes));
+  NMKIT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ready_kernel<__half, __half>(), kThreads, kSmemBytes));
   return std::max(per_sm, 1) * nm24::sm_count();
 }
 
 int64_t warp_stream_ctas(int64_t nnz_tiles, int tile_cols, int max_ctas) {
   if (nnz_tiles == 0) return 1;  // only empty rows to write
   const int64_t chunks = nnz_tiles * (tile_cols / kChunkCols);
-  return std::clamp<int64_t>(ceil_div(chunks, int64_t{kWarps} * kWarpStreamMinChunksPerWarp), 1, std::min<int64_t>(max_ctas, chunks));
+  return std::clamp<int64_t>(ceil_div(chunks, int64_t{kWarps} * kWarpStreamMinChunksPerWarp), 1,
+                             std::min<int64_t>(max_ctas, chunks));
 }
 
 std::size_t warp_stream_partial_floats(int64_t max_ctas, int64_t n) {
@@ -536,7 +558,8 @@ std::size_t warp_stream_partial_floats(int64_t max_ctas, int64_t n) {
 
 template <class Element, class Out>
 void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream, bool overlap) {
-  if (p.tile_rows != kRows || (p.tile_cols != kChunkCols && p.tile_cols != 2 * kChunkCols && p.tile_cols != 4 * kChunkCols))
+  if (p.tile_rows != kRows ||
+      (p.tile_cols != kChunkCols && p.tile_cols != 2 * kChunkCols && p.tile_cols != 4 * kChunkCols))
     throw Error(ErrorCode::invalid_argument, "warp-stream tile: tiles must be 32 rows by 32, 64 or 128 columns, got " +
                                                  std::to_string(p.tile_rows) + "x" + std::to_string(p.tile_cols));
   const int64_t token_blocks = ceil_div(p.n, int64_t{kBlockN});
@@ -546,15 +569,16 @@ void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t s
   constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max() - 2 * kStages;
   require(p.nnz_tiles * (p.tile_cols / kChunkCols) <= kMaxIndex && p.cols <= kMaxIndex, ErrorCode::unsupported,
           "warp-stream tile: the kernel takes at most " + std::to_string(kMaxIndex) + " 32-column chunks and columns");
-  require(w.ctas >= 1 && (p.nnz_tiles == 0 || w.ctas <= p.nnz_tiles * (p.tile_cols / kChunkCols)), ErrorCode::invalid_argument,
-          "warp-stream tile: the grid must not exceed the stored chunks");
+  require(w.ctas >= 1 && (p.nnz_tiles == 0 || w.ctas <= p.nnz_tiles * (p.tile_cols / kChunkCols)),
+          ErrorCode::invalid_argument, "warp-stream tile: the grid must not exceed the stored chunks");
   const cuda::OverlappableLaunch launch_config(grid, dim3(kThreads), kSmemBytes, stream, overlap);
   NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), ready_kernel<Element, Out>(), p, w));
 }
 
 template void launch_warp_stream<__half, __half>(const TileParams&, const StreamWork&, cudaStream_t, bool);
 template void launch_warp_stream<__half, float>(const TileParams&, const StreamWork&, cudaStream_t, bool);
-template void launch_warp_stream<__nv_bfloat16, __nv_bfloat16>(const TileParams&, const StreamWork&, cudaStream_t, bool);
+template void launch_warp_stream<__nv_bfloat16, __nv_bfloat16>(const TileParams&, const StreamWork&, cudaStream_t,
+                                                               bool);
 template void launch_warp_stream<__nv_bfloat16, float>(const TileParams&, const StreamWork&, cudaStream_t, bool);
 
 }  // namespace nmkit::gpu::tile

@@ -19,9 +19,7 @@ struct IndexPair {
   unsigned first, second;
   bool value_in_second;  // N = 1: which slot carries the real value
 };
-IndexPair pair_for_single(unsigned index) {
-  return index == 0 ? IndexPair{0, 1, false} : IndexPair{0, index, true};
-}
+IndexPair pair_for_single(unsigned index) { return index == 0 ? IndexPair{0, 1, false} : IndexPair{0, index, true}; }
 
 }  // namespace
 
@@ -43,16 +41,20 @@ VnmForm resolve_vnm_form(VnmForm form, int v, int m, Layout b_layout) {
     const int full_max_m = v < kPackRowAlign ? kFullFormMaxMRowMajorV64 : kFullFormMaxMRowMajor;
     return m <= full_max_m ? VnmForm::full_2_4 : VnmForm::condensed;
   }
-  require(form != VnmForm::full_2_4 || aligned, ErrorCode::invalid_argument,
-          "the full_2_4 form needs M % 4 == 0 (groups of M must not straddle the 2:4 groups), got M=" + std::to_string(m));
+  require(
+      form != VnmForm::full_2_4 || aligned, ErrorCode::invalid_argument,
+      "the full_2_4 form needs M % 4 == 0 (groups of M must not straddle the 2:4 groups), got M=" + std::to_string(m));
   return form;
 }
 
 const char* vnm_form_name(VnmForm form) noexcept {
   switch (form) {
-    case VnmForm::automatic: return "automatic";
-    case VnmForm::condensed: return "condensed";
-    case VnmForm::full_2_4: return "full_2_4";
+    case VnmForm::automatic:
+      return "automatic";
+    case VnmForm::condensed:
+      return "condensed";
+    case VnmForm::full_2_4:
+      return "full_2_4";
   }
   return "?";
 }
@@ -63,7 +65,8 @@ PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form, Layout b_layout) {
   validate(a);
   require(a.dtype() == DType::f16 || a.dtype() == DType::bf16, ErrorCode::unsupported,
           std::string("pack_vnm needs f16 or bf16 values, got ") + dtype_name(a.dtype()));
-  if (resolve_vnm_form(form, a.v, a.m, b_layout) == VnmForm::full_2_4) {  // any V: the 2:4 kernels do not see the row blocks
+  if (resolve_vnm_form(form, a.v, a.m, b_layout) ==
+      VnmForm::full_2_4) {  // any V: the 2:4 kernels do not see the row blocks
     PackedVnm p;
     p.rows = a.rows, p.cols = a.cols, p.v = a.v, p.n = a.n, p.m = a.m, p.form = VnmForm::full_2_4;
     p.condensed = pack_nm24(compress_nm(decompress(a), 2, kSelected));  // at most 2 per aligned 4: M % 4 == 0
@@ -83,7 +86,8 @@ PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form, Layout b_layout) {
       unsigned index[2];
       float value[2];
       if (a.n == 2) {
-        for (int s = 0; s < 2; ++s) index[s] = a.m_index(in + s), value[s] = a.values.get(static_cast<std::size_t>(in + s));
+        for (int s = 0; s < 2; ++s)
+          index[s] = a.m_index(in + s), value[s] = a.values.get(static_cast<std::size_t>(in + s));
       } else {
         const IndexPair p = pair_for_single(a.m_index(in));
         const float v = a.values.get(static_cast<std::size_t>(in));
@@ -110,7 +114,8 @@ PackedVnm pack_vnm(const VnmMatrix& a, VnmForm form, Layout b_layout) {
     for (int64_t g = 0; g < groups; ++g)
       for (int s = 0; s < kSelected; ++s) {
         const int64_t k = g * a.m + a.column_loc[static_cast<std::size_t>((rb * groups + g) * kSelected + s)];
-        p.gather[static_cast<std::size_t>(tb * stride + g * kSelected + s)] = k < a.cols ? static_cast<int32_t>(k) : kNoBRow;
+        p.gather[static_cast<std::size_t>(tb * stride + g * kSelected + s)] =
+            k < a.cols ? static_cast<int32_t>(k) : kNoBRow;
       }
   }
   return p;
@@ -136,7 +141,8 @@ VnmMatrix unpack_vnm(const PackedVnm& p) {
       for (int s = 0; s < kSelected; ++s) {
         const int32_t k = p.gather[static_cast<std::size_t>(tb * p.condensed.cols_padded + g * kSelected + s)];
         // Columns past K (kNoBRow) were dropped by pack_vnm; they follow the last real one in ascending order.
-        const int64_t prev = s == 0 ? -1 : a.column_loc[static_cast<std::size_t>((rb * groups + g) * kSelected + s - 1)];
+        const int64_t prev =
+            s == 0 ? -1 : a.column_loc[static_cast<std::size_t>((rb * groups + g) * kSelected + s - 1)];
         a.column_loc[static_cast<std::size_t>((rb * groups + g) * kSelected + s)] =
             static_cast<uint8_t>(k == kNoBRow ? prev + 1 : k - g * a.m);
       }
@@ -151,8 +157,10 @@ VnmMatrix unpack_vnm(const PackedVnm& p) {
         }
       } else {
         const bool second = condensed.values.get(static_cast<std::size_t>(in + 1)) != 0.0f;
-        a.values.set(static_cast<std::size_t>(out), condensed.values.get(static_cast<std::size_t>(in + (second ? 1 : 0))));
-        write_packed(a.m_indices, static_cast<std::size_t>(out), kVnmMIndexBits, condensed.index(in + (second ? 1 : 0)));
+        a.values.set(static_cast<std::size_t>(out),
+                     condensed.values.get(static_cast<std::size_t>(in + (second ? 1 : 0))));
+        write_packed(a.m_indices, static_cast<std::size_t>(out), kVnmMIndexBits,
+                     condensed.index(in + (second ? 1 : 0)));
       }
     }
   validate(a);

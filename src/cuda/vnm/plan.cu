@@ -29,7 +29,8 @@ DeviceVnm DeviceVnm::from_parts(DeviceNm24 condensed, const std::vector<int32_t>
           ErrorCode::invalid_argument, "DeviceVnm: condensed matrix or gather table does not match R x K");
   for (const int32_t k : gather)
     require(k == kNoBRow || (k >= 0 && k < cols), ErrorCode::invalid_argument, [&] {
-      return "DeviceVnm: gather table entry " + std::to_string(k) + " is not a row of B (K=" + std::to_string(cols) + ")";
+      return "DeviceVnm: gather table entry " + std::to_string(k) + " is not a row of B (K=" + std::to_string(cols) +
+             ")";
     });
   DeviceBuffer table(gather.size() * sizeof(int32_t));
   table.copy_from_host(gather.data(), table.size());
@@ -83,7 +84,8 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel
     // fill are per row), measured on 11008x4096x4096, f16, B row-major.
     constexpr nm24::BlockNChoice kOneTile[] = {{256, 1.0}, {128, 0.75}, {64, 0.45}};
     constexpr nm24::BlockNChoice kTwoTiles[] = {{128, 1.0}, {64, 0.6}};
-    const auto choices = b_tiles == 1 ? std::span<const nm24::BlockNChoice>(kOneTile) : std::span<const nm24::BlockNChoice>(kTwoTiles);
+    const auto choices =
+        b_tiles == 1 ? std::span<const nm24::BlockNChoice>(kOneTile) : std::span<const nm24::BlockNChoice>(kTwoTiles);
     if (block_n == 0) block_n = nm24::sm90_block_n(desc.rows, condensed_cols, desc.n, nm24::sm_count(), choices);
     t = nm24::sm90_gather_tile_shape(block_n, b_tiles);
   } else {
@@ -120,21 +122,23 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel k
   return plan;
 }
 
-void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d, const float* bias) const {
+void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d,
+                      const float* bias) const {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype && a.v() == v_ && a.m() == m_,
           ErrorCode::invalid_argument,
-          "vnm run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " + dtype_name(a.dtype()) +
-              " " + std::to_string(a.v()) + ":2:" + std::to_string(a.m()) + ", the plan was made for " +
-              std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " + dtype_name(desc_.dtype) + " " +
-              std::to_string(v_) + ":2:" + std::to_string(m_));
+          "vnm run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
+              dtype_name(a.dtype()) + " " + std::to_string(a.v()) + ":2:" + std::to_string(a.m()) +
+              ", the plan was made for " + std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " +
+              dtype_name(desc_.dtype) + " " + std::to_string(v_) + ":2:" + std::to_string(m_));
   require(a.form() == form_ || form_ == VnmForm::automatic, ErrorCode::invalid_argument,
-          std::string("vnm run: the weight is in the ") + vnm_form_name(a.form()) + " form, the plan was made for the " +
-              vnm_form_name(form_) + " form");
+          std::string("vnm run: the weight is in the ") + vnm_form_name(a.form()) +
+              " form, the plan was made for the " + vnm_form_name(form_) + " form");
   if (a.form() == VnmForm::full_2_4) {
     require(full_.has_value(), ErrorCode::invalid_argument, "vnm run: a full_2_4 weight needs M % 4 == 0");
     return full_->run(stream, a.condensed(), b, c, d, bias);
   }
-  require(gather_.has_value(), ErrorCode::invalid_argument, "vnm run: the gathering kernels do not run this weight's V");
+  require(gather_.has_value(), ErrorCode::invalid_argument,
+          "vnm run: the gathering kernels do not run this weight's V");
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "vnm run");
 
@@ -146,8 +150,11 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
   // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.
   const bool sm90 = gather_->kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    if (sm90) nm24::launch_sm90_gather<Element, Out>(p, gather_->block_n, desc_.b_layout, nm24::sm90_launch_on(*gather_, stream));
-    else nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
+    if (sm90)
+      nm24::launch_sm90_gather<Element, Out>(p, gather_->block_n, desc_.b_layout,
+                                             nm24::sm90_launch_on(*gather_, stream));
+    else
+      nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });
 }
 

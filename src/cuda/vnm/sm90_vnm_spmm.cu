@@ -14,14 +14,19 @@ void launch_source(const Params& p, int block_n, int b_tiles, const LaunchOn& on
   using sm90::launch;
   if (b_tiles == 1) {
     switch (block_n) {
-      case 256: return launch<Element, Out, 256, kSource, 1, false>(p, on);
-      case 128: return launch<Element, Out, 128, kSource, 1, false>(p, on);
-      case 64: return launch<Element, Out, 64, kSource, 1, false>(p, on);
+      case 256:
+        return launch<Element, Out, 256, kSource, 1, false>(p, on);
+      case 128:
+        return launch<Element, Out, 128, kSource, 1, false>(p, on);
+      case 64:
+        return launch<Element, Out, 64, kSource, 1, false>(p, on);
     }
   } else if (b_tiles == 2) {
     switch (block_n) {
-      case 128: return launch<Element, Out, 128, kSource, 2, false>(p, on);
-      case 64: return launch<Element, Out, 64, kSource, 2, false>(p, on);
+      case 128:
+        return launch<Element, Out, 128, kSource, 2, false>(p, on);
+      case 64:
+        return launch<Element, Out, 64, kSource, 2, false>(p, on);
     }
   }
   throw Error(ErrorCode::invalid_argument, "sm90 vnm: no kernel with block_n " + std::to_string(block_n) + " and " +
@@ -33,8 +38,10 @@ void launch_source(const Params& p, int block_n, int b_tiles, const LaunchOn& on
 template <class Element, class Out>
 void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, const LaunchOn& on) {
   const int b_tiles = sm90::kBlockM / p.gather_block_rows;
-  if (b_layout == Layout::row_major) launch_source<Element, Out, BSource::gather_rows>(p, block_n, b_tiles, on);
-  else launch_source<Element, Out, BSource::gather_cols>(p, block_n, b_tiles, on);
+  if (b_layout == Layout::row_major)
+    launch_source<Element, Out, BSource::gather_rows>(p, block_n, b_tiles, on);
+  else
+    launch_source<Element, Out, BSource::gather_cols>(p, block_n, b_tiles, on);
 }
 
 TileShape sm90_gather_tile_shape(int block_n, int b_tiles) {
