@@ -61,11 +61,15 @@ DenseMatrix to_dense_matrix(const HostMatrix& weight, DType dtype) {
   require_finite(values, cols, "weight");
   DenseMatrix dense = DenseMatrix::from_float(rows, cols, values, dtype);
   if (const int64_t flushed = count_flushed_to_zero(values, dtype); flushed > 0) {
-    const auto nonzero = static_cast<int64_t>(std::count_if(values.begin(), values.end(), [](float v) { return v != 0.0f; }));
+    const auto nonzero =
+        static_cast<int64_t>(std::count_if(values.begin(), values.end(), [](float v) { return v != 0.0f; }));
     const std::string what = std::to_string(flushed) + " of the weight's " + std::to_string(nonzero) +
-                             " non-zero values are below " + dtype_name(dtype) + "'s smallest subnormal and round to zero";
-    require(flushed < nonzero, ErrorCode::invalid_argument, what + ": nothing would be kept; store as f32 or scale the weight");
-    if (PyErr_WarnEx(PyExc_RuntimeWarning, (what + " (store as f32 to keep them)").c_str(), 1) != 0) throw nb::python_error();
+                             " non-zero values are below " + dtype_name(dtype) +
+                             "'s smallest subnormal and round to zero";
+    require(flushed < nonzero, ErrorCode::invalid_argument,
+            what + ": nothing would be kept; store as f32 or scale the weight");
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, (what + " (store as f32 to keep them)").c_str(), 1) != 0)
+      throw nb::python_error();
   }
   return dense;
 }
@@ -77,10 +81,17 @@ void translate_errors(const std::exception_ptr& p, void*) {
     PyObject* type = PyExc_RuntimeError;  // cuda_error
     switch (e.code()) {
       case ErrorCode::invalid_argument:
-      case ErrorCode::pattern_violation: type = PyExc_ValueError; break;
-      case ErrorCode::unsupported: type = PyExc_NotImplementedError; break;
-      case ErrorCode::io_error: type = PyExc_OSError; break;
-      case ErrorCode::cuda_error: break;
+      case ErrorCode::pattern_violation:
+        type = PyExc_ValueError;
+        break;
+      case ErrorCode::unsupported:
+        type = PyExc_NotImplementedError;
+        break;
+      case ErrorCode::io_error:
+        type = PyExc_OSError;
+        break;
+      case ErrorCode::cuda_error:
+        break;
     }
     PyErr_SetString(type, e.what());
   }
@@ -92,28 +103,40 @@ void bind_formats(nb::module_& m) {
       .def_prop_ro("format", [](const SparseWeight& w) { return format_name(w.matrix); })
       .def_prop_ro("shape", [](const SparseWeight& w) { return std::make_tuple(rows_of(w.matrix), cols_of(w.matrix)); })
       .def_prop_ro("dtype", [](const SparseWeight& w) { return std::string(dtype_name(dtype_of(w.matrix))); })
-      .def_prop_ro("density", [](const SparseWeight& w) { return format_density(w.matrix); },
-                   "Fraction of the matrix's entries the compressed form keeps (N/M over whole groups; tail groups\n"
-                   "and edge tiles count only their entries inside the matrix), as `nmkit inspect` prints it.")
-      .def_prop_ro("storage_bytes", [](const SparseWeight& w) { return storage_bytes(w.matrix); },
-                   "Bytes of the compressed arrays (values and indices).")
-      .def_prop_ro("dense_bytes", [](const SparseWeight& w) {
-        return static_cast<int64_t>(rows_of(w.matrix) * cols_of(w.matrix) * dtype_size(dtype_of(w.matrix)));
-      })
-      .def_prop_ro("energy", [](const SparseWeight& w) { return w.energy; },
-                   "Kept L1 over total L1 of the weight it was pruned from (None when not pruned by nmkit).")
-      .def("to_dense", [](const SparseWeight& w) {
-        const DenseMatrix d = decompress(w.matrix);
-        return to_numpy(d.to_float(), d.rows, d.cols);
-      }, "The weight expanded to a dense float32 array (pruned entries are zero).")
-      .def("astype", [](const SparseWeight& w, const std::string& dtype) {
-        return SparseWeight{convert_values(w.matrix, parse_dtype(dtype)), w.energy};
-      }, "dtype"_a, "The same weight with its values rounded to `dtype` (f32, f16 or bf16).")
-      .def("validate", [](const SparseWeight& w) { validate(w.matrix); },
-           "Checks every invariant of the format; raises ValueError naming the first violation.")
+      .def_prop_ro(
+          "density", [](const SparseWeight& w) { return format_density(w.matrix); },
+          "Fraction of the matrix's entries the compressed form keeps (N/M over whole groups; tail groups\n"
+          "and edge tiles count only their entries inside the matrix), as `nmkit inspect` prints it.")
+      .def_prop_ro(
+          "storage_bytes", [](const SparseWeight& w) { return storage_bytes(w.matrix); },
+          "Bytes of the compressed arrays (values and indices).")
+      .def_prop_ro(
+          "dense_bytes",
+          [](const SparseWeight& w) {
+            return static_cast<int64_t>(rows_of(w.matrix) * cols_of(w.matrix) * dtype_size(dtype_of(w.matrix)));
+          })
+      .def_prop_ro(
+          "energy", [](const SparseWeight& w) { return w.energy; },
+          "Kept L1 over total L1 of the weight it was pruned from (None when not pruned by nmkit).")
+      .def(
+          "to_dense",
+          [](const SparseWeight& w) {
+            const DenseMatrix d = decompress(w.matrix);
+            return to_numpy(d.to_float(), d.rows, d.cols);
+          },
+          "The weight expanded to a dense float32 array (pruned entries are zero).")
+      .def(
+          "astype",
+          [](const SparseWeight& w, const std::string& dtype) {
+            return SparseWeight{convert_values(w.matrix, parse_dtype(dtype)), w.energy};
+          },
+          "dtype"_a, "The same weight with its values rounded to `dtype` (f32, f16 or bf16).")
+      .def(
+          "validate", [](const SparseWeight& w) { validate(w.matrix); },
+          "Checks every invariant of the format; raises ValueError naming the first violation.")
       .def("__repr__", [](const SparseWeight& w) {
-        return "SparseWeight(format='" + format_name(w.matrix) + "', shape=(" + std::to_string(rows_of(w.matrix)) + ", " +
-               std::to_string(cols_of(w.matrix)) + "), dtype=" + dtype_name(dtype_of(w.matrix)) + ")";
+        return "SparseWeight(format='" + format_name(w.matrix) + "', shape=(" + std::to_string(rows_of(w.matrix)) +
+               ", " + std::to_string(cols_of(w.matrix)) + "), dtype=" + dtype_name(dtype_of(w.matrix)) + ")";
       });
 
   m.def(
@@ -131,14 +154,16 @@ void bind_formats(nb::module_& m) {
   m.def(
       "compress",
       [](const HostMatrix& weight, const std::string& format, const std::string& dtype) {
-        return SparseWeight{compress(to_dense_matrix(weight, parse_dtype(dtype)), parse_format_spec(format)), std::nullopt};
+        return SparseWeight{compress(to_dense_matrix(weight, parse_dtype(dtype)), parse_format_spec(format)),
+                            std::nullopt};
       },
       "weight"_a, "format"_a, "dtype"_a,
       "Compresses a float32 (R, K) array that already satisfies `format` (a tile spec's density is ignored: every\n"
       "tile holding a non-zero is kept). Raises ValueError naming the first row and group that break the pattern.");
   m.def(
       "spmm",
-      [](const SparseWeight& a, const HostMatrix& b, std::optional<HostVector> bias, float alpha, const std::string& activation) {
+      [](const SparseWeight& a, const HostMatrix& b, std::optional<HostVector> bias, float alpha,
+         const std::string& activation) {
         const int64_t rows = rows_of(a.matrix), k = cols_of(a.matrix);
         require(static_cast<int64_t>(b.shape(0)) == k, ErrorCode::invalid_argument,
                 "spmm: B has " + std::to_string(b.shape(0)) + " rows, the weight " + std::to_string(k) + " columns");
@@ -178,8 +203,9 @@ void bind_formats(nb::module_& m) {
 
 void bind_device(nb::module_& m) {
   // For nmkit.torch, which checks a layer's arguments before it needs the device (and CUDA build) to make it.
-  m.def("_check_activation", [](const std::string& name) { return std::string(activation_name(parse_activation(name))); },
-        "name"_a, "The activation's name if the kernels know it; ValueError naming the ones they know otherwise.");
+  m.def(
+      "_check_activation", [](const std::string& name) { return std::string(activation_name(parse_activation(name))); },
+      "name"_a, "The activation's name if the kernels know it; ValueError naming the ones they know otherwise.");
 
   m.def("build_info", [] {
     const BuildInfo b = build_info();
@@ -190,13 +216,17 @@ void bind_device(nb::module_& m) {
     d["compiler"] = b.compiler;
     return d;
   });
-  m.def("cuda_devices", [] {
-    const DeviceQuery q = query_cuda_devices();
-    nb::list devices;
-    for (const DeviceInfo& d : q.devices)
-      devices.append(nb::make_tuple(d.index, d.name, nb::make_tuple(d.cc_major, d.cc_minor), d.sm_count, d.memory_bytes));
-    return nb::make_tuple(devices, q.why_none);
-  }, "([(index, name, (major, minor), sm_count, memory_bytes)], why_none): the CUDA devices this process sees.");
+  m.def(
+      "cuda_devices",
+      [] {
+        const DeviceQuery q = query_cuda_devices();
+        nb::list devices;
+        for (const DeviceInfo& d : q.devices)
+          devices.append(
+              nb::make_tuple(d.index, d.name, nb::make_tuple(d.cc_major, d.cc_minor), d.sm_count, d.memory_bytes));
+        return nb::make_tuple(devices, q.why_none);
+      },
+      "([(index, name, (major, minor), sm_count, memory_bytes)], why_none): the CUDA devices this process sees.");
 
 #ifdef NMKIT_PYTHON_CUDA
   nb::class_<gpu::SparseLinear>(m, "_SparseLinear")
@@ -208,15 +238,16 @@ void bind_device(nb::module_& m) {
       .def(
           "run",
           [](gpu::SparseLinear& self, uintptr_t x, uintptr_t y, int64_t tokens, uintptr_t bias, uintptr_t stream) {
-            self.run(reinterpret_cast<gpu::Stream>(stream), reinterpret_cast<const void*>(x), reinterpret_cast<void*>(y),
-                     tokens, reinterpret_cast<const float*>(bias));
+            self.run(reinterpret_cast<gpu::Stream>(stream), reinterpret_cast<const void*>(x),
+                     reinterpret_cast<void*>(y), tokens, reinterpret_cast<const float*>(bias));
           },
           "x"_a, "y"_a, "tokens"_a, "bias"_a, "stream"_a)
       .def("kernel", &gpu::SparseLinear::kernel, "tokens"_a)
       .def_prop_ro("in_features", &gpu::SparseLinear::in_features)
       .def_prop_ro("out_features", &gpu::SparseLinear::out_features)
       .def_prop_ro("dtype", [](const gpu::SparseLinear& s) { return std::string(dtype_name(s.dtype())); })
-      .def_prop_ro("activation", [](const gpu::SparseLinear& s) { return std::string(activation_name(s.activation())); })
+      .def_prop_ro("activation",
+                   [](const gpu::SparseLinear& s) { return std::string(activation_name(s.activation())); })
       .def_prop_ro("has_bias", &gpu::SparseLinear::has_bias)
       .def_prop_ro("format", &gpu::SparseLinear::format);
 #endif
