@@ -5,6 +5,7 @@
 
 #include "../../src/cuda/common/check.cuh"
 #include "bench_kernels.hpp"
+#include "nmkit/gpu/detail/nm24_layout.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 
 namespace nmkit::bench {

@@ -21,6 +21,8 @@
 
 #include "nmkit/dtype.hpp"
 #include "blocked_ell.hpp"
+#include "nmkit/gpu/detail/tile_schedule.hpp"
+#include "nmkit/gpu/detail/tile_timeline.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 
 namespace nmkit::bench {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "nmkit/gpu/detail/nm24_layout.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 #include "nmkit/gpu/vnm_spmm.hpp"
 

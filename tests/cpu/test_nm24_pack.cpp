@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/nm24_layout.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
 #include "test_util.hpp"

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/tile_schedule.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
 #include "test_util.hpp"

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/tile_timeline.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "test_util.hpp"
 

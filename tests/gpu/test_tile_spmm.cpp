@@ -15,6 +15,8 @@
 #include "gpu/gpu_test_util.hpp"
 #include "nmkit/device.hpp"
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/tile_schedule.hpp"
+#include "nmkit/gpu/detail/tile_timeline.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
 

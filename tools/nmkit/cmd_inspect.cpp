@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "commands.hpp"
+#include "nmkit/gpu/detail/tile_schedule.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "nmkit/io/model.hpp"
 

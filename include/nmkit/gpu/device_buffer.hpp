@@ -4,7 +4,6 @@
 #include <vector>
 
 namespace nmkit::gpu {
-
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -24,5 +23,4 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
 };
-
 }  // namespace nmkit::gpu

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "../ptx/mma_sp.cuh"
+#include "nmkit/gpu/detail/nm24_layout.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 
 namespace nmkit::gpu::nm24 {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/nm24_layout.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 
 namespace nmkit::gpu {

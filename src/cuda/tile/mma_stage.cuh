@@ -11,6 +11,7 @@
 
 #include "../ptx/cp_async.cuh"
 #include "../ptx/ldmatrix.cuh"
+#include "nmkit/gpu/detail/tile_schedule.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "tile_common.cuh"
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/tile_schedule.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 
 namespace nmkit::gpu {

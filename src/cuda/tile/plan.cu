@@ -7,6 +7,7 @@
 #include "../common/check.cuh"
 #include "../nm24/nm24_common.cuh"
 #include "../nm24/sm90_epilogue.cuh"
+#include "nmkit/gpu/detail/tile_schedule.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "tile_common.cuh"
 

@@ -40,6 +40,8 @@
 #include "../ptx/tma.cuh"
 #include "../ptx/wgmma.cuh"
 #include "../ptx/wgmma_ss.cuh"
+#include "nmkit/gpu/detail/tile_schedule.hpp"
+#include "nmkit/gpu/detail/tile_timeline.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "sm90_cluster_epilogue.cuh"
 #include "tile_common.cuh"

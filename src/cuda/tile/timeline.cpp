@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/tile_timeline.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 
 namespace nmkit::gpu {

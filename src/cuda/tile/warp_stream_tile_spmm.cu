@@ -38,6 +38,7 @@
 #include "../ptx/griddep.cuh"
 #include "../ptx/mma.cuh"
 #include "../ptx/shared.cuh"
+#include "nmkit/gpu/detail/tile_schedule.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "tile_common.cuh"
 

@@ -6,6 +6,7 @@
 #include "nmkit/error.hpp"
 #include "nmkit/format/bit_packing.hpp"
 #include "nmkit/format/nm.hpp"
+#include "nmkit/gpu/detail/nm24_layout.hpp"
 #include "nmkit/gpu/vnm_spmm.hpp"
 
 namespace nmkit::gpu {
