@@ -10,7 +10,7 @@
 #include "nmkit/matrix.hpp"
 
 namespace nmkit::gpu {
-struct WarpStreamLead;  // nmkit/gpu/tile_spmm.hpp
+struct WarpStreamLead;  // nmkit/gpu/detail/tile_steps.hpp
 }  // namespace nmkit::gpu
 
 namespace nmkit::gpu::tile {
