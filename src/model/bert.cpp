@@ -2,11 +2,13 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "nmkit/attention/dfss.hpp"
 #include "nmkit/error.hpp"
 
 namespace nmkit {
@@ -32,7 +34,35 @@ int get_positive(const json& j, const char* key, const std::string& origin) {
 
 std::string layer_prefix(int i) { return "encoder.layer." + std::to_string(i) + "."; }
 
+// One head's rows (T x dh) gathered out of the interleaved T x H activations, for the DFSS ops' contiguous operands.
+std::vector<float> head_of(const std::vector<float>& x, int64_t tokens, int64_t hidden, int64_t head, int64_t dh) {
+  std::vector<float> out(static_cast<std::size_t>(tokens * dh));
+  for (int64_t t = 0; t < tokens; ++t) std::copy_n(x.begin() + t * hidden + head * dh, dh, out.begin() + t * dh);
+  return out;
+}
+
 }  // namespace
+
+AttentionOptions parse_attention(std::string_view text) {
+  if (text == "dense") return {};
+  const std::string s(text);
+  const auto colon = s.find(':');
+  AttentionOptions o;
+  bool parsed = colon != std::string::npos;
+  try {
+    std::size_t used_n = 0, used_m = 0;
+    if (parsed) {
+      o.n = std::stoi(s.substr(0, colon), &used_n);
+      o.m = std::stoi(s.substr(colon + 1), &used_m);
+      parsed = used_n == colon && used_m == s.size() - colon - 1;
+    }
+  } catch (const std::exception&) {  // std::stoi: no digits, or out of range
+    parsed = false;
+  }
+  require(parsed, ErrorCode::invalid_argument, "attention '" + s + "': expected dense or N:M (for example 2:4)");
+  check_nm_pattern(o.n, o.m);
+  return o;
+}
 
 BertConfig BertConfig::from_model_dir(const std::string& dir) {
   const fs::path path = fs::path(dir) / "config.json";
@@ -140,7 +170,9 @@ void BertEncoder::layer_norm(const Norm& n, std::vector<float>& x, int64_t token
   }
 }
 
-std::vector<float> BertEncoder::embed(std::string_view sentence, const LinearInputObserver* observer) const {
+std::vector<float> BertEncoder::embed(std::string_view sentence, const LinearInputObserver* observer,
+                                      const AttentionOptions& attention) const {
+  if (!attention.dense()) check_nm_pattern(attention.n, attention.m);
   const BertConfig& c = config_;
   const std::vector<int32_t> ids = tokenizer_.encode(sentence, static_cast<std::size_t>(c.max_seq_length));
   const int64_t T = static_cast<int64_t>(ids.size()), H = c.hidden, heads = c.heads, dh = H / heads;
@@ -158,7 +190,18 @@ std::vector<float> BertEncoder::embed(std::string_view sentence, const LinearInp
     linear(p + "attention.self.query.weight", x, T, q, observer);
     linear(p + "attention.self.key.weight", x, T, k, observer);
     linear(p + "attention.self.value.weight", x, T, v, observer);
-    for (int64_t h = 0; h < heads; ++h)
+    if (!attention.dense()) {
+      DfssOptions options;
+      options.n = attention.n, options.m = attention.m, options.scale = scale;
+      for (int64_t h = 0; h < heads; ++h) {
+        const std::vector<float> qh = head_of(q, T, H, h, dh), kh = head_of(k, T, H, h, dh),
+                                 vh = head_of(v, T, H, h, dh);
+        const std::vector<float> oh =
+            dfss_attention({qh.data(), T, dh}, {kh.data(), T, dh}, {vh.data(), T, dh}, options);
+        for (int64_t t = 0; t < T; ++t) std::copy_n(oh.begin() + t * dh, dh, ctx.begin() + t * H + h * dh);
+      }
+    }
+    for (int64_t h = 0; h < heads && attention.dense(); ++h)
       for (int64_t i = 0; i < T; ++i) {
         float max_score = -INFINITY;
         for (int64_t j = 0; j < T; ++j) {
@@ -195,10 +238,11 @@ std::vector<float> BertEncoder::embed(std::string_view sentence, const LinearInp
   return e;
 }
 
-std::vector<std::vector<float>> BertEncoder::embed_all(const std::vector<std::string>& sentences) const {
+std::vector<std::vector<float>> BertEncoder::embed_all(const std::vector<std::string>& sentences,
+                                                       const AttentionOptions& attention) const {
   std::vector<std::vector<float>> out;
   out.reserve(sentences.size());
-  for (const auto& s : sentences) out.push_back(embed(s));
+  for (const auto& s : sentences) out.push_back(embed(s, nullptr, attention));
   return out;
 }
 

@@ -1,5 +1,6 @@
 // nmkit eval: pruned against dense sentence embeddings on held-out sentences; --sweep runs the whole
-// formats x methods table in memory.
+// formats x methods table in memory; --attention N:M runs every layer's attention as DFSS (alone, or with the
+// pruned weights).
 #include <fmt/core.h>
 
 #include <filesystem>
@@ -50,9 +51,10 @@ Action add_eval(CLI::App& app) {
     std::vector<std::string> methods = {"magnitude", "wanda", "obs"};
     std::vector<std::string> candidates = {"diagonal"};
     int schedule_steps = 1;
+    std::string attention = "dense";
   };
   auto o = std::make_shared<Options>();
-  app.add_option("pruned", o->pruned, "A pruned model file (nmkit prune); omit with --sweep");
+  app.add_option("pruned", o->pruned, "A pruned model file (nmkit prune); omit with --sweep or --attention");
   app.add_option("--model-dir", o->model_dir,
                  "Dense model directory (config.json, vocab.txt, model.safetensors); default: the pruned file's "
                  "directory when it holds them, else the bundled all-MiniLM-L6-v2");
@@ -68,9 +70,17 @@ Action add_eval(CLI::App& app) {
   app.add_option("--schedule", o->schedule_steps, "Also run each method gradually, in this many steps")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--attention", o->attention,
+                 "Attention of every layer: dense, or N:M for DFSS (each row of scores pruned to N:M, e.g. 2:4, 1:2); "
+                 "without a pruned file the dense weights with this attention are compared against dense")
+      ->capture_default_str();
   return [o] {
+    const AttentionOptions attention = parse_attention(o->attention);
+    // Row labels name the attention when it is not dense (no spaces: one column).
+    const std::string attention_label = attention.dense() ? "" : "dfss-" + o->attention;
     const std::string dir = !o->model_dir.empty() ? o->model_dir : default_dense_model_dir(o->pruned);
-    require(o->sweep || !o->pruned.empty(), ErrorCode::invalid_argument, "eval needs a pruned model file or --sweep");
+    require(o->sweep || !o->pruned.empty() || !attention.dense(), ErrorCode::invalid_argument,
+            "eval needs a pruned model file, --sweep or --attention N:M");
     const CorpusSplit split = split_corpus(load_sentences(o->corpus), 4, o->calibration_sentences, o->eval_sentences);
     const std::string dense_file = dir + "/model.safetensors";
     const ModelFile dense_weights = load_model(dense_file);
@@ -78,9 +88,15 @@ Action add_eval(CLI::App& app) {
     const auto reference = dense.embed_all(split.evaluation);
     if (!o->sweep) {
       fmt::print("{} held-out sentences, model {}\n", split.evaluation.size(), dir);
-      const BertEncoder pruned = BertEncoder::load(dir, o->pruned);
       print_header();
-      print_row("file", o->pruned, std::nullopt, compare_embeddings(reference, pruned.embed_all(split.evaluation)));
+      if (o->pruned.empty()) {  // dense weights, DFSS attention
+        print_row("dense", attention_label, std::nullopt,
+                  compare_embeddings(reference, dense.embed_all(split.evaluation, attention)));
+        return 0;
+      }
+      const BertEncoder pruned = BertEncoder::load(dir, o->pruned);
+      print_row("file", attention.dense() ? o->pruned : o->pruned + "+" + attention_label, std::nullopt,
+                compare_embeddings(reference, pruned.embed_all(split.evaluation, attention)));
       return 0;
     }
     fmt::print("{} held-out sentences, {} calibration sentences, model {}\n", split.evaluation.size(),
@@ -99,8 +115,9 @@ Action add_eval(CLI::App& app) {
       std::string label = method_name;
       if (options.method == PruneMethod::obs && candidates != "diagonal") label += "-" + candidates.substr(0, 4);
       if (steps > 1) label += " x" + std::to_string(steps);
+      if (!attention.dense()) label += "+" + attention_label;
       print_row(format, label, report.energy.ratio(),
-                compare_embeddings(reference, pruned.embed_all(split.evaluation)));
+                compare_embeddings(reference, pruned.embed_all(split.evaluation, attention)));
       std::fflush(stdout);
     };
     print_header();

@@ -30,6 +30,16 @@ struct BertConfig {
   static BertConfig from_model_dir(const std::string& dir);
 };
 
+// Self-attention of every layer: dense softmax (n == 0, the default) or DFSS, each row of scores pruned to N:M
+// over the keys before the softmax (nmkit/attention/dfss.hpp).
+struct AttentionOptions {
+  int n = 0;
+  int m = 0;
+  bool dense() const noexcept { return n == 0; }
+};
+// "dense", or "N:M" for DFSS (for example "2:4", "1:2"); throws Error otherwise.
+AttentionOptions parse_attention(std::string_view text);
+
 // Called with the input of every linear layer: x is tokens x in_features, row-major.
 using LinearInputObserver =
     std::function<void(const std::string& weight_name, const float* x, int64_t tokens, int64_t in_features)>;
@@ -43,8 +53,10 @@ class BertEncoder {
   static BertEncoder load(const std::string& dir, const ModelFile& weights, const std::string& origin = "weights");
 
   // The sentence embedding (hidden floats, unit length).
-  std::vector<float> embed(std::string_view sentence, const LinearInputObserver* observer = nullptr) const;
-  std::vector<std::vector<float>> embed_all(const std::vector<std::string>& sentences) const;
+  std::vector<float> embed(std::string_view sentence, const LinearInputObserver* observer = nullptr,
+                           const AttentionOptions& attention = {}) const;
+  std::vector<std::vector<float>> embed_all(const std::vector<std::string>& sentences,
+                                            const AttentionOptions& attention = {}) const;
 
   const BertConfig& config() const noexcept { return config_; }
   const WordPieceTokenizer& tokenizer() const noexcept { return tokenizer_; }
