@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
+#include "nmkit/error.hpp"
 #include "nmkit/matrix.hpp"
 
 namespace nmkit::fuzz {
@@ -20,6 +22,23 @@ namespace nmkit::fuzz {
 
 inline void check(bool condition, const char* what) {
   if (!condition) fail(what);
+}
+
+// Runs `load`; an nmkit::Error there is a rejected input, the expected outcome of most. What it accepted goes to
+// `use`, where an Error is a failed property: what a reader accepts must be usable.
+template <class Load, class Use>
+void accept_then_use(Load&& load, Use&& use) {
+  std::optional<decltype(load())> loaded;
+  try {
+    loaded.emplace(load());
+  } catch (const nmkit::Error&) {
+    return;
+  }
+  try {
+    use(*loaded);
+  } catch (const nmkit::Error& e) {
+    fail(std::string("an accepted file failed later: ") + e.what());
+  }
 }
 
 // Dense matrices the harnesses decompress stay below this many elements (64 MiB in f32): a valid compressed

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -65,17 +64,8 @@ void check_loaded(const ModelFile& model) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
-  std::optional<ModelFile> loaded;
-  try {
-    loaded = model_from_safetensors(parse_safetensors(bytes, "fuzz.safetensors"), "fuzz.safetensors");
-  } catch (const nmkit::Error&) {
-    return 0;  // a rejected file: the expected outcome of most inputs
-  }
-  // Accepted: from here on an Error is a failure too (what the reader accepts must be usable).
-  try {
-    check_loaded(*loaded);
-  } catch (const nmkit::Error& e) {
-    nmkit::fuzz::fail(std::string("an accepted file failed later: ") + e.what());
-  }
+  nmkit::fuzz::accept_then_use(
+      [&] { return model_from_safetensors(parse_safetensors(bytes, "fuzz.safetensors"), "fuzz.safetensors"); },
+      [](const ModelFile& m) { check_loaded(m); });
   return 0;
 }

@@ -4,7 +4,6 @@
 // metadata, and its 2-D float tensors must convert to dense matrices; an Error there is a failure.
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <string>
 
@@ -47,17 +46,7 @@ void check_loaded(const SafetensorsFile& file) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
-  std::optional<SafetensorsFile> loaded;
-  try {
-    loaded = parse_safetensors(bytes, "fuzz.safetensors");
-  } catch (const nmkit::Error&) {
-    return 0;  // a rejected file: the expected outcome of most inputs
-  }
-  // Accepted: from here on an Error is a failure too (what the reader accepts must be usable).
-  try {
-    check_loaded(*loaded);
-  } catch (const nmkit::Error& e) {
-    nmkit::fuzz::fail(std::string("an accepted file failed later: ") + e.what());
-  }
+  nmkit::fuzz::accept_then_use([&] { return parse_safetensors(bytes, "fuzz.safetensors"); },
+                               [](const SafetensorsFile& f) { check_loaded(f); });
   return 0;
 }

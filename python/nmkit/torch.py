@@ -202,9 +202,20 @@ def _linears(model: torch.nn.Module, include: str, exclude: Optional[str]):
             if isinstance(m, torch.nn.Linear) and keep.search(name) and not (drop and drop.search(name))]
 
 
-def _name_layer(error: Exception, name: str) -> None:
-    if hasattr(error, "add_note"):  # Python 3.11+: the layer's name under the message
-        error.add_note(f"(making the SparseLinear for '{name}')")
+def _replace_all(model: torch.nn.Module, makers) -> list:
+    """Makes the layer of every (name, make) pair, then puts them all in place: the model changes whole or not at
+    all. An error names the layer it was making. Returns the names replaced."""
+    layers = []
+    for name, make in makers:
+        try:
+            layers.append((name, make()))
+        except Exception as e:
+            if hasattr(e, "add_note"):  # Python 3.11+: the layer's name under the message
+                e.add_note(f"(making the SparseLinear for '{name}')")
+            raise
+    for name, layer in layers:
+        _replace(model, name, layer)
+    return [name for name, _ in layers]
 
 
 def sparsify(model: torch.nn.Module, format: str = "2:4", include: str = "", exclude: Optional[str] = None,
@@ -214,16 +225,8 @@ def sparsify(model: torch.nn.Module, format: str = "2:4", include: str = "", exc
     device). Returns the names replaced. Pruning runs on the CPU, once per layer. Every layer is made before any is
     replaced: where one cannot be (a bad format, a float32 Linear without `dtype`, no CUDA device), the model is
     left as it was."""
-    layers = []
-    for name, linear in _linears(model, include, exclude):
-        try:
-            layers.append((name, SparseLinear.from_linear(linear, format, dtype=dtype)))
-        except Exception as e:
-            _name_layer(e, name)
-            raise
-    for name, layer in layers:
-        _replace(model, name, layer)
-    return [name for name, _ in layers]
+    return _replace_all(model, ((name, lambda linear=linear: SparseLinear.from_linear(linear, format, dtype=dtype))
+                                for name, linear in _linears(model, include, exclude)))
 
 
 def load_sparse(model: torch.nn.Module, path, strict: bool = True) -> list:
@@ -247,19 +250,14 @@ def load_sparse(model: torch.nn.Module, path, strict: bool = True) -> list:
             raise ValueError(f"{path}: '{key}' is {weight.shape[0]}x{weight.shape[1]}, the model's Linear "
                              f"'{name}' {linear.out_features}x{linear.in_features}")
         pairs.append((name, linear, weight))
-    layers = []
-    for name, linear, weight in pairs:
+
+    def make(linear, weight):
         if weight.dtype not in _DTYPES.values():  # a file pruned from fp32 weights: the GPU kernels take 16 bits
             weight = weight.astype(_DTYPES.get(linear.weight.dtype, "f16"))
-        device = linear.weight.device if linear.weight.is_cuda else None
-        try:
-            layers.append((name, SparseLinear(weight, linear.bias, device=device)))
-        except Exception as e:
-            _name_layer(e, name)
-            raise
-    for name, layer in layers:
-        _replace(model, name, layer)
-    return [name for name, _ in layers]
+        return SparseLinear(weight, linear.bias, device=linear.weight.device if linear.weight.is_cuda else None)
+
+    return _replace_all(model, ((name, lambda linear=linear, weight=weight: make(linear, weight))
+                                for name, linear, weight in pairs))
 
 
 from .prune_model import prune_model  # noqa: E402  (calibrated pruning of whole models, block by block)
