@@ -95,8 +95,40 @@ int64_t get_int(const json& d, const char* key, PartReader& reader) {
   return value;
 }
 
-SparseMatrix read_compressed(const SafetensorsFile& file, const std::string& origin, const std::string& name,
-                             const std::string& description, std::set<std::string>& used) {
+// The safetensors dtype of an 8-bit value part.
+StDType st_dtype_of(QuantType type) {
+  switch (type) {
+    case QuantType::e4m3:
+      return StDType::F8_E4M3;
+    case QuantType::e5m2:
+      return StDType::F8_E5M2;
+    case QuantType::int8:
+      return StDType::I8;
+  }
+  return StDType::U8;
+}
+
+// An N:M weight with 8-bit values: the N:M parts with 8-bit values, plus one fp32 scale per row.
+QuantizedNmMatrix read_quantized_nm(const json& d, int64_t rows, int64_t cols, QuantType type, PartReader& reader) {
+  QuantizedNmMatrix a;
+  a.rows = rows, a.cols = cols;
+  a.n = static_cast<int>(get_int(d, "n", reader)), a.m = static_cast<int>(get_int(d, "m", reader));
+  check_nm_pattern(a.n, a.m);
+  const int64_t per_row = a.groups() * a.n;
+  a.values.type = type;
+  a.values.codes = array_from<uint8_t>(reader.get("values", {st_dtype_of(type)}, {rows, per_row}));
+  a.indices = array_from<uint8_t>(
+      reader.get("indices", {StDType::U8},
+                 {static_cast<int64_t>(packed_bytes(static_cast<std::size_t>(rows * per_row), a.index_bits()))}));
+  a.scales = array_from<float>(reader.get("scales", {StDType::F32}, {rows}));
+  validate(a);
+  return a;
+}
+
+using CompressedWeight = std::variant<SparseMatrix, QuantizedNmMatrix>;
+
+CompressedWeight read_compressed(const SafetensorsFile& file, const std::string& origin, const std::string& name,
+                                 const std::string& description, std::set<std::string>& used) {
   PartReader reader(file, origin, name, used);
   const json d = json::parse(description, nullptr, false);
   if (d.is_discarded() || !d.is_object()) reader.fail("description is not a JSON object");
@@ -118,15 +150,26 @@ SparseMatrix read_compressed(const SafetensorsFile& file, const std::string& ori
   const auto rows = static_cast<int64_t>(rows_u), cols = static_cast<int64_t>(cols_u);
   const auto dtype_it = d.find("dtype");
   if (dtype_it == d.end() || !dtype_it->is_string()) reader.fail("description lacks a string 'dtype'");
+  const std::string format = format_it->get<std::string>();
+  const std::string dtype_text = dtype_it->get<std::string>();
+  if (is_quant_type_name(dtype_text)) {
+    if (format != "nm")
+      reader.fail("8-bit values (dtype '" + dtype_text + "') are stored for format nm only, not '" + format + "'");
+    try {
+      return read_quantized_nm(d, rows, cols, parse_quant_type(dtype_text), reader);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::io_error) throw;
+      reader.fail(e.what());
+    }
+  }
   DType dtype;
   try {
-    dtype = parse_dtype(dtype_it->get<std::string>());
+    dtype = parse_dtype(dtype_text);
   } catch (const Error& e) {
-    reader.fail(e.what());
+    reader.fail(std::string(e.what()) + " or an 8-bit type (e4m3, e5m2, int8)");
   }
   const std::vector<StDType> value_dtype{st_dtype_of(dtype)};
 
-  const std::string format = format_it->get<std::string>();
   try {
     if (format == "nm") {
       NmMatrix a;
@@ -183,7 +226,7 @@ SparseMatrix read_compressed(const SafetensorsFile& file, const std::string& ori
 ModelFile model_from_safetensors(const SafetensorsFile& file, const std::string& origin) {
   ModelFile model;
   std::set<std::string> used;
-  std::map<std::string, SparseMatrix> compressed;
+  std::map<std::string, CompressedWeight> compressed;
   for (const auto& [key, value] : file.metadata) {
     if (key.rfind(kDescriptionPrefix, 0) == 0) {
       const std::string name = key.substr(std::strlen(kDescriptionPrefix));
@@ -204,7 +247,8 @@ ModelFile model_from_safetensors(const SafetensorsFile& file, const std::string&
       continue;
     }
     const std::string owner = t.name.substr(0, t.name.rfind('.'));
-    if (emitted.insert(owner).second) model.weights.push_back({owner, std::move(compressed.at(owner))});
+    if (emitted.insert(owner).second)
+      std::visit([&](auto&& c) { model.weights.push_back({owner, std::move(c)}); }, std::move(compressed.at(owner)));
   }
   return model;
 }
@@ -257,6 +301,21 @@ SafetensorsFile model_to_safetensors(const ModelFile& model) {
                       },
                   },
                   s);
+              file.metadata[kDescriptionPrefix + w.name] = d.dump();
+            },
+            [&](const QuantizedNmMatrix& a) {
+              validate(a);
+              const json d = {{"format", "nm"},
+                              {"shape", {a.rows, a.cols}},
+                              {"dtype", quant_type_name(a.type())},
+                              {"n", a.n},
+                              {"m", a.m}};
+              file.tensors.push_back(part(w.name + ".values", st_dtype_of(a.type()), {a.rows, a.groups() * a.n},
+                                          a.values.codes.data(), a.values.codes.size()));
+              file.tensors.push_back(part(w.name + ".indices", StDType::U8, {static_cast<int64_t>(a.indices.size())},
+                                          a.indices.data(), a.indices.size()));
+              file.tensors.push_back(
+                  part(w.name + ".scales", StDType::F32, {a.rows}, a.scales.data(), a.scales.size() * sizeof(float)));
               file.metadata[kDescriptionPrefix + w.name] = d.dump();
             },
         },

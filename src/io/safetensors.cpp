@@ -30,10 +30,11 @@ struct DTypeInfo {
   std::size_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {StDType::BOOL, "BOOL", 1}, {StDType::U8, "U8", 1},   {StDType::I8, "I8", 1},     {StDType::U16, "U16", 2},
-    {StDType::I16, "I16", 2},   {StDType::F16, "F16", 2}, {StDType::BF16, "BF16", 2}, {StDType::U32, "U32", 4},
-    {StDType::I32, "I32", 4},   {StDType::F32, "F32", 4}, {StDType::U64, "U64", 8},   {StDType::I64, "I64", 8},
-    {StDType::F64, "F64", 8},
+    {StDType::BOOL, "BOOL", 1}, {StDType::U8, "U8", 1},           {StDType::I8, "I8", 1},
+    {StDType::U16, "U16", 2},   {StDType::I16, "I16", 2},         {StDType::F16, "F16", 2},
+    {StDType::BF16, "BF16", 2}, {StDType::U32, "U32", 4},         {StDType::I32, "I32", 4},
+    {StDType::F32, "F32", 4},   {StDType::U64, "U64", 8},         {StDType::I64, "I64", 8},
+    {StDType::F64, "F64", 8},   {StDType::F8_E4M3, "F8_E4M3", 1}, {StDType::F8_E5M2, "F8_E5M2", 1},
 };
 
 [[noreturn]] void fail(const std::string& origin, const std::string& what) {

@@ -111,6 +111,9 @@ BertEncoder BertEncoder::load(const std::string& dir, const ModelFile& model, co
       StTensor as2d = *t;
       if (as2d.shape.size() == 1) as2d.shape = {1, as2d.shape[0]};
       d = to_dense_matrix(as2d);
+    } else if (const auto* q = std::get_if<QuantizedNmMatrix>(&it->second->weight)) {
+      d = decompress(*q);
+      m.quantized_weights_[name] = q->type();
     } else {
       d = decompress(std::get<SparseMatrix>(it->second->weight));
     }
@@ -149,10 +152,16 @@ void BertEncoder::linear(const std::string& name, const std::vector<float>& x, i
                          const LinearInputObserver* observer) const {
   const Linear& l = linears_.at(name);
   if (observer && *observer) (*observer)(name, x.data(), tokens, l.in);
+  std::vector<float> quantized;
+  const float* input = x.data();
+  if (const auto it = input_types_.find(name); it != input_types_.end()) {
+    quantized = dequantize(quantize_rows(x, tokens, l.in, it->second, RowScaling::per_row, name + " input"));
+    input = quantized.data();
+  }
   y.resize(static_cast<std::size_t>(tokens * l.out));
   for (int64_t t = 0; t < tokens; ++t) std::copy(l.bias.begin(), l.bias.end(), y.begin() + t * l.out);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(tokens), static_cast<int>(l.out),
-              static_cast<int>(l.in), 1.0f, x.data(), static_cast<int>(l.in), l.weight.data(), static_cast<int>(l.in),
+              static_cast<int>(l.in), 1.0f, input, static_cast<int>(l.in), l.weight.data(), static_cast<int>(l.in),
               1.0f, y.data(), static_cast<int>(l.out));
 }
 

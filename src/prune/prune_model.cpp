@@ -2,6 +2,8 @@
 
 #include <re2/re2.h>
 
+#include <algorithm>
+#include <cctype>
 #include <memory>
 #include <set>
 
@@ -71,6 +73,12 @@ PruneResult prune_one(const std::string& name, const DenseMatrix& dense, const M
 }  // namespace
 
 std::vector<std::string> select_weights(const ModelFile& model, const ModelPruneOptions& options) {
+  require(!options.quantize || !options.value_dtype, ErrorCode::invalid_argument,
+          "a pruned weight's values are either converted to a dtype or quantized to 8 bits, not both");
+  if (options.quantize)
+    require(std::holds_alternative<NmSpec>(options.spec), ErrorCode::unsupported,
+            std::string("8-bit values (") + quant_type_name(*options.quantize) + ") are supported for N:M formats " +
+                "only (2:4, N:M), not " + to_string(options.spec));
   const std::unique_ptr<RE2> include = compile_name_filter(options.include, "--include");
   const std::unique_ptr<RE2> exclude = compile_name_filter(options.exclude, "--exclude");
   std::vector<std::string> names;
@@ -114,20 +122,50 @@ ModelPruneReport prune_model(ModelFile& model, const ModelPruneOptions& options,
       row.density = format_density(result.compressed);
       row.energy = result.energy;
       row.bytes_before = dense.storage_bytes();
-      row.bytes_after = storage_bytes(result.compressed);
       row.pruned = true;
       report.energy.add(dense, result.mask);
       ++report.pruned_count;
-      w.weight = std::move(result.compressed);
+      if (options.quantize) {
+        QuantizedNmMatrix q;
+        try {
+          q = quantize_nm(std::get<NmMatrix>(result.compressed), *options.quantize);
+        } catch (const Error& e) {
+          throw Error(e.code(), "tensor '" + w.name + "': " + e.what());
+        }
+        row.dtype = quant_type_name(q.type());
+        row.bytes_after = storage_bytes(q);
+        w.weight = std::move(q);
+      } else {
+        if (options.value_dtype) {
+          try {
+            result.compressed = convert_values(result.compressed, *options.value_dtype);
+          } catch (const Error& e) {
+            throw Error(e.code(), "tensor '" + w.name + "': " + e.what());
+          }
+        }
+        row.dtype = dtype_name(dtype_of(result.compressed));
+        row.bytes_after = storage_bytes(result.compressed);
+        w.weight = std::move(result.compressed);
+      }
       ++done;
     } else if (const auto* t = std::get_if<StTensor>(&w.weight)) {
       row.shape = t->shape;
       row.format = "dense";
+      row.dtype = st_dtype_name(t->dtype);
+      std::transform(row.dtype.begin(), row.dtype.end(), row.dtype.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
       row.bytes_before = row.bytes_after = t->data.size();
+    } else if (const auto* q = std::get_if<QuantizedNmMatrix>(&w.weight)) {
+      row.shape = {q->rows, q->cols};
+      row.format = format_name(*q);
+      row.dtype = quant_type_name(q->type());
+      row.bytes_before = dense_storage_bytes(*q);
+      row.bytes_after = storage_bytes(*q);
     } else {
       const auto& s = std::get<SparseMatrix>(w.weight);
       row.shape = {rows_of(s), cols_of(s)};
       row.format = format_name(s);
+      row.dtype = dtype_name(dtype_of(s));
       row.bytes_before = rows_of(s) * cols_of(s) * dtype_size(dtype_of(s));
       row.bytes_after = storage_bytes(s);
     }

@@ -60,13 +60,45 @@ grep -q "total: 36 tensors pruned" "$work/obs.txt" || fail "obs prune: $(tail -3
 "$NMKIT" eval "$work/magnitude.safetensors" --model-dir "$model_dir" --eval-sentences 16 >"$work/eval_magnitude.txt"
 # OBS must keep the embeddings closer to the dense model's than magnitude pruning does (0.098 against 0.378 in
 # 1 - mean cosine on all-MiniLM-L6-v2): a broken calibration or update falls to magnitude's level or below.
-obs_cos=$(awk '/^file/ { print $5 }' "$work/eval.txt")
-magnitude_cos=$(awk '/^file/ { print $5 }' "$work/eval_magnitude.txt")
+obs_cos=$(awk '/^file/ { print $6 }' "$work/eval.txt")
+magnitude_cos=$(awk '/^file/ { print $6 }' "$work/eval_magnitude.txt")
 awk -v o="$obs_cos" -v m="$magnitude_cos" 'BEGIN { exit !(o > m && o < 1.0) }' ||
   fail "eval: OBS mean cosine $obs_cos does not beat magnitude's $magnitude_cos"
 grep -q "calibration sentences" "$work/eval.txt" && fail "eval of a file names calibration it did not run"
-awk '/^file/ { if ($3 != "-") exit 1 }' "$work/eval.txt" || fail "eval of a file prints an energy it did not measure"
+awk '/^file/ { if ($4 != "-") exit 1 }' "$work/eval.txt" || fail "eval of a file prints an energy it did not measure"
 expect_error "is a directory" "$NMKIT" eval "$work" --model-dir "$model_dir"
+
+# 8-bit 2:4: prune --dtype quantizes after pruning, inspect shows the type and the storage against the weight dense at
+# 8 bits with its scales (384 x 384: 73728 codes + 18432 index bytes + 1536 scale bytes = 91.50 KiB, 62.89 %), and
+# eval reads the file, with and without the linear layers' inputs quantized per token.
+"$NMKIT" prune "$NMKIT_MODEL" -o "$work/int8.safetensors" --format 2:4 --dtype int8 --include '^encoder\.' >"$work/int8.txt"
+[ "$(grep -cE "^encoder\.layer.*weight .* 2:4 +int8 " "$work/int8.txt")" -eq 36 ] || fail "prune --dtype int8: $(tail -3 "$work/int8.txt")"
+"$NMKIT" inspect "$work/int8.safetensors" >"$work/int8_inspect.txt"
+[ "$(grep -cE "^encoder\.layer.*weight .* int8 +2:4 " "$work/int8_inspect.txt")" -eq 36 ] || fail "inspect of int8 2:4"
+grep -qE "encoder.layer.0.attention.self.query.weight .* 91.50 KiB .* 62.89%" "$work/int8_inspect.txt" ||
+  fail "int8 2:4 storage: $(grep query.weight "$work/int8_inspect.txt" | head -1)"
+"$NMKIT" eval "$work/int8.safetensors" --model-dir "$model_dir" --eval-sentences 16 >"$work/eval_int8.txt"
+"$NMKIT" eval "$work/int8.safetensors" --model-dir "$model_dir" --eval-sentences 16 --quantize-activations \
+  >"$work/eval_int8_act.txt"
+awk '/^file/ { found = ($3 == "int8") } END { exit !found }' "$work/eval_int8.txt" || fail "eval int8: $(cat "$work/eval_int8.txt")"
+awk '/^file/ { found = ($3 == "int8+act") } END { exit !found }' "$work/eval_int8_act.txt" ||
+  fail "eval int8 +act: $(cat "$work/eval_int8_act.txt")"
+int8_cos=$(awk '/^file/ { print $6 }' "$work/eval_int8.txt")
+awk -v q="$int8_cos" -v m="$magnitude_cos" 'BEGIN { d = q - m; exit !(d < 0.02 && d > -0.02) }' ||
+  fail "int8 2:4 mean cosine $int8_cos is far from f32 2:4's $magnitude_cos"
+"$NMKIT" prune "$NMKIT_MODEL" -o "$work/fp8.safetensors" --format 2:4 --dtype fp8 --include 'layer\.0\.' >"$work/fp8.txt"
+grep -qE "layer.0.output.dense.weight .* 2:4 +e4m3 " "$work/fp8.txt" || fail "prune --dtype fp8: $(cat "$work/fp8.txt")"
+expect_error "8-bit values (e4m3) are supported for N:M formats only (2:4, N:M), not vnm:64:2:8" \
+  "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format vnm:64:2:8 --dtype fp8
+expect_error "unknown --dtype 'fp4'" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" --format 2:4 --dtype fp4
+expect_error "needs a file with 8-bit weights" "$NMKIT" eval "$work/magnitude.safetensors" --model-dir "$model_dir" \
+  --quantize-activations
+# The sweep over value types: dense and 2:4, f16 and int8, int8 with and without quantized activations.
+"$NMKIT" eval --sweep --model-dir "$model_dir" --formats dense 2:4 --methods magnitude --dtypes f16 int8 \
+  --quantize-activations --calibration-sentences 8 --eval-sentences 8 >"$work/sweep8.txt"
+[ "$(grep -cE "^(dense|2:4) .* (f16|int8|int8\+act) " "$work/sweep8.txt")" -eq 6 ] || fail "eval --dtypes: $(cat "$work/sweep8.txt")"
+expect_error "supported for N:M formats only, not vnm:64:2:8" "$NMKIT" eval --sweep --model-dir "$model_dir" \
+  --formats vnm:64:2:8 --dtypes int8
 # Fisher OBS: gradients for one layer, written as safetensors by plain Python.
 python3 - "$work/grads.safetensors" <<'PY'
 import json, random, struct, sys
@@ -171,7 +203,7 @@ ls "$work" "$work/sub" | grep -q '\.tmp\.' && fail "a temporary file was left be
 # DFSS attention (each row of scores pruned to 2:4 in every layer) with the dense weights: near dense, not equal
 # (mean cosine 0.986 on the default 128 held-out sentences).
 "$NMKIT" eval --model-dir "$model_dir" --attention 2:4 --eval-sentences 16 >"$work/eval_dfss.txt"
-dfss_cos=$(awk '/^dense/ { print $5 }' "$work/eval_dfss.txt")
+dfss_cos=$(awk '/^dense/ { print $6 }' "$work/eval_dfss.txt")
 awk -v c="$dfss_cos" 'BEGIN { exit !(c > 0.9 && c <= 1.0) }' || fail "eval --attention 2:4: mean cosine '$dfss_cos'"
 expect_error "expected dense or N:M" "$NMKIT" eval --model-dir "$model_dir" --attention 2-4
 echo "cli end to end: ok"

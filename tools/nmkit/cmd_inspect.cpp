@@ -74,6 +74,12 @@ Action add_inspect(CLI::App& app) {
         std::transform(dtype.begin(), dtype.end(), dtype.begin(), [](unsigned char c) { return std::tolower(c); });
         shape = shape_string(t->shape), format = "dense";
         stored = dense = t->data.size();
+      } else if (const auto* q = std::get_if<QuantizedNmMatrix>(&w.weight)) {
+        // Against the same weight dense at 8 bits with its scales.
+        shape = shape_string({q->rows, q->cols}), dtype = quant_type_name(q->type()), format = format_name(*q);
+        density = format_density(*q);
+        stored = storage_bytes(*q);
+        dense = dense_storage_bytes(*q);
       } else {
         const auto& s = std::get<SparseMatrix>(w.weight);
         shape = shape_string({rows_of(s), cols_of(s)}), dtype = dtype_name(dtype_of(s)), format = format_name(s);

@@ -33,16 +33,25 @@ std::string calibration_model_dir(const std::string& weights_file) {
   return dir.empty() ? "." : dir;
 }
 
+DType parse_value_dtype(const std::string& name) {
+  try {
+    return parse_dtype(name);
+  } catch (const Error&) {
+    throw Error(ErrorCode::invalid_argument,
+                "unknown --dtype '" + name + "' (expected f32, f16, bf16, or 8-bit: fp8 (= e4m3), e5m2, int8)");
+  }
+}
+
 void print_prune_report(const ModelPruneReport& report, bool all) {
   std::size_t name_width = 6;
   for (const auto& t : report.tensors)
     if (all || t.pruned) name_width = std::max(name_width, t.name.size());
-  fmt::print("{:<{}}  {:>11}  {:>12}  {:>8}  {:>7}  {:>11}  {:>11}  {:>7}\n", "tensor", name_width, "shape", "format",
-             "density", "energy", "before", "after", "ratio");
+  fmt::print("{:<{}}  {:>11}  {:>12}  {:>5}  {:>8}  {:>7}  {:>11}  {:>11}  {:>7}\n", "tensor", name_width, "shape",
+             "format", "dtype", "density", "energy", "before", "after", "ratio");
   for (const auto& t : report.tensors) {
     if (!all && !t.pruned) continue;
-    fmt::print("{:<{}}  {:>11}  {:>12}  {:>8.4f}  {:>7.4f}  {:>11}  {:>11}  {:>6.2f}%\n", t.name, name_width,
-               shape_string(t.shape), t.format, t.density, t.energy, human_bytes(t.bytes_before),
+    fmt::print("{:<{}}  {:>11}  {:>12}  {:>5}  {:>8.4f}  {:>7.4f}  {:>11}  {:>11}  {:>6.2f}%\n", t.name, name_width,
+               shape_string(t.shape), t.format, t.dtype, t.density, t.energy, human_bytes(t.bytes_before),
                human_bytes(t.bytes_after), t.bytes_before ? 100.0 * t.bytes_after / t.bytes_before : 100.0);
   }
   fmt::print("total: {} tensors pruned, energy kept {:.4f}, storage {} -> {} ({:.2f}% of before)\n",
@@ -57,6 +66,7 @@ Action add_prune(CLI::App& app) {
     std::vector<std::string> corpus = default_corpus_paths();
     std::size_t calibration_sentences = 256;
     ModelPruneOptions prune;
+    std::string dtype;
     bool all = false;
   };
   auto o = std::make_shared<Options>();
@@ -69,6 +79,9 @@ Action add_prune(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--exclude", o->prune.exclude, "Regex: never prune weights whose name matches ('' for none)")
       ->capture_default_str();
+  app.add_option("--dtype", o->dtype,
+                 "Values of the pruned weights: as the input (default), f32 | f16 | bf16, or 8-bit with a scale per "
+                 "row (quantized after pruning; N:M formats only): fp8 (= e4m3) | e5m2 | int8");
   app.add_flag("--all", o->all, "List the tensors kept as they were too");
   app.add_option("--method", o->method, "magnitude | wanda | obs (wanda and obs calibrate on a BERT model)")
       ->capture_default_str();
@@ -98,6 +111,10 @@ Action add_prune(CLI::App& app) {
     o->prune.spec = parse_format_spec(o->format);
     o->prune.method = parse_prune_method(o->method);
     o->prune.obs.candidates = parse_obs_candidates(o->candidates);
+    if (is_quant_type_name(o->dtype))
+      o->prune.quantize = parse_quant_type(o->dtype);
+    else if (!o->dtype.empty())
+      o->prune.value_dtype = parse_value_dtype(o->dtype);
     if (o->prune.schedule_steps > 1) {
       fmt::print("schedule:");
       for (const ScheduleStep& step : structure_decay_schedule(o->prune.spec, o->prune.schedule_steps))

@@ -1,10 +1,11 @@
 #pragma once
-// A model file: named weights, each dense or compressed. Compressed weights are stored as named
-// parts (w.values, w.indices, ...) plus a JSON description under the metadata key "nmkit:<name>".
+// A model file: named weights, each dense, compressed, or compressed N:M with 8-bit values. Compressed weights are
+// stored as named parts (w.values, w.indices, ...) plus a JSON description under the metadata key "nmkit:<name>".
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "nmkit/format/quantized.hpp"
 #include "nmkit/format/spec.hpp"
 #include "nmkit/io/safetensors.hpp"
 
@@ -12,7 +13,8 @@ namespace nmkit {
 
 struct NamedWeight {
   std::string name;
-  std::variant<StTensor, SparseMatrix> weight;  // dense (any dtype, any rank) or compressed
+  // Dense (any dtype, any rank), compressed, or N:M with 8-bit values and per-row scales.
+  std::variant<StTensor, SparseMatrix, QuantizedNmMatrix> weight;
 };
 
 struct ModelFile {

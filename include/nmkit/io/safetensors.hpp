@@ -12,8 +12,8 @@
 
 namespace nmkit {
 
-// The element types of the safetensors specification.
-enum class StDType : uint8_t { BOOL, U8, I8, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64 };
+// The element types of the safetensors specification (F8_E4M3 and F8_E5M2: OCP FP8, one byte each).
+enum class StDType : uint8_t { BOOL, U8, I8, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64, F8_E4M3, F8_E5M2 };
 
 const char* st_dtype_name(StDType dtype) noexcept;  // "F16", ...
 std::size_t st_dtype_size(StDType dtype) noexcept;

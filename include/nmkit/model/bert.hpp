@@ -2,7 +2,7 @@
 // A CPU forward of the BERT encoder family, enough for sentence-transformers models such as
 // all-MiniLM-L6-v2: WordPiece tokens -> embeddings -> N x (self-attention, GELU FFN, post-LayerNorm) ->
 // mean pooling -> L2 normalisation. fp32, OpenBLAS for the products. Linear layers may be stored dense or
-// compressed (a file written by `nmkit prune`): compressed weights are decompressed at load.
+// compressed (a file written by `nmkit prune`): compressed weights are decompressed (8-bit ones dequantized) at load.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -58,6 +58,13 @@ class BertEncoder {
   std::vector<std::vector<float>> embed_all(const std::vector<std::string>& sentences,
                                             const AttentionOptions& attention = {}) const;
 
+  // Quantizes the input of each named linear layer per token (quantize_rows, then back to fp32) to its 8-bit type
+  // before the product, as an 8-bit kernel with per-token activation scales computes it; other layers keep fp32
+  // inputs. Replaces any earlier choice (an empty map: none).
+  void quantize_linear_inputs(std::map<std::string, QuantType> types) { input_types_ = std::move(types); }
+  // The linear weights stored with 8-bit values (loaded dequantized), by name, with their type.
+  const std::map<std::string, QuantType>& quantized_weights() const noexcept { return quantized_weights_; }
+
   const BertConfig& config() const noexcept { return config_; }
   const WordPieceTokenizer& tokenizer() const noexcept { return tokenizer_; }
   // The names of the linear weights in forward order (query, key, value, output, intermediate, output).
@@ -84,6 +91,7 @@ class BertEncoder {
   std::map<std::string, Linear> linears_;
   std::map<std::string, Norm> norms_;
   std::vector<std::string> linear_order_;
+  std::map<std::string, QuantType> quantized_weights_, input_types_;
   BertEncoder(BertConfig c, WordPieceTokenizer t) : config_(c), tokenizer_(std::move(t)) {}
 };
 

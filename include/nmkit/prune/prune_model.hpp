@@ -1,9 +1,11 @@
 #pragma once
 // Prunes every selected 2-D weight of a model file into one format, by the chosen method and schedule.
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "nmkit/format/quantized.hpp"
 #include "nmkit/format/spec.hpp"
 #include "nmkit/io/model.hpp"
 #include "nmkit/model/calibration.hpp"
@@ -26,12 +28,18 @@ struct ModelPruneOptions {
   // instead of the calibration Hessian.
   const SafetensorsFile* fisher_gradients = nullptr;
   FisherOptions fisher;
+  // After pruning, store the kept values in this dtype (convert_values; default: the weight's own).
+  std::optional<DType> value_dtype;
+  // After pruning, quantize the kept values to 8 bits with a scale per row (quantize_nm: per-channel absmax,
+  // round to nearest even). N:M formats only; not with value_dtype.
+  std::optional<QuantType> quantize;
 };
 
 struct TensorPruneReport {
   std::string name;
   std::vector<int64_t> shape;
   std::string format;  // "dense" when kept as it was
+  std::string dtype;   // of the stored values: "f32", "f16", "bf16", "e4m3", "e5m2", "int8", or a dense tensor's
   double density = 1;  // kept entries / entries
   double energy = 1;   // kept L1 / total L1
   std::size_t bytes_before = 0;
@@ -53,8 +61,8 @@ struct ModelPruneReport {
 using PruneProgress = std::function<void(std::size_t done, std::size_t total, const std::string& name)>;
 
 // The names of the dense 2-D floating-point weights that `options.include` / `exclude` select, each checked to
-// hold finite values (Error naming tensor, row and column otherwise). prune_model starts with it; a caller
-// calls it first to fail before costly calibration.
+// hold finite values (Error naming tensor, row and column otherwise), after checking that `options.quantize` suits
+// the format. prune_model starts with it; a caller calls it first to fail before costly calibration.
 std::vector<std::string> select_weights(const ModelFile& model, const ModelPruneOptions& options);
 
 // Replaces the selected dense 2-D floating-point weights of `model` by their compressed form. With wanda or
