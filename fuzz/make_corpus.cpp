@@ -97,6 +97,11 @@ std::vector<std::byte> model_bytes(const std::string& name, const SparseMatrix& 
   model.weights.push_back({name, s});
   return serialize_safetensors(model_to_safetensors(model));
 }
+std::vector<std::byte> model_bytes(const std::string& name, const QuantizedNmMatrix& q) {
+  ModelFile model;
+  model.weights.push_back({name, q});
+  return serialize_safetensors(model_to_safetensors(model));
+}
 
 std::vector<std::byte> corrupt(SafetensorsFile f, const std::function<void(SafetensorsFile&)>& edit) {
   edit(f);
@@ -176,12 +181,19 @@ void model_seeds() {
   write(t, "tile_4x4_f32_padded", model_bytes("w", tile));
   write(t, "tile_2x3_bf16", model_bytes("w", compress_tiles(tile_dense(4, 6, 2, 3, DType::bf16, 16), 2, 3)));
 
+  const QuantizedNmMatrix e4m3 = quantize_nm(nm, QuantType::e4m3);
+  write(t, "nm_2_4_e4m3", model_bytes("w", e4m3));
+  write(t, "nm_2_4_e5m2", model_bytes("w", quantize_nm(nm, QuantType::e5m2)));
+  write(t, "nm_3_7_int8_padded",
+        model_bytes("w", quantize_nm(compress_nm(nm_dense(3, 10, 3, 7, DType::f32, 11), 3, 7), QuantType::int8)));
+
   ModelFile all;
   all.metadata["note"] = "seed";
   all.weights.push_back({"bias", to_tensor("bias", nm_dense(1, 4, 1, 4, DType::f32, 17))});
   all.weights.push_back({"a", nm});
   all.weights.push_back({"b", vnm});
   all.weights.push_back({"c", tile});
+  all.weights.push_back({"d", e4m3});
   const SafetensorsFile file = model_to_safetensors(all);
   write(t, "all_formats", serialize_safetensors(file));
 
@@ -193,6 +205,10 @@ void model_seeds() {
         }));
   write(t, "bad_version", corrupt(one, [](SafetensorsFile& f) { f.metadata["nmkit.format_version"] = "2"; }));
   write(t, "bad_index_order", corrupt(one, [](SafetensorsFile& f) { part(f, "w.indices").data[0] = std::byte{0}; }));
+  const SafetensorsFile q = model_to_safetensors(ModelFile{{{"w", e4m3}}, {}});
+  write(t, "bad_quantized_code", corrupt(q, [](SafetensorsFile& f) { part(f, "w.values").data[0] = std::byte{0x7f}; }));
+  write(t, "bad_quantized_scale",
+        corrupt(q, [](SafetensorsFile& f) { part(f, "w.scales").data[3] = std::byte{0xff}; }));
   const SafetensorsFile v = model_to_safetensors(ModelFile{{{"w", vnm}}, {}});
   write(t, "bad_column_loc", corrupt(v, [](SafetensorsFile& f) { part(f, "w.column_loc").data[1] = std::byte{0}; }));
   const SafetensorsFile ti = model_to_safetensors(ModelFile{{{"w", tile}}, {}});

@@ -191,9 +191,15 @@ void bind_formats(nb::module_& m) {
                 path + ": is a directory, not a file written by nmkit prune");
         ModelFile model = load_model(path);
         nb::dict out;
-        for (NamedWeight& w : model.weights)
+        for (NamedWeight& w : model.weights) {
+          // Refused rather than skipped: a caller would otherwise take the weight for a dense one left out.
+          if (const auto* q = std::get_if<QuantizedNmMatrix>(&w.weight))
+            throw Error(ErrorCode::unsupported, path + ": '" + w.name + "' holds 8-bit values (" +
+                                                    quant_type_name(q->type()) +
+                                                    "); the Python package does not read 8-bit weights yet");
           if (auto* sparse = std::get_if<SparseMatrix>(&w.weight))
             out[nb::str(w.name.c_str())] = nb::cast(SparseWeight{std::move(*sparse), std::nullopt});
+        }
         return out;
       },
       "path"_a,
