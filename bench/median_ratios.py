@@ -10,7 +10,7 @@ Usage: median_ratios.py run1.json run2.json [...]   (scripts/gpu_check.sh with N
 Prints one markdown row per suite, shape and dtype (and, in the vnm and tile suites, pattern: V, M, B's layout,
 tile, density, distribution): the runs that have it, the median nmkit x cuBLAS, the median nmkit x cuSPARSELt with
 its range (over the runs whose searched configuration passed the check; "default cfg" where every run fell back to
-cuSPARSELt's default configuration, its searched one having failed the check), the median of a --variant-env
+cuSPARSELt's default configuration, its searched one having failed the check), the median of a --variant
 plan's time over nmkit's, and where rows have them the medians of the fixed-index ablation and the full 2:4 form
 over cuBLAS (vnm) and of nmkit over cuSPARSE BSR (tile). Exits with 1 when a file cannot be read, has no rows, or
 a row lacks a field it needs.

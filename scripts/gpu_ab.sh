@@ -2,7 +2,7 @@
 # A/B of the working tree against another version of the library, for changes that no environment knob can switch
 # (a schedule made at upload, a kernel's code): the other version is built from this tree with a patch taken out,
 # and each benchmark runs once per build, one process after the other, in the same call. Compare ratios measured
-# inside each process (speed-up over cuBLAS, or over a --tile-compare / --variant-env plan in the same rounds):
+# inside each process (speed-up over cuBLAS, or over a --tile-compare / --variant plan in the same rounds):
 # absolute times move between processes. Before the device call, here:
 #   git diff REF -- src include > .ab.patch      # REF: the version to compare against (e.g. main)
 # then on the H200 (device tool, with carry [".ab.patch"]: the patch is git-ignored), from the repository root:

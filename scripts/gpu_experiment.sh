@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Kernel experiments against the default plan, each measured in the same interleaved rounds of one process
-# (nmkit_bench --variant-env; docs/gpu.md). Run from the repository root on the H200 (device tool):
-#   bash scripts/gpu_experiment.sh NAME=VALUE[,NAME=VALUE...] [another variant ...]
-# For each variant: the GPU tests of the 2:4 kernel with the variant's environment set (a wrong product fails
-# there, before it is timed), then the llm suite twice with the variant beside the default plan; one line per row
-# gives the variant's time over the default's (below 1: the variant is faster). The build is gpu_check.sh's
-# (build/gpu, same configuration), so either script reuses the other's objects.
-# Environment: NMKIT_EXPERIMENT_TESTS=<gtest filter> (default Nm24Gpu.*), NMKIT_EXPERIMENT_BENCH="<nmkit_bench
-# arguments>" (default: the llm suite, both dtypes, 24 launches per library, without cuSPARSELt),
-# NMKIT_EXPERIMENT_RUNS (default 2). Results go to $OUT (or ./gpu_out): <variant>.tests.log, <variant>.<run>.txt.
+# (nmkit_bench --variant; docs/gpu.md). Run from the repository root on the H200 (device tool):
+#   bash scripts/gpu_experiment.sh KEY=VALUE[,KEY=VALUE...] [another variant ...]
+# e.g. schedule=staged or raster_rows=8,block_n=192 (the plan options the bench's --variant takes). For each
+# variant: the llm suite twice with the variant beside the default plan; the bench checks the variant's product
+# against cuBLAS's and fails the run where it is wrong; one line per row gives the variant's time over the
+# default's (below 1: the variant is faster). The build is gpu_check.sh's (build/gpu, same configuration), so
+# either script reuses the other's objects.
+# Environment: NMKIT_EXPERIMENT_BENCH="<nmkit_bench arguments>" (default: the llm suite, both dtypes, 24 launches
+# per library, without cuSPARSELt), NMKIT_EXPERIMENT_RUNS (default 2). Results go to $OUT (or ./gpu_out):
+# <variant>.<run>.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 if [ $# -eq 0 ]; then
-  echo "usage: bash scripts/gpu_experiment.sh NAME=VALUE[,NAME=VALUE...] [more variants...]" >&2
+  echo "usage: bash scripts/gpu_experiment.sh KEY=VALUE[,KEY=VALUE...] [more variants...]" >&2
   exit 2
 fi
 OUT=${OUT:-$PWD/gpu_out}
@@ -21,7 +22,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 BUILD=build/gpu
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="90a;80" \
   -DNMKIT_DEFAULT_MODEL=/model-not-carried >/tmp/nmkit_configure.log 2>&1 || { tail -30 /tmp/nmkit_configure.log; exit 1; }
-if ! cmake --build $BUILD -j "$(nproc)" --target nmkit_gpu_tests nmkit_bench >/tmp/nmkit_build.log 2>&1; then
+if ! cmake --build $BUILD -j "$(nproc)" --target nmkit_bench >/tmp/nmkit_build.log 2>&1; then
   grep -E "error" -A3 /tmp/nmkit_build.log | head -60
   exit 1
 fi
@@ -32,19 +33,12 @@ summary=()
 for variant in "$@"; do
   name=${variant//[^A-Za-z0-9_.-]/_}
   echo; echo "=== $variant"
-  # The variables set for the tests only (the bench sets them itself, for the variant's plan alone).
-  IFS=',' read -ra assignments <<<"$variant"
-  env "${assignments[@]}" timeout 300 $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_EXPERIMENT_TESTS:-Nm24Gpu.*}" \
-    >"$OUT/$name.tests.log" 2>&1
-  tests_rc=$?
-  tail -1 "$OUT/$name.tests.log"
-  if [ $tests_rc -ne 0 ]; then
-    summary+=("$variant: tests FAILED, not timed")
-    continue
-  fi
   ratios=""
   for run in $(seq 1 "${NMKIT_EXPERIMENT_RUNS:-2}"); do
-    timeout 600 $BUILD/bench/nmkit_bench "${bench_args[@]}" --variant-env "$variant" >"$OUT/$name.$run.txt" 2>&1
+    if ! timeout 600 $BUILD/bench/nmkit_bench "${bench_args[@]}" --variant "$variant" >"$OUT/$name.$run.txt" 2>&1; then
+      summary+=("$variant: run $run FAILED (a wrong product or a refused option): $(tail -1 "$OUT/$name.$run.txt")")
+      continue 2
+    fi
     grep -E "^[a-z]+ +[0-9]+x|variant \(" "$OUT/$name.$run.txt" | sed -E 's/, rel. error.*//' | cut -c1-110
     ratios+=" [$(grep -oE '[0-9.]+x nmkit' "$OUT/$name.$run.txt" | sed 's/x nmkit//' | tr '\n' ' ' | sed 's/ $//')]"
   done

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <functional>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,24 +97,43 @@ class QueueHold {
   volatile int32_t* device_flags_ = nullptr;  // the same memory, as the device sees it
 };
 
-// Makes a plan with the environment variables of `assignments` set, restoring their previous state after.
-template <class Make>
-inline auto plan_with_env(const std::vector<std::pair<std::string, std::string>>& assignments, const Make& make) {
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
-  for (const auto& [name, value] : assignments) {
-    const char* old = std::getenv(name.c_str());
-    saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
-    setenv(name.c_str(), value.c_str(), 1);
+// --variant's KEY=VALUE[,KEY=VALUE...]: the options of a second nmkit plan, timed beside the plan by shape in the
+// same rounds. Each suite maps the keys it knows onto its plan options and names any other.
+using VariantSettings = std::vector<std::pair<std::string, std::string>>;
+
+inline VariantSettings parse_variant(const std::string& text) {
+  VariantSettings parsed;
+  std::istringstream list(text);
+  for (std::string assignment; std::getline(list, assignment, ',');) {
+    const std::size_t eq = assignment.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == assignment.size())
+      throw Error(ErrorCode::invalid_argument, "--variant takes KEY=VALUE[,KEY=VALUE...], got '" + text + "'");
+    parsed.emplace_back(assignment.substr(0, eq), assignment.substr(eq + 1));
   }
-  auto plan = make();
-  for (const auto& [name, previous] : saved) {
-    if (previous)
-      setenv(name.c_str(), previous->c_str(), 1);
-    else
-      unsetenv(name.c_str());
-  }
-  return plan;
+  return parsed;
 }
+
+inline std::string variant_text(const VariantSettings& settings) {
+  std::string text;
+  for (const auto& [key, value] : settings) text += (text.empty() ? "" : ",") + key + "=" + value;
+  return text;
+}
+
+// One setting's value as an integer in [lo, hi], or 0/1 as a flag; errors name the key.
+inline int variant_int(const std::string& key, const std::string& value, int lo, int hi) {
+  std::size_t used = 0;
+  int parsed = 0;
+  try {
+    parsed = std::stoi(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || parsed < lo || parsed > hi)
+    throw Error(ErrorCode::invalid_argument, "--variant " + key + " must be an integer in " + std::to_string(lo) +
+                                                 ".." + std::to_string(hi) + ", got '" + value + "'");
+  return parsed;
+}
+inline bool variant_flag(const std::string& key, const std::string& value) { return variant_int(key, value, 0, 1); }
 
 // Under sustained load the H200's clocks fall from boost by 6-25 % within the first ~30 ms (power and heat), so a
 // row timed straight after its warm-up launches straddles that fall, and whichever library ran in the boost window

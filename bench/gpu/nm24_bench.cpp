@@ -26,6 +26,7 @@
 #include "../../src/cuda/common/check.cuh"
 #include "bench_common.hpp"
 #include "bench_kernels.hpp"
+#include "model_shapes.hpp"
 #include "power_probe.hpp"
 #include "tile_suite.hpp"
 #include "vnm_suite.hpp"
@@ -56,6 +57,9 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
       out.push_back({r, k, c, "llm"});
   if (suite == "decode" || suite == "all")
     for (int64_t c : {1, 16, 128}) out.push_back({11008, 4096, c, "decode"});
+  if (suite == "models")  // every linear of the listed models at every token count (model_shapes.hpp)
+    for (const ModelLinear& layer : kModelLinears)
+      for (int64_t c : kModelTokens) out.push_back({layer.r, layer.k, c, "models"});
   if (suite == "tile")  // seed 003: a 4096 x 4096 weight, a small batch and a large one
     for (int64_t c : {32, 4096}) out.push_back({4096, 4096, c, "tile"});
   if (suite == "vnm")  // the acceptance shapes of the V:N:M issue: llm, BERT-large (--vnm-shapes for the suites)
@@ -150,7 +154,6 @@ struct Options {
   std::vector<double> tile_densities{0.5, 0.25, 0.1, 0.05};
   int tile_block_n = 0, tile_split = 0;
   bool tile_unit_per_cta = false;
-  bool tile_chunked_epilogue = false;
   bool tile_timeline = false;
   int tile_chain = 0;
   bool tile_blocked_ell = true;
@@ -170,9 +173,8 @@ struct Options {
   bool autotune = false;
   bool launch_times = false;  // JSON: every timed launch per library (cublas, nmkit, [cusparselt,] [variant])
   double power_ms = 0;        // > 0: sustained runs with the SM clock and power sampled (2:4 suites)
-  std::string
-      variant_env;  // NAME=VALUE[,...]: a second nmkit plan made with these variables set, timed beside the first
-  int chain = 0;    // > 0: also chains of this many back-to-back launches per library (2:4 suites)
+  std::string variant;        // KEY=VALUE[,...]: a second nmkit plan with these options, timed beside the first
+  int chain = 0;              // > 0: also chains of this many back-to-back launches per library (2:4 suites)
 };
 
 // A sustained run of each library on one row, as JSON and as one line of text.
@@ -191,27 +193,41 @@ std::string sustained_text(const char* who, const SustainedRun& r, double flop) 
   return text;
 }
 
-// --variant-env's NAME=VALUE[,NAME=VALUE...] as (name, value) pairs.
-std::vector<std::pair<std::string, std::string>> parse_env_assignments(const std::string& assignments) {
-  std::vector<std::pair<std::string, std::string>> parsed;
-  std::istringstream list(assignments);
-  for (std::string assignment; std::getline(list, assignment, ',');) {
-    const std::size_t eq = assignment.find('=');
-    if (eq == std::string::npos || eq == 0)
+// The 2:4 plan options of --variant: kernel (sm80|sm90), block_n, schedule (staged|registers|persistent),
+// raster_rows and overlap_launch (0|1).
+gpu::Nm24Options nm24_variant_options(const VariantSettings& settings) {
+  gpu::Nm24Options options;
+  for (const auto& [key, value] : settings) {
+    if (key == "kernel" && (value == "sm80" || value == "sm90"))
+      options.kernel = value == "sm80" ? gpu::Nm24Kernel::sm80_mma_sp : gpu::Nm24Kernel::sm90_wgmma_sp;
+    else if (key == "block_n")
+      options.block_n = variant_int(key, value, 16, 256);
+    else if (key == "schedule" && (value == "staged" || value == "registers" || value == "persistent"))
+      options.schedule = value == "staged"      ? gpu::Sm90Schedule::staged
+                         : value == "registers" ? gpu::Sm90Schedule::registers
+                                                : gpu::Sm90Schedule::persistent;
+    else if (key == "raster_rows")
+      options.raster_rows = variant_int(key, value, 1, 1024);
+    else if (key == "overlap_launch")
+      options.overlap_launch = variant_flag(key, value);
+    else
       throw Error(ErrorCode::invalid_argument,
-                  "--variant-env takes NAME=VALUE[,NAME=VALUE...], got '" + assignments + "'");
-    parsed.emplace_back(assignment.substr(0, eq), assignment.substr(eq + 1));
+                  "--variant for the 2:4 suites takes kernel=sm80|sm90, block_n=N, "
+                  "schedule=staged|registers|persistent, raster_rows=N and overlap_launch=0|1, got " +
+                      key + "=" + value);
   }
-  return parsed;
+  return options;
 }
 
 int run(const Options& o) {
-  const auto variant_env = parse_env_assignments(o.variant_env);
+  const VariantSettings variant_settings = parse_variant(o.variant);
   if ((o.suite == "tile" || o.suite == "vnm") && o.power_ms > 0)
     throw Error(ErrorCode::invalid_argument,
                 "--power-ms applies to the 2:4 suites (bert, llm, decode, all), not --suite " + o.suite);
-  if (o.suite == "vnm" && !o.variant_env.empty())
-    throw Error(ErrorCode::invalid_argument, "--variant-env applies to the 2:4 and tile suites, not --suite vnm");
+  if (o.suite == "vnm" && !variant_settings.empty())
+    throw Error(ErrorCode::invalid_argument, "--variant applies to the 2:4 and tile suites, not --suite vnm");
+  const gpu::Nm24Options variant_options =
+      o.suite == "tile" || variant_settings.empty() ? gpu::Nm24Options{} : nm24_variant_options(variant_settings);
   std::vector<Shape> shapes = suite_shapes(
       o.shapes.empty() ? o.suite : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" ? "none" : o.suite));
   if (o.suite == "vnm" && o.shapes.empty() && o.vnm_shapes == "ksweep") {  // the seed's Figure 9: K varies
@@ -256,7 +272,7 @@ int run(const Options& o) {
                   std::to_string(kLaunchesPerRound) + " launches" +
                   (o.hold_queue ? ", each round queued behind a held stream" : "");
   out["hold_queue"] = o.hold_queue;
-  // The run fails if any nmkit (or --variant-env) output failed its check (rows JSON: nmkit_rel_error, null where
+  // The run fails if any nmkit (or --variant) output failed its check (rows JSON: nmkit_rel_error, null where
   // NaN).
   const auto finish = [&] {
     if (QueueHold::instance().timed_out())
@@ -276,11 +292,10 @@ int run(const Options& o) {
     t.warmup = o.warmup, t.iters = o.iters, t.tile_sides = o.tile_sides;
     t.densities = o.tile_densities, t.block_n = o.tile_block_n, t.split = o.tile_split;
     t.persistent = !o.tile_unit_per_cta;
-    t.deferred_store = !o.tile_chunked_epilogue;
     t.timeline = o.tile_timeline;
     t.chain = o.tile_chain;
     t.blocked_ell = o.tile_blocked_ell;
-    t.variant_env = variant_env;
+    t.variant = variant_settings;
     t.stream_ctas = o.tile_stream_ctas, t.compare_kernel = o.tile_compare, t.kernel = o.tile_kernel;
     out["tile_run_host_overhead_us"] =
         run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
@@ -390,12 +405,12 @@ int run(const Options& o) {
         }
       }
 #endif
-      // --variant-env: the same product planned with an environment variable set (a kernel experiment), timed in
-      // the same rounds. Its output goes to cuSPARSELt's buffers, checked like nmkit's.
+      // --variant: the same product planned with other options (a kernel experiment), timed in the same rounds.
+      // Its output goes to cuSPARSELt's buffers, checked like nmkit's.
       std::optional<gpu::Nm24SpmmPlan> variant;
       std::optional<double> variant_err;
-      if (!o.variant_env.empty()) {
-        variant = plan_with_env(variant_env, [&] { return gpu::Nm24SpmmPlan::create(desc); });
+      if (!o.variant.empty()) {
+        variant = gpu::Nm24SpmmPlan::create(desc, variant_options);
         const auto variant_launch = [&](int i) { variant->run(stream, weights[i], b[i].ptr, nullptr, d_lt[i].ptr); };
         variant_err = check_output(variant_launch, d_lt[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
         variant_index = launches.size();
@@ -412,8 +427,7 @@ int run(const Options& o) {
       // Per product: cuBLAS, nmkit, [cuSPARSELt,] nmkit with overlapping launches off.
       std::vector<double> chain_ms;
       if (o.chain > 0) {
-        const gpu::Nm24SpmmPlan plain =
-            plan_with_env({{"NMKIT_OVERLAP_LAUNCH", "0"}}, [&] { return gpu::Nm24SpmmPlan::create(desc); });
+        const gpu::Nm24SpmmPlan plain = gpu::Nm24SpmmPlan::create(desc, {.overlap_launch = false});
         std::vector<std::function<void(int)>> chains;
         std::vector<std::size_t> libraries{0, 1};
         if (lt_index) libraries.push_back(*lt_index);
@@ -469,8 +483,8 @@ int run(const Options& o) {
                      : "");
       if (variant_index) {
         const double variant_ms = medians[*variant_index];
-        std::printf("        variant (%s): %.1f TFLOP/s, %.3fx nmkit's time, rel. error %.1e, %s\n",
-                    o.variant_env.c_str(), tflops(variant_ms), variant_ms / nmkit_ms, *variant_err,
+        std::printf("        variant (%s): %.1f TFLOP/s, %.3fx nmkit's time, rel. error %.1e, %s\n", o.variant.c_str(),
+                    tflops(variant_ms), variant_ms / nmkit_ms, *variant_err,
                     (std::ostringstream() << variant->config()).str().c_str());
       }
       std::fflush(stdout);
@@ -497,7 +511,7 @@ int run(const Options& o) {
         if (lt_index) row["chain_cusparselt_ms"] = chain_ms[2];
       }
       if (variant_index)
-        row["variant_env"] = o.variant_env, row["variant_ms"] = medians[*variant_index],
+        row["variant"] = o.variant, row["variant_ms"] = medians[*variant_index],
         row["variant_rel_error"] = *variant_err;
       if (!launch_ms.empty()) {
         row["launch_ms"] = {{"cublas", launch_ms[0]}, {"nmkit", launch_ms[1]}};
@@ -537,7 +551,10 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   CLI::App app{"nmkit SpMM benchmark (2:4, V:N:M, tile-sparse) against cuBLASLt, cuSPARSELt and cuSPARSE"};
   Options o;
-  app.add_option("--suite", o.suite, "bert | llm | decode | all (2:4) | vnm (V:N:M) | tile")->capture_default_str();
+  app.add_option("--suite", o.suite,
+                 "bert | llm | decode | all | models (2:4; models: every linear of Llama-2/3 and BERT at T = 1..8192) "
+                 "| vnm (V:N:M) | tile")
+      ->capture_default_str();
   app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
   app.add_option("--tile-sides", o.tile_sides, "tile suite: square tile sides")->delimiter(',')->capture_default_str();
   app.add_option("--tile-densities", o.tile_densities, "tile suite: fractions of stored tiles")
@@ -549,8 +566,6 @@ int main(int argc, char** argv) {
                  "tile suite: the sm90 kernel's split-K cluster size (1..8; 0: by shape)");
   app.add_flag("--tile-unit-per-cta", o.tile_unit_per_cta,
                "tile suite: one sm90 CTA per work unit instead of one persistent CTA per SM");
-  app.add_flag("--tile-chunked-epilogue", o.tile_chunked_epilogue,
-               "tile suite: the sm90 consumers write D themselves, 32 tokens at a time (no deferred store; ablation)");
   app.add_option("--tile-stream-ctas", o.tile_stream_ctas,
                  "tile suite: the stream kernel's CTAs per 32-token block (0: as many as the device holds at once)");
   app.add_option(
@@ -568,7 +583,7 @@ int main(int argc, char** argv) {
                  "nmkit with and without overlapping launches and cuBLAS, per product")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--tile-timeline", o.tile_timeline,
-               "tile suite: after each sm90 row, one launch traced with clock64 marks and summarised (diagnosis)");
+               "tile suite: after each f16 sm90 row, one run traced with clock64 marks and summarised (diagnosis)");
   app.add_option("--m", o.vnm_m, "vnm suite: M values (N = 2)")->delimiter(',')->capture_default_str();
   app.add_option("--vnm-shapes", o.vnm_shapes,
                  "vnm suite: acceptance (the issue's three) | llm | bert | all | ksweep (4096 x K x 4096, K = 1k..16k)")
@@ -605,9 +620,10 @@ int main(int argc, char** argv) {
                  "2:4 suites: also time chains of N back-to-back launches per library (nmkit with and without "
                  "overlapping launches), per product")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--variant-env", o.variant_env,
-                 "2:4 and tile suites: NAME=VALUE[,NAME=VALUE...]; also time a second nmkit plan made with these "
-                 "environment variables set, in the same rounds (kernel experiments such as NMKIT_SM90_MULTICAST=1)");
+  app.add_option("--variant", o.variant,
+                 "2:4 and tile suites: KEY=VALUE[,KEY=VALUE...]; also time a second nmkit plan with these options in "
+                 "the same rounds (2:4: kernel, block_n, schedule, raster_rows, overlap_launch; tile: block_n, split, "
+                 "persistent, stream_ctas, overlap_launch)");
   app.add_flag("--launch-times", o.launch_times,
                "2:4 suites: also write every timed launch's ms per library to the JSON (launch_ms), in launch order");
   app.add_flag("--autotune", o.autotune,

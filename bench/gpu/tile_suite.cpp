@@ -149,7 +149,7 @@ gpu::PackedTiles random_tiles(int64_t rows, int64_t cols, int side, double densi
   return p;
 }
 
-// One traced launch of `plan`'s configuration (TileLaunch::timeline), summarised from the CTAs' clock64 marks:
+// One traced run of `plan` (run_tile_plan_with_timeline), summarised from the CTAs' clock64 marks:
 // the prologue until the first copies, the copies' latency (posted -> landed, which also counts how far ahead
 // the producer runs), the consumer's time per step, and per work unit its main loop, its epilogue and the wait
 // for the next unit's first data. Cycles become microseconds at the device's rated clock (an approximation).
@@ -161,10 +161,7 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
   const int64_t ctas = units * plan.split();  // at least the grid
   DeviceArray buffer(ctas * T::kWords * sizeof(uint64_t));
   NMKIT_CUDA_CHECK(cudaMemsetAsync(buffer.ptr, 0, ctas * T::kWords * sizeof(uint64_t), stream));
-  const gpu::TileSpmmPlan traced = gpu::TileSpmmPlan::create(
-      desc, plan.tile_rows(), plan.tile_cols(), plan.kernel(),
-      {plan.block_n(), plan.split(), plan.persistent(), plan.deferred_store(), static_cast<uint64_t*>(buffer.ptr)});
-  traced.run(stream, a, b, nullptr, d);
+  gpu::run_tile_plan_with_timeline(plan, stream, a, b, nullptr, d, nullptr, static_cast<uint64_t*>(buffer.ptr));
   std::vector<uint64_t> words(ctas * T::kWords);
   NMKIT_CUDA_CHECK(
       cudaMemcpyAsync(words.data(), buffer.ptr, words.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream));
@@ -207,6 +204,32 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
 
 }  // namespace
 
+namespace {
+
+// --variant's launch options over the suite's own: block_n, split, persistent, stream_ctas and overlap_launch.
+gpu::TileLaunch tile_variant_launch(const VariantSettings& settings, gpu::TileLaunch launch) {
+  for (const auto& [key, value] : settings) {
+    if (key == "block_n")
+      launch.block_n = variant_int(key, value, 0, 256);
+    else if (key == "split")
+      launch.split = variant_int(key, value, 0, 8);
+    else if (key == "persistent")
+      launch.persistent = variant_flag(key, value);
+    else if (key == "stream_ctas")
+      launch.stream_ctas = variant_int(key, value, 0, 1 << 20);
+    else if (key == "overlap_launch")
+      launch.overlap_launch = variant_flag(key, value);
+    else
+      throw Error(
+          ErrorCode::invalid_argument,
+          "--variant for the tile suite takes block_n, split, persistent, stream_ctas and overlap_launch, got " + key +
+              "=" + value);
+  }
+  return launch;
+}
+
+}  // namespace
+
 double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
                       std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
   cusparseHandle_t sparse;
@@ -221,9 +244,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                     " takes automatic, sm80_mma, sm90_wgmma, stream_mma or warp_stream_mma, got " + name);
   };
   const gpu::TileKernel kernel = kernel_named(o.kernel, "--tile-kernel");
-  std::string variant_label;  // --variant-env's assignments, as given
-  for (const auto& [name, value] : o.variant_env)
-    variant_label += (variant_label.empty() ? "" : ",") + name + "=" + value;
+  const std::string variant_label = variant_text(o.variant);
   std::optional<gpu::TileKernel> compare;
   if (!o.compare_kernel.empty()) compare = kernel_named(o.compare_kernel, "--tile-compare");
   std::printf("\n%-5s %-18s %-5s %-7s %-7s %-7s %9s %9s %8s %10s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "tile",
@@ -257,7 +278,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             // that each ratio compares two timings of one moment.
             const auto dense_launch = [&](int i) { dense.run(dense_w[i].ptr, b[i].ptr, d_dense[i].ptr, stream); };
             if (!dense_chosen) dense.choose_fastest(dense_launch, sets, stream), dense_chosen = true;
-            gpu::TileLaunch launch{o.block_n, o.split, o.persistent, o.deferred_store};  // each kernel takes its fields
+            gpu::TileLaunch launch{o.block_n, o.split, o.persistent};  // each kernel takes its fields
             launch.stream_ctas = o.stream_ctas;
             const gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
             const gpu::TileSpmmPlan plan = gpu::TileSpmmPlan::create(desc, side, side, kernel, launch);
@@ -270,11 +291,10 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             double variant_err = 0;
             const gpu::TileKernel kernel_run = plan.kernel_for(weights[0]);  // what run() launches for this weight
             const bool compared = compare && *compare != kernel_run;
-            if (compared || (!compare && !o.variant_env.empty())) {
+            if (compared || (!compare && !o.variant.empty())) {
               variant = compared ? gpu::TileSpmmPlan::create(desc, side, side, *compare, launch)
-                                 : plan_with_env(o.variant_env, [&] {
-                                     return gpu::TileSpmmPlan::create(desc, side, side, kernel, launch);
-                                   });
+                                 : gpu::TileSpmmPlan::create(desc, side, side, kernel,
+                                                             tile_variant_launch(o.variant, launch));
               const auto variant_launch = [&](int i) {
                 variant->run(stream, weights[i], b[i].ptr, nullptr, d_nmkit[i].ptr);
               };
@@ -309,7 +329,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                   time_interleaved_ms(chains, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
               chain_ms = {m[0] / o.chain, m[1] / o.chain, m[2] / o.chain};
             }
-            if (o.timeline && kernel_run == gpu::TileKernel::sm90_wgmma) {
+            if (o.timeline && kernel_run == gpu::TileKernel::sm90_wgmma && dtype == DType::f16) {
               plan.run(stream, weights[1 % sets], b[1 % sets].ptr, nullptr, d_nmkit[1 % sets].ptr);
               print_timeline(plan, weights[0], b[0].ptr, d_nmkit[0].ptr, stream);
             }
@@ -392,7 +412,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             {"deferred_store", plan.deferred_store()}});
             if (kernel_run == gpu::TileKernel::stream_mma || kernel_run == gpu::TileKernel::warp_stream_mma)
               rows.back()["stream_ctas"] = plan.stream_ctas(weights[0]);
-            if (variant && !compared) rows.back()["variant_env"] = variant_label;
+            if (variant && !compared) rows.back()["variant"] = variant_label;
             if (variant)
               rows.back()["variant_kernel"] = gpu::kernel_name(variant->kernel()),
               rows.back()["variant_ms"] = medians[2], rows.back()["variant_rel_error"] = variant_err,

@@ -19,8 +19,7 @@ struct TileSuiteOptions {
   int warmup = 5, iters = 30;
   int block_n = 0, split = 0;  // the sm90 kernel's configuration; 0: the plan's choice
   bool persistent = true;
-  bool deferred_store = true;  // TileLaunch::deferred_store
-  bool timeline = false;       // after each sm90 row, one traced launch summarised (TileLaunch::timeline)
+  bool timeline = false;  // after each f16 sm90 row, one traced run summarised (run_tile_plan_with_timeline)
   // Also time chains of this many dependent products (R == K: each output is the next product's B), per product:
   // nmkit with overlapping launches (TileLaunch::overlap_launch), without, and cuBLAS; 0: none.
   int chain = 0;
@@ -29,9 +28,9 @@ struct TileSuiteOptions {
   // Also time a plan forced to this kernel (sm80_mma | sm90_wgmma | stream_mma), in the same rounds as the
   // default plan ("variant" in the JSON rows); empty: none.
   std::string compare_kernel;
-  // Or time the plan made again with these environment variables set (--variant-env: a kernel experiment that a
-  // plan reads at creation), in the same rounds; with compare_kernel, that one wins.
-  std::vector<std::pair<std::string, std::string>> variant_env;
+  // Or time the plan made again with these launch options (--variant: block_n, split, persistent, stream_ctas,
+  // overlap_launch) in the same rounds; with compare_kernel, that one wins.
+  VariantSettings variant;
   std::string kernel = "automatic";  // the measured plan's kernel (automatic: the plan's choice)
 };
 

@@ -154,8 +154,8 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             auto b_of = [&](int i) { return b_layout == Layout::row_major ? b_run[i].ptr : b[i].ptr; };
             gpu::SpmmDesc desc{s.r, s.k, s.c, dtype, dtype};
             desc.b_layout = b_layout;
-            const gpu::VnmSpmmPlan plan =
-                gpu::VnmSpmmPlan::create(desc, v, m, gpu::Nm24Kernel::automatic, o.block_n, gpu::VnmForm::condensed);
+            const gpu::VnmSpmmPlan plan = gpu::VnmSpmmPlan::create(
+                desc, v, m, {.kernel = gpu::Nm24Kernel::automatic, .block_n = o.block_n}, gpu::VnmForm::condensed);
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern
             const auto nmkit_launch = [&](int i) { plan.run(stream, weights[i], b_of(i), nullptr, d_nmkit[i].ptr); };
             const double err = check_output(nmkit_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
@@ -211,7 +211,7 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
   gpu::SpmmDesc tiny{128, 64, 16};
   tiny.b_layout = Layout::row_major;
   const gpu::VnmSpmmPlan plan =
-      gpu::VnmSpmmPlan::create(tiny, 128, 8, gpu::Nm24Kernel::automatic, 0, gpu::VnmForm::condensed);
+      gpu::VnmSpmmPlan::create(tiny, 128, 8, {.kernel = gpu::Nm24Kernel::automatic}, gpu::VnmForm::condensed);
   DeviceArray b(64 * 16 * 2), d(128 * 16 * 2);
   fill_dense(b.ptr, 64 * 16, DType::f16, 8, stream);
   const double us = host_overhead_us([&] { plan.run(stream, w, b.ptr, nullptr, d.ptr); }, stream);

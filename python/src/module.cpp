@@ -255,7 +255,8 @@ void bind_device(nb::module_& m) {
       .def_prop_ro("activation",
                    [](const gpu::SparseLinear& s) { return std::string(activation_name(s.activation())); })
       .def_prop_ro("has_bias", &gpu::SparseLinear::has_bias)
-      .def_prop_ro("format", &gpu::SparseLinear::format);
+      .def_prop_ro("format", &gpu::SparseLinear::format)
+      .def_prop_ro("plans", &gpu::SparseLinear::plans);
 #endif
 }
 

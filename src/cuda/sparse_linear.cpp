@@ -1,4 +1,4 @@
-// SparseLinear: one device weight of any GPU format and a plan per token count, behind y = act(x W^T + bias).
+// SparseLinear: one device weight of any GPU format and a plan per token bucket, behind y = act(x W^T + bias).
 // Host code only: it packs, uploads and dispatches to the three families' plan/run APIs.
 #include "nmkit/gpu/sparse_linear.hpp"
 
@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/token_buckets.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "nmkit/gpu/vnm_spmm.hpp"
 #include "nmkit/util/overloaded.hpp"
@@ -21,7 +22,7 @@ struct SparseLinear::Impl {
   std::string format;
   Activation activation = Activation::none;
   bool bias = false;
-  std::unordered_map<int64_t, Plan> plans;  // by token count
+  std::unordered_map<int64_t, Plan> plans;  // by token bucket (detail::token_bucket); tiles by token count
 
   // The product y^T (R x T, col-major) = W (R x K) x^T (K x T, col-major): x and y row-major as they are.
   SpmmDesc desc(int64_t tokens) const {
@@ -42,17 +43,30 @@ struct SparseLinear::Impl {
     return std::visit([](const auto& w) { return w.dtype(); }, weight);
   }
 
-  const Plan& plan(int64_t tokens) {
-    if (auto it = plans.find(tokens); it != plans.end()) return it->second;
-    const SpmmDesc d = desc(tokens);
-    Plan made = std::visit(
-        overloaded{
-            [&](const DeviceNm24&) -> Plan { return Nm24SpmmPlan::create(d); },
-            [&](const DeviceVnm& w) -> Plan { return VnmSpmmPlan::create(d, w.v(), w.m()); },
-            [&](const DeviceTiles& w) -> Plan { return TileSpmmPlan::create(d, w.tile_rows(), w.tile_cols()); },
-        },
-        weight);
-    return plans.emplace(tokens, std::move(made)).first->second;
+  // The plan for `tokens`: its bucket's, run with `tokens` (the 2:4 and V:N:M plans take any C; a tile plan's
+  // schedules and workspace are made for its C, so tiles plan per token count).
+  Plan plan(int64_t tokens) {
+    const bool tiles = std::holds_alternative<DeviceTiles>(weight);
+    const int64_t planned = tiles ? tokens : detail::token_bucket(tokens);
+    auto it = plans.find(planned);
+    if (it == plans.end()) {
+      const SpmmDesc d = desc(planned);
+      Plan made = std::visit(
+          overloaded{
+              [&](const DeviceNm24&) -> Plan { return Nm24SpmmPlan::create(d); },
+              [&](const DeviceVnm& w) -> Plan { return VnmSpmmPlan::create(d, w.v(), w.m()); },
+              [&](const DeviceTiles& w) -> Plan { return TileSpmmPlan::create(d, w.tile_rows(), w.tile_cols()); },
+          },
+          weight);
+      it = plans.emplace(planned, std::move(made)).first;
+    }
+    if (planned == tokens) return it->second;
+    return std::visit(overloaded{
+                          [&](const Nm24SpmmPlan& p) -> Plan { return p.for_tokens(tokens); },
+                          [&](const VnmSpmmPlan& p) -> Plan { return p.for_tokens(tokens); },
+                          [&](const TileSpmmPlan& p) -> Plan { return p; },
+                      },
+                      it->second);
   }
 };
 
@@ -99,7 +113,7 @@ void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, co
   require(impl_->bias == (bias != nullptr), ErrorCode::invalid_argument,
           impl_->bias ? "SparseLinear::run: the layer has a bias, but none was given"
                       : "SparseLinear::run: a bias was given to a layer made without one");
-  const Plan& plan = impl_->plan(tokens);
+  const Plan plan = impl_->plan(tokens);
   std::visit(
       overloaded{
           [&](const Nm24SpmmPlan& p) { p.run(stream, std::get<DeviceNm24>(impl_->weight), x, nullptr, y, bias); },
@@ -112,7 +126,7 @@ void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, co
 std::string SparseLinear::kernel(int64_t tokens) {
   require(tokens > 0, ErrorCode::invalid_argument,
           "SparseLinear::kernel: tokens must be > 0, got " + std::to_string(tokens));
-  const Plan& plan = impl_->plan(tokens);
+  const Plan plan = impl_->plan(tokens);
   std::ostringstream os;
   std::visit(overloaded{
                  [&](const Nm24SpmmPlan& p) { os << p.config(); },
@@ -131,5 +145,6 @@ DType SparseLinear::dtype() const noexcept { return impl_->dtype(); }
 Activation SparseLinear::activation() const noexcept { return impl_->activation; }
 bool SparseLinear::has_bias() const noexcept { return impl_->bias; }
 const std::string& SparseLinear::format() const noexcept { return impl_->format; }
+std::size_t SparseLinear::plans() const noexcept { return impl_->plans.size(); }
 
 }  // namespace nmkit::gpu

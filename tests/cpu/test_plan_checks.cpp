@@ -22,20 +22,26 @@ TEST(PlanChecks, Nm24RefusesBadDescriptions) {
                      "output dtype");
 }
 
+TEST(PlanChecks, Nm24RefusesOptionsNoKernelTakes) {
+  const SpmmDesc desc{256, 256, 256};
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.block_n = 100}), ErrorCode::invalid_argument, "block_n");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.raster_rows = -1}), ErrorCode::invalid_argument, "raster_rows");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.raster_rows = 1025}), ErrorCode::invalid_argument, "raster_rows");
+  for (const Nm24Options& sm90_only :
+       {Nm24Options{.kernel = Nm24Kernel::sm80_mma_sp, .block_n = 128},
+        Nm24Options{.kernel = Nm24Kernel::sm80_mma_sp, .schedule = Sm90Schedule::persistent},
+        Nm24Options{.kernel = Nm24Kernel::sm80_mma_sp, .raster_rows = 8}}) {
+    EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, sm90_only), ErrorCode::unsupported, "sm90 kernel");
+    EXPECT_NMKIT_ERROR(VnmSpmmPlan::create(desc, 128, 8, sm90_only), ErrorCode::unsupported, "sm90 kernel");
+  }
+}
+
 TEST(PlanChecks, VnmRefusesUnsupportedPatterns) {
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 48, 10), ErrorCode::unsupported, "V=48");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 300), ErrorCode::invalid_argument, "M=300");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64, DType::f32}, 64, 8), ErrorCode::unsupported, "f16 or bf16");
-  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 10, Nm24Kernel::automatic, 0, VnmForm::full_2_4),
-                     ErrorCode::invalid_argument, "M % 4 == 0");
-}
-
-TEST(PlanChecks, TileRejectsABadOverlapSwitch) {
-  // NMKIT_OVERLAP_LAUNCH takes 0 or 1; anything else is named in the error, before the plan asks for a device.
-  setenv("NMKIT_OVERLAP_LAUNCH", "yes", 1);
-  EXPECT_NMKIT_ERROR(TileSpmmPlan::create({256, 256, 32}, 64, 64), ErrorCode::invalid_argument,
-                     "NMKIT_OVERLAP_LAUNCH must be 0 or 1");
-  unsetenv("NMKIT_OVERLAP_LAUNCH");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 10, {}, VnmForm::full_2_4), ErrorCode::invalid_argument,
+                     "M % 4 == 0");
 }
 
 TEST(PlanChecks, SparseLinearRefusesWeightsNoKernelTakes) {

@@ -133,18 +133,6 @@ double error_against_oracle(const SparseMatrix& a, const Problem& t, uint32_t se
   return test::relative_frobenius(got, want);
 }
 
-// Sets an environment variable for one scope: plans read the NMKIT_* experiment switches when they are created.
-struct ScopedEnv {
-  const char* name;
-  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
-  ~ScopedEnv() { unsetenv(name); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-};
-
-// The sm90 kernel's schedules (NMKIT_SM90_SCHEDULE; KernelConfig::register_epilogue, persistent_ctas).
-inline constexpr const char* kSm90Schedules[] = {"staged", "registers", "persistent"};
-
 // Two layers z = W2 (W1 x), f16, B and D col-major (each output is the next layer's B), run on a non-blocking
 // stream as four launches: both layers on x0, then both again on x1 into the same intermediate y, so that the third
 // launch overwrites what the second reads. Eight rounds over poisoned y and z. Launched overlapping the kernel

@@ -27,12 +27,14 @@ std::string describe(const Case& t) {
   return describe(static_cast<const Problem&>(t)) + " kernel " + kernel_name(t.kernel);
 }
 
-// Runs one case on the GPU and returns the relative Frobenius error against the CPU oracle.
-double run_case(const Case& t, uint32_t seed) {
+// Runs one case on the GPU (the case's kernel and n-tile, the rest of `options`) and returns the relative error
+// against the CPU oracle.
+double run_case(const Case& t, uint32_t seed, Nm24Options options = {}) {
+  options.kernel = t.kernel, options.block_n = t.block_n;
   const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
   const NmMatrix a = compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4);
   const DeviceNm24 da = DeviceNm24::upload(pack_nm24(a));
-  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(t.desc(), t.kernel, t.block_n);
+  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(t.desc(), options);
   return error_against_oracle(SparseMatrix{a}, t, seed, [&](const void* b, const void* c, void* d, const float* bias) {
     plan.run(nullptr, da, b, c, d, bias);
   });
@@ -41,7 +43,7 @@ double run_case(const Case& t, uint32_t seed) {
 std::vector<Nm24Kernel> kernels_here() {
   std::vector<Nm24Kernel> k{Nm24Kernel::sm80_mma_sp};
   try {
-    Nm24SpmmPlan::create({128, 64, 128}, Nm24Kernel::sm90_wgmma_sp);
+    Nm24SpmmPlan::create({128, 64, 128}, {.kernel = Nm24Kernel::sm90_wgmma_sp});
     k.push_back(Nm24Kernel::sm90_wgmma_sp);
   } catch (const Error&) {
   }
@@ -114,61 +116,27 @@ TEST(Nm24Gpu, AutomaticTakesTheHopperKernelForEitherBLayout) {
   EXPECT_EQ(Nm24SpmmPlan::create(odd).config().kernel, Nm24Kernel::sm80_mma_sp);
 }
 
-TEST(Nm24Gpu, BMulticastAcrossAClusterIsCorrect) {
+// The raster group (Nm24Options::raster_rows) reorders the tiles only: every group size, including one that does
+// not divide the row tiles, gives the oracle's product; bad values are named.
+TEST(Nm24Gpu, RasterGroupsAreCorrectAndChecked) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  const ScopedEnv multicast("NMKIT_SM90_MULTICAST", "1");
-  // Every schedule: the persistent one gives the 2200-row shape's clusters two or more pairs of tiles (342 tiles of
-  // 128 x 128), with R, K and C tails. Row-major D with C = 37 or 515 keeps the staged epilogue (lines not a
-  // multiple of 8 elements).
-  struct Shape {
-    int64_t r, k, c;
-  };
-  uint32_t seed = 900;
-  for (const char* schedule : kSm90Schedules) {
-    const ScopedEnv env("NMKIT_SM90_SCHEDULE", schedule);
-    for (int block_n : {256, 192, 128})
-      for (const Shape& s : {Shape{256, 512, 304}, Shape{512, 192, 37}, Shape{1000, 1024, 515}, Shape{2200, 200, 2104}})
-        for (Layout d_layout : {Layout::col_major, Layout::row_major}) {
-          const DType dtype = (seed / 10) % 2 == 0 ? DType::bf16 : DType::f16;
-          Case t{{s.r, s.k, s.c, dtype, dtype, Layout::col_major, d_layout, 1.0f, 0.0f, false, Activation::none},
-                 Nm24Kernel::sm90_wgmma_sp};
-          t.block_n = block_n;
-          EXPECT_EQ(Nm24SpmmPlan::create(t.desc(), t.kernel, block_n).config().cluster, 2);
-          EXPECT_LE(run_case(t, seed += 10), tolerance(dtype))
-              << describe(t) << " block_n " << block_n << " schedule " << schedule;
-        }
-  }
-}
-
-// NMKIT_SM90_GROUP_ROWS (an experiment knob, docs/performance.md 2:4 item 32) reorders the tiles only: every group
-// size, including one that does not divide the row tiles, gives the oracle's product; bad values are named.
-TEST(Nm24Gpu, ARasterGroupOverrideIsCorrectAndChecked) {
-  SKIP_WITHOUT_GPU();
-  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  const ScopedEnv persistent("NMKIT_SM90_SCHEDULE", "persistent");
   uint32_t seed = 1300;
-  for (const char* rows : {"1", "3", "8", "64"}) {
-    const ScopedEnv env("NMKIT_SM90_GROUP_ROWS", rows);
+  for (int rows : {1, 3, 8, 64})
     for (DType dtype : {DType::f16, DType::bf16}) {
-      Case t{{2200, 200, 2104, dtype, dtype, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
-             Nm24Kernel::sm90_wgmma_sp};
-      EXPECT_EQ(Nm24SpmmPlan::create(t.desc(), t.kernel).config().raster_rows, std::atoi(rows));
-      EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " raster rows " << rows;
+      const Case t{
+          {2200, 200, 2104, dtype, dtype, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false, Activation::none},
+          Nm24Kernel::sm90_wgmma_sp};
+      const Nm24Options options{.schedule = Sm90Schedule::persistent, .raster_rows = rows};
+      EXPECT_EQ(Nm24SpmmPlan::create(t.desc(), options).config().raster_rows, rows);
+      EXPECT_LE(run_case(t, seed += 10, options), tolerance(dtype)) << describe(t) << " raster rows " << rows;
     }
-  }
   const SpmmDesc desc{2200, 200, 2104};
-  {
-    const ScopedEnv empty("NMKIT_SM90_GROUP_ROWS", "");  // as if unset: the kernel's default
-    EXPECT_EQ(Nm24SpmmPlan::create(desc, Nm24Kernel::sm90_wgmma_sp).config().raster_rows, 0);
-  }
-  for (const char* bad : {"0", "-4", "12x", "2000"}) {
-    const ScopedEnv env("NMKIT_SM90_GROUP_ROWS", bad);
-    EXPECT_THROW(Nm24SpmmPlan::create(desc, Nm24Kernel::sm90_wgmma_sp), Error) << "NMKIT_SM90_GROUP_ROWS=" << bad;
-  }
-  const ScopedEnv multicast("NMKIT_SM90_MULTICAST", "1"), odd("NMKIT_SM90_GROUP_ROWS", "5");
-  EXPECT_THROW(Nm24SpmmPlan::create(SpmmDesc{2048, 512, 2048}, Nm24Kernel::sm90_wgmma_sp, 256), Error)
-      << "an odd raster group with B multicast";
+  EXPECT_EQ(Nm24SpmmPlan::create(desc, {.kernel = Nm24Kernel::sm90_wgmma_sp}).config().raster_rows, 0);
+  for (int bad : {-4, 2000})
+    EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.raster_rows = bad}), ErrorCode::invalid_argument, "raster_rows");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.kernel = Nm24Kernel::sm80_mma_sp, .raster_rows = 4}),
+                     ErrorCode::unsupported, "sm90 kernel");
 }
 
 TEST(Nm24Gpu, AutotunedPlansAreCorrectAndRepeatable) {
@@ -206,8 +174,7 @@ TEST(Nm24Gpu, EverySm90ScheduleAgreesWithTheOracle) {
     int block_n;
   };
   uint32_t seed = 1300;
-  for (const char* schedule : kSm90Schedules) {
-    const ScopedEnv env("NMKIT_SM90_SCHEDULE", schedule);
+  for (Sm90Schedule schedule : {Sm90Schedule::staged, Sm90Schedule::registers, Sm90Schedule::persistent}) {
     for (const Shape& s : {Shape{1000, 136, 1096, 64}, Shape{2104, 40, 600, 32}, Shape{300, 192, 520, 256}})
       for (Layout b_layout : {Layout::col_major, Layout::row_major})
         for (Layout d_layout : {Layout::col_major, Layout::row_major})
@@ -219,10 +186,16 @@ TEST(Nm24Gpu, EverySm90ScheduleAgreesWithTheOracle) {
             t.block_n = s.block_n;
             const bool applies =
                 (d_layout == Layout::col_major ? s.r : s.c) % 8 == 0 && act != Activation::gelu && s.block_n % 64 == 0;
-            const KernelConfig config = Nm24SpmmPlan::create(t.desc(), t.kernel, t.block_n).config();
-            EXPECT_EQ(config.register_epilogue, applies && std::string(schedule) != "staged") << schedule;
-            EXPECT_EQ(config.persistent_ctas > 0, applies && std::string(schedule) == "persistent") << schedule;
-            EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << " schedule " << schedule;
+            const Nm24Options options{.kernel = t.kernel, .block_n = t.block_n, .schedule = schedule};
+            if (!applies && schedule != Sm90Schedule::staged) {  // a pinned schedule that cannot run is refused
+              EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(t.desc(), options), ErrorCode::unsupported, "schedule needs");
+              continue;
+            }
+            const KernelConfig config = Nm24SpmmPlan::create(t.desc(), options).config();
+            EXPECT_EQ(config.register_epilogue, schedule != Sm90Schedule::staged) << schedule_name(schedule);
+            EXPECT_EQ(config.persistent_ctas > 0, schedule == Sm90Schedule::persistent);
+            EXPECT_LE(run_case(t, seed += 10, options), tolerance(dtype))
+                << describe(t) << " schedule " << schedule_name(schedule);
           }
   }
 }
@@ -234,21 +207,20 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
   // persistent CTAs where there are more tiles than SMs, whatever K.
   SpmmDesc desc{4096, 512, 4096};
   for (const SpmmDesc& many_tiles : {desc, SpmmDesc{4096, 8192, 4096}}) {
-    const KernelConfig config = Nm24SpmmPlan::create(many_tiles, Nm24Kernel::sm90_wgmma_sp, 256).config();
+    const KernelConfig config =
+        Nm24SpmmPlan::create(many_tiles, {.kernel = Nm24Kernel::sm90_wgmma_sp, .block_n = 256}).config();
     EXPECT_TRUE(config.register_epilogue);
     EXPECT_GT(config.persistent_ctas, 0) << many_tiles.cols;
   }
   // Fewer tiles than SMs: one CTA per tile. n-tiles of 16 and 32 (small C) keep the staged epilogue.
   const KernelConfig one_per_tile =
-      Nm24SpmmPlan::create(SpmmDesc{256, 512, 512}, Nm24Kernel::sm90_wgmma_sp, 256).config();
+      Nm24SpmmPlan::create(SpmmDesc{256, 512, 512}, {.kernel = Nm24Kernel::sm90_wgmma_sp, .block_n = 256}).config();
   EXPECT_TRUE(one_per_tile.register_epilogue);
   EXPECT_EQ(one_per_tile.persistent_ctas, 0);
   for (int narrow : {16, 32})
-    EXPECT_FALSE(Nm24SpmmPlan::create(desc, Nm24Kernel::sm90_wgmma_sp, narrow).config().register_epilogue);
-  {
-    const ScopedEnv env("NMKIT_SM90_SCHEDULE", "fastest");  // not a schedule: the plan says so
-    EXPECT_THROW(Nm24SpmmPlan::create(desc), Error);
-  }
+    EXPECT_FALSE(Nm24SpmmPlan::create(desc, {.kernel = Nm24Kernel::sm90_wgmma_sp, .block_n = narrow})
+                     .config()
+                     .register_epilogue);
   SpmmDesc with_c = desc;
   with_c.beta = 1.0f;
   SpmmDesc f32 = desc;
@@ -269,7 +241,7 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
   const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, 31), t.dtype);
   const NmMatrix a = compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4);
   const DeviceNm24 da = DeviceNm24::upload(pack_nm24(a));
-  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(t.desc(), t.kernel, 128);
+  const Nm24SpmmPlan plan = Nm24SpmmPlan::create(t.desc(), {.kernel = t.kernel, .block_n = 128});
   ASSERT_TRUE(plan.config().register_epilogue);
   const std::size_t d_bytes = t.r * t.c * 2;
   DeviceBytes scratch(d_bytes + 16);
@@ -299,7 +271,7 @@ TEST(Nm24Gpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   SKIP_WITHOUT_GPU();
   // Chained 2:4 layers (expect_chained_layers): decode-sized C (the staged epilogue, n16) and C = 200 (the register
   // epilogue; 1000 / 700 rows make 8 / 6 tiles), launched overlapping the kernel before them on an sm_90 device
-  // (KernelConfig::overlap_launch), and with the environment's override off.
+  // (KernelConfig::overlap_launch), and with Nm24Options::overlap_launch off.
   constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700;
   const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 81),
                     w2 = test::random_matrix(kR2, kR1, DType::f16, 82);
@@ -308,15 +280,16 @@ TEST(Nm24Gpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   const DeviceNm24 d1 = DeviceNm24::upload(pack_nm24(a1)), d2 = DeviceNm24::upload(pack_nm24(a2));
   EXPECT_EQ(Nm24SpmmPlan::create({kR1, kK, 16}).config().overlap_launch, sm90_here()) << "on by default on sm_90";
   for (int64_t n : {16, 200})
-    for (const char* overlap : {"1", "0"}) {
-      const ScopedEnv env("NMKIT_OVERLAP_LAUNCH", overlap);
-      const Nm24SpmmPlan p1 = Nm24SpmmPlan::create({kR1, kK, n}), p2 = Nm24SpmmPlan::create({kR2, kR1, n});
-      EXPECT_EQ(p1.config().overlap_launch, sm90_here() && overlap[0] == '1');
+    for (bool overlap : {true, false}) {
+      const Nm24Options options{.overlap_launch = overlap};
+      const Nm24SpmmPlan p1 = Nm24SpmmPlan::create({kR1, kK, n}, options),
+                         p2 = Nm24SpmmPlan::create({kR2, kR1, n}, options);
+      EXPECT_EQ(p1.config().overlap_launch, sm90_here() && overlap);
       expect_chained_layers(
           SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, n,
           [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
           [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); },
-          "C = " + std::to_string(n) + " overlap " + overlap);
+          "C = " + std::to_string(n) + (overlap ? " overlapped" : " plain"));
     }
 }
 
@@ -326,14 +299,14 @@ TEST(Nm24Gpu, BadInputsAreRejected) {
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f32}), ErrorCode::unsupported, "f16 or bf16");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64, DType::f16, DType::bf16}), ErrorCode::unsupported,
                      "output dtype");
-  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64}, Nm24Kernel::sm80_mma_sp, 128), ErrorCode::unsupported,
-                     "block_n");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({64, 64, 64}, {.kernel = Nm24Kernel::sm80_mma_sp, .block_n = 128}),
+                     ErrorCode::unsupported, "block_n");
   SpmmDesc row_major_b{64, 64, 64};
   row_major_b.b_layout = Layout::row_major;
-  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, Nm24Kernel::sm90_wgmma_sp, 32), ErrorCode::unsupported,
-                     "64, 128, 192 or 256");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, {.kernel = Nm24Kernel::sm90_wgmma_sp, .block_n = 32}),
+                     ErrorCode::unsupported, "64, 128, 192 or 256");
   row_major_b.n = 60;  // TMA needs 16-byte row strides: C % 8 == 0
-  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported,
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, {.kernel = Nm24Kernel::sm90_wgmma_sp}), ErrorCode::unsupported,
                      "C % 8 == 0");
   EXPECT_EQ(Nm24SpmmPlan::create(row_major_b).config().kernel, Nm24Kernel::sm80_mma_sp);
 

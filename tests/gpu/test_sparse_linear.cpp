@@ -2,6 +2,8 @@
 // plan cache exercised by several token counts (tails included) and its refusals.
 #include "nmkit/gpu/sparse_linear.hpp"
 
+#include <random>
+
 #include "gpu_test_util.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/prune/magnitude.hpp"
@@ -36,7 +38,8 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
         EXPECT_EQ(layer.in_features(), c.cols);
         EXPECT_EQ(layer.out_features(), c.rows);
         EXPECT_EQ(layer.format(), format_name(w));
-        for (int64_t tokens : {1, 33, 300, 33}) {  // 33 twice: the cached plan
+        // 33 twice: the cached plan; 17, 33 and 300 run their buckets' plans (20, 40, 320) with fewer tokens.
+        for (int64_t tokens : {1, 17, 33, 300, 33}) {
           EXPECT_FALSE(layer.kernel(tokens).empty());
           // y[T, R] = x[T, K] W^T: the oracle's B is x as a col-major K x T matrix, D y as a col-major R x T one.
           const Problem t{c.rows, c.cols, tokens, dtype, dtype, Layout::col_major, Layout::col_major,
@@ -47,6 +50,18 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
           EXPECT_LE(err, tolerance(dtype)) << c.format << " " << describe(t) << " (" << layer.kernel(tokens) << ")";
         }
       }
+}
+
+TEST(SparseLinearGpu, AnyTokenCountTakesABoundedNumberOfPlans) {
+  SKIP_WITHOUT_GPU();
+  // A serving loop: 1000 token counts drawn from 1..4096 plan once per bucket (48 buckets), not once per count.
+  for (const char* format : {"2:4", "vnm:128:2:8", "vnm:64:2:10"}) {
+    SparseLinear layer = SparseLinear::create(pruned(256, 512, DType::f16, format, 3));
+    std::mt19937 random(7);
+    std::uniform_int_distribution<int64_t> tokens(1, 4096);
+    for (int i = 0; i < 1000; ++i) EXPECT_FALSE(layer.kernel(tokens(random)).empty());
+    EXPECT_LE(layer.plans(), 48u) << format;
+  }
 }
 
 TEST(SparseLinearGpu, RefusesWhatItCannotRun) {

@@ -185,7 +185,7 @@ TEST(TileGpu, HopperKernelRunsSmallTilesWidened) {
         const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, dtype, seed), dtype);
         const TileMatrix a =
             compress_tiles(w, prune_tiles_by_norm(w, tile_rows, tile_cols, density), tile_rows, tile_cols);
-        ASSERT_NE(DeviceTiles::upload(pack_tiles(a)).widened(), nullptr) << describe(t);
+        ASSERT_NE(tile_schedules(DeviceTiles::upload(pack_tiles(a))).widened, nullptr) << describe(t);
         EXPECT_LE(run_with(a, t, seed += 10, TileKernel::sm90_wgmma), tolerance(dtype)) << describe(t);
       }
 }
@@ -242,21 +242,21 @@ TEST(TileGpu, HopperDeferredStoreOverManyUnitsPerCta) {
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
   // The deferred store (16-bit D, beta 0, no GELU, D's stride a multiple of 8 elements): persistent CTAs take
   // 3-4 units each, so the staged and stored barriers turn through both parities; R and C tails clipped by the
-  // store's tensor map, both layouts; the chunked epilogue of the same products beside. Where D's stride is not a
-  // multiple of 8 elements (R = 3079 for col-major D, C = 4100 for row-major D) the plan keeps the chunked one.
+  // store's tensor map, both layouts; the chunked epilogue beside (beta != 0, which the plan stores chunked). Where
+  // D's stride is not a multiple of 8 elements (R = 3079 for col-major D, C = 4100 for row-major D) the plan keeps
+  // the chunked one.
   const int64_t shapes[][3] = {{3080, 128, 4104}, {3079, 128, 4100}};
   uint32_t seed = 9700;
   for (const auto& s : shapes)
     for (Layout d_layout : {Layout::col_major, Layout::row_major})
       for (bool deferred : {true, false}) {
         const DType dtype = d_layout == Layout::row_major ? DType::bf16 : DType::f16;
-        Case t{{s[0], s[1], s[2], dtype, dtype, Layout::col_major, d_layout, 0.5f, 0.0f, true,
+        Case t{{s[0], s[1], s[2], dtype, dtype, Layout::col_major, d_layout, 0.5f, deferred ? 0.0f : 0.5f, true,
                 deferred ? Activation::relu : Activation::none},
                64,
                64,
                0.5,
                TileKernel::sm90_wgmma};
-        t.launch.deferred_store = deferred;
         const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma, t.launch);
         const int64_t d_stride = d_layout == Layout::col_major ? s[0] : s[2];
         ASSERT_EQ(plan.deferred_store(), deferred && d_stride % 8 == 0) << describe(t);
@@ -280,7 +280,7 @@ TEST(TileGpu, HopperUnitOrdersOverManyUnitsPerCta) {
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
   // Persistent CTAs over 3-4 units each in both orders of the work units: token block by token block (every tile
   // row stores the same number of tiles: a balanced schedule) and position by position (tile row 3 stores every
-  // column, the others a few). R and C tails, both epilogues, both tile sides.
+  // column, the others a few). R and C tails, both epilogues (chunked for beta != 0), both tile sides.
   const int64_t r = 3080, k = 1024, n = 4104;
   uint32_t seed = 9900;
   for (int side : {64, 128})
@@ -292,13 +292,21 @@ TEST(TileGpu, HopperUnitOrdersOverManyUnitsPerCta) {
         for (int64_t j = 0; j < mask.grid_cols; ++j)
           mask.keep[static_cast<std::size_t>(i * mask.grid_cols + j)] = (skewed && i == 3) || (i + j) % 4 == 0;
       const PackedTiles packed = pack_tiles(compress_tiles(w, mask, side, side));
-      ASSERT_EQ(DeviceTiles::upload(packed).schedule_balanced(), !skewed) << "side " << side;
+      ASSERT_EQ(tile_schedules(DeviceTiles::upload(packed)).balanced, !skewed) << "side " << side;
       for (bool deferred : {true, false}) {
-        const Problem t{r,    k,    n,    DType::f16,      DType::f16, Layout::col_major, Layout::col_major,
-                        0.5f, 0.0f, true, Activation::relu};
-        TileLaunch launch;
-        launch.deferred_store = deferred;
-        EXPECT_LE(run_with(unpack_tiles(packed), t, seed, TileKernel::sm90_wgmma, launch), tolerance(DType::f16))
+        const Problem t{r,
+                        k,
+                        n,
+                        DType::f16,
+                        DType::f16,
+                        Layout::col_major,
+                        Layout::col_major,
+                        0.5f,
+                        deferred ? 0.0f : 0.5f,
+                        true,
+                        Activation::relu};
+        ASSERT_EQ(TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma).deferred_store(), deferred);
+        EXPECT_LE(run_with(unpack_tiles(packed), t, seed, TileKernel::sm90_wgmma), tolerance(DType::f16))
             << describe(t) << " side " << side << (skewed ? " skewed" : " balanced") << (deferred ? " deferred" : "");
       }
     }
@@ -310,7 +318,7 @@ TEST(TileGpu, HopperClaimedUnitsAcrossLaunchesAndStreams) {
   // Persistent CTAs claim units from a counter pair that the last CTA of a launch zeroes again: launch after
   // launch on one stream, each into a poisoned D, and launches of the same plan on two streams at once (each
   // launch its own counters), must each compute every unit. Skewed (one tile row stores every column) and
-  // balanced patterns, both epilogues.
+  // balanced patterns, both epilogues (chunked for beta != 0).
   const int64_t r = 3080, k = 1024, n = 4104;
   uint32_t seed = 9950;
   for (bool skewed : {false, true})
@@ -323,12 +331,20 @@ TEST(TileGpu, HopperClaimedUnitsAcrossLaunchesAndStreams) {
           mask.keep[static_cast<std::size_t>(i * mask.grid_cols + j)] = (skewed && i == 3) || (i + 2 * j) % 5 == 0;
       const TileMatrix a = compress_tiles(w, mask, 64, 64);
       const DeviceTiles da = DeviceTiles::upload(pack_tiles(a));
-      const Problem t{r,    k,    n,     DType::f16,      DType::f16, Layout::col_major, Layout::col_major,
-                      1.0f, 0.0f, false, Activation::none};
-      TileLaunch launch;
-      launch.deferred_store = deferred;
-      const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma, launch);
+      const Problem t{r,
+                      k,
+                      n,
+                      DType::f16,
+                      DType::f16,
+                      Layout::col_major,
+                      Layout::col_major,
+                      1.0f,
+                      deferred ? 0.0f : 0.5f,
+                      false,
+                      Activation::none};
+      const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma);
       ASSERT_TRUE(plan.persistent());
+      ASSERT_EQ(plan.deferred_store(), deferred);
       const std::size_t d_bytes = static_cast<std::size_t>(r * n) * 2;
       DeviceBuffer other(d_bytes);
       cudaStream_t streams[2];
@@ -379,7 +395,7 @@ TEST(TileGpu, HopperSmallTokenBlocksAcrossUnitsAndSplits) {
 TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
-  // A traced launch (TileLaunch::timeline) computes the same product, and every CTA of the grid leaves ordered
+  // A traced run (run_tile_plan_with_timeline) computes the same product, and every CTA of the grid leaves ordered
   // marks: start, first copy posted, its data landed, first unit written, its end in both clocks (a plausible SM
   // clock between them).
   using T = TileTimeline;
@@ -398,8 +414,14 @@ TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
     std::vector<uint64_t> words(grid * T::kWords, 0);
     DeviceBuffer timeline(words.size() * sizeof(uint64_t));
     timeline.copy_from_host(words.data(), timeline.size());
-    t.launch.timeline = static_cast<uint64_t*>(timeline.data());
-    EXPECT_LE(run_case(t, 9300), tolerance(t.dtype)) << describe(t);
+    const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, 9300), t.dtype);
+    const TileMatrix a = compress_tiles(w, prune_tiles_by_norm(w, 64, 64, t.density), 64, 64);
+    const DeviceTiles da = DeviceTiles::upload(pack_tiles(a));
+    const double error =
+        error_against_oracle(SparseMatrix{a}, t, 9300, [&](const void* b, const void* c, void* d, const float* bias) {
+          run_tile_plan_with_timeline(probe, nullptr, da, b, c, d, bias, static_cast<uint64_t*>(timeline.data()));
+        });
+    EXPECT_LE(error, tolerance(t.dtype)) << describe(t);
     timeline.copy_to_host(words.data(), words.size() * sizeof(uint64_t));
     for (int64_t c = 0; c < grid; ++c) {
       const uint64_t* w = words.data() + c * T::kWords;
@@ -548,7 +570,7 @@ TEST(TileGpu, WarpStreamScheduleCutsALongRowOverCtas) {
     const TileMatrix a = one_long_row(tile_cols);
     const PackedTiles packed = pack_tiles(a);
     const DeviceTiles da = DeviceTiles::upload(packed);
-    ASSERT_GT(da.warp_stream_ctas(), 1) << "tiles 32x" << tile_cols;
+    ASSERT_GT(tile_schedules(da).warp_stream_ctas, 1) << "tiles 32x" << tile_cols;
     const int chunks_per_tile = tile_cols / 32;
     const int64_t chunks = packed.nnz_tiles() * chunks_per_tile;
     // The schedule the default grid targets: two chunks per warp, eight warps per CTA (far fewer than the device
@@ -600,8 +622,8 @@ TEST(TileGpu, AutomaticPicksTheWarpStreamKernelForWeightsWithASchedule) {
                     Layout::row_major, 1.0f,      0.0f, false,      Activation::none};
     const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 32, 32);
     const DeviceTiles a_even = DeviceTiles::upload(pack_tiles(even)), a_cut = DeviceTiles::upload(pack_tiles(cut));
-    EXPECT_EQ(a_even.warp_stream_rows_cut(), 0);
-    EXPECT_GT(a_cut.warp_stream_rows_cut(), 0);
+    EXPECT_EQ(tile_schedules(a_even).warp_stream_rows_cut, 0);
+    EXPECT_GT(tile_schedules(a_cut).warp_stream_rows_cut, 0);
     const bool warp_stream = sm90_here() && n <= 32;
     EXPECT_EQ(plan.kernel_for(a_even), warp_stream ? TileKernel::warp_stream_mma : plan.kernel()) << "C = " << n;
     EXPECT_EQ(plan.kernel_for(a_cut), warp_stream ? TileKernel::warp_stream_mma : plan.kernel()) << "C = " << n;
@@ -625,12 +647,12 @@ TEST(TileGpu, TallTilesRunTheWarpStreamKernelThroughTheirSplitCopy) {
     const PackedTiles packed = pack_tiles(a);
     const DeviceTiles da = DeviceTiles::upload(packed);
     if (sm90_here()) {
-      ASSERT_NE(da.split_rows(), nullptr) << tr << "x" << tc;
-      EXPECT_EQ(da.split_rows()->tile_rows(), 32);
+      ASSERT_NE(tile_schedules(da).split_rows, nullptr) << tr << "x" << tc;
+      EXPECT_EQ(tile_schedules(da).split_rows->tile_rows(), 32);
       int64_t parts = 0;  // every stored tile cut in tr / 32, less the parts past R of the last tile row's
       for (int64_t i = 0; i < ceil_div(a.rows, int64_t{32}); ++i)
         parts += packed.row_ptr[i / (tr / 32) + 1] - packed.row_ptr[i / (tr / 32)];
-      EXPECT_EQ(da.split_rows()->nnz_tiles(), parts) << tr << "x" << tc;
+      EXPECT_EQ(tile_schedules(da).split_rows->nnz_tiles(), parts) << tr << "x" << tc;
     }
     for (int64_t n : {20, 32, 33}) {
       const Problem t{a.rows, a.cols, n,     DType::f16,      DType::f16, Layout::col_major, Layout::row_major,
@@ -649,24 +671,24 @@ TEST(TileGpu, TallTilesRunTheWarpStreamKernelThroughTheirSplitCopy) {
 TEST(TileGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   SKIP_WITHOUT_GPU();
   // Chained layers (expect_chained_layers) in 32x32 tiles at C = 24: the warp-stream kernel on an sm_90 device,
-  // launched overlapping the kernel before it (TileLaunch::overlap_launch), and with the environment's override off.
+  // launched overlapping the kernel before it (TileLaunch::overlap_launch), and without.
   constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700, kN = 24;
   const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 71),
                     w2 = test::random_matrix(kR2, kR1, DType::f16, 72);
   const TileMatrix a1 = compress_tiles(w1, prune_tiles_by_norm(w1, 32, 32, 0.3), 32, 32);
   const TileMatrix a2 = compress_tiles(w2, prune_tiles_by_norm(w2, 32, 32, 0.3), 32, 32);
   const DeviceTiles d1 = DeviceTiles::upload(pack_tiles(a1)), d2 = DeviceTiles::upload(pack_tiles(a2));
-  for (const char* overlap : {"1", "0"}) {
-    const ScopedEnv env("NMKIT_OVERLAP_LAUNCH", overlap);
-    const TileSpmmPlan p1 = TileSpmmPlan::create({kR1, kK, kN}, 32, 32),
-                       p2 = TileSpmmPlan::create({kR2, kR1, kN}, 32, 32);
-    EXPECT_EQ(p1.overlap_launch(), sm90_here() && overlap[0] == '1');
+  for (const bool overlap : {true, false}) {
+    const TileLaunch launch{.overlap_launch = overlap};
+    const TileSpmmPlan p1 = TileSpmmPlan::create({kR1, kK, kN}, 32, 32, TileKernel::automatic, launch),
+                       p2 = TileSpmmPlan::create({kR2, kR1, kN}, 32, 32, TileKernel::automatic, launch);
+    EXPECT_EQ(p1.overlap_launch(), sm90_here() && overlap);
     if (sm90_here()) EXPECT_EQ(p1.kernel_for(d1), TileKernel::warp_stream_mma);
     expect_chained_layers(
         SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, kN,
         [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
         [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); },
-        std::string("overlap ") + overlap);
+        overlap ? "overlap on" : "overlap off");
   }
 }
 

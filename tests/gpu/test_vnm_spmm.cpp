@@ -31,12 +31,14 @@ std::string describe(const Case& t) {
          kernel_name(t.kernel) + (t.block_n ? " block_n " + std::to_string(t.block_n) : "");
 }
 
-double run_case(const Case& t, uint32_t seed) {
+// Runs one case (its kernel, n-tile and form; the rest of `options`) against the CPU oracle.
+double run_case(const Case& t, uint32_t seed, Nm24Options options = {}) {
+  options.kernel = t.kernel, options.block_n = t.block_n;
   const DenseMatrix w = DenseMatrix::from_float(t.r, t.k, rounded_random(t.r * t.k, t.dtype, seed), t.dtype);
   const auto [v, n, m] = t.pattern;
   const VnmMatrix a = compress_vnm(w, prune_vnm_magnitude(w, v, n, m), v, n, m);
   const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, t.form, t.b_layout));
-  const VnmSpmmPlan plan = VnmSpmmPlan::create(t.desc(), v, m, t.kernel, t.block_n, t.form);
+  const VnmSpmmPlan plan = VnmSpmmPlan::create(t.desc(), v, m, options, t.form);
   return error_against_oracle(SparseMatrix{a}, t, seed, [&](const void* b, const void* c, void* d, const float* bias) {
     plan.run(nullptr, da, b, c, d, bias);
   });
@@ -44,7 +46,7 @@ double run_case(const Case& t, uint32_t seed) {
 
 bool sm90_here() {
   try {
-    VnmSpmmPlan::create({128, 64, 128}, 128, 16, Nm24Kernel::sm90_wgmma_sp);  // the gathering kernel
+    VnmSpmmPlan::create({128, 64, 128}, 128, 16, {.kernel = Nm24Kernel::sm90_wgmma_sp});  // the gathering kernel
     return true;
   } catch (const Error&) {
     return false;
@@ -102,8 +104,7 @@ TEST(VnmGpu, HopperGatherTilesAreWideUnlessCIsSmall) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
   const auto width = [](int64_t r, int64_t c, int v) {
-    return VnmSpmmPlan::create(plain(r, 4096, c, DType::f16, Layout::row_major).desc(), v, 8, Nm24Kernel::automatic, 0,
-                               VnmForm::condensed)
+    return VnmSpmmPlan::create(plain(r, 4096, c, DType::f16, Layout::row_major).desc(), v, 8, {}, VnmForm::condensed)
         .config()
         .block_n;
   };
@@ -130,15 +131,15 @@ TEST(VnmGpu, EverySm90ScheduleAgreesWithTheOracle) {
   // taking several tiles (1000 x 2000 at block_n 64: 8 x 32 = 256 tiles), R, K and C tails, both B layouts (the row
   // and column gathers), V = 64 (two B tiles per stage) and 128.
   uint32_t seed = 5000;
-  for (const char* schedule : kSm90Schedules) {
-    const ScopedEnv env("NMKIT_SM90_SCHEDULE", schedule);
+  for (Sm90Schedule schedule : {Sm90Schedule::staged, Sm90Schedule::registers, Sm90Schedule::persistent}) {
     for (Layout b_layout : {Layout::col_major, Layout::row_major})
       for (Layout d_layout : {Layout::col_major, Layout::row_major})
         for (int v : {64, 128}) {
           Problem problem = plain(1000, 300, 2000, v == 64 ? DType::bf16 : DType::f16, b_layout);
           problem.d_layout = d_layout, problem.bias = true, problem.act = Activation::relu;
           const Case t{problem, {v, 2, 10}, Nm24Kernel::sm90_wgmma_sp, 64, VnmForm::condensed};
-          EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << " schedule " << schedule;
+          EXPECT_LE(run_case(t, seed += 10, {.schedule = schedule}), tolerance(t.dtype))
+              << describe(t) << " schedule " << schedule_name(schedule);
         }
   }
 }
@@ -203,7 +204,7 @@ TEST(VnmGpu, FallbacksArePickedAndCorrect) {
 TEST(VnmGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   SKIP_WITHOUT_GPU();
   // Chained 128:2:8 layers in the condensed form (expect_chained_layers): the gathering kernel, B col-major, at
-  // C = 64, launched overlapping the kernel before it on an sm_90 device, and with the environment's override off.
+  // C = 64, launched overlapping the kernel before it on an sm_90 device, and with Nm24Options::overlap_launch off.
   constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700, kN = 64;
   const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 91),
                     w2 = test::random_matrix(kR2, kR1, DType::f16, 92);
@@ -211,16 +212,16 @@ TEST(VnmGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   const VnmMatrix a2 = compress_vnm(w2, prune_vnm_magnitude(w2, 128, 2, 8), 128, 2, 8);
   const DeviceVnm d1 = DeviceVnm::upload(pack_vnm(a1, VnmForm::condensed, Layout::col_major));
   const DeviceVnm d2 = DeviceVnm::upload(pack_vnm(a2, VnmForm::condensed, Layout::col_major));
-  for (const char* overlap : {"1", "0"}) {
-    const ScopedEnv env("NMKIT_OVERLAP_LAUNCH", overlap);
-    const VnmSpmmPlan p1 = VnmSpmmPlan::create({kR1, kK, kN}, 128, 8, Nm24Kernel::automatic, 0, VnmForm::condensed);
-    const VnmSpmmPlan p2 = VnmSpmmPlan::create({kR2, kR1, kN}, 128, 8, Nm24Kernel::automatic, 0, VnmForm::condensed);
-    EXPECT_EQ(p1.config().overlap_launch, sm90_here() && overlap[0] == '1');
+  for (bool overlap : {true, false}) {
+    const Nm24Options options{.overlap_launch = overlap};
+    const VnmSpmmPlan p1 = VnmSpmmPlan::create({kR1, kK, kN}, 128, 8, options, VnmForm::condensed);
+    const VnmSpmmPlan p2 = VnmSpmmPlan::create({kR2, kR1, kN}, 128, 8, options, VnmForm::condensed);
+    EXPECT_EQ(p1.config().overlap_launch, sm90_here() && overlap);
     expect_chained_layers(
         SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, kN,
         [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
         [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); },
-        std::string("overlap ") + overlap);
+        overlap ? "overlapped" : "plain");
   }
 }
 
@@ -229,10 +230,10 @@ TEST(VnmGpu, BadInputsAreRejected) {
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 48, 10), ErrorCode::unsupported, "V=48");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 300), ErrorCode::invalid_argument, "M=300");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64, DType::f32}, 64, 8), ErrorCode::unsupported, "f16 or bf16");
-  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 32, 16, Nm24Kernel::sm90_wgmma_sp), ErrorCode::unsupported,
-                     "V >= 64");
-  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 10, Nm24Kernel::automatic, 0, VnmForm::full_2_4),
-                     ErrorCode::invalid_argument, "M % 4 == 0");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 32, 16, {.kernel = Nm24Kernel::sm90_wgmma_sp}),
+                     ErrorCode::unsupported, "V >= 64");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 10, {}, VnmForm::full_2_4), ErrorCode::invalid_argument,
+                     "M % 4 == 0");
   const DenseMatrix w = test::random_matrix(64, 64, DType::f16, 5);
   const DeviceVnm a = DeviceVnm::upload(pack_vnm(compress_vnm(w, prune_vnm_magnitude(w, 64, 2, 8), 64, 2, 8)));
   DeviceBytes b(64 * 64 * 2), d(64 * 64 * 2);
@@ -242,7 +243,7 @@ TEST(VnmGpu, BadInputsAreRejected) {
   EXPECT_NMKIT_ERROR(plan.run(nullptr, a, nullptr, nullptr, d.ptr), ErrorCode::invalid_argument, "must not be null");
   EXPECT_NMKIT_ERROR(plan.run(nullptr, a, b.ptr, nullptr, static_cast<char*>(d.ptr) + 1), ErrorCode::invalid_argument,
                      "aligned");
-  const VnmSpmmPlan condensed = VnmSpmmPlan::create({64, 64, 64}, 64, 8, Nm24Kernel::automatic, 0, VnmForm::condensed);
+  const VnmSpmmPlan condensed = VnmSpmmPlan::create({64, 64, 64}, 64, 8, {}, VnmForm::condensed);
   EXPECT_NMKIT_ERROR(condensed.run(nullptr, a, b.ptr, nullptr, d.ptr), ErrorCode::invalid_argument, "full_2_4 form");
   PackedVnm bad = pack_vnm(compress_vnm(w, prune_vnm_magnitude(w, 64, 2, 8), 64, 2, 8), VnmForm::condensed);
   bad.gather[0] = 64;  // past K

@@ -6,10 +6,10 @@
 //   plan.run(stream, a, b, c, d, bias);                      // one launch: no allocation, search or sync
 #include <cstdint>
 #include <iosfwd>
-#include <memory>
 #include <string>
 #include <vector>
 #include "nmkit/format/nm.hpp"
+#include "nmkit/gpu/device_buffer.hpp"
 #include "nmkit/matrix.hpp"
 
 struct CUstream_st;
@@ -32,27 +32,21 @@ class DeviceNm24 {
  public:
   static DeviceNm24 upload(const PackedNm24& packed);
   static DeviceNm24 allocate(int64_t rows, int64_t cols, DType dtype);  // contents unset, for GPU producers
-  DeviceNm24(DeviceNm24&&) noexcept;
-  DeviceNm24& operator=(DeviceNm24&&) noexcept;
-  ~DeviceNm24();
   int64_t rows() const noexcept { return rows_; }
   int64_t cols() const noexcept { return cols_; }
   int64_t rows_padded() const noexcept { return rows_padded_; }
   int64_t cols_padded() const noexcept { return cols_padded_; }
   DType dtype() const noexcept { return dtype_; }
-  const void* values() const noexcept { return values_; }
-  const void* metadata() const noexcept { return metadata_; }
-  void* values() noexcept { return values_; }
-  void* metadata() noexcept { return metadata_; }
-  std::size_t value_bytes() const noexcept { return static_cast<std::size_t>(rows_padded_ * cols_padded_); }
-  std::size_t metadata_bytes() const noexcept { return value_bytes() / 4; }
+  void* values() const noexcept { return values_.data(); }
+  void* metadata() const noexcept { return metadata_.data(); }
+  std::size_t value_bytes() const noexcept { return values_.size(); }
+  std::size_t metadata_bytes() const noexcept { return metadata_.size(); }
 
  private:
   DeviceNm24() = default;
   int64_t rows_ = 0, cols_ = 0, rows_padded_ = 0, cols_padded_ = 0;
   DType dtype_ = DType::f16;
-  void* values_ = nullptr;
-  void* metadata_ = nullptr;
+  DeviceBuffer values_, metadata_;
 };
 
 struct SpmmDesc {                       // the problem a plan is made for
@@ -69,12 +63,28 @@ struct SpmmDesc {                       // the problem a plan is made for
 // sm90_wgmma_sp: Hopper, B col-major with K % 8 == 0 or row-major with C % 8 == 0; sm80_mma_sp: any shape.
 enum class Nm24Kernel : uint8_t { automatic, sm80_mma_sp, sm90_wgmma_sp };
 const char* kernel_name(Nm24Kernel k) noexcept;
+// How the sm90 kernel's tiles leave the CTA: staged (D through the pipeline's shared memory, one CTA per tile, any
+// epilogue), registers (16-bit D stored by TMA from the accumulators, one CTA per tile) or persistent (registers,
+// one CTA per SM looping over the tiles). The last two need a 16-bit D, an n-tile of whole 64-column parts and an
+// epilogue that is final in registers; elsewhere the plan stages.
+enum class Sm90Schedule : uint8_t { automatic, staged, registers, persistent };
+const char* schedule_name(Sm90Schedule s) noexcept;
+
+// How a plan runs its product. Each field defaults to the choice made by shape and device; setting it pins it, and
+// create() throws Error(unsupported) where the pinned choice cannot run the description.
+struct Nm24Options {
+  Nm24Kernel kernel = Nm24Kernel::automatic;
+  int block_n = 0;  // sm90 n-tile: 256, 192, 128, 64, 32 or 16 (B row-major: 256, 192, 128 or 64)
+  Sm90Schedule schedule = Sm90Schedule::automatic;
+  int raster_rows = 0;         // sm90: row tiles per raster group, 1..1024
+  bool overlap_launch = true;  // sm90: start as the kernel before ends (which must not write the weight)
+};
+
 // What a plan launches; printable (logged when NMKIT_LOG_CONFIG is set).
 struct KernelConfig {
   Nm24Kernel kernel = Nm24Kernel::automatic;
   int block_m = 0, block_n = 0, block_k = 0;
   int stages = 0, threads = 0, smem_bytes = 0;
-  int cluster = 1;                 // 2: two CTAs share each B tile by TMA multicast
   int raster_rows = 0;             // sm90: row tiles per raster group (0: the kernel's default)
   bool register_epilogue = false;  // sm90: 16-bit D stored from the accumulators by TMA
   int persistent_ctas = 0;         // sm90: > 0 CTAs, one per SM, loop over the tiles
@@ -83,10 +93,14 @@ struct KernelConfig {
 std::ostream& operator<<(std::ostream& os, const KernelConfig& c);
 class Nm24SpmmPlan {
  public:
-  // Validates desc, picks the kernel; throws Error (invalid_argument, unsupported). block_n: 0 (heuristic) or one
-  // of 256, 192, 128, 64, 32, 16 (B row-major: 256, 192, 128, 64).
-  static Nm24SpmmPlan create(const SpmmDesc& desc, Nm24Kernel kernel = Nm24Kernel::automatic, int block_n = 0);
-  static Nm24SpmmPlan autotune(const SpmmDesc& desc);  // create(), sm90 n-tiles timed (synchronises; cached per desc)
+  // Validates desc and options, picks the kernel; throws Error (invalid_argument, unsupported).
+  //   Nm24SpmmPlan::create(desc, {.kernel = Nm24Kernel::sm90_wgmma_sp, .block_n = 128});
+  static Nm24SpmmPlan create(const SpmmDesc& desc, const Nm24Options& options = {});
+  // create(), with the sm90 n-tile chosen by timing each on this device (synchronises; cached per description).
+  static Nm24SpmmPlan autotune(const SpmmDesc& desc);
+  // The plan for C = n instead of desc().n, without device queries (a layer's token counts near its planned one):
+  // the portable kernel where Hopper's cannot take n, the staged epilogue where D no longer allows registers.
+  Nm24SpmmPlan for_tokens(int64_t n) const;
   // Device pointers: b (K x C), c (R x C, read when beta != 0), d (R x C), bias (R floats, when desc.bias); dense
   // leading dimensions. Throws Error on a mismatched weight, null or misaligned pointers; never synchronises.
   void run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d,

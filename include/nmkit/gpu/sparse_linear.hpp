@@ -1,8 +1,10 @@
 #pragma once
 // A sparse linear layer on the GPU: y[T, R] = act(x[T, K] W^T + bias), W pruned in any GPU format (2:4, V:N:M,
-// tiles), x and y row-major in W's dtype (PyTorch's nn.Linear layout). Owns the device weight and one plan per T.
+// tiles), x and y row-major in W's dtype (PyTorch's nn.Linear layout). Owns the device weight and its plans: one per
+// bucket of token counts (detail/token_buckets.hpp: 48 buckets cover T = 1..4096), one per T for tiles.
 //   SparseLinear layer = SparseLinear::create(prune_magnitude(w, parse_format_spec("2:4")).compressed);
-//   layer.run(stream, x, y, tokens, bias);   // one launch; the plan for `tokens` is made on first use
+//   layer.run(stream, x, y, tokens, bias);   // one launch; the plan of `tokens`' bucket is made on first use
+#include <cstddef>
 #include <memory>
 #include <string>
 #include "nmkit/format/spec.hpp"
@@ -27,6 +29,7 @@ class SparseLinear {
   bool has_bias() const noexcept;
   const std::string& format() const noexcept;  // "2:4", "vnm:128:2:8", "tile:64x64"
   std::string kernel(int64_t tokens);          // what a run with `tokens` launches (makes its plan)
+  std::size_t plans() const noexcept;          // plans made so far
 
  private:
   struct Impl;

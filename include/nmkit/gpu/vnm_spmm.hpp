@@ -58,9 +58,10 @@ class DeviceVnm {
 class VnmSpmmPlan {
  public:
   // desc: the logical R x K x C product; v, m: the pattern. `form` pins the weight's form; an automatic plan runs
-  // either (a given kernel or block_n must suit both). Throws Error (invalid_argument, unsupported).
-  static VnmSpmmPlan create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel = Nm24Kernel::automatic,
-                            int block_n = 0, VnmForm form = VnmForm::automatic);
+  // either (pinned options must suit both). Throws Error (invalid_argument, unsupported).
+  static VnmSpmmPlan create(const SpmmDesc& desc, int v, int m, const Nm24Options& options = {},
+                            VnmForm form = VnmForm::automatic);
+  VnmSpmmPlan for_tokens(int64_t n) const;  // as Nm24SpmmPlan::for_tokens
   // Same contract as Nm24SpmmPlan::run; `a` must match the plan's shape, dtype, V and M.
   void run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
   const SpmmDesc& desc() const noexcept { return desc_; }
@@ -75,7 +76,6 @@ class VnmSpmmPlan {
   int v_ = 0, m_ = 0;
   VnmForm form_ = VnmForm::condensed;
   std::optional<KernelConfig> gather_;  // the condensed form's kernel
-  int gather_group_rows_ = 0;           // its sm90 raster: row tiles per group (0: the kernel's default)
   std::optional<Nm24SpmmPlan> full_;    // the full_2_4 form's plan
 };
 }  // namespace nmkit::gpu

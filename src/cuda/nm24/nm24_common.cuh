@@ -9,14 +9,11 @@
 #include <type_traits>
 
 #include "../ptx/mma_sp.cuh"
+#include "nmkit/gpu/detail/nm24_heuristics.hpp"
 #include "nmkit/gpu/detail/nm24_layout.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 
 namespace nmkit::gpu::nm24 {
-
-// Row tiles per raster group of the sm90 kernel (2:4): a wave then reuses ~16 row tiles of A and ~8 column tiles
-// of B from L2 instead of streaming A from HBM per column tile (+7 % on the two largest llm shapes).
-inline constexpr int kSm90GroupRows = 16;
 
 // Everything a kernel needs; built by the plan, passed by value.
 struct Params {
@@ -180,25 +177,13 @@ TileShape sm80_tile_shape();
 TileShape sm90_tile_shape(int block_n);
 bool sm90_compiled();  // whether this build holds sm_90a code for the wgmma.sp kernel
 
-// Plan helpers shared by the nm24 and vnm plans (plan.cu).
-// An n-tile width the sm90 heuristic may take, and the math rate one tile of it reaches relative to the others
-// of its kernel (narrow tiles issue small, less efficient wgmma; the gathering producer pays per row).
-struct BlockNChoice {
-  int block_n;
-  double efficiency;
-};
-// The width whose waves of tiles finish soonest, each tile costing the larger of its math and its share of the
-// weight's bytes (decode shapes are bound by reading A); ties go to the narrowest width that covers C.
-int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices);
-// The raster group of the gathering kernel (K' = cols condensed columns): every row block reads its own rows of
-// B, so column tiles of B are shared across row tiles only weakly and taller groups (more row tiles, fewer
-// column tiles per wave) keep more of B in L2, as long as the group's rows of A fit in half of it.
-int sm90_gather_group_rows(int64_t cols);
-int raster_rows_override(int cluster);
-int sm_count();
+// Plan helpers shared by the nm24 and vnm plans (plan.cu); the shape heuristics are in nm24_heuristics.hpp.
+inline constexpr int kMaxRasterRows = 1024;
+DeviceFacts device_facts();
 bool device_is_sm90();
 // Throw Error (invalid_argument / unsupported) naming `who` and what is wrong.
 void check_desc(const SpmmDesc& desc, const char* who);
+void check_options(const Nm24Options& options, const char* who);  // the checks that need no device
 void check_operands(const SpmmDesc& desc, const void* b, const void* c, const void* d, const float* bias,
                     const char* who);
 
@@ -221,14 +206,15 @@ void dispatch_types(const SpmmDesc& desc, F&& f) {
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 // The launch parameters of D = epilogue(A * B) for a packed 2:4 weight (no gather table).
 Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d, const float* bias);
-// The sm90 kernel's epilogue, grid and launch for a plan of `desc` (config.register_epilogue, persistent_ctas,
-// overlap_launch), and for one run: the plan's choice where this D and this stream allow it (known only then).
-void choose_sm90_schedule(const SpmmDesc& desc, KernelConfig& config);
+// The sm90 kernel's epilogue, grid, raster and launch for a plan of `desc` (config.register_epilogue,
+// persistent_ctas, raster_rows, overlap_launch), and for one run: the plan's choice where this D and this stream
+// allow it (known only then). Throws Error(unsupported) for a pinned choice the description cannot take.
+void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, KernelConfig& config);
 void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
+// A plan's configuration for desc.n other than the one it was made for (Nm24SpmmPlan::for_tokens): false where the
+// Hopper kernel can no longer take desc and the caller must plan the portable kernel instead.
+bool sm90_config_takes_tokens(const SpmmDesc& desc, KernelConfig& config);
 LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream);
-// Whether plans launch their kernels overlapping the kernel before them: `fallback` (the plan's setting) unless
-// the environment variable NMKIT_OVERLAP_LAUNCH is 0 or 1 (an experiment switch; anything else is an error).
-bool overlap_launch_wanted(bool fallback);
 // Whether B's leading dimension and address allow 16-byte loads.
 bool b_vector_loads(const SpmmDesc& desc, const void* b);
 
@@ -237,7 +223,7 @@ template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream);
 // The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned).
 template <class Element, class Out>
-void launch_sm90(const Params& p, int block_n, bool multicast, const LaunchOn& on);
+void launch_sm90(const Params& p, int block_n, const LaunchOn& on);
 // V:N:M on sm90 (p.b_gather set, p.gather_block_rows 64 or 128): B row-major needs 16-byte aligned rows and
 // C % 8 == 0; B col-major has no alignment needs. block_n in {256, 128, 64} (one B tile per stage) or
 // {128, 64} (two, V = 64).

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "../common/named_barrier.cuh"
 #include "../ptx/address.cuh"
 #include "../ptx/shared.cuh"
 #include "../ptx/stmatrix.cuh"
@@ -34,9 +35,9 @@ struct EpilogueTile {
   __device__ float& at(int r, int j) const { return col_major ? data[j * stride() + r] : data[r * stride() + j]; }
 };
 
-// Named barrier 1 among the two consumer warpgroups only.
+// The consumer warpgroups, without the producer.
 __device__ __forceinline__ void consumer_sync() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kEpilogueThreads) : "memory");
+  cuda::named_barrier_sync<cuda::NamedBarrier::consumers, kEpilogueThreads>();
 }
 
 // Stages accumulator columns [first_column, first_column + kCols) of consumer warpgroup `warpgroup`'s m64nN
@@ -266,11 +267,6 @@ __device__ __forceinline__ void issue_staged_store(const void* d_map, const Outp
                         static_cast<int32_t>(n0 + box * kLineElements), static_cast<int32_t>(m0));
   }
   ptx::bulk_commit_group();
-}
-
-// Named barrier `id` among the 128 threads of one warpgroup.
-__device__ __forceinline__ void warpgroup_barrier(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(128) : "memory");
 }
 
 }  // namespace nmkit::gpu::sm90_epilogue

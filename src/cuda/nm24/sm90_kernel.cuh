@@ -7,6 +7,8 @@
 //   - 2:4 with B row-major (BSource::tma_rows): by TMA in 64-column boxes, MN-major, read with B transposed;
 //   - V:N:M (gather_rows / gather_cols): the rows of B named by the weight's gather table, copied by the whole
 //     producer warpgroup into the same swizzled layouts (MN-major for B row-major, K-major for B col-major).
+// The kernel is three roles over one stage pipeline (common/pipeline.cuh): Producer, Consumer (the main loop) and
+// an epilogue (store_from_registers or store_through_stages).
 // Consumers hand wgmma.sp their A tile by shared-memory descriptor (the packed values are in its canonical layout;
 // loading them into registers, the RS form, was 1-7 % slower: the wgmma waited on those loads),
 // load only the metadata registers, and keep one wgmma group in flight while the next stage is waited for.
@@ -26,10 +28,11 @@
 
 #include "../common/check.cuh"
 #include "../common/launch.cuh"
+#include "../common/named_barrier.cuh"
+#include "../common/pipeline.cuh"
 #include "../common/ring.cuh"
 #include "../common/smem.cuh"
 #include "../common/tensor_map.cuh"
-#include "../ptx/cluster.cuh"
 #include "../ptx/cp_async.cuh"
 #include "../ptx/griddep.cuh"
 #include "../ptx/mbarrier.cuh"
@@ -48,8 +51,6 @@ constexpr int kBlockK = 64;    // one 128-byte swizzle row of halves
 constexpr int kConsumers = 2;  // warpgroups doing math
 constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
-constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
-constexpr int kMulticastCtas = 2;                       // CTAs of a B-multicast cluster (kMulticast)
 constexpr int kRowsPerConsumer = kBlockM / kConsumers;  // 64: one m64 wgmma
 constexpr int kKBlocksPerTile = kBlockK / kFragmentK;   // 2 wgmma.sp per k-tile
 constexpr int kSwizzleAlign = 1024;                     // 128B-swizzle atoms are 8 rows x 128 bytes
@@ -96,22 +97,6 @@ struct Sm90Shape {
   static_assert(sm90_epilogue::EpilogueTile<kBlockM, kBlockN>::kBytes <= kStages * kStageBytes,
                 "the epilogue tile reuses the stages");
 };
-
-// Named barrier 2 of the whole CTA, which a gathering producer arrives at when its last cp.async landed: the
-// epilogue then reuses the stages after an ordering that compute-sanitizer's racecheck also sees (the mbarrier
-// arrivals of cp.async already order them, but the tool does not model them).
-constexpr int kStagesDrainedBarrier = 2;
-// Named barriers 3 and 4: consumer warpgroup 0's and 1's output parts (the register epilogue).
-constexpr int kOutputBarrier = 3;
-[[maybe_unused]] __device__ __forceinline__ void producer_drained_arrive() {
-  asm volatile("bar.arrive %0, %1;\n" ::"n"(kStagesDrainedBarrier), "n"(kThreads) : "memory");
-}
-[[maybe_unused]] __device__ __forceinline__ void wait_producer_drained() {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kStagesDrainedBarrier), "n"(kThreads) : "memory");
-}
-
-using sm90_epilogue::consumer_sync;
-using sm90_epilogue::EpilogueTile;
 
 // Where a stage's B tiles come from.
 enum class BSource {
@@ -282,74 +267,41 @@ struct TileOrder {
   }
 };
 
-// kMulticast: two CTAs of a cluster (consecutive tiles: same columns, neighbouring rows) each load half of the
-// shared B tile and multicast it to both, halving B's L2 traffic. A stage is then written by both producers, so
-// it is released to a producer only when the consumers of both CTAs are done with it: every local consumer thread
-// arrives on its own CTA's empty barrier, and one elected lane per consumer warp on the peer's (a remote arrival
-// per thread made the release cost more than the multicast saved).
-template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
-__global__ void __launch_bounds__(kThreads, 1)
-    sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
-                       const __grid_constant__ CUtensorMap d_map) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The CTA's shared memory: kStages stages on a 1024-byte boundary (the swizzle atom), then the register epilogue's
+// output parts, then the pipeline's barriers.
+template <int kBlockN, int kBTiles>
+struct SharedStorage {
+  using Shape = Sm90Shape<kBlockN, kBTiles>;
+  unsigned char* stages;
+  unsigned char* outputs;
+  uint64_t* barriers;
+  __device__ explicit SharedStorage(unsigned char* raw)
+      : stages(reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + kSwizzleAlign - 1) &
+                                                ~uintptr_t{kSwizzleAlign - 1})),
+        outputs(stages + Shape::kStages * Shape::kStageBytes),
+        barriers(reinterpret_cast<uint64_t*>(outputs + Shape::kOutputBytes)) {}
+  __device__ unsigned char* stage(int s) const { return stages + s * Shape::kStageBytes; }
+};
+
+// The producer warpgroup: for every k-tile of the CTA's tiles, waits for a free stage and fills it with the packed
+// A tile (values and metadata, two bulk copies) and the B tile(s) from kSource.
+template <class Element, int kBlockN, BSource kSource, int kBTiles>
+struct Producer {
   using Shape = Sm90Shape<kBlockN, kBTiles>;
   using Traits = BSourceTraits<kSource>;
-  using Mma = typename ElementTraits<Element>::Mma;
-  using Wgmma = ptx::WgmmaSpSS<kBlockN, Mma>;
-  constexpr int kStages = Shape::kStages;
-  constexpr int kABytes = kAValueBytes + kAMetaBytes;
-  static_assert(!kMulticast || kSource == BSource::tma, "multicast shares TMA boxes");
-  static_assert(kBTiles == 1 || (kBTiles == kConsumers && Traits::kGather), "one B tile per consumer, or one for both");
-  static_assert(!Traits::kMnMajor || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
+  using Pipeline = cuda::StagePipeline<Shape::kStages>;
+  static constexpr int kABytes = kAValueBytes + kAMetaBytes;
 
-  extern __shared__ unsigned char smem_raw[];
-  // Stage buffers on a 1024-byte boundary (the swizzle atom), then the register epilogue's output parts, then the
-  // barriers.
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + kSwizzleAlign - 1) &
-                                                         ~uintptr_t{kSwizzleAlign - 1});
-  unsigned char* const outputs = smem + kStages * Shape::kStageBytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(outputs + Shape::kOutputBytes);
-  uint64_t* empty = full + kStages;
+  const Params& p;
+  const CUtensorMap* b_map;
+  const Pipeline& pipeline;
+  const SharedStorage<kBlockN, kBTiles>& smem;
+  int thread;  // in the producer warpgroup
+  int k_tiles;
+  // The ring runs on across tiles: a persistent CTA's next tile streams in while the last one is stored.
+  cuda::ProducerRing<Shape::kStages> ring{};
 
-  const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads, lane = tid % 32;
-  const TileOrder<kBlockN> order(p);
-  const int k_tiles = static_cast<int>(p.kblocks / kKBlocksPerTile);  // < 2^31 (launch checks); 32-bit loop counters
-  // The register epilogue leaves the stages to the producer; otherwise the CTA's one tile is staged in them.
-  const bool register_epilogue = Shape::kRegisterEpilogue && sizeof(Out) == 2 && p.register_epilogue;
-
-  constexpr int kClusterSize = kMulticast ? kMulticastCtas : 1;
-  const uint32_t rank = kMulticast ? ptx::cluster_ctarank() : 0;
-  if (tid == 0) {
-    if constexpr (!Traits::kGather) ptx::prefetch_tensor_map(&b_map);
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&full[s], Traits::kFullArrivals);
-      // Every local consumer thread releases its reads, and with multicast every consumer warp of the peer.
-      ptx::mbarrier_init(&empty[s], kConsumers * kWarpgroupThreads + (kClusterSize - 1) * kConsumerWarps);
-    }
-    ptx::fence_barrier_init();
-  }
-  if constexpr (kMulticast)
-    ptx::cluster_sync();  // the peer's barriers exist before its copies signal ours
-  else
-    __syncthreads();
-
-  if (warpgroup == kConsumers) {  // producer warpgroup
-    ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
-    const int thread = tid % kWarpgroupThreads;
-    // The ring runs on across tiles: the first kStages k-tiles find their stages free, every later one waits for
-    // the consumers to release its stage (the previous tile's, during its epilogue, in a persistent launch).
-    cuda::RingPosition<kStages> ring;
-    int posted = 0;  // saturates at kStages
-    const auto wait_for_free_stage = [&] {
-      if (posted < kStages) {
-        ++posted;
-        return;
-      }
-      if constexpr (kMulticast)
-        ptx::mbarrier_wait_cluster(&empty[ring.stage], ring.phase ^ 1u);
-      else
-        ptx::mbarrier_wait(&empty[ring.stage], ring.phase ^ 1u);
-    };
+  __device__ void run(const TileOrder<kBlockN>& order, bool register_epilogue) {
     // Without a gather, one thread streams the A and B tiles.
     const bool streams = Traits::kGather || thread == 0;
     // A launch that overlaps the kernel before it (LaunchOn::overlap) starts its CTAs while that kernel finishes;
@@ -361,101 +313,163 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int64_t row_tile = m0 / kBlockM;
       const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
       const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
-      if constexpr (!Traits::kGather) {
-        for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
-          const int s = ring.stage;
-          unsigned char* stage = smem + s * Shape::kStageBytes;
-          wait_for_free_stage();
-          ptx::mbarrier_arrive_expect_tx(&full[s], Shape::kStageBytes);
-          if constexpr (kMulticast) {
-            constexpr int kHalfRows = kBlockN / 2;
-            ptx::tma_load_2d_multicast(stage + rank * kHalfRows * kBlockK * 2, &b_map, &full[s],
-                                       static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0 + rank * kHalfRows),
-                                       0x3);
-          } else if constexpr (kSource == BSource::tma) {
-            ptx::tma_load_2d(stage, &b_map, &full[s], static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
-          } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
-#pragma unroll
-            for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
-              ptx::tma_load_2d(stage + a * kMnAtomBytes, &b_map, &full[s], static_cast<int32_t>(n0 + a * kMnAtomHalves),
-                               static_cast<int32_t>(kt * kBlockK));
-          }
-          ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
-          ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
-        }
-      } else {  // every producer thread gathers its share of B; thread 0 also posts the A copies
-        const int32_t* gather = p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride;
-        const int lane_in_warp = thread % 32;
-        // Each k-tile's gather entries are loaded one k-tile ahead, behind the wait for a free stage.
-        using Rows = std::conditional_t<kSource == BSource::gather_rows, int4, TileRows>;
-        [[maybe_unused]] const RowGather<Element, kBlockN> row_gather(p, n0, thread);
-        const auto load_rows = [&](int t, int64_t kt) {
-          const int32_t* table = gather + t * p.gather_stride + kt * kBlockK;
-          if constexpr (kSource == BSource::gather_rows)
-            return row_gather.load(table);
-          else
-            return TileRows::load(table, lane_in_warp);
-        };
-        Rows next[kBTiles];
-#pragma unroll
-        for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, 0);
-        for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
-          Rows rows[kBTiles];
-#pragma unroll
-          for (int t = 0; t < kBTiles; ++t) {
-            rows[t] = next[t];
-            if (kt + 1 < k_tiles) next[t] = load_rows(t, kt + 1);
-          }
-          const int s = ring.stage;
-          unsigned char* stage = smem + s * Shape::kStageBytes;
-          wait_for_free_stage();
-          if (thread == 0) {
-            unsigned char* a_dst = stage + kBTiles * Shape::kBBytes;
-            ptx::mbarrier_arrive_expect_tx(&full[s], kABytes);
-            ptx::bulk_load(a_dst, a_values + kt * kAValueBytes, kAValueBytes, &full[s]);
-            ptx::bulk_load(a_dst + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, &full[s]);
-          }
-#pragma unroll
-          for (int t = 0; t < kBTiles; ++t) {
-            if constexpr (kSource == BSource::gather_rows)
-              row_gather.copy(ptx::smem_address(stage + t * Shape::kBBytes), rows[t]);
-            else
-              gather_b_cols<Element, kBlockN>(p, stage + t * Shape::kBBytes, rows[t], n0, thread);
-          }
-          if constexpr (kSource == BSource::gather_rows) {
-            ptx::cp_async_mbarrier_arrive_noinc(&full[s]);
-          } else {
-            ptx::fence_proxy_async_shared();  // the st.shared above, before wgmma reads them
-            ptx::mbarrier_arrive(&full[s]);
-          }
-        }
-      }
+      if constexpr (Traits::kGather)
+        gather_tile(m0, n0, a_values, a_meta);
+      else
+        load_tile(n0, a_values, a_meta);
     }
-
     if constexpr (Traits::kGather) {
       ptx::cp_async_wait<0>();
-      if (!register_epilogue) producer_drained_arrive();
+      if (!register_epilogue) cuda::named_barrier_arrive<cuda::NamedBarrier::stages_drained, kThreads>();
     }
-    if constexpr (kMulticast) ptx::cluster_sync();  // stay until the peer no longer signals this CTA
-    return;
   }
 
-  // Consumers: warp w of warpgroup c owns slab 4c + w of the tile.
-  ptx::setmaxnreg_inc<Traits::kConsumerRegisters>();
-  // No grid_dependency_wait here: the consumers read C and write D only after stages whose B the producer posted
-  // after its own wait, which has made the kernel before this one complete and its writes visible to this grid.
-  const int warp_in_group = (tid % kWarpgroupThreads) / 32;
-  const int slab_in_tile = warpgroup * (kRowsPerConsumer / kSlabRows) + warp_in_group;
-  const int my_b_tile = kBTiles == 1 ? 0 : warpgroup;
-  float acc[Wgmma::kAccumulators];
+ private:
+  // One thread: B by TMA and A by two bulk copies per k-tile, all counted by the stage's transaction bytes.
+  __device__ void load_tile(int64_t n0, const unsigned char* a_values, const unsigned char* a_meta) {
+    for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+      const int s = ring.at.stage;
+      unsigned char* stage = smem.stage(s);
+      uint64_t* full = pipeline.full(s);
+      ring.acquire(pipeline);
+      pipeline.expect_bytes(s, Shape::kStageBytes);
+      if constexpr (kSource == BSource::tma) {
+        ptx::tma_load_2d(stage, b_map, full, static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+      } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
+#pragma unroll
+        for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
+          ptx::tma_load_2d(stage + a * kMnAtomBytes, b_map, full, static_cast<int32_t>(n0 + a * kMnAtomHalves),
+                           static_cast<int32_t>(kt * kBlockK));
+      }
+      ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, full);
+      ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, full);
+    }
+  }
 
-  const uint32_t stages_base = ptx::smem_address(smem);
+  // Every producer thread gathers its share of B; thread 0 also posts the A copies.
+  __device__ void gather_tile(int64_t m0, int64_t n0, const unsigned char* a_values, const unsigned char* a_meta) {
+    const int32_t* gather = p.b_gather + (m0 / p.gather_block_rows) * p.gather_stride;
+    const int lane_in_warp = thread % 32;
+    // Each k-tile's gather entries are loaded one k-tile ahead, behind the wait for a free stage.
+    using Rows = std::conditional_t<kSource == BSource::gather_rows, int4, TileRows>;
+    [[maybe_unused]] const RowGather<Element, kBlockN> row_gather(p, n0, thread);
+    const auto load_rows = [&](int t, int64_t kt) {
+      const int32_t* table = gather + t * p.gather_stride + kt * kBlockK;
+      if constexpr (kSource == BSource::gather_rows)
+        return row_gather.load(table);
+      else
+        return TileRows::load(table, lane_in_warp);
+    };
+    Rows next[kBTiles];
+#pragma unroll
+    for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, 0);
+    for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+      Rows rows[kBTiles];
+#pragma unroll
+      for (int t = 0; t < kBTiles; ++t) {
+        rows[t] = next[t];
+        if (kt + 1 < k_tiles) next[t] = load_rows(t, kt + 1);
+      }
+      const int s = ring.at.stage;
+      unsigned char* stage = smem.stage(s);
+      uint64_t* full = pipeline.full(s);
+      ring.acquire(pipeline);
+      if (thread == 0) {
+        unsigned char* a_dst = stage + kBTiles * Shape::kBBytes;
+        pipeline.expect_bytes(s, kABytes);
+        ptx::bulk_load(a_dst, a_values + kt * kAValueBytes, kAValueBytes, full);
+        ptx::bulk_load(a_dst + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, full);
+      }
+#pragma unroll
+      for (int t = 0; t < kBTiles; ++t) {
+        if constexpr (kSource == BSource::gather_rows)
+          row_gather.copy(ptx::smem_address(stage + t * Shape::kBBytes), rows[t]);
+        else
+          gather_b_cols<Element, kBlockN>(p, stage + t * Shape::kBBytes, rows[t], n0, thread);
+      }
+      if constexpr (kSource == BSource::gather_rows) {
+        ptx::cp_async_mbarrier_arrive_noinc(full);
+      } else {
+        ptx::fence_proxy_async_shared();  // the st.shared above, before wgmma reads them
+        pipeline.post(s);
+      }
+    }
+  }
+};
+
+// A consumer warpgroup's main loop: per k-tile, wait for the stage, issue its wgmma.sp group, and hand the stage
+// before it back once that group is done. Warp w of warpgroup c owns slab 4c + w of the tile.
+template <class Element, int kBlockN, BSource kSource, int kBTiles>
+struct Consumer {
+  using Shape = Sm90Shape<kBlockN, kBTiles>;
+  using Traits = BSourceTraits<kSource>;
+  using Pipeline = cuda::StagePipeline<Shape::kStages>;
+  using Wgmma = ptx::WgmmaSpSS<kBlockN, typename ElementTraits<Element>::Mma>;
+  using MetadataWords = uint32_t[kKBlocksPerTile];  // one register per k32 step
+
+  const Pipeline& pipeline;
+  uint32_t stages_base;
+  int warpgroup;
+  int lane;
+  int slab_in_tile;
+  float acc[Wgmma::kAccumulators];
+  cuda::RingPosition<Shape::kStages> ring{};
+  int in_flight_stage = -1;  // the stage the group still in flight reads, handed back once the next one is issued
+
+  __device__ Consumer(const Pipeline& pipeline, const SharedStorage<kBlockN, kBTiles>& smem, int tid)
+      : pipeline(pipeline),
+        stages_base(ptx::smem_address(smem.stages)),
+        warpgroup(tid / kWarpgroupThreads),
+        lane(tid % 32),
+        slab_in_tile(warpgroup * (kRowsPerConsumer / kSlabRows) + (tid % kWarpgroupThreads) / 32) {}
+
+  // The tile's accumulators over all k_tiles; on return every wgmma of the tile is complete and the last stage is
+  // still held (release_in_flight_stage hands it back).
+  __device__ void mainloop(int k_tiles) {
+#pragma unroll
+    for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
+    // wgmma reads its metadata registers until its group completes, so the next k-tile's must not land in the
+    // registers of the group in flight: two buffers, alternated by unrolling the loop by two (a buffer is
+    // reloaded only after wait_group<1> retired the group that read it). Renaming them is not left to ptxas: with
+    // a branch in this loop (an experiment with two k-tiles per stage) it reused the registers of the group in
+    // flight and the products came out wrong.
+    MetadataWords metadata_even, metadata_odd;
+    int kt = 0;
+    for (; kt + 2 <= k_tiles; kt += 2) {
+      consume_stage(metadata_even);
+      consume_stage(metadata_odd);
+    }
+    if (kt < k_tiles) consume_stage(metadata_even);
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_registers(acc);
+  }
+
+  __device__ void release_in_flight_stage() {
+    if (in_flight_stage < 0) return;
+    pipeline.release(in_flight_stage);
+  }
+
+ private:
+  // One k-tile: wait for its stage, issue its group, and hand the previous stage back once that group is done.
+  __device__ void consume_stage(MetadataWords& meta) {
+    const int s = ring.stage;
+    pipeline.wait_full(ring);
+    // cp.async writes through the generic proxy: order them before this thread's wgmma reads.
+    if constexpr (kSource == BSource::gather_rows) ptx::fence_proxy_async_shared();
+    mma_stage(stages_base + s * Shape::kStageBytes, meta);
+    // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
+    ptx::wgmma_wait_group<1>();
+    release_in_flight_stage();
+    in_flight_stage = s;
+    ring.advance();
+  }
+
   // A stage's k-tile as one wgmma group: its metadata registers and its A and B descriptors, all written before the
   // group's first wgmma (ptxas serialises wgmma whose input registers are defined between them, C7513), then two k32
   // steps.
-  using MetadataWords = uint32_t[kKBlocksPerTile];  // one register per k32 step
-  const auto mma_stage = [&](uint32_t stage, MetadataWords& meta) {
-    const uint32_t a_stage = stage + kBTiles * Shape::kBBytes, b_tile = stage + my_b_tile * Shape::kBBytes;
+  __device__ void mma_stage(uint32_t stage, MetadataWords& meta) {
+    const uint32_t a_stage = stage + kBTiles * Shape::kBBytes;
+    const uint32_t b_tile = stage + (kBTiles == 1 ? 0 : warpgroup) * Shape::kBBytes;
     uint64_t a_desc[kKBlocksPerTile], b_desc[kKBlocksPerTile];
 #pragma unroll
     for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
@@ -473,105 +487,111 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < kKBlocksPerTile; ++kk)
       Wgmma::template mma<Traits::kMnMajor ? 1 : 0>(acc, a_desc[kk], b_desc[kk], meta[kk], 1);
     ptx::wgmma_commit_group();
-  };
+  }
+};
 
-  cuda::RingPosition<kStages> ring;
-  [[maybe_unused]] const uint32_t peer_empty = kMulticast ? ptx::map_to_rank(empty, rank ^ 1) : 0;  // its empty[0]
-  int in_flight_stage = -1;  // the stage the group still in flight reads, handed back once the next one is issued
-  const auto release_in_flight_stage = [&] {
-    if (in_flight_stage < 0) return;
-    ptx::mbarrier_arrive(&empty[in_flight_stage]);
-    if constexpr (kMulticast) {
-      __syncwarp();  // the whole warp's group is done before its lane 0 speaks for it
-      if (lane == 0) ptx::mbarrier_arrive_remote(peer_empty + in_flight_stage * sizeof(uint64_t));
+// The register epilogue: each warpgroup stages its final 16-bit outputs 64 columns at a time (stmatrix, as
+// 128-byte swizzled TMA boxes) into its two part buffers in turn, and one of its threads has the copy engine store
+// them: the consumers wait only until the engine has read the part before last, never for D's writes, and go on to
+// the next tile.
+template <class Out, int kBlockN, int kBTiles, int kAccumulators>
+__device__ __forceinline__ void store_from_registers(const Params& p, const CUtensorMap* d_map,
+                                                     const float (&acc)[kAccumulators], unsigned char* outputs,
+                                                     int64_t m0, int64_t n0, int warpgroup, int thread_in_group) {
+  using Shape = Sm90Shape<kBlockN, kBTiles>;
+  uint32_t pairs[kAccumulators / 2];
+  sm90_epilogue::pack_outputs<Out>(p, acc, m0, warpgroup * kRowsPerConsumer, thread_in_group, pairs);
+  constexpr int kPart = Shape::kPartColumns, kPartPairs = kPart / 4;  // a thread's pairs per part
+  constexpr int kParts = kBlockN / kPart, kBuffers = Shape::kPartBuffers;
+  static_assert(kBuffers == 1 || kBuffers == 2, "the waits below count one store in flight at most");
+  const uint32_t buffers = ptx::smem_address(outputs) + warpgroup * kBuffers * Shape::kOutputPartBytes;
+#pragma unroll
+  for (int c = 0; c < kParts; ++c) {
+    // Part c's buffer was last filled kBuffers parts ago, so all but the latest kBuffers - 1 stores must have been
+    // read; except at a tile's first part when the parts per tile are not a multiple of the buffers (the previous
+    // tile's last part then used this same buffer).
+    if (thread_in_group == 0) {
+      if (kBuffers == 1 || (c == 0 && kParts % kBuffers != 0))
+        ptx::bulk_wait_group_read<0>();
+      else
+        ptx::bulk_wait_group_read<1>();
     }
-  };
-  // One k-tile: wait for its stage, issue its group, and hand the previous stage back once that group is done.
-  const auto consume_stage = [&](MetadataWords& meta) {
-    const int s = ring.stage;
-    ptx::mbarrier_wait(&full[s], ring.phase);
-    // cp.async writes through the generic proxy: order them before this thread's wgmma reads.
-    if constexpr (kSource == BSource::gather_rows) ptx::fence_proxy_async_shared();
-    mma_stage(stages_base + s * Shape::kStageBytes, meta);
-    // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
-    ptx::wgmma_wait_group<1>();
-    release_in_flight_stage();
-    in_flight_stage = s;
-    ring.advance();
-  };
+    const sm90_epilogue::OutputTile<kRowsPerConsumer, kPart> part{buffers + (c % kBuffers) * Shape::kOutputPartBytes};
+    cuda::warpgroup_barrier_sync(warpgroup);  // the buffer was read: it is free
+    const uint32_t(&part_pairs)[kPartPairs] = *reinterpret_cast<const uint32_t(*)[kPartPairs]>(pairs + kPartPairs * c);
+    sm90_epilogue::store_outputs(p.d_col_major, part, part_pairs, 0, thread_in_group);
+    cuda::warpgroup_barrier_sync(warpgroup);  // staged (and fenced for the copy engine)
+    if (thread_in_group == 0)
+      sm90_epilogue::issue_staged_store(d_map, part, p.d_col_major, m0 + warpgroup * kRowsPerConsumer, n0 + kPart * c);
+  }
+}
+
+// The staged epilogue (one tile per CTA): alpha * acc + bias into the reused stages, then coalesced stores
+// (write_tile). Every consumer's wgmma is done (and, when gathering, every producer copy): the stages are free.
+template <class Out, int kBlockN, bool kGather, int kAccumulators>
+__device__ __forceinline__ void store_through_stages(const Params& p, const float (&acc)[kAccumulators],
+                                                     unsigned char* stages, int64_t m0, int64_t n0, int tid) {
+  if constexpr (kGather)
+    cuda::named_barrier_sync<cuda::NamedBarrier::stages_drained, kThreads>();
+  else
+    sm90_epilogue::consumer_sync();
+  const sm90_epilogue::EpilogueTile<kBlockM, kBlockN> staged{p.d_col_major, reinterpret_cast<float*>(stages)};
+  sm90_epilogue::stage_accumulators(p, staged, acc, p.bias, m0, tid / kWarpgroupThreads * kRowsPerConsumer, 0,
+                                    tid % kWarpgroupThreads);
+  sm90_epilogue::consumer_sync();
+  sm90_epilogue::write_tile<Out>(p, staged, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
+}
+
+template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
+                       const __grid_constant__ CUtensorMap d_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Shape = Sm90Shape<kBlockN, kBTiles>;
+  using Traits = BSourceTraits<kSource>;
+  static_assert(kBTiles == 1 || (kBTiles == kConsumers && Traits::kGather), "one B tile per consumer, or one for both");
+  static_assert(!Traits::kMnMajor || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
+  static_assert(Shape::kBarrierBytes == cuda::StagePipeline<Shape::kStages>::kBarrierBytes, "the barriers fit");
+
+  extern __shared__ unsigned char smem_raw[];
+  const SharedStorage<kBlockN, kBTiles> smem(smem_raw);
+  const cuda::StagePipeline<Shape::kStages> pipeline(smem.barriers);
+
+  const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads;
+  const TileOrder<kBlockN> order(p);
+  const int k_tiles = static_cast<int>(p.kblocks / kKBlocksPerTile);  // < 2^31 (launch checks); 32-bit loop counters
+  // The register epilogue leaves the stages to the producer; otherwise the CTA's one tile is staged in them.
+  const bool register_epilogue = Shape::kRegisterEpilogue && sizeof(Out) == 2 && p.register_epilogue;
+
+  if (tid == 0) {
+    if constexpr (!Traits::kGather) ptx::prefetch_tensor_map(&b_map);
+    pipeline.init(Traits::kFullArrivals, kConsumers * kWarpgroupThreads);
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == kConsumers) {
+    ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
+    Producer<Element, kBlockN, kSource, kBTiles>{p, &b_map, pipeline, smem, tid % kWarpgroupThreads, k_tiles}.run(
+        order, register_epilogue);
+    return;
+  }
+
+  ptx::setmaxnreg_inc<Traits::kConsumerRegisters>();
+  Consumer<Element, kBlockN, kSource, kBTiles> consumer(pipeline, smem, tid);
   for (int64_t tile = blockIdx.x; tile < order.tiles; tile += gridDim.x) {
     const auto [m0, n0] = order.origin(p, tile);
-#pragma unroll
-    for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
-    // wgmma reads its metadata registers until its group completes, so the next k-tile's must not land in the
-    // registers of the group in flight: two buffers, alternated by unrolling the loop by two (a buffer is
-    // reloaded only after wait_group<1> retired the group that read it). Renaming them is not left to ptxas: with
-    // a branch in this loop (an experiment with two k-tiles per stage) it reused the registers of the group in
-    // flight and the products came out wrong.
-    MetadataWords metadata_even, metadata_odd;
-    int kt = 0;
-    for (; kt + 2 <= k_tiles; kt += 2) {
-      consume_stage(metadata_even);
-      consume_stage(metadata_odd);
-    }
-    if (kt < k_tiles) consume_stage(metadata_even);
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_registers(acc);
-
+    consumer.mainloop(k_tiles);
     if (register_epilogue) {
       // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
-      release_in_flight_stage();
-      in_flight_stage = -1;
-      if constexpr (Shape::kRegisterEpilogue && sizeof(Out) == 2) {
-        // Each warpgroup stages its final 16-bit outputs 64 columns at a time (stmatrix, as 128-byte swizzled TMA
-        // boxes) into its two part buffers in turn, and one of its threads has the copy engine store them: the
-        // consumers wait only until the engine has read the part before last, never for D's writes, and go on to
-        // the next tile.
-        const int thread_in_group = tid % kWarpgroupThreads;
-        uint32_t pairs[Wgmma::kAccumulators / 2];
-        sm90_epilogue::pack_outputs<Out>(p, acc, m0, warpgroup * kRowsPerConsumer, thread_in_group, pairs);
-        constexpr int kPart = Shape::kPartColumns, kPartPairs = kPart / 4;  // a thread's pairs per part
-        constexpr int kParts = kBlockN / kPart, kBuffers = Shape::kPartBuffers;
-        static_assert(kBuffers == 1 || kBuffers == 2, "the waits below count one store in flight at most");
-        const uint32_t buffers = ptx::smem_address(outputs) + warpgroup * kBuffers * Shape::kOutputPartBytes;
-        const int part_barrier = kOutputBarrier + warpgroup;
-#pragma unroll
-        for (int c = 0; c < kParts; ++c) {
-          // Part c's buffer was last filled kBuffers parts ago, so all but the latest kBuffers - 1 stores must have
-          // been read; except at a tile's first part when the parts per tile are not a multiple of the buffers
-          // (the previous tile's last part then used this same buffer).
-          if (thread_in_group == 0) {
-            if (kBuffers == 1 || (c == 0 && kParts % kBuffers != 0))
-              ptx::bulk_wait_group_read<0>();
-            else
-              ptx::bulk_wait_group_read<1>();
-          }
-          const sm90_epilogue::OutputTile<kRowsPerConsumer, kPart> part{buffers +
-                                                                        (c % kBuffers) * Shape::kOutputPartBytes};
-          sm90_epilogue::warpgroup_barrier(part_barrier);  // the buffer was read: it is free
-          const uint32_t(&part_pairs)[kPartPairs] =
-              *reinterpret_cast<const uint32_t(*)[kPartPairs]>(pairs + kPartPairs * c);
-          sm90_epilogue::store_outputs(p.d_col_major, part, part_pairs, 0, thread_in_group);
-          sm90_epilogue::warpgroup_barrier(part_barrier);  // staged (and fenced for the copy engine)
-          if (thread_in_group == 0)
-            sm90_epilogue::issue_staged_store(&d_map, part, p.d_col_major, m0 + warpgroup * kRowsPerConsumer,
-                                              n0 + kPart * c);
-        }
-      }
+      consumer.release_in_flight_stage();
+      consumer.in_flight_stage = -1;
+      if constexpr (Shape::kRegisterEpilogue && sizeof(Out) == 2)
+        store_from_registers<Out, kBlockN, kBTiles>(p, &d_map, consumer.acc, smem.outputs, m0, n0, warpgroup,
+                                                    tid % kWarpgroupThreads);
       continue;
     }
-    // Staged epilogue (one tile per CTA): alpha * acc + bias into the reused stages, then coalesced stores
-    // (write_tile). Every consumer's wgmma is done (and, when gathering, every producer copy): the stages are free.
-    if constexpr (Traits::kGather)
-      wait_producer_drained();
-    else
-      consumer_sync();
-    const EpilogueTile<kBlockM, kBlockN> staged{p.d_col_major, reinterpret_cast<float*>(smem)};
-    sm90_epilogue::stage_accumulators(p, staged, acc, p.bias, m0, warpgroup * kRowsPerConsumer, 0,
-                                      tid % kWarpgroupThreads);
-    consumer_sync();
-    sm90_epilogue::write_tile<Out>(p, staged, m0, n0, tid, sm90_epilogue::kEpilogueThreads,
-                                   sm90_epilogue::LocalStaged{});
+    store_through_stages<Out, kBlockN, Traits::kGather>(p, consumer.acc, smem.stages, m0, n0, tid);
   }
   // The consumers' work is done: the next kernel in the stream may be scheduled (where it was launched overlapping
   // this one), its CTAs taking the SMs that this grid's CTAs free. Said here rather than after the producer's loop,
@@ -580,7 +600,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   ptx::launch_dependents();
   // D's last parts written (and their buffers read) before the CTA's shared memory goes.
   if (register_epilogue && tid % kWarpgroupThreads == 0) ptx::bulk_wait_group<0>();
-  if constexpr (kMulticast) ptx::cluster_sync();
 #endif
 }
 
@@ -602,10 +621,10 @@ CUtensorMap make_b_rows_map(const Params& p) {
                                                  {kMnAtomHalves, kBlockK});
 }
 
-template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kMulticast>
+template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles>
 void launch(const Params& p, const LaunchOn& on) {
   constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
-  auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kMulticast>;
+  auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles>;
   // Once per instantiation and process (thread-safe static), not on every run().
   static const bool smem_set = [&] {
     NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -627,7 +646,7 @@ void launch(const Params& p, const LaunchOn& on) {
     }
   }
   CUtensorMap map{};  // gathered sources read B with plain loads
-  if constexpr (kSource == BSource::tma) map = make_b_map<Element>(p, kMulticast ? kBlockN / 2 : kBlockN);
+  if constexpr (kSource == BSource::tma) map = make_b_map<Element>(p, kBlockN);
   if constexpr (kSource == BSource::tma_rows) map = make_b_rows_map<Element>(p);
   const int64_t tiles = ceil_div(p.rows, kBlockM) * ceil_div(p.n, kBlockN);
   require(tiles < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 tiles");
@@ -637,36 +656,10 @@ void launch(const Params& p, const LaunchOn& on) {
   // the register epilogue, which leaves the stages to the producer.
   require(p.persistent_ctas == 0 || p.register_epilogue, ErrorCode::invalid_argument,
           "sm90 sparse kernel: a persistent launch needs the register epilogue");
-  int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
-  if constexpr (kMulticast) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(grid));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kSmem;
-    config.stream = on.stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = kMulticastCtas, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    if (p.persistent_ctas > 0) {
-      // Clusters must find both SMs in one GPC: a persistent grid is as many clusters as can run at once, and
-      // whole clusters (the pair of a tile shares its columns, so tiles go to clusters two by two). Queried once
-      // per instantiation and process, with the launch's configuration.
-      static const int max_clusters = [&] {
-        int clusters = 0;
-        NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-        return clusters;
-      }();
-      grid = std::min<int64_t>(grid, int64_t{max_clusters} * kMulticastCtas) / kMulticastCtas * kMulticastCtas;
-      config.gridDim = dim3(static_cast<unsigned>(std::max<int64_t>(grid, kMulticastCtas)));
-    }
-    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, map, d_map));
-  } else {
-    const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, on.stream,
-                                                 on.overlap);
-    NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map));
-  }
+  const int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
+  const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, on.stream,
+                                               on.overlap);
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map));
 }
 
 template <int kBlockN, int kBTiles = 1>

@@ -7,26 +7,19 @@ namespace nmkit::gpu::nm24 {
 using sm90::BSource;
 
 template <class Element, class Out>
-void launch_sm90(const Params& p, int block_n, bool multicast, const LaunchOn& on) {
+void launch_sm90(const Params& p, int block_n, const LaunchOn& on) {
   using sm90::launch;
-  // A cluster's two CTAs take consecutive tiles of the raster, which share their columns only where every group of
-  // row tiles has an even number of them.
-  require(!multicast ||
-              (ceil_div(p.rows, sm90::kBlockM) % 2 == 0 && p.group_rows % 2 == 0 && block_n >= 128 && p.b_col_major),
-          ErrorCode::invalid_argument,
-          "sm90 nm24: B multicast needs B col-major, an even number of row tiles (and of rows per raster group) and an "
-          "n-tile of at least 128");
   if (!p.b_col_major) {  // B row-major: MN-major boxes of 64 columns
     constexpr BSource kRows = BSource::tma_rows;
     switch (block_n) {
       case 256:
-        return launch<Element, Out, 256, kRows, 1, false>(p, on);
+        return launch<Element, Out, 256, kRows, 1>(p, on);
       case 192:
-        return launch<Element, Out, 192, kRows, 1, false>(p, on);
+        return launch<Element, Out, 192, kRows, 1>(p, on);
       case 128:
-        return launch<Element, Out, 128, kRows, 1, false>(p, on);
+        return launch<Element, Out, 128, kRows, 1>(p, on);
       case 64:
-        return launch<Element, Out, 64, kRows, 1, false>(p, on);
+        return launch<Element, Out, 64, kRows, 1>(p, on);
       default:
         throw Error(ErrorCode::invalid_argument,
                     "sm90 nm24: B row-major needs block_n 64, 128, 192 or 256, got " + std::to_string(block_n));
@@ -35,23 +28,17 @@ void launch_sm90(const Params& p, int block_n, bool multicast, const LaunchOn& o
   constexpr BSource kTma = BSource::tma;
   switch (block_n) {
     case 256:
-      multicast ? launch<Element, Out, 256, kTma, 1, true>(p, on) : launch<Element, Out, 256, kTma, 1, false>(p, on);
-      break;
+      return launch<Element, Out, 256, kTma, 1>(p, on);
     case 192:
-      multicast ? launch<Element, Out, 192, kTma, 1, true>(p, on) : launch<Element, Out, 192, kTma, 1, false>(p, on);
-      break;
+      return launch<Element, Out, 192, kTma, 1>(p, on);
     case 128:
-      multicast ? launch<Element, Out, 128, kTma, 1, true>(p, on) : launch<Element, Out, 128, kTma, 1, false>(p, on);
-      break;
+      return launch<Element, Out, 128, kTma, 1>(p, on);
     case 64:
-      launch<Element, Out, 64, kTma, 1, false>(p, on);
-      break;
+      return launch<Element, Out, 64, kTma, 1>(p, on);
     case 32:
-      launch<Element, Out, 32, kTma, 1, false>(p, on);
-      break;
+      return launch<Element, Out, 32, kTma, 1>(p, on);
     case 16:
-      launch<Element, Out, 16, kTma, 1, false>(p, on);
-      break;
+      return launch<Element, Out, 16, kTma, 1>(p, on);
     default:
       throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
   }
@@ -76,9 +63,9 @@ TileShape sm90_tile_shape(int block_n) {
   throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
 }
 
-template void launch_sm90<__half, __half>(const Params&, int, bool, const LaunchOn&);
-template void launch_sm90<__half, float>(const Params&, int, bool, const LaunchOn&);
-template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Params&, int, bool, const LaunchOn&);
-template void launch_sm90<__nv_bfloat16, float>(const Params&, int, bool, const LaunchOn&);
+template void launch_sm90<__half, __half>(const Params&, int, const LaunchOn&);
+template void launch_sm90<__half, float>(const Params&, int, const LaunchOn&);
+template void launch_sm90<__nv_bfloat16, __nv_bfloat16>(const Params&, int, const LaunchOn&);
+template void launch_sm90<__nv_bfloat16, float>(const Params&, int, const LaunchOn&);
 
 }  // namespace nmkit::gpu::nm24

@@ -49,19 +49,4 @@ __device__ __forceinline__ void mbarrier_wait_suspended(uint64_t* bar, uint32_t 
       : "memory");
 }
 
-// Arrives on an mbarrier of another CTA of the cluster (address from map_to_rank) to hand back a buffer whose
-// reads have completed (a wgmma group waited for). It releases at CTA scope only: the arrival orders no writes of
-// this thread, and at cluster scope ptxas puts a MEMBAR.GPU before every arrival.
-__device__ __forceinline__ void mbarrier_arrive_remote(uint32_t remote_bar) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
-}
-
-// Waits for the phase with parity `phase`, acquiring what other CTAs of the cluster released.
-__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t phase) {
-  asm volatile(NMKIT_MBARRIER_WAIT_LOOP("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64")::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
-               "r"(phase)
-               : "memory");
-}
-
 }  // namespace nmkit::ptx

@@ -44,22 +44,6 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, 
 
 namespace nmkit::ptx {
 
-// The 2-D tile copy, written to the same shared-memory offset of every CTA in `cta_mask` and completing on the
-// mbarrier at the same offset in each (PTX ISA §9.7.9.27, .multicast::cluster).
-__device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const void* tensor_map, uint64_t* bar,
-                                                      int32_t inner, int32_t outer, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
-      "%4}], "
-      "[%2], %5;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
-      "l"(tensor_map), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(inner), "r"(outer), "h"(cta_mask)
-      : "memory");
-}
-
-}  // namespace nmkit::ptx
-
-namespace nmkit::ptx {
-
 // Bulk tensor copy, shared -> global, 2-D tile, tracked by this thread's bulk async-groups (PTX ISA §9.7.9.27,
 // .global.shared::cta.bulk_group). Elements of the box outside the tensor are not written. The source box must
 // be written by the generic proxy before a fence.proxy.async.shared::cta.

@@ -8,6 +8,7 @@
 #include "../nm24/nm24_common.cuh"
 #include "../nm24/sm90_epilogue.cuh"
 #include "nmkit/gpu/detail/tile_schedule.hpp"
+#include "nmkit/gpu/detail/tile_timeline.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "tile_common.cuh"
 
@@ -17,12 +18,13 @@ namespace {
 // The kernels' parameters for weight w (the plan's own weight or its widened copy) and the run's operands.
 tile::TileParams tile_params(const SpmmDesc& desc, const DeviceTiles& w, const void* b, const void* c, void* d,
                              const float* bias) {
+  const DeviceTileSchedules& s = tile_schedules(w);
   tile::TileParams p{};
-  p.row_ptr = w.row_ptr(), p.col_index = w.col_index(), p.tile_row = w.tile_row(), p.row_order = w.row_order();
-  p.schedule_block = w.schedule_block(), p.schedule_block_groups = w.schedule_block_groups();
-  p.schedule_step_ptr = w.schedule_step_ptr();
-  p.schedule_steps = reinterpret_cast<const int4*>(w.schedule_steps());
-  p.units_by_token_block = w.schedule_balanced();
+  p.row_ptr = w.row_ptr(), p.col_index = w.col_index(), p.tile_row = s.tile_row(), p.row_order = s.row_order();
+  p.schedule_block = s.block(), p.schedule_block_groups = s.block_groups();
+  p.schedule_step_ptr = s.step_ptr();
+  p.schedule_steps = reinterpret_cast<const int4*>(s.steps());
+  p.units_by_token_block = s.balanced;
   p.tiles = static_cast<const uint16_t*>(w.data());
   p.b = b, p.c = c, p.d = d, p.bias = desc.bias ? bias : nullptr;
   p.rows = desc.rows, p.cols = desc.cols, p.n = desc.n, p.nnz_tiles = w.nnz_tiles();
@@ -34,6 +36,11 @@ tile::TileParams tile_params(const SpmmDesc& desc, const DeviceTiles& w, const v
 }
 
 }  // namespace
+
+const DeviceTileSchedules& tile_schedules(const DeviceTiles& a) noexcept {
+  static const DeviceTileSchedules kNone;  // a moved-from weight's: no work lists, no copies
+  return a.schedules_ ? *a.schedules_ : kNone;
+}
 
 const char* kernel_name(TileKernel k) noexcept {
   switch (k) {
@@ -56,10 +63,10 @@ DeviceTiles DeviceTiles::upload(const PackedTiles& packed) {
   DeviceTiles w = upload_arrays(packed);
   if ((packed.tile_rows < kSm90MinTileSide || packed.tile_cols < kSm90MinTileSide) && nm24::sm90_compiled() &&
       nm24::device_is_sm90())  // sides below 64: the Hopper kernel's copy
-    w.widened_ = std::make_shared<const DeviceTiles>(upload_arrays(widen_tiles(packed)));
+    w.schedules_->widened = std::make_shared<const DeviceTiles>(upload_arrays(widen_tiles(packed)));
   if (packed.tile_rows > tile::kWarpStreamTileRows && tile::warp_stream_runs(packed.tile_rows, packed.tile_cols) &&
       tile::warp_stream_fits_device())  // the warp-stream kernel's copy
-    w.split_rows_ =
+    w.schedules_->split_rows =
         std::make_shared<const DeviceTiles>(upload_arrays(split_tile_rows(packed, tile::kWarpStreamTileRows)));
   return w;
 }
@@ -69,22 +76,24 @@ DeviceTiles DeviceTiles::upload_arrays(const PackedTiles& packed) {
   w.rows_ = packed.rows, w.cols_ = packed.cols, w.tile_rows_ = packed.tile_rows, w.tile_cols_ = packed.tile_cols;
   w.nnz_tiles_ = packed.nnz_tiles();
   w.dtype_ = packed.dtype;
+  w.schedules_ = std::make_shared<DeviceTileSchedules>();
+  DeviceTileSchedules& s = *w.schedules_;
   const auto upload_vector = [](DeviceBuffer& buffer, const auto& v) {  // at least one element: a valid pointer
     buffer = DeviceBuffer(std::max<std::size_t>(v.size(), 1) * sizeof(v[0]));
     if (!v.empty()) buffer.copy_from_host(v.data(), v.size() * sizeof(v[0]));
   };
   upload_vector(w.row_ptr_, packed.row_ptr);
   upload_vector(w.col_index_, packed.col_index);
-  upload_vector(w.row_order_, tile_rows_longest_first(packed.row_ptr));
-  upload_vector(w.tile_row_, tile_row_of_tiles(packed.row_ptr));
+  upload_vector(s.row_order_, tile_rows_longest_first(packed.row_ptr));
+  upload_vector(s.tile_row_, tile_row_of_tiles(packed.row_ptr));
   upload_vector(w.data_, packed.data);
   if (packed.tile_rows >= kSm90MinTileSide && packed.tile_cols >= kSm90MinTileSide) {  // the Hopper kernel's work list
     const TileBlockSchedule schedule = tile_block_schedule(packed);
-    upload_vector(w.schedule_block_, schedule.block);
-    upload_vector(w.schedule_block_groups_, schedule.block_groups);
-    upload_vector(w.schedule_step_ptr_, schedule.step_ptr);
-    upload_vector(w.schedule_steps_, schedule.steps);
-    w.schedule_balanced_ = schedule.balanced();
+    upload_vector(s.block_, schedule.block);
+    upload_vector(s.block_groups_, schedule.block_groups);
+    upload_vector(s.step_ptr_, schedule.step_ptr);
+    upload_vector(s.steps_, schedule.steps);
+    s.balanced = schedule.balanced();
   }
   if (packed.tile_rows == tile::kWarpStreamTileRows && tile::warp_stream_runs(packed.tile_rows, packed.tile_cols) &&
       w.nnz_tiles_ > 0 && tile::warp_stream_fits_device()) {
@@ -94,11 +103,10 @@ DeviceTiles DeviceTiles::upload_arrays(const PackedTiles& packed) {
     const WarpStreamSchedule schedule = warp_stream_schedule(
         packed.row_ptr, chunks_per_tile, tile::warp_stream_ctas(w.nnz_tiles_, packed.tile_cols, max_ctas), max_ctas);
     if (schedule.ctas() > 0) {
-      upload_vector(w.warp_stream_leads_,
+      upload_vector(s.warp_stream_leads_,
                     gpu::warp_stream_leads(schedule, packed.row_ptr, packed.col_index, chunks_per_tile));
-      w.warp_stream_ctas_ = schedule.ctas();
-      for (std::size_t r = 0; r < schedule.row_ctas.size(); r += 2)
-        w.warp_stream_rows_cut_ += schedule.row_ctas[r] >= 0;
+      s.warp_stream_ctas = schedule.ctas();
+      for (std::size_t r = 0; r < schedule.row_ctas.size(); r += 2) s.warp_stream_rows_cut += schedule.row_ctas[r] >= 0;
     }
   }
   return w;
@@ -119,8 +127,6 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   require(launch.stream_ctas >= 0 && launch.stream_ctas <= kMaxStreamCtas, ErrorCode::invalid_argument,
           "tile plan: stream_ctas must be 0 (by device) or 1.." + std::to_string(kMaxStreamCtas) + ", got " +
               std::to_string(launch.stream_ctas));
-  // Read (and checked) before anything asks the device, like the arguments above.
-  const bool overlap_wanted = nm24::overlap_launch_wanted(launch.overlap_launch);
   TileSpmmPlan plan;
   plan.desc_ = desc, plan.tile_rows_ = tile_rows, plan.tile_cols_ = tile_cols;
   // Tile sides below 64 run the sm90 kernel on the weight's widened copy (widen_tiles).
@@ -134,19 +140,14 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   const bool warp_stream_tiles = tile::warp_stream_runs(tile_rows, tile_cols);
   const bool warp_stream_by_weight = kernel == TileKernel::automatic && sm90_possible && warp_stream_tiles &&
                                      desc.n <= tile::kStreamBlockN && tile::warp_stream_fits_device();
-  // The stream kernel beats the portable one wherever C is small (a grid that fills the GPU, not one CTA per tile
-  // row: 1.1-7.2x at C = 32), but not the Hopper kernel.
-  if (kernel == TileKernel::automatic)
-    kernel = sm90_possible                ? TileKernel::sm90_wgmma
-             : desc.n <= kStreamMaxTokens ? TileKernel::stream_mma
-                                          : TileKernel::sm80_mma;
+  if (kernel == TileKernel::automatic) kernel = tile::automatic_tile_kernel(sm90_possible, desc.n);
   require(kernel != TileKernel::warp_stream_mma || warp_stream_tiles, ErrorCode::unsupported,
           "tile plan: the warp-stream kernel takes tiles 32, 64 or 128 rows high (taller than " +
               std::to_string(tile::kWarpStreamTileRows) +
               " through the weight's split copy) and 32, 64 or 128 columns, got " + std::to_string(tile_rows) + "x" +
               std::to_string(tile_cols));
   plan.kernel_ = kernel;
-  plan.overlap_launch_ = overlap_wanted && nm24::device_is_sm90();
+  plan.overlap_launch_ = launch.overlap_launch && nm24::device_is_sm90();
   plan.stream_kernel_ = kernel == TileKernel::stream_mma || kernel == TileKernel::warp_stream_mma ? kernel
                         : warp_stream_by_weight ? TileKernel::warp_stream_mma
                                                 : TileKernel::automatic;
@@ -170,15 +171,17 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
     plan.workspace_ = std::move(workspace);
   }
   if (plan.kernel_ == TileKernel::sm90_wgmma) {
-    const tile::Sm90TileConfig config =
-        tile::sm90_tile_config(desc.rows, desc.cols, desc.n, std::max(tile_cols, kSm90MinTileSide), nm24::sm_count());
-    plan.block_n_ = block_n ? block_n : config.block_n, plan.split_ = split ? split : config.split;
-    plan.persistent_ = launch.persistent && plan.split_ == 1;
+    const int sm_count = nm24::device_facts().sm_count, by_shape_n = tile::sm90_block_n(desc.n);
+    const tile::ClusterWaveCtas waves =
+        tile::sm90_ctas_per_sm(by_shape_n) == 2 ? tile::cluster_wave_ctas(by_shape_n) : tile::ClusterWaveCtas{};
     const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
-    plan.deferred_store_ =
-        launch.deferred_store && plan.split_ == 1 && plan.block_n_ >= sm90_epilogue::kLineElements &&
-        sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride);
-    plan.timeline_ = launch.timeline;
+    static_assert(sm90_epilogue::kLineElements == 64, "the deferred store's boxes are 64 tokens (heuristics.cpp)");
+    const tile::Sm90TileConfig config = tile::sm90_launch_config(
+        tile::sm90_tile_config(desc.rows, desc.cols, desc.n, std::max(tile_cols, kSm90MinTileSide), sm_count, waves),
+        launch,
+        sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride));
+    plan.block_n_ = config.block_n, plan.split_ = config.split;
+    plan.persistent_ = config.persistent, plan.deferred_store_ = config.deferred_store;
     if (plan.persistent_) tile::unit_claim_pool();  // allocated now rather than in a run (a stream capture, say)
   }
   return plan;
@@ -187,14 +190,15 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
 namespace {
 // The weight the warp-stream kernel reads: itself in tiles 32 rows high, else its split copy (null where it has none).
 const DeviceTiles* warp_stream_weight(const DeviceTiles& a) noexcept {
-  return a.tile_rows() == tile::kWarpStreamTileRows ? &a : a.split_rows();
+  return a.tile_rows() == tile::kWarpStreamTileRows ? &a : tile_schedules(a).split_rows.get();
 }
 }  // namespace
 
 bool TileSpmmPlan::takes_warp_stream_schedule(const DeviceTiles& a) const noexcept {
   const DeviceTiles* w = warp_stream_weight(a);
-  return stream_kernel_ == TileKernel::warp_stream_mma && !stream_forced_ && w && w->warp_stream_ctas() > 0 &&
-         w->warp_stream_ctas() <= stream_max_ctas_;
+  if (stream_kernel_ != TileKernel::warp_stream_mma || stream_forced_ || !w) return false;
+  const int64_t ctas = tile_schedules(*w).warp_stream_ctas;
+  return ctas > 0 && ctas <= stream_max_ctas_;
 }
 
 TileKernel TileSpmmPlan::kernel_for(const DeviceTiles& a) const noexcept {
@@ -208,7 +212,7 @@ int64_t TileSpmmPlan::stream_ctas(const DeviceTiles& a) const {
   const int64_t nnz_tiles = w ? w->nnz_tiles() : a.nnz_tiles();
   if (stream_forced_) return std::clamp<int64_t>(stream_max_ctas_, 1, std::max<int64_t>(nnz_tiles, 1));
   if (!warp_stream) return tile::stream_ctas(nnz_tiles, stream_max_ctas_);
-  return takes_warp_stream_schedule(a) ? w->warp_stream_ctas()
+  return takes_warp_stream_schedule(a) ? tile_schedules(*w).warp_stream_ctas
                                        : tile::warp_stream_ctas(nnz_tiles, tile_cols_, stream_max_ctas_);
 }
 
@@ -218,8 +222,8 @@ std::size_t TileSpmmPlan::partial_floats() const {
              : tile::stream_partial_floats(tile_rows_, stream_max_ctas_, desc_.n);
 }
 
-void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d,
-                       const float* bias) const {
+namespace {
+void check_weight(const SpmmDesc& desc_, int tile_rows_, int tile_cols_, const DeviceTiles& a) {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype && a.tile_rows() == tile_rows_ &&
               a.tile_cols() == tile_cols_,
           ErrorCode::invalid_argument,
@@ -228,6 +232,24 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
               " tiles, the plan was made for " + std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " +
               dtype_name(desc_.dtype) + " in " + std::to_string(tile_rows_) + "x" + std::to_string(tile_cols_) +
               " tiles");
+}
+
+// The weight the Hopper kernel reads for `a`: itself, or for sides below 64 its widened copy (made at upload on an
+// sm90 device; null where there is none).
+const DeviceTiles* sm90_weight(const DeviceTiles& a) noexcept {
+  const bool small_tiles = a.tile_rows() < kSm90MinTileSide || a.tile_cols() < kSm90MinTileSide;
+  return small_tiles ? tile_schedules(a).widened.get() : &a;
+}
+
+// The deferred store's tensor map needs a 16-byte aligned D; otherwise this run keeps the chunked epilogue.
+tile::Sm90TileConfig sm90_config(const TileSpmmPlan& plan, const void* d) {
+  return {plan.block_n(), plan.split(), plan.persistent(), plan.deferred_store() && nm24::aligned16(d)};
+}
+}  // namespace
+
+void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const void* c, void* d,
+                       const float* bias) const {
+  check_weight(desc_, tile_rows_, tile_cols_, a);
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "tile run");
   const TileKernel kernel = kernel_for(a);
@@ -243,7 +265,7 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
                           static_cast<int>(stream_ctas(a))};
     // The warp-stream kernel takes the weight's schedule (its warps' records) unless the plan fixes the CTAs.
     if (kernel == TileKernel::warp_stream_mma && takes_warp_stream_schedule(a))
-      work.leads = weight->warp_stream_leads();
+      work.leads = tile_schedules(*weight).warp_stream_leads();
     nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
       // Overlapping launches order themselves by the stream; the legacy default stream's implicit order with
       // other streams is not theirs to keep.
@@ -254,19 +276,31 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
     });
     return;
   }
-  // The Hopper kernel's tensor map needs a 16-byte aligned B, and tile sides below 64 the weight's widened copy
-  // (made at upload on an sm90 device); otherwise this call takes the portable kernel.
-  const bool small_tiles = tile_rows_ < kSm90MinTileSide || tile_cols_ < kSm90MinTileSide;
-  const bool sm90 = kernel == TileKernel::sm90_wgmma && nm24::aligned16(b) && (!small_tiles || a.widened());
-  const tile::TileParams p = tile_params(desc_, sm90 && small_tiles ? *a.widened() : a, b, c, d, bias);
+  // The Hopper kernel's tensor map needs a 16-byte aligned B, and small tiles the widened copy; otherwise this run
+  // takes the portable kernel.
+  const DeviceTiles* hopper = kernel == TileKernel::sm90_wgmma && nm24::aligned16(b) ? sm90_weight(a) : nullptr;
+  const tile::TileParams p = tile_params(desc_, hopper ? *hopper : a, b, c, d, bias);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
-    // The deferred store's tensor map needs a 16-byte aligned D; otherwise this call keeps the chunked epilogue.
-    const bool deferred = deferred_store_ && nm24::aligned16(d);
-    if (sm90)
-      tile::launch_sm90<Element, Out>(p, {block_n_, split_, persistent_, deferred, timeline_}, stream);
+    if (hopper)
+      tile::launch_sm90<Element, Out>(p, sm90_config(*this, d), stream);
     else
       tile::launch_sm80<Element, Out>(p, tile_rows_, stream);
   });
+}
+
+void run_tile_plan_with_timeline(const TileSpmmPlan& plan, Stream stream, const DeviceTiles& a, const void* b,
+                                 const void* c, void* d, const float* bias, uint64_t* timeline) {
+  const SpmmDesc& desc = plan.desc();
+  check_weight(desc, plan.tile_rows(), plan.tile_cols(), a);
+  if (desc.n == 0) return;
+  nm24::check_operands(desc, b, c, d, bias, "tile timeline run");
+  const DeviceTiles* hopper = nm24::aligned16(b) ? sm90_weight(a) : nullptr;
+  require(plan.kernel_for(a) == TileKernel::sm90_wgmma && hopper && desc.dtype == DType::f16 &&
+              desc.out_dtype == DType::f16 && timeline,
+          ErrorCode::unsupported,
+          "tile timeline run: needs a plan that runs the sm90 kernel on this weight, f16 A, B and D, a 16-byte "
+          "aligned B and a timeline buffer");
+  tile::launch_sm90_timeline(tile_params(desc, *hopper, b, c, d, bias), sm90_config(plan, d), timeline, stream);
 }
 
 }  // namespace nmkit::gpu

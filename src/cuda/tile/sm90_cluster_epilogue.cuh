@@ -9,10 +9,9 @@
 
 #include "../nm24/sm90_epilogue.cuh"
 #include "../ptx/cluster.cuh"
+#include "nmkit/gpu/detail/tile_heuristics.hpp"
 
 namespace nmkit::gpu::tile {
-
-inline constexpr int kMaxClusterSplit = 8;  // the portable cluster size
 
 struct BlockRows {
   int64_t first[2];  // the first row of D of the block's first and second 64 rows

@@ -267,7 +267,7 @@ int resident_ctas(int tile_cols) {
   int per_sm = 0;
   NMKIT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &per_sm, ready_kernel<__half, __half, kTileRows>(bytes), WarpTiling<kTileRows>::kThreads, bytes));
-  return std::max(per_sm, 1) * nm24::sm_count();
+  return std::max(per_sm, 1) * nm24::device_facts().sm_count;
 }
 
 }  // namespace
@@ -284,12 +284,6 @@ int stream_max_ctas(int tile_rows, int tile_cols) {
       return resident_ctas<128>(tile_cols);
   }
   throw Error(ErrorCode::invalid_argument, "stream tile: no kernel for tile rows " + std::to_string(tile_rows));
-}
-
-int64_t stream_ctas(int64_t nnz_tiles, int max_ctas) {
-  if (nnz_tiles == 0) return 1;  // only empty rows to write
-  return std::clamp<int64_t>(ceil_div(nnz_tiles, int64_t{kStreamMinTilesPerCta}), 1,
-                             std::min<int64_t>(max_ctas, nnz_tiles));
 }
 
 std::size_t stream_partial_floats(int tile_rows, int64_t max_ctas, int64_t n) {

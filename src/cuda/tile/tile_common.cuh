@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nmkit/gpu/detail/tile_heuristics.hpp"
 #include "nmkit/matrix.hpp"
 
 namespace nmkit::gpu {
@@ -71,9 +72,6 @@ struct EvenSplit {
 // The stream kernel (stream_tile_spmm.cu) for few tokens: the stored tiles split evenly over `ctas` CTAs per
 // block of kStreamBlockN tokens; rows shared between CTAs are summed through the workspace.
 inline constexpr int kStreamBlockN = 32;
-// At least this many tiles per CTA: at low density more CTAs, each with one tile, beat fewer with two (4096^2 at
-// density 0.05, 128x128 tiles: 51 CTAs 11 us, 26 CTAs 17 us).
-inline constexpr int kStreamMinTilesPerCta = 1;
 struct StreamWork {
   float* partials;    // stream_partial_floats: (token blocks, ctas, 2) partial tile rows of tile_rows x kStreamBlockN
   int32_t* arrivals;  // (token blocks, grid rows): parts counted per shared tile row; zero between launches
@@ -82,8 +80,7 @@ struct StreamWork {
   // null for ranges of equal length.
   const WarpStreamLead* leads = nullptr;
 };
-int stream_max_ctas(int tile_rows, int tile_cols);     // CTAs resident on the current device at once
-int64_t stream_ctas(int64_t nnz_tiles, int max_ctas);  // <= nnz_tiles, so that no range is empty
+int stream_max_ctas(int tile_rows, int tile_cols);  // CTAs resident on the current device at once
 std::size_t stream_partial_floats(int tile_rows, int64_t max_ctas, int64_t n);
 template <class Element, class Out>
 void launch_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream);
@@ -93,17 +90,8 @@ void launch_stream(const TileParams& p, const StreamWork& w, cudaStream_t stream
 // token block (by the weight's schedule, or evenly) and evenly over each CTA's warps, each warp streaming its chunks
 // through a ring of its own in shared memory; its workspace is the stream kernel's with tile rows of 32 (a slot pair
 // per CTA).
-inline constexpr int kWarpStreamTileRows = 32;
-inline constexpr int kWarpStreamChunkCols = 32;  // the columns a warp streams at a time; tiles at least this wide
-// The tile shapes the kernel runs: its own (tile rows of 32) or through the weight's split copy (taller rows).
-constexpr bool warp_stream_runs(int tile_rows, int tile_cols) {
-  return tile_rows % kWarpStreamTileRows == 0 && tile_cols % kWarpStreamChunkCols == 0;
-}
-// At least this many chunks per warp: fewer, longer ranges share fewer rows.
-inline constexpr int kWarpStreamMinChunksPerWarp = 2;
 bool warp_stream_fits_device();  // the current device gives a CTA the kernel's shared memory (H100/H200: yes; A100: no)
 int warp_stream_max_ctas();      // CTAs resident on the current device at once; unsupported where it does not fit
-int64_t warp_stream_ctas(int64_t nnz_tiles, int tile_cols, int max_ctas);  // CTAs for a weight of nnz_tiles tiles
 std::size_t warp_stream_partial_floats(int64_t max_ctas, int64_t n);
 // overlap: launched with programmatic dependent launch (TileLaunch::overlap_launch).
 template <class Element, class Out>
@@ -114,16 +102,13 @@ template <class Element, class Out>
 void launch_sm80(const TileParams& p, int tile_rows, cudaStream_t stream);
 // The Hopper kernel (sm90_tile_spmm.cu): tile rows and columns 64 or 128, B col-major with K % 8 == 0 and a
 // 16-byte aligned base (TMA). A CTA computes 128 rows x block_n tokens; `split` CTAs of a cluster share its K.
-struct Sm90TileConfig {
-  int block_n = 256;             // 32, 64, 128 or 256
-  int split = 1;                 // 1..8
-  bool persistent = true;        // one CTA per SM over all units (split == 1 only)
-  bool deferred_store = false;   // stage each unit (parts of <= 64 tokens, two buffers) for one producer lane to store
-                                 // by TMA (split == 1, block_n >= 64, 16-bit D, beta == 0, no GELU, aligned D:
-                                 // epi::outputs_final_in_registers)
-  uint64_t* timeline = nullptr;  // TileLaunch::timeline
-};
-Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_cols, int sm_count);
+// The product launches the kernel without instrumentation; launch_sm90_timeline, the one that records a timeline
+// (`timeline`: TileTimeline::kWords per CTA), for f16 only.
+template <class Element, class Out>
+void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t stream);
+void launch_sm90_timeline(const TileParams& p, const Sm90TileConfig& config, uint64_t* timeline, cudaStream_t stream);
+// The cluster-wave CTAs of the current device at block_n 32 or 64 (tile_heuristics.hpp), asked once per block_n.
+ClusterWaveCtas cluster_wave_ctas(int block_n);
 // Persistent sm90 CTAs claim work units from a pair of device counters, {units claimed, CTAs retired}; the last
 // CTA of a launch zeroes them again, so no launch needs a memset first. The current device's pool of
 // kUnitClaimSlots pairs, allocated (and zeroed) on the first call: plans call it at creation, so that no
@@ -131,7 +116,5 @@ Sm90TileConfig sm90_tile_config(int64_t rows, int64_t cols, int64_t n, int tile_
 inline constexpr int kUnitClaimSlots = 1024;
 inline constexpr int kUnitsClaimed = 0, kCtasRetired = 1, kUnitClaimWords = 2;  // the words of a slot
 int32_t* unit_claim_pool();
-template <class Element, class Out>
-void launch_sm90(const TileParams& p, const Sm90TileConfig& config, cudaStream_t stream);
 
 }  // namespace nmkit::gpu::tile

@@ -1,4 +1,4 @@
-// The summary of a tile kernel's timeline (TileLaunch::timeline): host code, tested without a GPU.
+// The summary of the Hopper tile kernel's timeline (run_tile_plan_with_timeline): host code, tested without a GPU.
 #include <algorithm>
 #include <cstdint>
 #include <vector>

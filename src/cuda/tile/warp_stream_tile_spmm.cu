@@ -50,7 +50,7 @@ constexpr int kChunkCols = kWarpStreamChunkCols;  // a chunk's columns: two k16 
 constexpr int kBlockN = kStreamBlockN;            // a warp's tokens: four n8 groups
 constexpr int kMBlocks = kRows / 16, kN8 = kBlockN / 8;
 constexpr int kFragments = kMBlocks * kN8;  // m16n8 accumulator tiles per warp
-constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kWarps = kWarpStreamWarps, kThreads = kWarps * 32;
 constexpr int kSlotFloat4s = kRows * kBlockN / 4;  // one partial tile row: kFragments float4 per lane
 // Chunks in flight per warp, each in a stage of the warp's ring in shared memory (A and B: 4 KiB). A wait per chunk
 // leaves the later stages' copies in flight (cp.async groups complete in order), where loads into registers all
@@ -543,14 +543,7 @@ int warp_stream_max_ctas() {
   int per_sm = 0;
   NMKIT_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ready_kernel<__half, __half>(), kThreads, kSmemBytes));
-  return std::max(per_sm, 1) * nm24::sm_count();
-}
-
-int64_t warp_stream_ctas(int64_t nnz_tiles, int tile_cols, int max_ctas) {
-  if (nnz_tiles == 0) return 1;  // only empty rows to write
-  const int64_t chunks = nnz_tiles * (tile_cols / kChunkCols);
-  return std::clamp<int64_t>(ceil_div(chunks, int64_t{kWarps} * kWarpStreamMinChunksPerWarp), 1,
-                             std::min<int64_t>(max_ctas, chunks));
+  return std::max(per_sm, 1) * nm24::device_facts().sm_count;
 }
 
 std::size_t warp_stream_partial_floats(int64_t max_ctas, int64_t n) {

@@ -63,7 +63,7 @@ DeviceVnm DeviceVnm::upload(const PackedVnm& packed) {
 namespace {
 
 // The condensed form's kernel: sm90 wgmma.sp gathering B while staging it, or the portable mma.sp kernel.
-KernelConfig gather_config(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel, int block_n) {
+KernelConfig gather_config(const SpmmDesc& desc, int v, int m, const Nm24Options& options) {
   require(vnm_kernel_supports_v(v), ErrorCode::unsupported,
           "vnm plan: the gathering kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
   const int64_t condensed_cols = 4 * ceil_div(desc.cols, m);
@@ -72,34 +72,35 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel
   // B row-major is copied in 16-byte pieces of rows (C % 8 == 0), B col-major element by element.
   const bool sm90_possible = nm24::sm90_compiled() && nm24::device_is_sm90() && b_tiles <= 2 &&
                              (desc.b_layout == Layout::col_major || desc.n % 8 == 0);
+  Nm24Kernel kernel = options.kernel;
   if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
   require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
           "vnm plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, V >= 64 and, for B "
           "row-major, C % 8 == 0");
-  require(block_n == 0 || kernel == Nm24Kernel::sm90_wgmma_sp, ErrorCode::unsupported,
-          "vnm plan: block_n can only be chosen for the sm90 kernel");
   nm24::TileShape t = nm24::sm80_tile_shape();
   if (kernel == Nm24Kernel::sm90_wgmma_sp) {
-    // The gathering kernels' n-tiles: narrow ones lose more than the 2:4 kernel's (the producer's copies and
-    // fill are per row), measured on 11008x4096x4096, f16, B row-major.
-    constexpr nm24::BlockNChoice kOneTile[] = {{256, 1.0}, {128, 0.75}, {64, 0.45}};
-    constexpr nm24::BlockNChoice kTwoTiles[] = {{128, 1.0}, {64, 0.6}};
-    const auto choices =
-        b_tiles == 1 ? std::span<const nm24::BlockNChoice>(kOneTile) : std::span<const nm24::BlockNChoice>(kTwoTiles);
-    if (block_n == 0) block_n = nm24::sm90_block_n(desc.rows, condensed_cols, desc.n, nm24::sm_count(), choices);
+    const auto choices = b_tiles == 1 ? std::span<const nm24::BlockNChoice>(nm24::kGatherOneTileBlockN)
+                                      : std::span<const nm24::BlockNChoice>(nm24::kGatherTwoTilesBlockN);
+    const int block_n = options.block_n != 0 ? options.block_n
+                                             : nm24::sm90_block_n(desc.rows, condensed_cols, desc.n,
+                                                                  nm24::device_facts().sm_count, choices);
     t = nm24::sm90_gather_tile_shape(block_n, b_tiles);
   } else {
     t.smem_bytes *= b_tiles;  // one gathered B tile per row block of the CTA
   }
   KernelConfig config{kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
-  nm24::choose_sm90_schedule(desc, config);
+  nm24::choose_sm90_schedule(desc, options, config);
+  // The gathering kernel's own raster where none was pinned.
+  if (kernel == Nm24Kernel::sm90_wgmma_sp && config.raster_rows == 0)
+    config.raster_rows = nm24::sm90_gather_group_rows(condensed_cols, nm24::device_facts().l2_bytes);
   return config;
 }
 
 }  // namespace
 
-VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel kernel, int block_n, VnmForm form) {
+VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, const Nm24Options& options, VnmForm form) {
   nm24::check_desc(desc, "vnm plan");
+  nm24::check_options(options, "vnm plan");
   check_vnm_pattern(v, 2, m);
   const VnmForm preferred = resolve_vnm_form(form, v, m, desc.b_layout);  // throws for full_2_4 with M % 4 != 0
   // An automatic plan also takes the other form where it exists: the weight's form was fixed at pack time.
@@ -109,16 +110,27 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, Nm24Kernel k
 
   VnmSpmmPlan plan;
   plan.desc_ = desc, plan.v_ = v, plan.m_ = m, plan.form_ = automatic ? VnmForm::automatic : preferred;
-  if (full) plan.full_ = Nm24SpmmPlan::create(desc, kernel, block_n);  // a plain 2:4 product over all of K, any V
-  if (condensed) {
-    plan.gather_ = gather_config(desc, v, m, kernel, block_n);
-    if (plan.gather_->kernel == Nm24Kernel::sm90_wgmma_sp)
-      plan.gather_group_rows_ = nm24::sm90_gather_group_rows(4 * ceil_div(desc.cols, m));
-  }
+  if (full) plan.full_ = Nm24SpmmPlan::create(desc, options);  // a plain 2:4 product over all of K, any V
+  if (condensed) plan.gather_ = gather_config(desc, v, m, options);
   plan.config_ = preferred == VnmForm::full_2_4 ? plan.full_->config() : *plan.gather_;
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: vnm " << v << ":2:" << m << " " << desc.rows << "x" << desc.cols << "x" << desc.n << " "
               << vnm_form_name(preferred) << " -> " << plan.config_ << "\n";
+  return plan;
+}
+
+VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n) const {
+  require(n >= 0, ErrorCode::invalid_argument, "vnm plan: C must be >= 0, got " + std::to_string(n));
+  VnmSpmmPlan plan = *this;
+  plan.desc_.n = n;
+  if (plan.full_) plan.full_ = plan.full_->for_tokens(n);
+  if (plan.gather_ && !nm24::sm90_config_takes_tokens(plan.desc_, *plan.gather_)) {
+    nm24::TileShape t = nm24::sm80_tile_shape();
+    t.smem_bytes *= b_tiles_per_stage(v_);  // one gathered B tile per row block of the CTA
+    plan.gather_ =
+        KernelConfig{Nm24Kernel::sm80_mma_sp, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  }
+  plan.config_ = plan.full_ && (form_ == VnmForm::full_2_4 || !plan.gather_) ? plan.full_->config() : *plan.gather_;
   return plan;
 }
 
@@ -144,7 +156,6 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
 
   nm24::Params p = nm24::make_params(desc_, a.condensed(), b, c, d, bias);
   p.b_gather = a.gather(), p.gather_stride = a.gather_stride(), p.gather_block_rows = gather_block_rows(v_);
-  if (gather_group_rows_ > 0) p.group_rows = gather_group_rows_;
   nm24::apply_sm90_schedule(*gather_, d, p);
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.

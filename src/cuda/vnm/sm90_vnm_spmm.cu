@@ -15,18 +15,18 @@ void launch_source(const Params& p, int block_n, int b_tiles, const LaunchOn& on
   if (b_tiles == 1) {
     switch (block_n) {
       case 256:
-        return launch<Element, Out, 256, kSource, 1, false>(p, on);
+        return launch<Element, Out, 256, kSource, 1>(p, on);
       case 128:
-        return launch<Element, Out, 128, kSource, 1, false>(p, on);
+        return launch<Element, Out, 128, kSource, 1>(p, on);
       case 64:
-        return launch<Element, Out, 64, kSource, 1, false>(p, on);
+        return launch<Element, Out, 64, kSource, 1>(p, on);
     }
   } else if (b_tiles == 2) {
     switch (block_n) {
       case 128:
-        return launch<Element, Out, 128, kSource, 2, false>(p, on);
+        return launch<Element, Out, 128, kSource, 2>(p, on);
       case 64:
-        return launch<Element, Out, 64, kSource, 2, false>(p, on);
+        return launch<Element, Out, 64, kSource, 2>(p, on);
     }
   }
   throw Error(ErrorCode::invalid_argument, "sm90 vnm: no kernel with block_n " + std::to_string(block_n) + " and " +

@@ -2,6 +2,7 @@
 // The packed-tile weight's host-side internals: tile-side limits, row orders, the kernels' schedules and the
 // widened and split copies that upload makes. Not part of the public API.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "nmkit/gpu/detail/tile_steps.hpp"
@@ -15,6 +16,29 @@ inline constexpr int kMaxKernelTileSide = 128;
 inline constexpr int kTileBlockRows = 128;       // rows of D per CTA of the Hopper kernel
 inline constexpr int64_t kStreamMaxTokens = 32;  // `automatic` takes stream_mma up to this many tokens
 inline constexpr int kMaxStreamCtas = 1 << 20;   // the largest TileLaunch::stream_ctas
+
+// What DeviceTiles::upload makes beside the packed arrays: the kernels' work lists in device memory (empty where
+// the weight's tile shape has none) and the copies the Hopper and warp-stream kernels read (null where none).
+struct DeviceTileSchedules {
+  DeviceBuffer row_order_, tile_row_;                      // tile_rows_longest_first, tile_row_of_tiles
+  DeviceBuffer block_, block_groups_, step_ptr_, steps_;   // the Hopper kernel's TileBlockSchedule
+  bool balanced = false;                                   // TileBlockSchedule::balanced
+  DeviceBuffer warp_stream_leads_;                         // the warp-stream kernel's records, where ctas > 0
+  int64_t warp_stream_ctas = 0, warp_stream_rows_cut = 0;  // WarpStreamSchedule: CTAs, tile rows cut over CTAs
+  std::shared_ptr<const DeviceTiles> widened;              // sides below kSm90MinTileSide widened (widen_tiles)
+  std::shared_ptr<const DeviceTiles> split_rows;           // tiles taller than 32 rows cut (split_tile_rows)
+
+  const int32_t* row_order() const noexcept { return static_cast<const int32_t*>(row_order_.data()); }
+  const int32_t* tile_row() const noexcept { return static_cast<const int32_t*>(tile_row_.data()); }
+  const int32_t* block() const noexcept { return static_cast<const int32_t*>(block_.data()); }
+  const int32_t* block_groups() const noexcept { return static_cast<const int32_t*>(block_groups_.data()); }
+  const int32_t* step_ptr() const noexcept { return static_cast<const int32_t*>(step_ptr_.data()); }
+  const TileStep* steps() const noexcept { return static_cast<const TileStep*>(steps_.data()); }
+  const WarpStreamLead* warp_stream_leads() const noexcept {
+    return warp_stream_ctas ? static_cast<const WarpStreamLead*>(warp_stream_leads_.data()) : nullptr;
+  }
+};
+const DeviceTileSchedules& tile_schedules(const DeviceTiles& a) noexcept;
 
 // Throws Error unless row_ptr, col_index and data are consistent with the shape (what upload checks).
 void check_packed_tiles(const PackedTiles& p);

@@ -1,12 +1,14 @@
 #pragma once
-// The Hopper tile kernel's optional timeline (TileLaunch::timeline): the record layout and its summary, for
-// diagnosis (nmkit_bench --tile-timeline). Not part of the public API.
+// The Hopper tile kernel's timeline, for diagnosis (nmkit_bench --tile-timeline): a run that records it, the
+// record layout and its summary. Not part of the public API.
 #include <cstdint>
 #include <vector>
 
+#include "nmkit/gpu/tile_spmm.hpp"
+
 namespace nmkit::gpu {
 
-// One CTA's words of a TileLaunch::timeline: clock64() values (globaltimer ns for kStartNs); slots past what a
+// One CTA's words of a timeline: clock64() values (globaltimer ns for kStartNs); slots past what a
 // CTA reached stay as the caller filled them.
 struct TileTimeline {
   static constexpr int kSteps = 128;                   // pipeline steps recorded, counted over all of the CTA's units
@@ -24,7 +26,13 @@ struct TileTimeline {
   static constexpr int kWords = kEnd + 1;
 };
 
-// What a TileLaunch::timeline recorded, averaged over the CTAs (0 where nothing was recorded). Cycles become
+// Runs `plan` on `a` as TileSpmmPlan::run does, through a build of the Hopper kernel that records each CTA's
+// timeline in `timeline` (grid x TileTimeline::kWords words, zero-filled; the grid is at most the plan's units x
+// split). Built for f16 A, B and D only; throws unsupported where the plan runs another kernel or dtype for `a`.
+void run_tile_plan_with_timeline(const TileSpmmPlan& plan, Stream stream, const DeviceTiles& a, const void* b,
+                                 const void* c, void* d, const float* bias, uint64_t* timeline);
+
+// What a timeline recorded, averaged over the CTAs (0 where nothing was recorded). Cycles become
 // microseconds at each CTA's own clock, measured over its life (the global timer against clock64 between its start
 // and its end), where it recorded both; at `us_per_cycle` otherwise. Under load the SMs hold well below their
 // nominal clock (H200: ~1.6 GHz against 1.98), so the nominal one understates every time by as much. A unit

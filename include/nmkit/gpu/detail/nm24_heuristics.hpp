@@ -1,0 +1,46 @@
+#pragma once
+// The choices an nm24 or V:N:M plan makes by shape, as pure functions of the shape and of device facts passed in:
+// the plans query the device once and call these; the tests call them with any device they like.
+#include <cstdint>
+#include <span>
+
+#include "nmkit/gpu/nm24_spmm.hpp"
+
+namespace nmkit::gpu::nm24 {
+
+struct DeviceFacts {
+  int sm_count = 132;
+  int64_t l2_bytes = 50 << 20;
+};
+
+// An n-tile width the sm90 heuristic may take, and the math rate one tile of it reaches relative to the others of
+// its kernel (narrow tiles issue small, less efficient wgmma; the gathering producer pays per row).
+struct BlockNChoice {
+  int block_n;
+  double efficiency;
+};
+// The n-tiles of each sm90 kernel, as measured on the H200. B row-major takes whole 64-column TMA boxes; the
+// gathering kernels lose more on narrow tiles than the 2:4 kernel (the producer's copies and fill are per row).
+inline constexpr BlockNChoice kColMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92},
+                                                   {64, 0.8},  {32, 0.6},   {16, 0.4}};
+inline constexpr BlockNChoice kRowMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}, {64, 0.8}};
+inline constexpr BlockNChoice kGatherOneTileBlockN[] = {{256, 1.0}, {128, 0.75}, {64, 0.45}};
+inline constexpr BlockNChoice kGatherTwoTilesBlockN[] = {{128, 1.0}, {64, 0.6}};
+
+// The width whose waves of tiles finish soonest, each tile costing the larger of its math and its share of the
+// weight's bytes (decode shapes are bound by reading A); ties go to the narrowest width that covers C.
+int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices);
+
+// Row tiles per raster group of the 2:4 kernel: a wave then reuses ~16 row tiles of A and ~8 column tiles of B
+// from L2 instead of streaming A from HBM per column tile.
+inline constexpr int kSm90GroupRows = 16;
+// The raster group of the gathering kernel (K' = cols condensed columns): every row block reads its own rows of
+// B, so taller groups keep more of B in L2, as long as the group's rows of A fit in half of it.
+int sm90_gather_group_rows(int64_t cols, int64_t l2_bytes);
+
+// The sm90 schedule for `tiles` CTA tiles of width block_n. `final_in_registers`: the epilogue can be completed in
+// registers (16-bit D, beta 0, no GELU, D's stride a multiple of 8). Staged unless the register epilogue can run;
+// persistent where there are more tiles than SMs.
+Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, int sm_count);
+
+}  // namespace nmkit::gpu::nm24

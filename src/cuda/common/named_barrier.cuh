@@ -1,0 +1,27 @@
+#pragma once
+// The hardware named barriers (bar.sync id, threads) of the Hopper kernels, one id per role; id 0 is
+// __syncthreads'. Kernels that share epilogue code share these ids, so they are defined once here.
+namespace nmkit::cuda {
+
+enum class NamedBarrier : int {
+  consumers = 1,       // the consumer warpgroups together (epilogue: the staged tile is complete)
+  stages_drained = 2,  // the whole CTA: a gathering producer's copies have landed, the stages may be reused
+  warpgroup = 3,       // + w: consumer warpgroup w alone (its epilogue's output buffers)
+};
+
+template <NamedBarrier kBarrier, int kThreads>
+__device__ __forceinline__ void named_barrier_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(static_cast<int>(kBarrier)), "n"(kThreads) : "memory");
+}
+
+template <NamedBarrier kBarrier, int kThreads>
+__device__ __forceinline__ void named_barrier_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(static_cast<int>(kBarrier)), "n"(kThreads) : "memory");
+}
+
+// Consumer warpgroup `warpgroup`'s own barrier (128 threads).
+__device__ __forceinline__ void warpgroup_barrier_sync(int warpgroup) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(static_cast<int>(NamedBarrier::warpgroup) + warpgroup) : "memory");
+}
+
+}  // namespace nmkit::cuda

@@ -1,0 +1,62 @@
+// The nm24 and V:N:M plans' shape heuristics (host only, no device queries).
+#include "nmkit/gpu/detail/nm24_heuristics.hpp"
+
+#include <algorithm>
+
+#include "nmkit/gpu/detail/nm24_layout.hpp"
+#include "nmkit/matrix.hpp"
+
+namespace nmkit::gpu::nm24 {
+namespace {
+
+constexpr double kSmMathRate = 6.5e12;          // dense-equivalent FLOP/s of one SM in the wgmma.sp kernel
+constexpr double kMemoryBandwidth = 4.0e12;     // bytes/s from HBM
+constexpr double kPackedBytesPerWeight = 1.25;  // 2:4 fp16: half the values plus metadata
+constexpr double kTieTolerance = 0.01;
+
+// On the V:N:M suite 64 rows per group gained up to 14 % at 2:32, and lost 6-12 % where 64 row tiles of A
+// overflowed L2 (36864x12288x4096 at 2:8).
+constexpr int kMaxGatherGroupRows = 64;
+constexpr double kGatherGroupL2Share = 0.5;
+
+// The register epilogue stores 64-column parts of the tile: n-tiles of 16 and 32 (decode) keep the staged one.
+constexpr int kRegisterEpiloguePart = 64;
+
+}  // namespace
+
+int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices) {
+  const int64_t row_tiles = ceil_div(rows, kPackRowAlign);
+  const double weight_time =
+      static_cast<double>(rows) * static_cast<double>(cols) * kPackedBytesPerWeight / kMemoryBandwidth;
+  int best = choices.front().block_n;
+  double best_cost = 1e300;
+  for (const BlockNChoice& c : choices) {
+    const int64_t tiles = row_tiles * ceil_div(n, c.block_n);
+    const double tile_math = 2.0 * kPackRowAlign * c.block_n * static_cast<double>(cols) / (kSmMathRate * c.efficiency);
+    const double cost = std::max(static_cast<double>(ceil_div(tiles, sm_count)) * tile_math, weight_time);
+    // Ties (typically when reading A is the bound) go to the narrowest tile that still covers C: less math on
+    // padding and less shared-memory traffic for the same time.
+    const bool tie = cost <= best_cost * (1 + kTieTolerance) && cost >= best_cost * (1 - kTieTolerance);
+    if ((!tie && cost < best_cost) || (tie && c.block_n >= n && c.block_n < best))
+      best_cost = std::min(cost, best_cost), best = c.block_n;
+  }
+  return best;
+}
+
+int sm90_gather_group_rows(int64_t cols, int64_t l2_bytes) {
+  const double a_row_tile_bytes =
+      static_cast<double>(kPackRowAlign) * static_cast<double>(cols) * kPackedBytesPerWeight;
+  int rows = kMaxGatherGroupRows;
+  while (rows > kSm90GroupRows && rows * a_row_tile_bytes > kGatherGroupL2Share * static_cast<double>(l2_bytes))
+    rows /= 2;
+  return rows;
+}
+
+Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, int sm_count) {
+  if (block_n % kRegisterEpiloguePart != 0 || !final_in_registers) return Sm90Schedule::staged;
+  // Persistent CTAs pay off where there are more tiles than SMs: the next tile's first copies stream in while the
+  // last tile's outputs are stored (0-3 % faster with two output parts in flight per warpgroup).
+  return tiles > sm_count ? Sm90Schedule::persistent : Sm90Schedule::registers;
+}
+
+}  // namespace nmkit::gpu::nm24

@@ -1,0 +1,87 @@
+// The nm24 and V:N:M plans' shape heuristics, with device facts given: what each picks on the shapes that matter.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <span>
+
+#include "nmkit/gpu/detail/nm24_heuristics.hpp"
+#include "nmkit/gpu/detail/token_buckets.hpp"
+
+namespace nmkit::gpu::nm24 {
+namespace {
+
+constexpr int kH200Sms = 132;
+constexpr int64_t kH200L2 = 50 << 20;
+
+bool is_choice(int block_n, std::span<const BlockNChoice> choices) {
+  return std::any_of(choices.begin(), choices.end(), [&](const BlockNChoice& c) { return c.block_n == block_n; });
+}
+
+TEST(Nm24Heuristics, BlockNIsAlwaysOneOfTheKernelsTiles) {
+  for (const auto choices :
+       {std::span<const BlockNChoice>(kColMajorBlockN), std::span<const BlockNChoice>(kRowMajorBlockN),
+        std::span<const BlockNChoice>(kGatherOneTileBlockN), std::span<const BlockNChoice>(kGatherTwoTilesBlockN)})
+    for (int64_t rows : {1, 128, 4096, 28672})
+      for (int64_t cols : {8, 4096, 12288})
+        for (int64_t n : {1, 16, 100, 512, 8192})
+          for (int sms : {1, 78, kH200Sms})
+            EXPECT_TRUE(is_choice(sm90_block_n(rows, cols, n, sms, choices), choices))
+                << rows << "x" << cols << "x" << n << " on " << sms << " SMs";
+}
+
+TEST(Nm24Heuristics, BlockNFollowsWhatBindsTheShape) {
+  // Many tiles, math bound: the widest tile, whose wgmma run fastest.
+  EXPECT_EQ(sm90_block_n(8192, 8192, 8192, kH200Sms, kColMajorBlockN), 256);
+  EXPECT_EQ(sm90_block_n(11008, 4096, 4096, kH200Sms, kRowMajorBlockN), 256);
+  // Decode: reading A binds every width alike, so the narrowest that covers C wins.
+  EXPECT_EQ(sm90_block_n(4096, 4096, 16, kH200Sms, kColMajorBlockN), 16);
+  EXPECT_EQ(sm90_block_n(4096, 4096, 8, kH200Sms, kRowMajorBlockN), 64);
+  // 32 row tiles and C = 100: four 32-wide columns fill one wave of the SMs, where 128 would leave 100 idle.
+  EXPECT_EQ(sm90_block_n(4096, 4096, 100, kH200Sms, kColMajorBlockN), 32);
+  // The same shape on a single SM: one wide tile per row tile wastes the least math on padding.
+  EXPECT_EQ(sm90_block_n(4096, 4096, 100, 1, kColMajorBlockN), 128);
+}
+
+TEST(Nm24Heuristics, GatherRasterKeepsTheGroupsRowsOfAInHalfOfL2) {
+  // A 128-row tile of condensed A is 128 x K' x 1.25 bytes: at K' = 4096, 64 of them (42 MB) overflow half of
+  // 50 MB and 32 (21 MB) fit.
+  EXPECT_EQ(sm90_gather_group_rows(4096, kH200L2), 32);
+  EXPECT_EQ(sm90_gather_group_rows(1024, kH200L2), 64);
+  // Never below the 2:4 kernel's group, however long K'.
+  EXPECT_EQ(sm90_gather_group_rows(1 << 20, kH200L2), kSm90GroupRows);
+  EXPECT_EQ(sm90_gather_group_rows(1024, 4 << 20), kSm90GroupRows);
+}
+
+TEST(Nm24Heuristics, ScheduleStagesUnlessTheRegisterEpilogueRuns) {
+  // The register epilogue needs outputs final in registers and whole 64-column parts.
+  EXPECT_EQ(sm90_schedule(1000, 256, false, kH200Sms), Sm90Schedule::staged);
+  EXPECT_EQ(sm90_schedule(1000, 32, true, kH200Sms), Sm90Schedule::staged);
+  EXPECT_EQ(sm90_schedule(1000, 16, true, kH200Sms), Sm90Schedule::staged);
+  // Persistent CTAs only where there are more tiles than SMs.
+  EXPECT_EQ(sm90_schedule(kH200Sms + 1, 128, true, kH200Sms), Sm90Schedule::persistent);
+  EXPECT_EQ(sm90_schedule(kH200Sms, 128, true, kH200Sms), Sm90Schedule::registers);
+  EXPECT_EQ(sm90_schedule(1, 192, true, kH200Sms), Sm90Schedule::registers);
+}
+
+TEST(TokenBuckets, EveryTokenCountRunsAPlanAtMostAQuarterWider) {
+  std::set<int64_t> buckets;
+  int64_t previous = 0;
+  for (int64_t t = 1; t <= 4096; ++t) {
+    const int64_t b = detail::token_bucket(t);
+    EXPECT_GE(b, t);
+    EXPECT_LE(4 * b, 5 * t) << t;  // a plan's C is at most 25 % above the run's
+    EXPECT_GE(b, previous) << t;   // monotone: buckets are intervals
+    EXPECT_EQ(detail::token_bucket(b), b) << t;
+    if (t <= detail::kExactTokens) EXPECT_EQ(b, t);
+    previous = b;
+    buckets.insert(b);
+  }
+  EXPECT_EQ(buckets.size(), 48u);  // 16 exact, then 4 per octave from 16 to 4096
+  EXPECT_EQ(detail::token_bucket(17), 20);
+  EXPECT_EQ(detail::token_bucket(4095), 4096);
+  EXPECT_EQ(detail::token_bucket(int64_t{1} << 40), int64_t{1} << 40);
+}
+
+}  // namespace
+}  // namespace nmkit::gpu::nm24
