@@ -1,7 +1,8 @@
 #pragma once
 // A sparse linear layer on the GPU: y[T, R] = act(x[T, K] W^T + bias), W pruned in any GPU format (2:4, V:N:M,
-// tiles), x and y row-major in W's dtype (PyTorch's nn.Linear layout). Owns the device weight and its plans: one per
-// bucket of token counts (detail/token_buckets.hpp: 48 buckets cover T = 1..4096), one per T for tiles.
+// tiles), x and y row-major in W's dtype (nn.Linear's layout). Owns the weight and a plan per bucket of token counts
+// (detail/token_buckets.hpp; per T for tiles). Condensed V:N:M transposes x into a workspace from 64 tokens on, grown
+// at the first run of a larger T: run the largest T once before capturing a CUDA graph.
 //   SparseLinear layer = SparseLinear::create(prune_magnitude(w, parse_format_spec("2:4")).compressed);
 //   layer.run(stream, x, y, tokens, bias);   // one launch; the plan of `tokens`' bucket is made on first use
 #include <cstddef>
@@ -18,9 +19,8 @@ class SparseLinear {
   SparseLinear(SparseLinear&&) noexcept;
   SparseLinear& operator=(SparseLinear&&) noexcept;
   ~SparseLinear();
-  // x: tokens x K, y: tokens x R (16-byte aligned for the Hopper kernels), bias: R floats or nullptr. Asynchronous;
-  // tokens == 0 launches nothing. Throws Error on null pointers, a missing or unexpected bias, or tokens < 0. Not
-  // thread-safe; one layer's runs must not overlap on two streams.
+  // x: tokens x K, y: tokens x R (16-byte aligned for the Hopper kernels), bias: R floats or null. Asynchronous, none
+  // for 0 tokens. Throws Error on null pointers, a wrong bias or tokens < 0. Not thread-safe, one stream at a time.
   void run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias = nullptr);
   int64_t in_features() const noexcept;   // K
   int64_t out_features() const noexcept;  // R
