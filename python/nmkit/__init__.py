@@ -7,6 +7,7 @@ Formats, magnitude pruning and the CPU reference product work on numpy arrays::
     sw = nmkit.prune(w, "vnm:128:2:8")          # a SparseWeight (values stored in the weight's dtype: f32 here)
     sw.format, sw.shape, sw.energy, sw.storage_bytes
     y = nmkit.spmm(sw, x)                       # CPU oracle: (R, K) @ (K, C) -> float32 (R, C)
+    qw = nmkit.prune(w, "2:4", dtype="fp8")     # a QuantizedWeight: e4m3 codes, qw.scales per row, qw.to_dense()
 
 PyTorch layers on the GPU are in ``nmkit.torch`` (``SparseLinear``).
 """
@@ -18,10 +19,10 @@ import os as _os
 import numpy as _np
 
 from . import _nmkit
-from ._nmkit import SparseWeight, build_info, cuda_devices
+from ._nmkit import QuantizedWeight, SparseWeight, build_info, cuda_devices
 
-__all__ = ["SparseWeight", "prune", "compress", "spmm", "load_file", "save_file", "build_info", "cuda_devices",
-           "cuda_available"]
+__all__ = ["SparseWeight", "QuantizedWeight", "prune", "compress", "spmm", "load_file", "save_file", "build_info",
+           "cuda_devices", "cuda_available"]
 __version__ = build_info()["version"]
 
 
@@ -50,18 +51,21 @@ def _storage_dtype(weight, dtype: str | None) -> str:
     return "f16" if name.endswith("float16") else "f32"
 
 
-def prune(weight, format: str, dtype: str | None = None) -> SparseWeight:
+def prune(weight, format: str, dtype: str | None = None) -> SparseWeight | QuantizedWeight:
     """Prunes `weight` (R, K) by magnitude into `format` and compresses it.
 
     format: "2:4" (any "N:M"), "vnm:V:N:M" (e.g. "vnm:128:2:8"), or "tile:RxC:DENSITY" (e.g. "tile:64x64:0.25").
     dtype: how the kept values are stored: "f32", "f16" or "bf16"; by default the weight's own (f32 for float32 and
     wider). The GPU layers take f16 and bf16 (``SparseWeight.astype``). A value that would round to infinity in
     `dtype`, NaN or infinity in the weight raise ValueError; non-zero values that round to zero warn (RuntimeWarning).
+    For N:M formats, dtype "fp8" (= "e4m3"), "e5m2" or "int8" quantizes the kept values after pruning, per row
+    (symmetric absmax, round to nearest even), into a QuantizedWeight (``.scales``, ``.to_dense()`` dequantized);
+    other formats raise NotImplementedError. nmkit has no 8-bit GPU kernels yet: SparseLinear refuses them.
     """
     return _nmkit.prune(_host_matrix(weight, "weight"), format, _storage_dtype(weight, dtype))
 
 
-def compress(weight, format: str, dtype: str | None = None) -> SparseWeight:
+def compress(weight, format: str, dtype: str | None = None) -> SparseWeight | QuantizedWeight:
     """Compresses a weight that already satisfies `format` (raises ValueError naming the first violation); `dtype`
     as for ``prune``."""
     return _nmkit.compress(_host_matrix(weight, "weight"), format, _storage_dtype(weight, dtype))
@@ -104,6 +108,9 @@ def spmm(a: SparseWeight, b, bias=None, alpha: float = 1.0, activation: str = "n
     b and bias take real numbers (float or integer arrays, or nested lists of them); bool, complex, object and string
     arrays are refused with a TypeError, as are arrays of other ranks; b with other than K rows, bias with other than R
     values, and values beyond float32's range are refused with a ValueError."""
+    if isinstance(a, QuantizedWeight):
+        raise TypeError(f"a is an 8-bit QuantizedWeight ({a.dtype}), whose product nmkit.spmm does not compute: "
+                        "multiply its dequantized a.to_dense(), or prune with dtype='f32'")
     if not isinstance(a, SparseWeight):
         raise TypeError(f"a must be an nmkit.SparseWeight (from nmkit.prune, compress or load_file), got {type(a).__name__}")
     if not isinstance(activation, str):
@@ -115,9 +122,9 @@ def spmm(a: SparseWeight, b, bias=None, alpha: float = 1.0, activation: str = "n
 
 
 def load_file(path) -> dict:
-    """The compressed weights of a file written by `nmkit prune` (safetensors), by name, as SparseWeights (each
-    validated; the file's dense tensors are left out). path: a str, bytes or os.PathLike; OSError when it cannot be
-    read, is a directory or is malformed."""
+    """The compressed weights of a file written by `nmkit prune` (safetensors), by name, as SparseWeights or, for
+    8-bit values (``--dtype fp8|e5m2|int8``), QuantizedWeights (each validated; the file's dense tensors are left
+    out). path: a str, bytes or os.PathLike; OSError when it cannot be read, is a directory or is malformed."""
     try:
         path = _os.fsdecode(_os.fspath(path))
     except TypeError:
@@ -145,17 +152,18 @@ def _dense_entry(name: str, array) -> tuple:
 
 def save_file(path, tensors: dict, metadata: dict | None = None) -> None:
     """Writes an nmkit model file (safetensors) that `load_file`, `nmkit.torch.load_sparse` and `nmkit inspect` read:
-    `tensors` maps names to SparseWeights (stored compressed, as `nmkit prune` stores them: name.values, ... and
-    their description in the metadata) or numpy arrays (stored dense, in their own dtype), in the dict's order;
-    `metadata` is str -> str (keys starting with 'nmkit' are nmkit's own). The file is written to a temporary beside
-    `path` and renamed over it. TypeError for other values, ValueError for clashing names, OSError when it cannot
-    be written."""
+    `tensors` maps names to SparseWeights and QuantizedWeights (stored compressed, as `nmkit prune` stores them:
+    name.values, ... and their description in the metadata) or numpy arrays (stored dense, in their own dtype), in
+    the dict's order; `metadata` is str -> str (keys starting with 'nmkit' are nmkit's own). The file is written to
+    a temporary beside `path` and renamed over it. TypeError for other values, ValueError for clashing names,
+    OSError when it cannot be written."""
     try:
         path = _os.fsdecode(_os.fspath(path))
     except TypeError:
         raise TypeError(f"path must be a str, bytes or os.PathLike, got {type(path).__name__}") from None
     if not isinstance(tensors, dict):
-        raise TypeError(f"tensors must be a dict of name -> numpy array or SparseWeight, got {type(tensors).__name__}")
+        raise TypeError(f"tensors must be a dict of name -> numpy array, SparseWeight or QuantizedWeight, got "
+                        f"{type(tensors).__name__}")
     metadata = dict(metadata or {})
     for key, value in metadata.items():
         if not isinstance(key, str) or not isinstance(value, str):
@@ -166,7 +174,8 @@ def save_file(path, tensors: dict, metadata: dict | None = None) -> None:
     for name, value in tensors.items():
         if not isinstance(name, str) or not name:
             raise TypeError(f"tensor names must be non-empty strings, got {name!r}")
-        entries.append((name, value) if isinstance(value, SparseWeight) else _dense_entry(name, value))
+        entries.append((name, value) if isinstance(value, (SparseWeight, QuantizedWeight))
+                       else _dense_entry(name, value))
     _nmkit._save_file(path, entries, metadata)
 
 

@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import SparseWeight, _dense_entry, _nmkit, _storage_dtype
+from . import QuantizedWeight, SparseWeight, _dense_entry, _nmkit, _storage_dtype
 
 __all__ = ["prune_model", "find_blocks"]
 
@@ -90,10 +90,14 @@ def _compile(what: str, pattern):
         raise ValueError(f"{what} must be a regular expression, got {pattern!r} ({e})") from None
 
 
-def _check_format(format) -> str:
+def _check_format(format, dtype=None) -> str:
     if not isinstance(format, str):
         raise TypeError(f"format must be a string ('2:4', 'vnm:128:2:8', 'tile:64x64:0.25'), got {type(format).__name__}")
-    _nmkit.prune_with_statistics(np.zeros((1, 8), dtype=np.float32), None, 0, format, "magnitude")  # parses it
+    if dtype is not None and not isinstance(dtype, str):
+        raise TypeError(f"dtype must be a string (f32, f16, bf16, or 8-bit: fp8, e5m2, int8) or None, got "
+                        f"{type(dtype).__name__}")
+    # Parses both, and refuses 8-bit values for formats other than N:M.
+    _nmkit.prune_with_statistics(np.zeros((1, 8), dtype=np.float32), None, 0, format, "magnitude", dtype=dtype or "f32")
     return format
 
 
@@ -247,12 +251,13 @@ def _model_device(model) -> torch.device:
     return torch.device("cpu")
 
 
-def _prune_linear(name, linear, stats, format, method, damp, candidates) -> SparseWeight:
+def _prune_linear(name, linear, stats, format, method, damp, candidates,
+                  dtype=None) -> SparseWeight | QuantizedWeight:
     weight = linear.weight.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
     xtx = None if stats is None else stats.xtx.cpu().numpy()
     try:
         return _nmkit.prune_with_statistics(weight, xtx, 0 if stats is None else stats.tokens, format, method, damp,
-                                            candidates, _storage_dtype(linear.weight, None))
+                                            candidates, _storage_dtype(linear.weight, dtype))
     except (ValueError, NotImplementedError, RuntimeError) as e:
         raise type(e)(f"{name}: {e}") from None
 
@@ -278,9 +283,10 @@ def _state_entries(model, weights: dict) -> list:
 
 def prune_model(model: torch.nn.Module, calibration, format: str, method: str = "obs", blocks=None,
                 include: Optional[str] = None, exclude: Optional[str] = None, damp: float = 0.01,
-                candidates: str = "diagonal", out=None, progress=True, device=None) -> dict:
+                candidates: str = "diagonal", out=None, progress=True, device=None,
+                dtype: Optional[str] = None) -> dict:
     """Prunes every nn.Linear inside `model`'s blocks into `format`, block by block, in place; returns
-    {qualified Linear name: SparseWeight} in block order.
+    {qualified Linear name: SparseWeight (QuantizedWeight for an 8-bit dtype)} in block order.
 
     calibration: an iterable of batches, each passed to the model as model(**batch) for a dict, model(*batch) for a
         tuple or list, model(batch) otherwise (tensors in it are moved to `device`). Every token of a batch counts in
@@ -300,14 +306,17 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
     device: where the blocks run and X^T X is summed (default: where the model's parameters are). Where it is
         another device, the parts of the model before the blocks are moved there for the first pass and each block
         while it is pruned, and moved back after.
+    dtype: how the kept values are stored: None (the Linear's dtype), "f32", "f16", "bf16", or for N:M formats 8-bit
+        "fp8" (= "e4m3"), "e5m2", "int8": quantized per row after each Linear is pruned (QuantizedWeights; the Linear
+        gets the dequantized values). load_sparse refuses 8-bit weights until nmkit has GPU kernels for them.
 
-    The pruned weights are stored in the Linear's dtype (f32 for float32) and written back into the Linear as their
-    dense form, so that the model computes what load_sparse's layers will. A Linear that the calibration never ran
-    (no tokens) is kept dense with a warning. Every argument, and every selected weight's values, are checked
-    before anything is pruned; an error while a block is pruned (e.g. a Hessian OBS cannot factor: raise damp)
-    leaves the blocks before it pruned."""
+    The pruned weights are stored in the Linear's dtype (f32 for float32) unless `dtype` says otherwise, and written
+    back into the Linear as their dense form (dequantized for 8 bits), so that the model computes what load_sparse's
+    layers will. A Linear that the calibration never ran (no tokens) is kept dense with a warning. Every argument,
+    and every selected weight's values, are checked before anything is pruned; an error while a block is pruned
+    (e.g. a Hessian OBS cannot factor: raise damp) leaves the blocks before it pruned."""
     layer_list = find_blocks(model, blocks)
-    format = _check_format(format)
+    format = _check_format(format, dtype)
     _check_options(method, damp, candidates)
     keep, drop = _compile("include", include), _compile("exclude", exclude)
     if out is not None:
@@ -326,7 +335,8 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
     for linears in selected:
         for name, linear in linears:
             if not torch.isfinite(linear.weight.detach()).all():
-                _prune_linear(name, linear, None, format, "magnitude", damp, candidates)  # the C++ names the entry
+                # the C++ names the entry
+                _prune_linear(name, linear, None, format, "magnitude", damp, candidates, dtype)
     model_device = _model_device(model)
     device = model_device if device is None else torch.device(device)
     calibrated = method != "magnitude"
@@ -377,7 +387,8 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
                             warnings.warn(f"{name}: the calibration never ran it; kept dense", RuntimeWarning,
                                           stacklevel=2)
                             continue
-                        weight = _prune_linear(name, linear, stats.get(name), format, method, damp, candidates)
+                        weight = _prune_linear(name, linear, stats.get(name), format, method, damp,
+                                               candidates, dtype)
                         pruned = torch.from_numpy(weight.to_dense())
                         linear.weight.copy_(pruned.to(device=linear.weight.device, dtype=linear.weight.dtype))
                         weights[name] = weight

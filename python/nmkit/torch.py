@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from . import SparseWeight, _nmkit, load_file, prune
+from . import QuantizedWeight, SparseWeight, _nmkit, load_file, prune
 
 __all__ = ["SparseLinear", "sparsify", "load_sparse", "prune_model"]
 
@@ -99,6 +99,11 @@ class SparseLinear(torch.nn.Module):
         super().__init__()
         # Every argument is checked before the device is needed (_device_layer), so that a wrong one is named as
         # such on any machine, and a machine without CUDA says so only for arguments that would work.
+        if isinstance(weight, QuantizedWeight):
+            raise NotImplementedError(
+                f"SparseLinear: the GPU kernels for 8-bit weights ({weight.dtype} {weight.format}) are not built yet; "
+                "prune with dtype='f16' or 'bf16' for the GPU, or use the dequantized weight.to_dense() in a dense "
+                "torch.nn.Linear")
         if not isinstance(weight, SparseWeight):
             raise TypeError(f"weight must be an nmkit.SparseWeight (nmkit.prune, compress or load_file), "
                             f"got {type(weight).__name__}")
@@ -233,8 +238,8 @@ def load_sparse(model: torch.nn.Module, path, strict: bool = True) -> list:
     """Replaces each nn.Linear `name` of `model` for which the file at `path` (written by `nmkit prune`) holds a
     compressed `name.weight` by a SparseLinear with that weight and the Linear's own bias. Every pair is checked
     and every layer made before any is replaced: shapes must match, and with `strict` every compressed weight of the
-    file must find its Linear. Weights stored as f32 are rounded to the Linear's dtype (f16 unless it is bf16).
-    Returns the names replaced."""
+    file must find its Linear. Weights stored as f32 are rounded to the Linear's dtype (f16 unless it is bf16); 8-bit
+    weights (QuantizedWeight) raise NotImplementedError (no GPU kernels for them yet). Returns the names replaced."""
     linears = dict(_linears(model, "", None))
     pairs = []
     for key, weight in load_file(path).items():
@@ -252,7 +257,8 @@ def load_sparse(model: torch.nn.Module, path, strict: bool = True) -> list:
         pairs.append((name, linear, weight))
 
     def make(linear, weight):
-        if weight.dtype not in _DTYPES.values():  # a file pruned from fp32 weights: the GPU kernels take 16 bits
+        # A file pruned from fp32 weights: the GPU kernels take 16 bits (8-bit weights: SparseLinear says why not).
+        if isinstance(weight, SparseWeight) and weight.dtype not in _DTYPES.values():
             weight = weight.astype(_DTYPES.get(linear.weight.dtype, "f16"))
         return SparseLinear(weight, linear.bias, device=linear.weight.device if linear.weight.is_cuda else None)
 

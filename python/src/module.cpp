@@ -7,6 +7,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -14,11 +15,13 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "nmkit/cpu/spmm.hpp"
 #include "nmkit/device.hpp"
 #include "nmkit/error.hpp"
+#include "nmkit/format/quantized.hpp"
 #include "nmkit/format/spec.hpp"
 #include "nmkit/io/model.hpp"
 #include "nmkit/prune/magnitude.hpp"
@@ -38,6 +41,7 @@ namespace {
 using HostMatrix = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 using HostVector = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using NumpyMatrix = nb::ndarray<nb::numpy, float, nb::ndim<2>>;
+using NumpyVector = nb::ndarray<nb::numpy, float, nb::ndim<1>>;
 
 // A compressed weight in its logical format (docs/formats.md) and, when it came from pruning, the energy kept.
 struct SparseWeight {
@@ -45,11 +49,58 @@ struct SparseWeight {
   std::optional<double> energy;
 };
 
+// An N:M weight with 8-bit values and an fp32 scale per row (docs/formats.md, "N:M with 8-bit values"), and the
+// energy its pruning kept (measured before quantization).
+struct QuantizedWeight {
+  QuantizedNmMatrix matrix;
+  std::optional<double> energy;
+};
+
+// What pruning and compression return: float values (f32, f16, bf16) or 8-bit ones.
+using AnyWeight = std::variant<SparseWeight, QuantizedWeight>;
+
+// How the kept values are stored: in `dtype`, or (for an 8-bit `quantize`) quantized per row from f32 values.
+struct ValueStorage {
+  DType dtype = DType::f32;
+  std::optional<QuantType> quantize;
+};
+
+// The storage `name` asks for, checked against `spec` before anything is pruned: 8-bit types for N:M only, in the
+// CLI's words (tools/nmkit/cmd_prune.cpp, src/prune/prune_model.cpp).
+ValueStorage parse_value_storage(const std::string& name, const FormatSpec& spec) {
+  if (is_quant_type_name(name)) {
+    const QuantType type = parse_quant_type(name);
+    require(std::holds_alternative<NmSpec>(spec), ErrorCode::unsupported,
+            std::string("8-bit values (") + quant_type_name(type) +
+                ") are supported for N:M formats only (2:4, N:M), not " + to_string(spec));
+    return {DType::f32, type};
+  }
+  try {
+    return {parse_dtype(name), std::nullopt};
+  } catch (const Error&) {
+    throw Error(ErrorCode::invalid_argument,
+                "unknown dtype '" + name + "' (expected f32, f16, bf16, or 8-bit: fp8 (= e4m3), e5m2, int8)");
+  }
+}
+
+// The pruned (or compressed) weight with its values stored as `storage` asks: converted, or quantized per row.
+AnyWeight store_values(SparseMatrix compressed, std::optional<double> energy, const ValueStorage& storage) {
+  if (storage.quantize) return QuantizedWeight{quantize_nm(std::get<NmMatrix>(compressed), *storage.quantize), energy};
+  if (dtype_of(compressed) != storage.dtype) compressed = convert_values(compressed, storage.dtype);
+  return SparseWeight{std::move(compressed), energy};
+}
+
 // A float32 numpy array that owns `values` (rows x cols, row-major).
 NumpyMatrix to_numpy(std::vector<float> values, int64_t rows, int64_t cols) {
   auto* owned = new std::vector<float>(std::move(values));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
   return NumpyMatrix(owned->data(), {static_cast<size_t>(rows), static_cast<size_t>(cols)}, owner);
+}
+
+NumpyVector to_numpy(std::vector<float> values) {
+  auto* owned = new std::vector<float>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return NumpyVector(owned->data(), {owned->size()}, owner);
 }
 
 // The weight rounded to `dtype`. Values that would overflow are refused (from_float); non-zero values that round
@@ -139,23 +190,65 @@ void bind_formats(nb::module_& m) {
                ", " + std::to_string(cols_of(w.matrix)) + "), dtype=" + dtype_name(dtype_of(w.matrix)) + ")";
       });
 
+  nb::class_<QuantizedWeight>(
+      m, "QuantizedWeight",
+      "A pruned N:M weight whose kept values are 8-bit codes (e4m3, e5m2 or int8) with an fp32\n"
+      "scale per row: value = code * scales[row] (docs/formats.md).")
+      .def_prop_ro("format", [](const QuantizedWeight& w) { return format_name(w.matrix); })
+      .def_prop_ro("shape", [](const QuantizedWeight& w) { return std::make_tuple(w.matrix.rows, w.matrix.cols); })
+      .def_prop_ro(
+          "dtype", [](const QuantizedWeight& w) { return std::string(quant_type_name(w.matrix.type())); },
+          "The codes' type: e4m3 (fp8), e5m2 or int8.")
+      .def_prop_ro(
+          "density", [](const QuantizedWeight& w) { return format_density(w.matrix); },
+          "Fraction of the matrix's entries the compressed form keeps, as for SparseWeight.")
+      .def_prop_ro(
+          "storage_bytes", [](const QuantizedWeight& w) { return storage_bytes(w.matrix); },
+          "Bytes of the compressed arrays: codes, indices and the fp32 scales.")
+      .def_prop_ro(
+          "dense_bytes", [](const QuantizedWeight& w) { return dense_storage_bytes(w.matrix); },
+          "Bytes of the same weight dense at 8 bits with its scales (R * K + 4 R), as `nmkit inspect` compares.")
+      .def_prop_ro(
+          "energy", [](const QuantizedWeight& w) { return w.energy; },
+          "Kept L1 over total L1 of the weight it was pruned from, before quantization (None when not pruned).")
+      .def_prop_ro(
+          "scales", [](const QuantizedWeight& w) { return to_numpy(w.matrix.scales); }, nb::rv_policy::move,
+          "The per-row scales, float32 (R,): a row's largest |value| over the code type's largest (0 for a zero row).")
+      .def(
+          "to_dense",
+          [](const QuantizedWeight& w) {
+            const DenseMatrix d = decompress(w.matrix);
+            return to_numpy(d.to_float(), d.rows, d.cols);
+          },
+          "The weight dequantized (code * scale) and expanded to a dense float32 array (pruned entries are zero).")
+      .def(
+          "validate", [](const QuantizedWeight& w) { validate(w.matrix); },
+          "Checks every invariant (N:M's, the codes and the scales); raises ValueError naming the first violation.")
+      .def("__repr__", [](const QuantizedWeight& w) {
+        return "QuantizedWeight(format='" + format_name(w.matrix) + "', shape=(" + std::to_string(w.matrix.rows) +
+               ", " + std::to_string(w.matrix.cols) + "), dtype=" + quant_type_name(w.matrix.type()) + ")";
+      });
+
   m.def(
       "prune",
       [](const HostMatrix& weight, const std::string& format, const std::string& dtype) {
         const FormatSpec spec = parse_format_spec(format);
-        DenseMatrix dense = to_dense_matrix(weight, parse_dtype(dtype));
+        const ValueStorage storage = parse_value_storage(dtype, spec);
+        DenseMatrix dense = to_dense_matrix(weight, storage.dtype);
         nb::gil_scoped_release released;  // pruning large weights takes seconds
         PruneResult r = prune_magnitude(dense, spec);
-        return SparseWeight{std::move(r.compressed), r.energy};
+        return store_values(std::move(r.compressed), r.energy, storage);
       },
       "weight"_a, "format"_a, "dtype"_a,
       "Prunes a float32 (R, K) array by magnitude into `format` (\"2:4\", \"vnm:128:2:8\", \"tile:64x64:0.25\") and\n"
-      "compresses it with values stored as `dtype` (f32, f16 or bf16).");
+      "compresses it with values stored as `dtype` (f32, f16 or bf16: a SparseWeight; for N:M, fp8 (= e4m3), e5m2 or\n"
+      "int8, quantized per row after pruning: a QuantizedWeight).");
   m.def(
       "compress",
       [](const HostMatrix& weight, const std::string& format, const std::string& dtype) {
-        return SparseWeight{compress(to_dense_matrix(weight, parse_dtype(dtype)), parse_format_spec(format)),
-                            std::nullopt};
+        const FormatSpec spec = parse_format_spec(format);
+        const ValueStorage storage = parse_value_storage(dtype, spec);
+        return store_values(compress(to_dense_matrix(weight, storage.dtype), spec), std::nullopt, storage);
       },
       "weight"_a, "format"_a, "dtype"_a,
       "Compresses a float32 (R, K) array that already satisfies `format` (a tile spec's density is ignored: every\n"
@@ -192,19 +285,16 @@ void bind_formats(nb::module_& m) {
         ModelFile model = load_model(path);
         nb::dict out;
         for (NamedWeight& w : model.weights) {
-          // Refused rather than skipped: a caller would otherwise take the weight for a dense one left out.
-          if (const auto* q = std::get_if<QuantizedNmMatrix>(&w.weight))
-            throw Error(ErrorCode::unsupported, path + ": '" + w.name + "' holds 8-bit values (" +
-                                                    quant_type_name(q->type()) +
-                                                    "); the Python package does not read 8-bit weights yet");
-          if (auto* sparse = std::get_if<SparseMatrix>(&w.weight))
+          if (auto* q = std::get_if<QuantizedNmMatrix>(&w.weight))
+            out[nb::str(w.name.c_str())] = nb::cast(QuantizedWeight{std::move(*q), std::nullopt});
+          else if (auto* sparse = std::get_if<SparseMatrix>(&w.weight))
             out[nb::str(w.name.c_str())] = nb::cast(SparseWeight{std::move(*sparse), std::nullopt});
         }
         return out;
       },
       "path"_a,
-      "The compressed weights of a file written by `nmkit prune`, by name (validated; dense tensors are left to\n"
-      "the safetensors package).");
+      "The compressed weights of a file written by `nmkit prune`, by name, as SparseWeights or (8-bit values)\n"
+      "QuantizedWeights (validated; dense tensors are left to the safetensors package).");
 }
 
 void bind_device(nb::module_& m) {
@@ -263,14 +353,14 @@ void bind_device(nb::module_& m) {
 // Calibrated pruning of one weight from its input statistics (nmkit.torch.prune_model collects them by hooks),
 // and the writer of whole model files.
 template <typename Scalar>
-SparseWeight prune_with_statistics(
+AnyWeight prune_with_statistics(
     const HostMatrix& weight,
     const std::optional<nb::ndarray<const Scalar, nb::ndim<2>, nb::c_contig, nb::device::cpu>>& xtx, int64_t tokens,
     const std::string& format, const std::string& method_name, double damp, const std::string& candidates,
     const std::string& dtype) {
   const FormatSpec spec = parse_format_spec(format);
   const PruneMethod method = parse_prune_method(method_name);
-  const DType storage = parse_dtype(dtype);
+  const ValueStorage storage = parse_value_storage(dtype, spec);
   ObsOptions obs;
   obs.damp = damp;
   obs.candidates = parse_obs_candidates(candidates);
@@ -292,9 +382,10 @@ SparseWeight prune_with_statistics(
     stats.tokens = tokens;
     stats.xtx.assign(xtx->data(), xtx->data() + xtx->size());
   }
-  PruneResult r;
+  AnyWeight out;
   {
     nb::gil_scoped_release released;  // OBS on large weights takes seconds to minutes
+    PruneResult r;
     switch (method) {
       case PruneMethod::magnitude:
         r = prune_magnitude(dense, spec);
@@ -306,9 +397,9 @@ SparseWeight prune_with_statistics(
         r = prune_obs(dense, stats, spec, obs);
         break;
     }
-    if (storage != DType::f32) r.compressed = convert_values(r.compressed, storage);
+    out = store_values(std::move(r.compressed), r.energy, storage);
   }
-  return SparseWeight{std::move(r.compressed), r.energy};
+  return out;
 }
 
 StDType parse_st_dtype(const std::string& name) {
@@ -324,7 +415,8 @@ void bind_calibrated(nb::module_& m) {
       "X^T X (K, K, float64 or float32; None for magnitude) over `tokens` tokens; OBS takes `damp` (a fraction of\n"
       "mean(diag H)) and `candidates` (diagonal, pairwise or combinatorial). Values are computed in float32 and "
       "stored\n"
-      "as `dtype`; energy is measured on the weight given.";
+      "as `dtype` (f32, f16, bf16, or for N:M quantized per row: fp8, e5m2, int8); energy is measured on the weight\n"
+      "given.";
   m.def("prune_with_statistics", &prune_with_statistics<double>, "weight"_a, "xtx"_a.none(), "tokens"_a, "format"_a,
         "method"_a, "damp"_a = 0.01, "candidates"_a = "diagonal", "dtype"_a = "f32", doc);
   m.def("prune_with_statistics", &prune_with_statistics<float>, "weight"_a, "xtx"_a.none(), "tokens"_a, "format"_a,
@@ -332,14 +424,17 @@ void bind_calibrated(nb::module_& m) {
   m.def(
       "_save_file",
       [](const std::string& path, const nb::list& entries, const std::map<std::string, std::string>& metadata) {
-        // entries: (name, SparseWeight) or (name, safetensors dtype, shape, bytes), in file order.
+        // entries: (name, SparseWeight or QuantizedWeight) or (name, safetensors dtype, shape, bytes), in order.
         ModelFile model;
         model.metadata = metadata;
         for (nb::handle item : entries) {
           const auto entry = nb::cast<nb::tuple>(item);
           std::string name = nb::cast<std::string>(entry[0]);
           if (entry.size() == 2) {
-            model.weights.push_back({std::move(name), nb::cast<const SparseWeight&>(entry[1]).matrix});
+            if (nb::isinstance<QuantizedWeight>(entry[1]))
+              model.weights.push_back({std::move(name), nb::cast<const QuantizedWeight&>(entry[1]).matrix});
+            else
+              model.weights.push_back({std::move(name), nb::cast<const SparseWeight&>(entry[1]).matrix});
             continue;
           }
           StTensor t;
@@ -355,8 +450,8 @@ void bind_calibrated(nb::module_& m) {
         save_model(path, model);
       },
       "path"_a, "entries"_a, "metadata"_a,
-      "Writes an nmkit model file (safetensors): entries (name, SparseWeight) are stored compressed, entries\n"
-      "(name, dtype, shape, bytes) as dense tensors; nmkit.save_file is the user-facing wrapper.");
+      "Writes an nmkit model file (safetensors): entries (name, SparseWeight or QuantizedWeight) are stored\n"
+      "compressed, entries (name, dtype, shape, bytes) as dense tensors; nmkit.save_file is the user-facing wrapper.");
 }
 
 }  // namespace
