@@ -229,12 +229,16 @@ std::vector<float> dequantize(const QuantizedRows& q) {
 
 namespace {
 
-void check_scales(const std::vector<float>& scales, const char* what) {
+// Scales must be finite, >= 0, and small enough that the largest code of `type` times the scale is finite too:
+// every value of a valid weight dequantizes to an fp32.
+void check_scales(const std::vector<float>& scales, QuantType type, const char* what) {
   for (std::size_t r = 0; r < scales.size(); ++r)
-    require(std::isfinite(scales[r]) && scales[r] >= 0.0f, ErrorCode::invalid_argument, [&] {
-      return std::string(what) + " scale of row " + std::to_string(r) + " is " + std::to_string(scales[r]) +
-             " (scales must be finite and >= 0)";
-    });
+    require(std::isfinite(scales[r]) && scales[r] >= 0.0f && std::isfinite(scales[r] * quant_type_max(type)),
+            ErrorCode::invalid_argument, [&] {
+              return std::string(what) + " scale of row " + std::to_string(r) + " is " + std::to_string(scales[r]) +
+                     " (scales must be finite, >= 0 and at most FLT_MAX / " +
+                     std::to_string(static_cast<int>(quant_type_max(type))) + ")";
+            });
 }
 
 std::string code_problem(QuantType type, uint8_t code) {
@@ -256,7 +260,7 @@ void validate(const QuantizedRows& q) {
   require(q.scales.size() == static_cast<std::size_t>(q.rows), ErrorCode::invalid_argument, [&] {
     return "quantized rows hold " + std::to_string(q.scales.size()) + " scales, expected " + std::to_string(q.rows);
   });
-  check_scales(q.scales, "quantized");
+  check_scales(q.scales, q.values.type, "quantized");
   for (std::size_t i = 0; i < q.values.size(); ++i)
     require(is_valid_code(q.values.type, q.values.codes[i]), ErrorCode::invalid_argument, [&] {
       const auto width = static_cast<std::size_t>(std::max<int64_t>(q.cols, 1));
@@ -317,7 +321,7 @@ void validate(const QuantizedNmMatrix& a) {
   require(
       a.scales.size() == static_cast<std::size_t>(a.rows), ErrorCode::invalid_argument,
       "quantized N:M scales hold " + std::to_string(a.scales.size()) + " values, expected " + std::to_string(a.rows));
-  check_scales(a.scales, "quantized N:M");
+  check_scales(a.scales, a.type(), "quantized N:M");
   const int64_t groups = a.groups();
   for (std::size_t i = 0; i < count; ++i)
     require(is_valid_code(a.type(), a.values.codes[i]), ErrorCode::invalid_argument, [&] {

@@ -64,6 +64,17 @@ TEST(Nm24Heuristics, ScheduleStagesUnlessTheRegisterEpilogueRuns) {
   EXPECT_EQ(sm90_schedule(1, 192, true, kH200Sms), Sm90Schedule::registers);
 }
 
+TEST(Nm24Heuristics, SplitKFillsGridsUnderAWave) {
+  // 4096 x 4096 at T = 16: 32 tiles on 132 SMs, four CTAs each.
+  EXPECT_EQ(sm90_split(32, 64, kH200Sms), 4);
+  EXPECT_EQ(sm90_split(10, 64, kH200Sms), kMaxSplit);  // at most a cluster of 8
+  EXPECT_EQ(sm90_split(10, 12, kH200Sms), 3);          // at least kMinSplitKTiles k-tiles each
+  EXPECT_EQ(sm90_split(10, 7, kH200Sms), 1);
+  EXPECT_EQ(sm90_split(66, 1024, kH200Sms), 1);  // half a wave already
+  EXPECT_EQ(sm90_split(65, 1024, kH200Sms), 2);
+  EXPECT_EQ(sm90_split(0, 64, kH200Sms), 1);
+}
+
 TEST(TokenBuckets, EveryTokenCountRunsAPlanAtMostAQuarterWider) {
   std::set<int64_t> buckets;
   int64_t previous = 0;

@@ -27,10 +27,12 @@ TEST(PlanChecks, Nm24RefusesOptionsNoKernelTakes) {
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.block_n = 100}), ErrorCode::invalid_argument, "block_n");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.raster_rows = -1}), ErrorCode::invalid_argument, "raster_rows");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.raster_rows = 1025}), ErrorCode::invalid_argument, "raster_rows");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.split = 9}), ErrorCode::invalid_argument, "split");
   for (const Nm24Options& sm90_only :
        {Nm24Options{.kernel = Nm24Kernel::sm80_mma_sp, .block_n = 128},
         Nm24Options{.kernel = Nm24Kernel::sm80_mma_sp, .schedule = Sm90Schedule::persistent},
-        Nm24Options{.kernel = Nm24Kernel::sm80_mma_sp, .raster_rows = 8}}) {
+        Nm24Options{.kernel = Nm24Kernel::sm80_mma_sp, .raster_rows = 8},
+        Nm24Options{.kernel = Nm24Kernel::sm80_mma_sp, .split = 2}}) {
     EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, sm90_only), ErrorCode::unsupported, "sm90 kernel");
     EXPECT_NMKIT_ERROR(VnmSpmmPlan::create(desc, 128, 8, sm90_only), ErrorCode::unsupported, "sm90 kernel");
   }

@@ -241,6 +241,10 @@ TEST(QuantizedNm, ValidateNamesBadScalesCodesAndPadding) {
   EXPECT_NMKIT_ERROR(validate(q), ErrorCode::invalid_argument, "scale of row 1 is nan");
   q = good, q.scales[2] = -1.0f;
   EXPECT_NMKIT_ERROR(validate(q), ErrorCode::invalid_argument, "scale of row 2 is -1");
+  q = good, q.scales[0] = 1e37f;  // 448 * 1e37 overflows: some code would dequantize to infinity
+  EXPECT_NMKIT_ERROR(validate(q), ErrorCode::invalid_argument, "at most FLT_MAX / 448");
+  q = good, q.values.type = QuantType::int8, q.values.codes.assign(q.values.size(), 0), q.scales[0] = 1e36f;
+  EXPECT_NO_THROW(validate(q));  // 127 * 1e36 is finite
   q = good, q.scales.pop_back();
   EXPECT_NMKIT_ERROR(validate(q), ErrorCode::invalid_argument, "scales hold 2 values, expected 3");
   q = good, q.values.codes[5] = 0x7F;  // row 1, group 0, slot 1

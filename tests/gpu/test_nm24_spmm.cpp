@@ -11,6 +11,7 @@
 
 #include "nmkit/cpu/spmm.hpp"
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/nm24_heuristics.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
 #include "gpu/gpu_test_util.hpp"
@@ -137,6 +138,47 @@ TEST(Nm24Gpu, RasterGroupsAreCorrectAndChecked) {
     EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.raster_rows = bad}), ErrorCode::invalid_argument, "raster_rows");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.kernel = Nm24Kernel::sm80_mma_sp, .raster_rows = 4}),
                      ErrorCode::unsupported, "sm90 kernel");
+}
+
+// Split-K: clusters of 2..8 CTAs each sum a share of K into one tile through distributed shared memory, then one
+// epilogue. Odd shapes (R, K not multiples of the tile; K's k-tiles not a multiple of the split), 1 and 77 tokens,
+// every epilogue the staged path takes, both D layouts.
+TEST(Nm24Gpu, SplitKAgreesWithTheOracle) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  uint32_t seed = 7000;
+  for (int split : {2, 3, 5, 8})
+    for (int block_n : {16, 64})
+      for (int64_t tokens : {int64_t{1}, int64_t{77}})
+        for (Layout d_layout : {Layout::col_major, Layout::row_major}) {
+          const bool epilogue = split % 2 == 1;  // bias, GELU, beta * C and f32 D on half of the cases
+          const DType dtype = split == 8 ? DType::bf16 : DType::f16;
+          Case t{{1000, 1000, tokens, dtype, epilogue ? DType::f32 : dtype, Layout::col_major, d_layout, 0.5f,
+                  epilogue ? 0.25f : 0.0f, epilogue, epilogue ? Activation::gelu : Activation::none},
+                 Nm24Kernel::sm90_wgmma_sp};
+          t.block_n = block_n;
+          const Nm24Options options{.split = split};
+          EXPECT_EQ(
+              Nm24SpmmPlan::create(t.desc(), {.kernel = t.kernel, .block_n = block_n, .split = split}).config().split,
+              split);
+          EXPECT_LE(run_case(t, seed += 10, options), tolerance(dtype))
+              << describe(t) << " block_n " << block_n << " split " << split;
+        }
+  // By shape: 4096 x 4096 at 16 tokens is 32 tiles, under a wave; 8192 x 4096 x 4096 is not.
+  const int sms = [] {
+    int device = 0, count = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return count;
+  }();
+  EXPECT_EQ(Nm24SpmmPlan::create({4096, 4096, 16}).config().split, nm24::sm90_split(32, 64, sms));
+  EXPECT_EQ(Nm24SpmmPlan::create({8192, 4096, 4096}).config().split, 1);
+  // Split-K runs the staged schedule and B col-major only.
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create({4096, 4096, 16}, {.schedule = Sm90Schedule::persistent, .split = 2}),
+                     ErrorCode::unsupported, "staged");
+  SpmmDesc row_major_b{4096, 4096, 16};
+  row_major_b.b_layout = Layout::row_major;
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, {.split = 2}), ErrorCode::unsupported, "split-K");
 }
 
 TEST(Nm24Gpu, AutotunedPlansAreCorrectAndRepeatable) {

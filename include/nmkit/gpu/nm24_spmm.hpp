@@ -55,18 +55,16 @@ struct SpmmDesc {                       // the problem a plan is made for
   DType out_dtype = DType::f16;         // C and D: f16, bf16 or f32
   Layout b_layout = Layout::col_major;  // col_major: B[k, j] at j * ldb + k (x[T, K] row-major)
   Layout d_layout = Layout::col_major;  // col_major: D[r, j] at j * ldd + r (y[T, R] row-major)
-  float alpha = 1.0f;
-  float beta = 0.0f;  // C is read when beta != 0; it has D's layout and dtype
-  bool bias = false;  // fp32 bias of length R, added per row
+  float alpha = 1.0f, beta = 0.0f;      // C is read when beta != 0; it has D's layout and dtype
+  bool bias = false;                    // fp32 bias of length R, added per row
   Activation activation = Activation::none;
 };
 // sm90_wgmma_sp: Hopper, B col-major with K % 8 == 0 or row-major with C % 8 == 0; sm80_mma_sp: any shape.
 enum class Nm24Kernel : uint8_t { automatic, sm80_mma_sp, sm90_wgmma_sp };
 const char* kernel_name(Nm24Kernel k) noexcept;
-// How the sm90 kernel's tiles leave the CTA: staged (D through the pipeline's shared memory, one CTA per tile, any
-// epilogue), registers (16-bit D stored by TMA from the accumulators, one CTA per tile) or persistent (registers,
-// one CTA per SM looping over the tiles). The last two need a 16-bit D, an n-tile of whole 64-column parts and an
-// epilogue that is final in registers; elsewhere the plan stages.
+// How the sm90 kernel's tiles leave the CTA: staged (D through the stages' shared memory, one CTA per tile, any
+// epilogue), registers (16-bit D stored by TMA from the accumulators) or persistent (registers, a CTA per SM looping
+// over the tiles); the last two need a 16-bit D, 64-column parts and an epilogue final in registers.
 enum class Sm90Schedule : uint8_t { automatic, staged, registers, persistent };
 const char* schedule_name(Sm90Schedule s) noexcept;
 
@@ -77,6 +75,7 @@ struct Nm24Options {
   int block_n = 0;  // sm90 n-tile: 256, 192, 128, 64, 32 or 16 (B row-major: 256, 192, 128 or 64)
   Sm90Schedule schedule = Sm90Schedule::automatic;
   int raster_rows = 0;         // sm90: row tiles per raster group, 1..1024
+  int split = 0;               // sm90: split-K, 1..8 CTAs per tile (a cluster), each a share of K; staged epilogue
   bool overlap_launch = true;  // sm90: start as the kernel before ends (which must not write the weight)
 };
 
@@ -86,6 +85,7 @@ struct KernelConfig {
   int block_m = 0, block_n = 0, block_k = 0;
   int stages = 0, threads = 0, smem_bytes = 0;
   int raster_rows = 0;             // sm90: row tiles per raster group (0: the kernel's default)
+  int split = 1;                   // sm90: CTAs per tile (a cluster), each summing a share of K
   bool register_epilogue = false;  // sm90: 16-bit D stored from the accumulators by TMA
   int persistent_ctas = 0;         // sm90: > 0 CTAs, one per SM, loop over the tiles
   bool overlap_launch = false;     // programmatic dependent launch: the prior kernel must not write the weight

@@ -59,4 +59,10 @@ Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, 
   return tiles > sm_count ? Sm90Schedule::persistent : Sm90Schedule::registers;
 }
 
+int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count) {
+  if (tiles <= 0 || 2 * tiles >= sm_count) return 1;
+  const int64_t split = std::min({int64_t{kMaxSplit}, sm_count / tiles, k_tiles / kMinSplitKTiles});
+  return static_cast<int>(std::max<int64_t>(split, 1));
+}
+
 }  // namespace nmkit::gpu::nm24

@@ -50,6 +50,7 @@ struct Params {
 struct LaunchOn {
   cudaStream_t stream;
   bool overlap = false;
+  int split = 1;  // split-K: CTAs per cluster, each a share of a tile's k-tiles (KernelConfig::split)
 };
 
 template <class Element>
@@ -209,7 +210,9 @@ Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, con
 // The sm90 kernel's epilogue, grid, raster and launch for a plan of `desc` (config.register_epilogue,
 // persistent_ctas, raster_rows, overlap_launch), and for one run: the plan's choice where this D and this stream
 // allow it (known only then). Throws Error(unsupported) for a pinned choice the description cannot take.
-void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, KernelConfig& config);
+// split_k_built: the kernel of this description has a split-K instantiation.
+void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int64_t k_tiles, bool split_k_built,
+                          KernelConfig& config);
 void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
 // A plan's configuration for desc.n other than the one it was made for (Nm24SpmmPlan::for_tokens): false where the
 // Hopper kernel can no longer take desc and the caller must plan the portable kernel instead.

@@ -41,13 +41,15 @@ void check_options(const Nm24Options& options, const char* who) {
   const int n = options.block_n;
   require(n == 0 || n == 256 || n == 192 || n == 128 || n == 64 || n == 32 || n == 16, ErrorCode::invalid_argument,
           std::string(who) + ": block_n must be 256, 192, 128, 64, 32 or 16 (0: by shape), got " + std::to_string(n));
+  require(options.split >= 0 && options.split <= kMaxSplit, ErrorCode::invalid_argument,
+          std::string(who) + ": split must be 1..8 CTAs per tile (0: by shape), got " + std::to_string(options.split));
   require(options.raster_rows >= 0 && options.raster_rows <= kMaxRasterRows, ErrorCode::invalid_argument,
           std::string(who) + ": raster_rows must be a row-tile count in 1..1024 (0: by shape), got " +
               std::to_string(options.raster_rows));
   require(options.kernel != Nm24Kernel::sm80_mma_sp ||
-              (n == 0 && options.schedule == Sm90Schedule::automatic && options.raster_rows == 0),
+              (n == 0 && options.schedule == Sm90Schedule::automatic && options.raster_rows == 0 && options.split <= 1),
           ErrorCode::unsupported,
-          std::string(who) + ": block_n, the schedule and the raster can only be chosen for the sm90 kernel");
+          std::string(who) + ": block_n, the schedule, the raster and split-K can only be chosen for the sm90 kernel");
 }
 
 void check_operands(const SpmmDesc& desc, const void* b, const void* c, const void* d, const float* bias,
@@ -85,13 +87,15 @@ Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, con
 // their start and the consumers say launch_dependents when their last tile is done, which keeps the plain
 // launch's code; chains of dependent decode products ran 8-9 % faster. A trigger earlier in the kernel lost 3-15 %:
 // the next kernel's CTAs took SMs this one still needed.
-void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, KernelConfig& config) {
-  config.register_epilogue = false, config.persistent_ctas = 0, config.raster_rows = 0;
+void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int64_t k_tiles, bool split_k_built,
+                          KernelConfig& config) {
+  config.register_epilogue = false, config.persistent_ctas = 0, config.raster_rows = 0, config.split = 1;
   config.overlap_launch = config.kernel == Nm24Kernel::sm90_wgmma_sp && options.overlap_launch;
   if (config.kernel != Nm24Kernel::sm90_wgmma_sp) {
-    require(options.block_n == 0 && options.schedule == Sm90Schedule::automatic && options.raster_rows == 0,
+    require(options.block_n == 0 && options.schedule == Sm90Schedule::automatic && options.raster_rows == 0 &&
+                options.split <= 1,
             ErrorCode::unsupported,
-            "nm24 plan: block_n, the schedule and the raster can only be chosen for the sm90 kernel");
+            "nm24 plan: block_n, the schedule, the raster and split-K can only be chosen for the sm90 kernel");
     return;
   }
   config.raster_rows = options.raster_rows;
@@ -100,6 +104,19 @@ void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, Kern
       sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride);
   const int sms = device_facts().sm_count;
   const int64_t tiles = ceil_div(desc.rows, config.block_m) * ceil_div(desc.n, config.block_n);
+  // Split-K takes the staged epilogue (the cluster sums its partial tiles in the stages): chosen by shape only where
+  // no other schedule was pinned.
+  const bool split_by_shape = split_k_built && options.schedule == Sm90Schedule::automatic;
+  config.split = options.split > 0 ? options.split : split_by_shape ? sm90_split(tiles, k_tiles, sms) : 1;
+  require(config.split == 1 || split_k_built, ErrorCode::unsupported,
+          "nm24 plan: split-K is built for 2:4 with B col-major and n-tiles of 16, 32 or 64 (block_n " +
+              std::to_string(config.block_n) + ")");
+  require(config.split <= k_tiles, ErrorCode::unsupported,
+          "nm24 plan: split-K of " + std::to_string(config.split) + " needs as many k-tiles of 64, K has " +
+              std::to_string(k_tiles));
+  require(config.split == 1 || options.schedule == Sm90Schedule::automatic || options.schedule == Sm90Schedule::staged,
+          ErrorCode::unsupported, "nm24 plan: split-K runs the staged schedule only");
+  if (config.split > 1) return;
   const Sm90Schedule fitting = sm90_schedule(tiles, config.block_n, final_in_registers, sms);
   const Sm90Schedule chosen = options.schedule == Sm90Schedule::automatic ? fitting : options.schedule;
   require(chosen == Sm90Schedule::staged || fitting != Sm90Schedule::staged, ErrorCode::unsupported,
@@ -128,7 +145,7 @@ void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
 // Overlapping launches order themselves by the stream; the legacy default stream's implicit order with other
 // streams is not theirs to keep.
 LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream) {
-  return {stream, config.overlap_launch && stream != nullptr};
+  return {stream, config.overlap_launch && stream != nullptr, config.split};
 }
 
 bool b_vector_loads(const SpmmDesc& desc, const void* b) {
@@ -186,6 +203,7 @@ std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
      << (c.register_epilogue ? " register epilogue" : "") << (c.overlap_launch ? " overlapped launch" : "");
   if (c.persistent_ctas > 0) os << " persistent " << c.persistent_ctas << " CTAs";
   if (c.raster_rows > 0) os << " raster " << c.raster_rows << " row tiles";
+  if (c.split > 1) os << " split-K " << c.split;
   return os;
 }
 
@@ -253,7 +271,8 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
                                                                             nm24::device_facts().sm_count, choices))
           : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
-  nm24::choose_sm90_schedule(desc, options, plan.config_);
+  const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && b_col_major && t.block_n <= 64;
+  nm24::choose_sm90_schedule(desc, options, ceil_div(desc.cols, int64_t{kPackKAlign}), split_k_built, plan.config_);
   if (std::getenv("NMKIT_LOG_CONFIG"))
     std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
   return plan;

@@ -33,6 +33,7 @@
 #include "../common/ring.cuh"
 #include "../common/smem.cuh"
 #include "../common/tensor_map.cuh"
+#include "../ptx/cluster.cuh"
 #include "../ptx/cp_async.cuh"
 #include "../ptx/griddep.cuh"
 #include "../ptx/mbarrier.cuh"
@@ -40,6 +41,7 @@
 #include "../ptx/wgmma.cuh"
 #include "../ptx/wgmma_sp.cuh"
 #include "nm24_common.cuh"
+#include "sm90_cluster_epilogue.cuh"
 #include "sm90_epilogue.cuh"
 
 // Internal linkage: each including .cu file gets its own instantiations (no cross-file symbols).
@@ -96,6 +98,8 @@ struct Sm90Shape {
   static_assert(kStages >= 2, "the pipeline needs two stages");
   static_assert(sm90_epilogue::EpilogueTile<kBlockM, kBlockN>::kBytes <= kStages * kStageBytes,
                 "the epilogue tile reuses the stages");
+  static_assert(2 * sm90_epilogue::EpilogueTile<kRowsPerConsumer, kBlockN>::kBytes <= kStages * kStageBytes,
+                "so do split-K's two staged halves");
 };
 
 // Where a stage's B tiles come from.
@@ -267,6 +271,33 @@ struct TileOrder {
   }
 };
 
+// What one CTA computes. Without split-K: tiles blockIdx.x, + gridDim.x, ... (one, or a persistent CTA's several)
+// over all k-tiles. With split-K (kSplitK: a cluster of `split` CTAs per tile, the launch's cluster size): the
+// cluster's tile, CTA `rank` taking k-tiles [k_begin, k_end), the partial tiles summed by write_cluster_sum. A
+// template flag, not a run-time one: the extra registers spilled the producer's 40.
+template <bool kSplitK>
+struct CtaWork {
+  int64_t first_tile, tile_stride;
+  int k_begin, k_end;
+  uint32_t split;
+  __device__ explicit CtaWork(int k_tiles) {
+    if constexpr (kSplitK) {
+      const uint32_t rank = ptx::cluster_ctarank();
+      split = ptx::cluster_nctarank();
+      first_tile = blockIdx.x / split, tile_stride = gridDim.x / split;
+      k_begin = static_cast<int>(int64_t{k_tiles} * rank / split);
+      k_end = static_cast<int>(int64_t{k_tiles} * (rank + 1) / split);
+    } else {
+      first_tile = blockIdx.x, tile_stride = gridDim.x, k_begin = 0, k_end = k_tiles, split = 1;
+    }
+  }
+};
+
+// Split-K serves grids under a wave, whose tiles are narrow (decode-sized C), with B by TMA; it is instantiated for
+// those only (wider tiles would spill the accumulators around the cluster sum).
+template <int kBlockN, BSource kSource>
+constexpr bool kSplitKTakes = kBlockN <= 64 && kSource == BSource::tma;
+
 // The CTA's shared memory: kStages stages on a 1024-byte boundary (the swizzle atom), then the register epilogue's
 // output parts, then the pipeline's barriers.
 template <int kBlockN, int kBTiles>
@@ -285,7 +316,7 @@ struct SharedStorage {
 
 // The producer warpgroup: for every k-tile of the CTA's tiles, waits for a free stage and fills it with the packed
 // A tile (values and metadata, two bulk copies) and the B tile(s) from kSource.
-template <class Element, int kBlockN, BSource kSource, int kBTiles>
+template <class Element, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 struct Producer {
   using Shape = Sm90Shape<kBlockN, kBTiles>;
   using Traits = BSourceTraits<kSource>;
@@ -296,8 +327,9 @@ struct Producer {
   const CUtensorMap* b_map;
   const Pipeline& pipeline;
   const SharedStorage<kBlockN, kBTiles>& smem;
-  int thread;  // in the producer warpgroup
-  int k_tiles;
+  int thread;   // in the producer warpgroup
+  int k_tiles;  // of the whole of K (the packed A's row-tile stride)
+  CtaWork<kSplitK> work;
   // The ring runs on across tiles: a persistent CTA's next tile streams in while the last one is stored.
   cuda::ProducerRing<Shape::kStages> ring{};
 
@@ -308,7 +340,7 @@ struct Producer {
     // their producers wait for it before their first copy: all they read (B) or let the consumers write (D) may be
     // that kernel's. The consumers need no wait of their own: they touch C and D only after stages posted after it.
     ptx::grid_dependency_wait();
-    for (int64_t tile = blockIdx.x; streams && tile < order.tiles; tile += gridDim.x) {
+    for (int64_t tile = work.first_tile; streams && tile < order.tiles; tile += work.tile_stride) {
       const auto [m0, n0] = order.origin(p, tile);
       const int64_t row_tile = m0 / kBlockM;
       const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
@@ -327,7 +359,7 @@ struct Producer {
  private:
   // One thread: B by TMA and A by two bulk copies per k-tile, all counted by the stage's transaction bytes.
   __device__ void load_tile(int64_t n0, const unsigned char* a_values, const unsigned char* a_meta) {
-    for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+    for (int64_t kt = work.k_begin; kt < work.k_end; ++kt, ring.advance()) {
       const int s = ring.at.stage;
       unsigned char* stage = smem.stage(s);
       uint64_t* full = pipeline.full(s);
@@ -362,13 +394,13 @@ struct Producer {
     };
     Rows next[kBTiles];
 #pragma unroll
-    for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, 0);
-    for (int64_t kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+    for (int t = 0; t < kBTiles; ++t) next[t] = load_rows(t, work.k_begin);
+    for (int64_t kt = work.k_begin; kt < work.k_end; ++kt, ring.advance()) {
       Rows rows[kBTiles];
 #pragma unroll
       for (int t = 0; t < kBTiles; ++t) {
         rows[t] = next[t];
-        if (kt + 1 < k_tiles) next[t] = load_rows(t, kt + 1);
+        if (kt + 1 < work.k_end) next[t] = load_rows(t, kt + 1);
       }
       const int s = ring.at.stage;
       unsigned char* stage = smem.stage(s);
@@ -542,7 +574,7 @@ __device__ __forceinline__ void store_through_stages(const Params& p, const floa
   sm90_epilogue::write_tile<Out>(p, staged, m0, n0, tid, sm90_epilogue::kEpilogueThreads, sm90_epilogue::LocalStaged{});
 }
 
-template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles>
+template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
                        const __grid_constant__ CUtensorMap d_map) {
@@ -552,6 +584,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kBTiles == 1 || (kBTiles == kConsumers && Traits::kGather), "one B tile per consumer, or one for both");
   static_assert(!Traits::kMnMajor || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
   static_assert(Shape::kBarrierBytes == cuda::StagePipeline<Shape::kStages>::kBarrierBytes, "the barriers fit");
+  // Split-K's producer also tracks its k-range, beyond 40 registers; its narrow tiles leave the consumers spare ones.
+  constexpr int kProducerRegisters = kSplitK ? 56 : Traits::kProducerRegisters;
+  constexpr int kConsumerRegisters = kSplitK ? 224 : Traits::kConsumerRegisters;
+  static_assert(
+      kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
+      "setmaxnreg budgets must fit the registers allocated at launch");
 
   extern __shared__ unsigned char smem_raw[];
   const SharedStorage<kBlockN, kBTiles> smem(smem_raw);
@@ -562,6 +600,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int k_tiles = static_cast<int>(p.kblocks / kKBlocksPerTile);  // < 2^31 (launch checks); 32-bit loop counters
   // The register epilogue leaves the stages to the producer; otherwise the CTA's one tile is staged in them.
   const bool register_epilogue = Shape::kRegisterEpilogue && sizeof(Out) == 2 && p.register_epilogue;
+  const CtaWork<kSplitK> work(k_tiles);
 
   if (tid == 0) {
     if constexpr (!Traits::kGather) ptx::prefetch_tensor_map(&b_map);
@@ -571,17 +610,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (warpgroup == kConsumers) {
-    ptx::setmaxnreg_dec<Traits::kProducerRegisters>();
-    Producer<Element, kBlockN, kSource, kBTiles>{p, &b_map, pipeline, smem, tid % kWarpgroupThreads, k_tiles}.run(
-        order, register_epilogue);
+    ptx::setmaxnreg_dec<kProducerRegisters>();
+    Producer<Element, kBlockN, kSource, kBTiles, kSplitK>{p,       &b_map, pipeline, smem, tid % kWarpgroupThreads,
+                                                          k_tiles, work}
+        .run(order, register_epilogue);
+    if constexpr (kSplitK) {  // the consumers' two cluster barriers in write_cluster_sum, met by whole warps
+      __syncwarp();
+      ptx::cluster_sync();
+      ptx::cluster_sync();
+    }
     return;
   }
 
-  ptx::setmaxnreg_inc<Traits::kConsumerRegisters>();
+  ptx::setmaxnreg_inc<kConsumerRegisters>();
   Consumer<Element, kBlockN, kSource, kBTiles> consumer(pipeline, smem, tid);
-  for (int64_t tile = blockIdx.x; tile < order.tiles; tile += gridDim.x) {
+  for (int64_t tile = work.first_tile; tile < order.tiles; tile += work.tile_stride) {
     const auto [m0, n0] = order.origin(p, tile);
-    consumer.mainloop(k_tiles);
+    consumer.mainloop(work.k_end - work.k_begin);
     if (register_epilogue) {
       // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
       consumer.release_in_flight_stage();
@@ -589,6 +634,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (Shape::kRegisterEpilogue && sizeof(Out) == 2)
         store_from_registers<Out, kBlockN, kBTiles>(p, &d_map, consumer.acc, smem.outputs, m0, n0, warpgroup,
                                                     tid % kWarpgroupThreads);
+      continue;
+    }
+    if constexpr (kSplitK) {  // the cluster's partial tiles summed through distributed shared memory
+      static_assert(kSplitKTakes<kBlockN, kSource>, "split-K is instantiated for narrow TMA tiles only");
+      sm90_epilogue::write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem.stages), consumer.acc,
+                                                     sm90_epilogue::BlockRows{{m0, m0 + kRowsPerConsumer}}, n0, tid);
       continue;
     }
     store_through_stages<Out, kBlockN, Traits::kGather>(p, consumer.acc, smem.stages, m0, n0, tid);
@@ -621,10 +672,10 @@ CUtensorMap make_b_rows_map(const Params& p) {
                                                  {kMnAtomHalves, kBlockK});
 }
 
-template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles>
+template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kSplitK = false>
 void launch(const Params& p, const LaunchOn& on) {
   constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
-  auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles>;
+  auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kSplitK>;
   // Once per instantiation and process (thread-safe static), not on every run().
   static const bool smem_set = [&] {
     NMKIT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -656,9 +707,16 @@ void launch(const Params& p, const LaunchOn& on) {
   // the register epilogue, which leaves the stages to the producer.
   require(p.persistent_ctas == 0 || p.register_epilogue, ErrorCode::invalid_argument,
           "sm90 sparse kernel: a persistent launch needs the register epilogue");
-  const int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles;
+  require(kSplitK == (on.split > 1) &&
+              (!kSplitK || (on.split <= sm90_epilogue::kMaxClusterCtas && on.split <= p.kblocks / kKBlocksPerTile &&
+                            p.persistent_ctas == 0 && !p.register_epilogue)),
+          ErrorCode::invalid_argument,
+          "sm90 sparse kernel: split-K takes 2..8 CTAs, at most one per k-tile, one tile each, the staged epilogue and "
+          "block_n <= 64");
+  const int64_t grid = p.persistent_ctas > 0 ? std::min<int64_t>(tiles, p.persistent_ctas) : tiles * on.split;
+  require(grid < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 CTAs");
   const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, on.stream,
-                                               on.overlap);
+                                               on.overlap, on.split);
   NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map));
 }
 

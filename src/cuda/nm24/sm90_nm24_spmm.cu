@@ -9,6 +9,7 @@ using sm90::BSource;
 template <class Element, class Out>
 void launch_sm90(const Params& p, int block_n, const LaunchOn& on) {
   using sm90::launch;
+  require(on.split == 1 || p.b_col_major, ErrorCode::invalid_argument, "sm90 nm24: split-K takes B col-major");
   if (!p.b_col_major) {  // B row-major: MN-major boxes of 64 columns
     constexpr BSource kRows = BSource::tma_rows;
     switch (block_n) {
@@ -25,7 +26,11 @@ void launch_sm90(const Params& p, int block_n, const LaunchOn& on) {
                     "sm90 nm24: B row-major needs block_n 64, 128, 192 or 256, got " + std::to_string(block_n));
     }
   }
+  // Split-K (a cluster per tile) is built for the narrow n-tiles of grids under a wave.
   constexpr BSource kTma = BSource::tma;
+  const bool split = on.split > 1;
+  require(!split || block_n <= 64, ErrorCode::invalid_argument,
+          "sm90 nm24: split-K runs n-tiles of 16, 32 or 64, got " + std::to_string(block_n));
   switch (block_n) {
     case 256:
       return launch<Element, Out, 256, kTma, 1>(p, on);
@@ -34,11 +39,11 @@ void launch_sm90(const Params& p, int block_n, const LaunchOn& on) {
     case 128:
       return launch<Element, Out, 128, kTma, 1>(p, on);
     case 64:
-      return launch<Element, Out, 64, kTma, 1>(p, on);
+      return split ? launch<Element, Out, 64, kTma, 1, true>(p, on) : launch<Element, Out, 64, kTma, 1>(p, on);
     case 32:
-      return launch<Element, Out, 32, kTma, 1>(p, on);
+      return split ? launch<Element, Out, 32, kTma, 1, true>(p, on) : launch<Element, Out, 32, kTma, 1>(p, on);
     case 16:
-      return launch<Element, Out, 16, kTma, 1>(p, on);
+      return split ? launch<Element, Out, 16, kTma, 1, true>(p, on) : launch<Element, Out, 16, kTma, 1>(p, on);
     default:
       throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
   }

@@ -1,7 +1,6 @@
 #pragma once
 // Thread-block clusters (PTX ISA §9.7.13.4 barrier.cluster, §9.7.9.13 mapa, §9.7.9.8 ld.shared::cluster,
 // §10 %cluster_ctarank / %cluster_nctarank), sm_90.
-// The cluster-scope forms of mbarrier arrive/wait live with the other mbarrier wrappers (mbarrier.cuh).
 #include <cstdint>
 
 namespace nmkit::ptx {

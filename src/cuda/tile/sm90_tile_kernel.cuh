@@ -31,11 +31,13 @@
 #include <algorithm>
 
 #include "../common/check.cuh"
+#include "../common/launch.cuh"
 #include "../common/named_barrier.cuh"
 #include "../common/pipeline.cuh"
 #include "../common/smem.cuh"
 #include "../common/tensor_map.cuh"
 #include "../nm24/nm24_common.cuh"
+#include "../nm24/sm90_cluster_epilogue.cuh"
 #include "../nm24/sm90_epilogue.cuh"
 #include "../ptx/cluster.cuh"
 #include "../ptx/mbarrier.cuh"
@@ -46,13 +48,13 @@
 #include "nmkit/gpu/detail/tile_schedule.hpp"
 #include "nmkit/gpu/detail/tile_timeline.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
-#include "sm90_cluster_epilogue.cuh"
 #include "tile_common.cuh"
 
 namespace nmkit::gpu::tile {
 namespace {
 
 namespace epi = sm90_epilogue;
+using epi::BlockRows;
 
 constexpr int kConsumers = 2;
 constexpr int kWarpgroupThreads = 128;
@@ -68,6 +70,7 @@ constexpr int kABytes = kBlockRows * kRowBytes;  // a step's tile slots: 128 row
 constexpr int kRegisterFile = 64 * 1024;
 constexpr int kMaxStages = 8;
 constexpr int kMaxSplit = kMaxClusterSplit;
+static_assert(kMaxSplit <= epi::kMaxClusterCtas, "the cluster sum reads every CTA of a split");
 constexpr int kChunkN = 32;  // tokens per epilogue chunk of a warpgroup
 static_assert(kWarpgroupRows == 64, "a consumer warpgroup issues m64 wgmma");
 
@@ -489,8 +492,8 @@ struct Consumer {
       else if (split == 1)
         store_chunked(chunk_tile, rows0, n0);
       else  // split K (one unit per CTA): the pipeline is idle now; the cluster sums its partial tiles there
-        write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem.base), acc, block_rows(p, end.origin.block),
-                                        n0, opaque(tid));
+        epi::write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem.base), acc,
+                                             block_rows(p, end.origin.block), n0, opaque(tid));
       timeline_by_thread0([&] { timeline.unit_done(units_done); });
     }
     if constexpr (!kDeferred) timeline_by_thread0([&] { timeline.cta_ended(); });
@@ -701,17 +704,9 @@ void launch(const TileParams& params, int split, bool persistent, const Timeline
   require(units * split < (int64_t{1} << 30), ErrorCode::unsupported, "sm90 tile: 2^30 or more work units x split");
   p.unit_claims =
       sm90_claims_units(units, blocks, split, persistent, p.units_by_token_block) ? unit_claim_slot() : nullptr;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = S::kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = static_cast<unsigned>(split), cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, x_map, tile_map, d_map, timeline));
+  const cuda::OverlappableLaunch launch(dim3(static_cast<unsigned>(blocks)), dim3(kThreads), S::kSmemBytes, stream,
+                                        /*overlap=*/false, split);
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch.config(), kernel, p, x_map, tile_map, d_map, timeline));
 }
 
 // launch_sm90's body for one instrumentation policy: checks the configuration and picks the instantiation.

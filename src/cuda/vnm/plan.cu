@@ -89,7 +89,8 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, const Nm24Options
     t.smem_bytes *= b_tiles;  // one gathered B tile per row block of the CTA
   }
   KernelConfig config{kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
-  nm24::choose_sm90_schedule(desc, options, config);
+  nm24::choose_sm90_schedule(desc, options, ceil_div(condensed_cols, int64_t{kPackKAlign}), /*split_k_built=*/false,
+                             config);
   // The gathering kernel's own raster where none was pinned.
   if (kernel == Nm24Kernel::sm90_wgmma_sp && config.raster_rows == 0)
     config.raster_rows = nm24::sm90_gather_group_rows(condensed_cols, nm24::device_facts().l2_bytes);

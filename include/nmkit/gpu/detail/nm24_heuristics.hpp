@@ -43,4 +43,10 @@ int sm90_gather_group_rows(int64_t cols, int64_t l2_bytes);
 // persistent where there are more tiles than SMs.
 Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, int sm_count);
 
+// Split-K for grids under a wave: CTAs per tile (a cluster, each a share of the k_tiles) so that `tiles` tiles fill
+// the SMs; 1 where the tiles already take half of them, and never below kMinSplitKTiles k-tiles per CTA.
+inline constexpr int kMaxSplit = 8;  // the portable cluster size
+inline constexpr int kMinSplitKTiles = 4;
+int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);
+
 }  // namespace nmkit::gpu::nm24

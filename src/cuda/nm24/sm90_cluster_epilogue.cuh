@@ -1,17 +1,18 @@
 #pragma once
-// The split-K epilogue of the Hopper tile kernels: the CTAs of a cluster each hold a partial 128 x kBlockN tile of
-// one unit in their two consumer warpgroups' accumulators. Each stages its partial tile in its own (then idle)
-// pipeline memory, a 64 x kBlockN tile per warpgroup, and every CTA writes a share of D from the sum of the
+// The split-K epilogue of the Hopper kernels (2:4, V:N:M and tiles): the CTAs of a cluster each hold a partial
+// 128 x kBlockN tile in their two consumer warpgroups' accumulators. Each stages its partial tile in its own (then
+// idle) pipeline memory, a 64 x kBlockN tile per warpgroup, and every CTA writes a share of D from the sum of the
 // cluster's staged tiles, read through distributed shared memory: no workspace and no second launch. A launch
-// without split is a cluster of one. The two halves go to their own rows of D (a block's halves are paired tile
-// rows, not neighbours: tile_block_schedule).
+// without split is a cluster of one. The two halves go to their own rows of D (m0 and m0 + 64 for 2:4; a tile
+// block's halves are paired tile rows, not neighbours: tile_block_schedule).
 #include <cstdint>
 
-#include "../nm24/sm90_epilogue.cuh"
 #include "../ptx/cluster.cuh"
-#include "nmkit/gpu/detail/tile_heuristics.hpp"
+#include "sm90_epilogue.cuh"
 
-namespace nmkit::gpu::tile {
+namespace nmkit::gpu::sm90_epilogue {
+
+inline constexpr int kMaxClusterCtas = 8;  // the portable cluster size: the largest split-K
 
 struct BlockRows {
   int64_t first[2];  // the first row of D of the block's first and second 64 rows
@@ -25,20 +26,19 @@ struct BlockRows {
 template <class Out, int kBlockN, int kAccumulators, class P>
 __device__ __forceinline__ void write_cluster_sum(const P& p, float* staging, const float (&acc)[kAccumulators],
                                                   const BlockRows& rows, int64_t n0, int consumer_thread) {
-  namespace epi = sm90_epilogue;
-  using Half = epi::EpilogueTile<epi::kWarpgroupRows, kBlockN>;
+  using Half = EpilogueTile<kWarpgroupRows, kBlockN>;
   static_assert(Half::kBytes % 16 == 0, "each half's tile 16-byte aligned");
   const uint32_t split = ptx::cluster_nctarank(), rank = ptx::cluster_ctarank();
   const int warpgroup = consumer_thread / 128, thread_in_group = consumer_thread % 128;
   const auto half_tile = [&](int half) { return Half{p.d_col_major, staging + half * (Half::kBytes / 4)}; };
-  epi::consumer_sync();  // both warpgroups are done with the pipeline memory the partial tile overwrites
-  epi::stage_accumulators(p, half_tile(warpgroup), acc, rank == 0 ? p.bias : nullptr, rows.of(warpgroup), 0, 0,
-                          thread_in_group);
+  consumer_sync();  // both warpgroups are done with the pipeline memory the partial tile overwrites
+  stage_accumulators(p, half_tile(warpgroup), acc, rank == 0 ? p.bias : nullptr, rows.of(warpgroup), 0, 0,
+                     thread_in_group);
   ptx::cluster_sync();  // every CTA's partial tile is staged
   const auto sum_of_cluster = [split](const float* staged) {
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (uint32_t r = 0; r < kMaxClusterSplit; ++r)
+    for (uint32_t r = 0; r < kMaxClusterCtas; ++r)
       if (r < split) {
         const float4 v = ptx::ld_shared_cluster_f32x4(ptx::map_to_rank(staged, r));
         sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
@@ -47,11 +47,11 @@ __device__ __forceinline__ void write_cluster_sum(const P& p, float* staging, co
   };
 #pragma unroll
   for (int half = 0; half < 2; ++half)
-    epi::write_tile<Out>(p, half_tile(half), rows.first[half], n0,
-                         static_cast<int>(rank) * epi::kEpilogueThreads + consumer_thread,
-                         static_cast<int>(split) * epi::kEpilogueThreads, sum_of_cluster);
+    write_tile<Out>(p, half_tile(half), rows.first[half], n0,
+                    static_cast<int>(rank) * kEpilogueThreads + consumer_thread,
+                    static_cast<int>(split) * kEpilogueThreads, sum_of_cluster);
   ptx::cluster_sync();  // no CTA leaves while another still reads its tile
 }
 #endif
 
-}  // namespace nmkit::gpu::tile
+}  // namespace nmkit::gpu::sm90_epilogue
