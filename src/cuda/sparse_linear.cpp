@@ -181,7 +181,8 @@ std::string SparseLinear::kernel(int64_t tokens) {
   std::visit(overloaded{
                  [&](const Nm24SpmmPlan& p) { os << p.config(); },
                  [&](const VnmSpmmPlan& p) {
-                   os << vnm_form_name(std::get<DeviceVnm>(impl_->weight).form()) << " " << p.config();
+                   const DeviceVnm& w = std::get<DeviceVnm>(impl_->weight);
+                   os << vnm_form_name(w.form()) << " " << p.config_for(w);
                  },
                  [&](const TileSpmmPlan& p) { os << kernel_name(p.kernel_for(std::get<DeviceTiles>(impl_->weight))); },
              },

@@ -67,8 +67,8 @@ TEST(Nm24Heuristics, ScheduleStagesUnlessTheRegisterEpilogueRuns) {
 TEST(Nm24Heuristics, SplitKFillsGridsUnderAWave) {
   // 4096 x 4096 at T = 16: 32 tiles on 132 SMs, four CTAs each.
   EXPECT_EQ(sm90_split(32, 64, kH200Sms), 4);
-  EXPECT_EQ(sm90_split(10, 64, kH200Sms), kMaxSplit);  // at most a cluster of 8
-  EXPECT_EQ(sm90_split(10, 12, kH200Sms), 3);          // at least kMinSplitKTiles k-tiles each
+  EXPECT_EQ(sm90_split(10, 64, kH200Sms), kMaxAutoSplit);  // clusters that pack the GPCs
+  EXPECT_EQ(sm90_split(10, 12, kH200Sms), 3);              // at least kMinSplitKTiles k-tiles each
   EXPECT_EQ(sm90_split(10, 7, kH200Sms), 1);
   EXPECT_EQ(sm90_split(66, 1024, kH200Sms), 1);  // half a wave already
   EXPECT_EQ(sm90_split(65, 1024, kH200Sms), 2);

@@ -10,15 +10,16 @@
 #include <vector>
 
 #include "nmkit/cpu/spmm.hpp"
+#include "nmkit/device.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 #include "test_util.hpp"
 
 namespace nmkit::gpu {
 
-#define SKIP_WITHOUT_GPU()                                                \
-  do {                                                                    \
-    std::string why;                                                      \
-    if (!cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
+#define SKIP_WITHOUT_GPU()                                                         \
+  do {                                                                             \
+    const DeviceQuery cuda = query_cuda_devices();                                 \
+    if (cuda.devices.empty()) GTEST_SKIP() << "no CUDA device: " << cuda.why_none; \
   } while (0)
 
 inline void check(cudaError_t e, const char* what) {

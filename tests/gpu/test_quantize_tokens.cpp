@@ -54,7 +54,7 @@ TEST(QuantizeTokensGpu, MatchesTheCpuReferenceBitForBit) {
           std::vector<float> x = rounded_random(static_cast<std::size_t>(s.tokens * s.cols), dtype, seed++);
           if (s.tokens > 2) {
             std::fill(x.begin(), x.begin() + s.cols, 0.0f);  // an all-zero token: scale 0, zero codes
-            for (int64_t c = 0; c < s.cols; ++c)             // a tiny one: subnormal codes
+            for (int64_t c = 0; c < s.cols; ++c)             // a tiny one: a tiny scale
               x[s.cols + c] = round_to(dtype, x[s.cols + c] * 1e-6f);
           }
           const QuantizedRows want = quantize_rows(x, s.tokens, s.cols, type);

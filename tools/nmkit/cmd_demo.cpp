@@ -10,6 +10,7 @@
 
 #include "commands.hpp"
 #include "nmkit/cpu/spmm.hpp"
+#include "nmkit/device.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/io/model.hpp"
 #include "nmkit/prune/magnitude.hpp"
@@ -131,12 +132,12 @@ Action add_demo(CLI::App& app) {
     bool ok = true;
     for (const FormatSpec& spec : formats) ok = run_layer(weight, spec, o->tokens) && ok;
 #if defined(NMKIT_WITH_CUDA)
-    std::string why_not;
-    if (gpu::cuda_available(&why_not)) {
+    const DeviceQuery cuda = query_cuda_devices();
+    if (!cuda.devices.empty()) {
       fmt::print("\nthe same layer's 2:4 product on the GPU:\n");
       ok = run_layer_gpu(weight, o->tokens) && ok;
     } else {
-      fmt::print("\nno GPU backend: {}\n", why_not);
+      fmt::print("\nno GPU backend: {}\n", cuda.why_none);
     }
 #else
     fmt::print("\nno GPU backend: nmkit was built without CUDA\n");

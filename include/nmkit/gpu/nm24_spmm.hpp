@@ -6,7 +6,6 @@
 //   plan.run(stream, a, b, c, d, bias);                      // one launch: no allocation, search or sync
 #include <cstdint>
 #include <iosfwd>
-#include <string>
 #include <vector>
 #include "nmkit/format/nm.hpp"
 #include "nmkit/gpu/device_buffer.hpp"
@@ -75,7 +74,7 @@ struct Nm24Options {
   int block_n = 0;  // sm90 n-tile: 256, 192, 128, 64, 32 or 16 (B row-major: 256, 192, 128 or 64)
   Sm90Schedule schedule = Sm90Schedule::automatic;
   int raster_rows = 0;         // sm90: row tiles per raster group, 1..1024
-  int split = 0;               // sm90: split-K, 1..8 CTAs per tile (a cluster), each a share of K; staged epilogue
+  int split = 0;               // sm90 split-K: 1..8 CTAs per tile, each a share of K (B col-major, block_n <= 64)
   bool overlap_launch = true;  // sm90: start as the kernel before ends (which must not write the weight)
 };
 
@@ -113,5 +112,4 @@ class Nm24SpmmPlan {
   KernelConfig config_;
 };
 
-bool cuda_available(std::string* why_not = nullptr);  // whether a CUDA device is usable, else why not
 }  // namespace nmkit::gpu

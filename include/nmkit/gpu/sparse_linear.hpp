@@ -4,7 +4,7 @@
 // (detail/token_buckets.hpp; per T for tiles). Condensed V:N:M transposes x into a workspace from 64 tokens on, grown
 // at the first run of a larger T: run the largest T once before capturing a CUDA graph.
 //   SparseLinear layer = SparseLinear::create(prune_magnitude(w, parse_format_spec("2:4")).compressed);
-//   layer.run(stream, x, y, tokens, bias);   // one launch; the plan of `tokens`' bucket is made on first use
+//   layer.run(stream, x, y, tokens, bias);   // asynchronous; the plan of `tokens`' bucket is made on first use
 #include <cstddef>
 #include <memory>
 #include <string>

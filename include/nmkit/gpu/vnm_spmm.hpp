@@ -66,6 +66,7 @@ class VnmSpmmPlan {
   void run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
   const SpmmDesc& desc() const noexcept { return desc_; }
   const KernelConfig& config() const noexcept { return config_; }  // of the form pack_vnm picks for desc.b_layout
+  const KernelConfig& config_for(const DeviceVnm& a) const;        // what run() launches for `a`'s form
   int v() const noexcept { return v_; }
   int m() const noexcept { return m_; }
   VnmForm form() const noexcept { return form_; }  // automatic: either form

@@ -61,7 +61,7 @@ Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, 
 
 int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count) {
   if (tiles <= 0 || 2 * tiles >= sm_count) return 1;
-  const int64_t split = std::min({int64_t{kMaxSplit}, sm_count / tiles, k_tiles / kMinSplitKTiles});
+  const int64_t split = std::min({int64_t{kMaxAutoSplit}, sm_count / tiles, k_tiles / kMinSplitKTiles});
   return static_cast<int>(std::max<int64_t>(split, 1));
 }
 

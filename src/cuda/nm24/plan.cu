@@ -109,8 +109,9 @@ void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int6
   const bool split_by_shape = split_k_built && options.schedule == Sm90Schedule::automatic;
   config.split = options.split > 0 ? options.split : split_by_shape ? sm90_split(tiles, k_tiles, sms) : 1;
   require(config.split == 1 || split_k_built, ErrorCode::unsupported,
-          "nm24 plan: split-K is built for 2:4 with B col-major and n-tiles of 16, 32 or 64 (block_n " +
-              std::to_string(config.block_n) + ")");
+          "plan: split-K is built for the 2:4 and fp8 kernels with B col-major and n-tiles of 16, 32 or 64 (not the "
+          "V:N:M gather); this plan has block_n " +
+              std::to_string(config.block_n));
   require(config.split <= k_tiles, ErrorCode::unsupported,
           "nm24 plan: split-K of " + std::to_string(config.split) + " needs as many k-tiles of 64, K has " +
               std::to_string(k_tiles));
@@ -205,17 +206,6 @@ std::ostream& operator<<(std::ostream& os, const KernelConfig& c) {
   if (c.raster_rows > 0) os << " raster " << c.raster_rows << " row tiles";
   if (c.split > 1) os << " split-K " << c.split;
   return os;
-}
-
-bool cuda_available(std::string* why_not) {
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess || count == 0) {
-    if (why_not) *why_not = status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device found";
-    cudaGetLastError();
-    return false;
-  }
-  return true;
 }
 
 DeviceNm24 DeviceNm24::allocate(int64_t rows, int64_t cols, DType dtype) {

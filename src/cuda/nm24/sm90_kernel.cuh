@@ -49,7 +49,11 @@ namespace nmkit::gpu::nm24::sm90 {
 namespace {
 
 constexpr int kBlockM = 128;
-constexpr int kBlockK = 64;    // one 128-byte swizzle row of halves
+constexpr int kBlockK = 64;  // one 128-byte swizzle row of halves
+constexpr int kSwizzleRowBytes = 128;
+// A k-tile is one 128-byte swizzle row of B's elements: 64 halves or 128 8-bit codes.
+template <class Element>
+constexpr int kTileK = kSwizzleRowBytes / static_cast<int>(sizeof(Element));
 constexpr int kConsumers = 2;  // warpgroups doing math
 constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
@@ -61,6 +65,8 @@ constexpr int kSharedMemoryLimit = cuda::kSm90SharedMemoryPerCta;
 
 static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
 static_assert(kKBlocksPerTile * kFragmentK == kBlockK, "a k-tile is a whole number of sparse k32 steps");
+constexpr int kKStepBytes = kSwizzleRowBytes / kKBlocksPerTile;  // 64: a sparse MMA step along a K-major B row
+static_assert(kTileK<__half> == kBlockK, "16-bit k-tiles are the packed layout's");
 
 constexpr int kTileFragments = kTileSlabs * kTileKBlocks;  // 16 fragments of 32 lanes
 constexpr int kAValueBytes = kTileValueBytes;              // 8 KiB per k-tile
@@ -76,7 +82,7 @@ static_assert(kBlockM == kPackRowAlign && kBlockK == kPackKAlign, "a CTA tile is
 // 1024-aligned. kBTiles = 2 when the CTA's rows are two V:N:M row blocks (V = 64) that gather different rows.
 template <int kBlockN, int kBTiles = 1>
 struct Sm90Shape {
-  static constexpr int kBBytes = kBlockN * kBlockK * 2;
+  static constexpr int kBBytes = kBlockN * kSwizzleRowBytes;
   static constexpr int kStageBytes = kBTiles * kBBytes + kAValueBytes + kAMetaBytes;
   // The register epilogue's buffers, two 64 x 64 16-bit output parts per consumer warpgroup, after the stages
   // (n-tiles of whole 64-column parts only; the others always take the staged epilogue): a warpgroup stages one
@@ -298,6 +304,29 @@ struct CtaWork {
 template <int kBlockN, BSource kSource>
 constexpr bool kSplitKTakes = kBlockN <= 64 && kSource == BSource::tma;
 
+// 8-bit products accumulate dot products of codes: each becomes dot * the scale of its row * the scale of its token
+// before the epilogue, which then applies alpha, bias, beta * C and the activation as for 16-bit operands.
+struct CodeScales {
+  const float* rows = nullptr;    // R_padded: the weight's per-row scales, zero in the padding
+  const float* tokens = nullptr;  // C: the activations' per-token scales
+};
+
+// A consumer warpgroup's m64 x kBlockN accumulators (wgmma_sp.cuh's register order) at rows row0.., columns n0..
+template <int kAccumulators>
+__device__ __forceinline__ void apply_code_scales(float (&acc)[kAccumulators], const CodeScales& scales,
+                                                  const Params& p, int64_t row0, int64_t n0, int thread_in_group) {
+  const int warp = thread_in_group / 32, g = thread_in_group % 32 / 4, t = thread_in_group % 4;
+  const int64_t r0 = row0 + 16 * warp + g, r1 = r0 + 8;  // within the padded rows
+  const float w0 = __ldg(scales.rows + r0), w1 = __ldg(scales.rows + r1);
+#pragma unroll
+  for (int j = 0; j < kAccumulators / 4; ++j) {
+    const int64_t c0 = n0 + 8 * j + 2 * t;
+    const float x0 = c0 < p.n ? __ldg(scales.tokens + c0) : 0.0f,
+                x1 = c0 + 1 < p.n ? __ldg(scales.tokens + c0 + 1) : 0.0f;
+    acc[4 * j] *= w0 * x0, acc[4 * j + 1] *= w0 * x1, acc[4 * j + 2] *= w1 * x0, acc[4 * j + 3] *= w1 * x1;
+  }
+}
+
 // The CTA's shared memory: kStages stages on a 1024-byte boundary (the swizzle atom), then the register epilogue's
 // output parts, then the pipeline's barriers.
 template <int kBlockN, int kBTiles>
@@ -366,7 +395,7 @@ struct Producer {
       ring.acquire(pipeline);
       pipeline.expect_bytes(s, Shape::kStageBytes);
       if constexpr (kSource == BSource::tma) {
-        ptx::tma_load_2d(stage, b_map, full, static_cast<int32_t>(kt * kBlockK), static_cast<int32_t>(n0));
+        ptx::tma_load_2d(stage, b_map, full, static_cast<int32_t>(kt * kTileK<Element>), static_cast<int32_t>(n0));
       } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
 #pragma unroll
         for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
@@ -436,7 +465,7 @@ struct Consumer {
   using Shape = Sm90Shape<kBlockN, kBTiles>;
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
-  using Wgmma = ptx::WgmmaSpSS<kBlockN, typename ElementTraits<Element>::Mma>;
+  using Wgmma = typename ElementTraits<Element>::template Wgmma<kBlockN>;
   using MetadataWords = uint32_t[kKBlocksPerTile];  // one register per k32 step
 
   const Pipeline& pipeline;
@@ -512,7 +541,7 @@ struct Consumer {
       if constexpr (Traits::kMnMajor)  // k32 step kk starts 32 rows of 128 B further
         b_desc[kk] = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
       else  // k32 step kk starts 64 bytes into each swizzled row
-        b_desc[kk] = ptx::advance_smem_desc(ptx::make_smem_desc_k_major_sw128(b_tile), kk * kFragmentK * 2);
+        b_desc[kk] = ptx::advance_smem_desc(ptx::make_smem_desc_k_major_sw128(b_tile), kk * kKStepBytes);
     }
     ptx::wgmma_fence();
 #pragma unroll
@@ -577,7 +606,7 @@ __device__ __forceinline__ void store_through_stages(const Params& p, const floa
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
-                       const __grid_constant__ CUtensorMap d_map) {
+                       const __grid_constant__ CUtensorMap d_map, const CodeScales scales) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Shape = Sm90Shape<kBlockN, kBTiles>;
   using Traits = BSourceTraits<kSource>;
@@ -627,6 +656,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t tile = work.first_tile; tile < order.tiles; tile += work.tile_stride) {
     const auto [m0, n0] = order.origin(p, tile);
     consumer.mainloop(work.k_end - work.k_begin);
+    if constexpr (kEightBit<Element>)
+      apply_code_scales(consumer.acc, scales, p, m0 + warpgroup * kRowsPerConsumer, n0, tid % kWarpgroupThreads);
     if (register_epilogue) {
       // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
       consumer.release_in_flight_stage();
@@ -654,13 +685,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// B (col-major K x C, column stride K) as a 2-D tensor {K, C}, boxes of {kBlockK, box_rows}, 128-byte swizzle.
+// B (col-major K x C, column stride K) as a 2-D tensor {K, C}, boxes of one k-tile x box_rows, 128-byte swizzle.
 // Out-of-range elements (K and C tails) are filled with zeros by the copy engine.
 template <class Element>
 CUtensorMap make_b_map(const Params& p, int box_rows) {
   return cuda::make_tensor_map_sw128<Element, 2>(p.b, {static_cast<cuuint64_t>(p.cols), static_cast<cuuint64_t>(p.n)},
                                                  {static_cast<cuuint64_t>(p.cols) * sizeof(Element)},
-                                                 {kBlockK, static_cast<cuuint32_t>(box_rows)});
+                                                 {kTileK<Element>, static_cast<cuuint32_t>(box_rows)});
 }
 
 // B row-major (K x C, row stride C) as a 2-D tensor {C, K}, boxes of 64 columns x kBlockK rows (one MN-major
@@ -673,7 +704,10 @@ CUtensorMap make_b_rows_map(const Params& p) {
 }
 
 template <class Element, class Out, int kBlockN, BSource kSource, int kBTiles, bool kSplitK = false>
-void launch(const Params& p, const LaunchOn& on) {
+void launch(const Params& p, const LaunchOn& on, const CodeScales& scales = {}) {
+  static_assert(!kEightBit<Element> || kSource == BSource::tma, "8-bit B is K-major: staged by TMA");
+  require(!kEightBit<Element> || (scales.rows != nullptr && scales.tokens != nullptr), ErrorCode::invalid_argument,
+          "sm90 sparse kernel: 8-bit operands need their row and token scales");
   constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
   auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kSplitK>;
   // Once per instantiation and process (thread-safe static), not on every run().
@@ -717,7 +751,7 @@ void launch(const Params& p, const LaunchOn& on) {
   require(grid < (int64_t{1} << 31), ErrorCode::unsupported, "sm90 sparse kernel: more than 2^31 CTAs");
   const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, on.stream,
                                                on.overlap, on.split);
-  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map));
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map, scales));
 }
 
 template <int kBlockN, int kBTiles = 1>

@@ -642,7 +642,8 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     } else if constexpr (kDeferred) {
       if (tid % kWarpgroupThreads == kStorerWarp * 32) run_storer<Out, kBlockN>(p, &d_map, smem, timeline);
     }
-    if (split > 1) {  // the consumers' two cluster barriers (write_cluster_sum)
+    if (split > 1) {  // the consumers' two cluster barriers (write_cluster_sum), met by whole warps
+      __syncwarp();
       ptx::cluster_sync();
       ptx::cluster_sync();
     }

@@ -131,8 +131,19 @@ VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n) const {
     plan.gather_ =
         KernelConfig{Nm24Kernel::sm80_mma_sp, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   }
-  plan.config_ = plan.full_ && (form_ == VnmForm::full_2_4 || !plan.gather_) ? plan.full_->config() : *plan.gather_;
+  // As create(): the form pack_vnm picks for this B layout.
+  const bool full_form = resolve_vnm_form(form_, v_, m_, desc_.b_layout) == VnmForm::full_2_4;
+  plan.config_ = full_form ? plan.full_->config() : *plan.gather_;
   return plan;
+}
+
+const KernelConfig& VnmSpmmPlan::config_for(const DeviceVnm& a) const {
+  if (a.form() == VnmForm::full_2_4) {
+    require(full_.has_value(), ErrorCode::invalid_argument, "vnm plan: a full_2_4 weight needs M % 4 == 0");
+    return full_->config();
+  }
+  require(gather_.has_value(), ErrorCode::invalid_argument, "vnm plan: the gathering kernels do not run this V");
+  return *gather_;
 }
 
 void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d,

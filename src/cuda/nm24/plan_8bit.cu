@@ -1,0 +1,122 @@
+// Host side of the fp8 2:4 SpMM: the device weight, plan creation (validation, tile and schedule as for 2:4) and
+// run().
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <span>
+#include <string>
+
+#include "../common/check.cuh"
+#include "nm24_common.cuh"
+#include "nmkit/gpu/detail/nm24_8bit_spmm.hpp"
+#include "nmkit/gpu/detail/nm24_layout_8bit.hpp"
+
+namespace nmkit::gpu::detail {
+namespace {
+
+// The 2:4 plan helpers take an SpmmDesc: the same product with 16-bit placeholders for the operand types.
+SpmmDesc as_spmm_desc(const QuantizedSpmmDesc& d) {
+  SpmmDesc s;
+  s.rows = d.rows, s.cols = d.cols, s.n = d.n;
+  s.dtype = DType::f16, s.out_dtype = d.out_dtype;
+  s.b_layout = Layout::col_major, s.d_layout = d.d_layout;
+  s.alpha = d.alpha, s.beta = d.beta, s.bias = d.bias, s.activation = d.activation;
+  return s;
+}
+
+constexpr int64_t kTmaRowElements = 16;  // x's rows are TMA rows: 16-byte strides
+
+}  // namespace
+
+DeviceNm24x8 DeviceNm24x8::upload(const PackedNm24x8& packed) {
+  require(packed.rows >= 1 && packed.cols >= 1 && packed.rows_padded >= packed.rows &&
+              packed.cols_padded >= packed.cols &&
+              packed.values.size() * sizeof(uint32_t) ==
+                  static_cast<std::size_t>(packed.rows_padded * packed.cols_padded / 2) &&
+              packed.metadata.size() * sizeof(uint32_t) ==
+                  static_cast<std::size_t>(packed.rows_padded * packed.cols_padded / 8) &&
+              packed.scales.size() == static_cast<std::size_t>(packed.rows_padded),
+          ErrorCode::invalid_argument, "DeviceNm24x8::upload: packed arrays do not match the padded shape");
+  DeviceNm24x8 w;
+  w.rows_ = packed.rows, w.cols_ = packed.cols, w.cols_padded_ = packed.cols_padded, w.type_ = packed.type;
+  w.values_ = DeviceBuffer(packed.values.size() * sizeof(uint32_t));
+  w.metadata_ = DeviceBuffer(packed.metadata.size() * sizeof(uint32_t));
+  w.scales_ = DeviceBuffer(packed.scales.size() * sizeof(float));
+  w.values_.copy_from_host(packed.values.data(), w.values_.size());
+  w.metadata_.copy_from_host(packed.metadata.data(), w.metadata_.size());
+  w.scales_.copy_from_host(packed.scales.data(), w.scales_.size());
+  return w;
+}
+
+Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24Options& options) {
+  const SpmmDesc spmm = as_spmm_desc(desc);
+  nm24::check_desc(spmm, "fp8 plan");
+  nm24::check_options(options, "fp8 plan");
+  require(desc.type == QuantType::e4m3 || desc.type == QuantType::e5m2, ErrorCode::unsupported,
+          std::string("fp8 plan: the 8-bit kernels run e4m3 and e5m2, not ") + quant_type_name(desc.type));
+  require(desc.cols % kTmaRowElements == 0, ErrorCode::unsupported,
+          "fp8 plan: K must be a multiple of 16 (x's rows are read by TMA), got " + std::to_string(desc.cols));
+  require(nm24::sm90_compiled() && nm24::device_is_sm90(), ErrorCode::unsupported,
+          "fp8 plan: the fp8 kernel needs an sm_90 device and a build with sm_90a");
+  require(options.kernel != Nm24Kernel::sm80_mma_sp, ErrorCode::unsupported,
+          "fp8 plan: there is no portable fp8 kernel; the Hopper one runs it");
+  Nm24x8SpmmPlan plan;
+  plan.desc_ = desc;
+  // The 2:4 kernel's tiles and costs: fp8 doubles the math rate and halves the bytes of both, so the choice stands.
+  const int block_n = options.block_n != 0 ? options.block_n
+                                           : nm24::sm90_block_n(desc.rows, desc.cols, desc.n,
+                                                                nm24::device_facts().sm_count, nm24::kColMajorBlockN);
+  const nm24::TileShape t = nm24::sm90_8bit_tile_shape(block_n);
+  plan.config_ = {Nm24Kernel::sm90_wgmma_sp, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  nm24::choose_sm90_schedule(spmm, options, ceil_div(desc.cols, int64_t{x8::kPackKAlign}),
+                             /*split_k_built=*/t.block_n <= 64, plan.config_);
+  if (std::getenv("NMKIT_LOG_CONFIG"))
+    std::clog << "nmkit: fp8 " << quant_type_name(desc.type) << " " << desc.rows << "x" << desc.cols << "x" << desc.n
+              << " -> " << plan.config_ << "\n";
+  return plan;
+}
+
+void Nm24x8SpmmPlan::run(Stream stream, const DeviceNm24x8& a, const uint8_t* x, const float* x_scales, const void* c,
+                         void* d, const float* bias) const {
+  require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.type() == desc_.type, ErrorCode::invalid_argument,
+          "fp8 run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
+              quant_type_name(a.type()) + ", the plan was made for " + std::to_string(desc_.rows) + "x" +
+              std::to_string(desc_.cols) + " " + quant_type_name(desc_.type));
+  if (desc_.n == 0) return;
+  const SpmmDesc spmm = as_spmm_desc(desc_);
+  require(x != nullptr && x_scales != nullptr && nm24::aligned16(x), ErrorCode::invalid_argument,
+          "fp8 run: x and its scales must not be null, and x must be 16-byte aligned");
+  nm24::check_operands(spmm, x, c, d, bias, "fp8 run");
+  nm24::Params p{static_cast<const uint32_t*>(a.values()),
+                 static_cast<const uint32_t*>(a.metadata()),
+                 x,
+                 c,
+                 d,
+                 desc_.bias ? bias : nullptr,
+                 desc_.rows,
+                 desc_.cols,
+                 desc_.n,
+                 a.cols_padded() / x8::kFragmentK,  // k-blocks of one k64 step
+                 desc_.alpha,
+                 desc_.beta,
+                 desc_.activation,
+                 desc_.d_layout == Layout::col_major,
+                 true};
+  nm24::apply_sm90_schedule(config_, d, p);
+  const nm24::LaunchOn on = nm24::sm90_launch_on(config_, stream);
+  const auto launch = [&]<class Element>() {
+    if (desc_.out_dtype == DType::f32)
+      nm24::launch_sm90_8bit<Element, float>(p, a.scales(), x_scales, config_.block_n, on);
+    else if (desc_.out_dtype == DType::bf16)
+      nm24::launch_sm90_8bit<Element, __nv_bfloat16>(p, a.scales(), x_scales, config_.block_n, on);
+    else
+      nm24::launch_sm90_8bit<Element, __half>(p, a.scales(), x_scales, config_.block_n, on);
+  };
+  if (desc_.type == QuantType::e4m3)
+    launch.template operator()<__nv_fp8_e4m3>();
+  else
+    launch.template operator()<__nv_fp8_e5m2>();
+}
+
+}  // namespace nmkit::gpu::detail
