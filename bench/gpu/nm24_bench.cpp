@@ -194,7 +194,7 @@ std::string sustained_text(const char* who, const SustainedRun& r, double flop) 
 }
 
 // The 2:4 plan options of --variant: kernel (sm80|sm90), block_n, schedule (staged|registers|persistent),
-// raster_rows and overlap_launch (0|1).
+// raster_rows, split (split-K CTAs per tile) and overlap_launch (0|1).
 gpu::Nm24Options nm24_variant_options(const VariantSettings& settings) {
   gpu::Nm24Options options;
   for (const auto& [key, value] : settings) {
@@ -208,12 +208,14 @@ gpu::Nm24Options nm24_variant_options(const VariantSettings& settings) {
                                                 : gpu::Sm90Schedule::persistent;
     else if (key == "raster_rows")
       options.raster_rows = variant_int(key, value, 1, 1024);
+    else if (key == "split")
+      options.split = variant_int(key, value, 1, 8);
     else if (key == "overlap_launch")
       options.overlap_launch = variant_flag(key, value);
     else
       throw Error(ErrorCode::invalid_argument,
                   "--variant for the 2:4 suites takes kernel=sm80|sm90, block_n=N, "
-                  "schedule=staged|registers|persistent, raster_rows=N and overlap_launch=0|1, got " +
+                  "schedule=staged|registers|persistent, raster_rows=N, split=N and overlap_launch=0|1, got " +
                       key + "=" + value);
   }
   return options;
@@ -620,10 +622,11 @@ int main(int argc, char** argv) {
                  "2:4 suites: also time chains of N back-to-back launches per library (nmkit with and without "
                  "overlapping launches), per product")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--variant", o.variant,
-                 "2:4 and tile suites: KEY=VALUE[,KEY=VALUE...]; also time a second nmkit plan with these options in "
-                 "the same rounds (2:4: kernel, block_n, schedule, raster_rows, overlap_launch; tile: block_n, split, "
-                 "persistent, stream_ctas, overlap_launch)");
+  app.add_option(
+      "--variant", o.variant,
+      "2:4 and tile suites: KEY=VALUE[,KEY=VALUE...]; also time a second nmkit plan with these options in "
+      "the same rounds (2:4: kernel, block_n, schedule, raster_rows, split, overlap_launch; tile: block_n, split, "
+      "persistent, stream_ctas, overlap_launch)");
   app.add_flag("--launch-times", o.launch_times,
                "2:4 suites: also write every timed launch's ms per library to the JSON (launch_ms), in launch order");
   app.add_flag("--autotune", o.autotune,
