@@ -63,31 +63,44 @@ struct SparseLinear::Impl {
     return std::visit([](const auto& w) { return w.dtype(); }, weight);
   }
 
-  // The plan for `tokens`: its bucket's, run with `tokens` (the 2:4 and V:N:M plans take any C; a tile plan's
-  // schedules and workspace are made for its C, so tiles plan per token count).
-  Plan plan(int64_t tokens, Layout b_layout = Layout::col_major) {
-    const bool tiles = std::holds_alternative<DeviceTiles>(weight);
-    const int64_t planned = tiles ? tokens : detail::token_bucket(tokens);
+  // The plan made for `tokens`' bucket (detail::token_bucket; tiles plan per token count: their schedules and
+  // workspace are made for their C), made on first use.
+  const Plan& bucket_plan(int64_t tokens, Layout b_layout) {
+    const int64_t planned = std::holds_alternative<DeviceTiles>(weight) ? tokens : detail::token_bucket(tokens);
     const int64_t key = 2 * planned + (b_layout == Layout::row_major ? 1 : 0);
-    auto it = plans.find(key);
-    if (it == plans.end()) {
-      const SpmmDesc d = desc(planned, b_layout);
-      Plan made = std::visit(
-          overloaded{
-              [&](const DeviceNm24&) -> Plan { return Nm24SpmmPlan::create(d); },
-              [&](const DeviceVnm& w) -> Plan { return VnmSpmmPlan::create(d, w.v(), w.m()); },
-              [&](const DeviceTiles& w) -> Plan { return TileSpmmPlan::create(d, w.tile_rows(), w.tile_cols()); },
-          },
-          weight);
-      it = plans.emplace(key, std::move(made)).first;
-    }
-    if (planned == tokens) return it->second;
-    return std::visit(overloaded{
-                          [&](const Nm24SpmmPlan& p) -> Plan { return p.for_tokens(tokens); },
-                          [&](const VnmSpmmPlan& p) -> Plan { return p.for_tokens(tokens); },
-                          [&](const TileSpmmPlan& p) -> Plan { return p; },
-                      },
-                      it->second);
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+    const SpmmDesc d = desc(planned, b_layout);
+    Plan made = std::visit(
+        overloaded{
+            [&](const DeviceNm24&) -> Plan { return Nm24SpmmPlan::create(d); },
+            [&](const DeviceVnm& w) -> Plan { return VnmSpmmPlan::create(d, w.v(), w.m()); },
+            [&](const DeviceTiles& w) -> Plan { return TileSpmmPlan::create(d, w.tile_rows(), w.tile_cols()); },
+        },
+        weight);
+    return plans.emplace(key, std::move(made)).first->second;
+  }
+
+  // Runs y = the product for `tokens` with its bucket's plan (the 2:4 and V:N:M plans take any C: for_tokens).
+  void run(int64_t tokens, Layout b_layout, Stream stream, const void* x, void* y, const float* bias) {
+    const Plan& plan = bucket_plan(tokens, b_layout);
+    std::visit(overloaded{
+                   [&](const Nm24SpmmPlan& p) {
+                     const DeviceNm24& w = std::get<DeviceNm24>(weight);
+                     if (p.desc().n == tokens)
+                       p.run(stream, w, x, nullptr, y, bias);
+                     else
+                       p.for_tokens(tokens).run(stream, w, x, nullptr, y, bias);
+                   },
+                   [&](const VnmSpmmPlan& p) {
+                     const DeviceVnm& w = std::get<DeviceVnm>(weight);
+                     if (p.desc().n == tokens)
+                       p.run(stream, w, x, nullptr, y, bias);
+                     else
+                       p.for_tokens(tokens).run(stream, w, x, nullptr, y, bias);
+                   },
+                   [&](const TileSpmmPlan& p) { p.run(stream, std::get<DeviceTiles>(weight), x, nullptr, y, bias); },
+               },
+               plan);
   }
 
   // The tokens whose x a run transposes for the row gather (a multiple of 8; 0: none).
@@ -103,15 +116,6 @@ struct SparseLinear::Impl {
       transposed.emplace_back(std::max(bytes, grown));
     }
     return transposed.back().data();
-  }
-
-  void run(const Plan& plan, Stream stream, const void* x, void* y, const float* bias) const {
-    std::visit(overloaded{
-                   [&](const Nm24SpmmPlan& p) { p.run(stream, std::get<DeviceNm24>(weight), x, nullptr, y, bias); },
-                   [&](const VnmSpmmPlan& p) { p.run(stream, std::get<DeviceVnm>(weight), x, nullptr, y, bias); },
-                   [&](const TileSpmmPlan& p) { p.run(stream, std::get<DeviceTiles>(weight), x, nullptr, y, bias); },
-               },
-               plan);
   }
 };
 
@@ -160,14 +164,14 @@ void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, co
           impl_->bias ? "SparseLinear::run: the layer has a bias, but none was given"
                       : "SparseLinear::run: a bias was given to a layer made without one");
   const int64_t transposed = impl_->transposed_tokens(tokens);
-  if (transposed == 0) return impl_->run(impl_->plan(tokens), stream, x, y, bias);
+  if (transposed == 0) return impl_->run(tokens, Layout::col_major, stream, x, y, bias);
   // The first `transposed` tokens through x^T and the row gather, the other (< 8) from x as it is.
   const std::size_t element = dtype_size(impl_->dtype());
   void* xt = impl_->transposed_buffer(static_cast<std::size_t>(transposed * impl_->cols()) * element);
   transpose_16bit(stream, x, xt, transposed, impl_->cols());
-  impl_->run(impl_->plan(transposed, Layout::row_major), stream, xt, y, bias);
+  impl_->run(transposed, Layout::row_major, stream, xt, y, bias);
   if (const int64_t rest = tokens - transposed; rest > 0)
-    impl_->run(impl_->plan(rest), stream, static_cast<const char*>(x) + transposed * impl_->cols() * element,
+    impl_->run(rest, Layout::col_major, stream, static_cast<const char*>(x) + transposed * impl_->cols() * element,
                static_cast<char*>(y) + transposed * impl_->rows() * element, bias);
 }
 
@@ -175,14 +179,15 @@ std::string SparseLinear::kernel(int64_t tokens) {
   require(tokens > 0, ErrorCode::invalid_argument,
           "SparseLinear::kernel: tokens must be > 0, got " + std::to_string(tokens));
   const int64_t transposed = impl_->transposed_tokens(tokens);
-  const Plan plan = transposed > 0 ? impl_->plan(transposed, Layout::row_major) : impl_->plan(tokens);
+  const int64_t run_tokens = transposed > 0 ? transposed : tokens;
+  const Plan& plan = impl_->bucket_plan(run_tokens, transposed > 0 ? Layout::row_major : Layout::col_major);
   std::ostringstream os;
   if (transposed > 0) os << "x transposed, ";
   std::visit(overloaded{
-                 [&](const Nm24SpmmPlan& p) { os << p.config(); },
+                 [&](const Nm24SpmmPlan& p) { os << p.for_tokens(run_tokens).config(); },
                  [&](const VnmSpmmPlan& p) {
                    const DeviceVnm& w = std::get<DeviceVnm>(impl_->weight);
-                   os << vnm_form_name(w.form()) << " " << p.config_for(w);
+                   os << vnm_form_name(w.form()) << " " << p.for_tokens(run_tokens).config_for(w);
                  },
                  [&](const TileSpmmPlan& p) { os << kernel_name(p.kernel_for(std::get<DeviceTiles>(impl_->weight))); },
              },

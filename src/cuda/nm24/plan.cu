@@ -41,7 +41,7 @@ void check_options(const Nm24Options& options, const char* who) {
   const int n = options.block_n;
   require(n == 0 || n == 256 || n == 192 || n == 128 || n == 64 || n == 32 || n == 16, ErrorCode::invalid_argument,
           std::string(who) + ": block_n must be 256, 192, 128, 64, 32 or 16 (0: by shape), got " + std::to_string(n));
-  require(options.split >= 0 && options.split <= kMaxSplit, ErrorCode::invalid_argument,
+  require(options.split >= 0 && options.split <= kMaxClusterCtas, ErrorCode::invalid_argument,
           std::string(who) + ": split must be 1..8 CTAs per tile (0: by shape), got " + std::to_string(options.split));
   require(options.raster_rows >= 0 && options.raster_rows <= kMaxRasterRows, ErrorCode::invalid_argument,
           std::string(who) + ": raster_rows must be a row-tile count in 1..1024 (0: by shape), got " +

@@ -8,11 +8,10 @@
 #include <cstdint>
 
 #include "../ptx/cluster.cuh"
+#include "nmkit/gpu/detail/nm24_heuristics.hpp"
 #include "sm90_epilogue.cuh"
 
 namespace nmkit::gpu::sm90_epilogue {
-
-inline constexpr int kMaxClusterCtas = 8;  // the portable cluster size: the largest split-K
 
 struct BlockRows {
   int64_t first[2];  // the first row of D of the block's first and second 64 rows
@@ -38,7 +37,7 @@ __device__ __forceinline__ void write_cluster_sum(const P& p, float* staging, co
   const auto sum_of_cluster = [split](const float* staged) {
     float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (uint32_t r = 0; r < kMaxClusterCtas; ++r)
+    for (uint32_t r = 0; r < nm24::kMaxClusterCtas; ++r)
       if (r < split) {
         const float4 v = ptx::ld_shared_cluster_f32x4(ptx::map_to_rank(staged, r));
         sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;

@@ -742,7 +742,7 @@ void launch(const Params& p, const LaunchOn& on, const CodeScales& scales = {}) 
   require(p.persistent_ctas == 0 || p.register_epilogue, ErrorCode::invalid_argument,
           "sm90 sparse kernel: a persistent launch needs the register epilogue");
   require(kSplitK == (on.split > 1) &&
-              (!kSplitK || (on.split <= sm90_epilogue::kMaxClusterCtas && on.split <= p.kblocks / kKBlocksPerTile &&
+              (!kSplitK || (on.split <= kMaxClusterCtas && on.split <= p.kblocks / kKBlocksPerTile &&
                             p.persistent_ctas == 0 && !p.register_epilogue)),
           ErrorCode::invalid_argument,
           "sm90 sparse kernel: split-K takes 2..8 CTAs, at most one per k-tile, one tile each, the staged epilogue and "

@@ -70,7 +70,6 @@ constexpr int kABytes = kBlockRows * kRowBytes;  // a step's tile slots: 128 row
 constexpr int kRegisterFile = 64 * 1024;
 constexpr int kMaxStages = 8;
 constexpr int kMaxSplit = kMaxClusterSplit;
-static_assert(kMaxSplit <= epi::kMaxClusterCtas, "the cluster sum reads every CTA of a split");
 constexpr int kChunkN = 32;  // tokens per epilogue chunk of a warpgroup
 static_assert(kWarpgroupRows == 64, "a consumer warpgroup issues m64 wgmma");
 

@@ -47,7 +47,7 @@ Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, 
 // the SMs; 1 where the tiles already take half of them, and never below kMinSplitKTiles k-tiles per CTA. By shape
 // at most kMaxAutoSplit: a cluster's CTAs share a GPC, and clusters of 4 one CTA per SM pack the H200's 16-18 SM
 // GPCs where clusters of 7 or 8 leave SMs idle and spill into a second wave.
-inline constexpr int kMaxSplit = 8;  // the portable cluster size: what Nm24Options::split may pin
+inline constexpr int kMaxClusterCtas = 8;  // the portable cluster size: the largest split-K of any Hopper kernel
 inline constexpr int kMaxAutoSplit = 4;
 inline constexpr int kMinSplitKTiles = 4;
 int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);

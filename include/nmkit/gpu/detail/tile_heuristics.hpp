@@ -6,12 +6,13 @@
 #include <array>
 #include <cstdint>
 
+#include "nmkit/gpu/detail/nm24_heuristics.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 
 namespace nmkit::gpu::tile {
 
-inline constexpr int kMaxClusterSplit = 8;  // the portable cluster size: the Hopper kernel's largest split
-inline constexpr int kSm90BlockRows = 128;  // rows of D per work unit of the Hopper kernel
+inline constexpr int kMaxClusterSplit = nm24::kMaxClusterCtas;  // the Hopper kernel's largest split
+inline constexpr int kSm90BlockRows = 128;                      // rows of D per work unit of the Hopper kernel
 
 // The Hopper kernel's configuration for one plan.
 struct Sm90TileConfig {
