@@ -128,6 +128,14 @@ void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int6
   if (chosen == Sm90Schedule::persistent) config.persistent_ctas = sms;
 }
 
+void log_plan(const char* family, const std::string& what, int64_t rows, int64_t cols, int64_t n,
+              const KernelConfig& config) {
+  static const bool enabled = std::getenv("NMKIT_LOG_CONFIG") != nullptr;
+  if (!enabled) return;
+  std::clog << "nmkit: " << family << " " << what << (what.empty() ? "" : " ") << rows << "x" << cols << "x" << n
+            << " -> " << config << "\n";
+}
+
 bool sm90_config_takes_tokens(const SpmmDesc& desc, KernelConfig& config) {
   if (config.kernel != Nm24Kernel::sm90_wgmma_sp) return true;
   if (desc.b_layout == Layout::row_major && desc.n % 8 != 0) return false;  // B's rows: 16-byte copies
@@ -263,8 +271,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && b_col_major && t.block_n <= 64;
   nm24::choose_sm90_schedule(desc, options, ceil_div(desc.cols, int64_t{kPackKAlign}), split_k_built, plan.config_);
-  if (std::getenv("NMKIT_LOG_CONFIG"))
-    std::clog << "nmkit: nm24 " << desc.rows << "x" << desc.cols << "x" << desc.n << " -> " << plan.config_ << "\n";
+  nm24::log_plan("nm24", "", desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }
 

@@ -2,8 +2,6 @@
 // run().
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <iostream>
 #include <span>
 #include <string>
 
@@ -71,9 +69,7 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
   plan.config_ = {Nm24Kernel::sm90_wgmma_sp, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   nm24::choose_sm90_schedule(spmm, options, ceil_div(desc.cols, int64_t{x8::kPackKAlign}),
                              /*split_k_built=*/t.block_n <= 64, plan.config_);
-  if (std::getenv("NMKIT_LOG_CONFIG"))
-    std::clog << "nmkit: fp8 " << quant_type_name(desc.type) << " " << desc.rows << "x" << desc.cols << "x" << desc.n
-              << " -> " << plan.config_ << "\n";
+  nm24::log_plan("fp8", quant_type_name(desc.type), desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }
 

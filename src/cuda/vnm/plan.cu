@@ -3,8 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <iostream>
 #include <string>
 
 #include "../common/check.cuh"
@@ -114,9 +112,8 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, const Nm24Op
   if (full) plan.full_ = Nm24SpmmPlan::create(desc, options);  // a plain 2:4 product over all of K, any V
   if (condensed) plan.gather_ = gather_config(desc, v, m, options);
   plan.config_ = preferred == VnmForm::full_2_4 ? plan.full_->config() : *plan.gather_;
-  if (std::getenv("NMKIT_LOG_CONFIG"))
-    std::clog << "nmkit: vnm " << v << ":2:" << m << " " << desc.rows << "x" << desc.cols << "x" << desc.n << " "
-              << vnm_form_name(preferred) << " -> " << plan.config_ << "\n";
+  nm24::log_plan("vnm", std::to_string(v) + ":2:" + std::to_string(m) + " " + vnm_form_name(preferred), desc.rows,
+                 desc.cols, desc.n, plan.config_);
   return plan;
 }
 
