@@ -1,0 +1,471 @@
+#pragma once
+// The fused DFSS forward on Hopper. A CTA owns 128 queries of one (sequence, head): two consumer warpgroups of 64
+// rows each and a producer warpgroup whose one thread streams Q once and K, V in 128-key steps by TMA through two
+// stage rings (K released after Q*K^T, V after P*V, so the next K lands while P*V runs).
+//
+// Consumer step: S = Q*K^T on wgmma (f32 accumulators), the causal and length masks, the online softmax's row
+// maxima (a group's largest score is always kept, so the maximum over kept scores is the maximum over valid ones),
+// then per 32-key step the 2:4 prune in registers, exponentials of the kept scores only, and P*V on wgmma.sp with
+// the compressed P as the register operand and its metadata built in registers. Pattern dense runs the same steps
+// with every score kept and P*V on the dense wgmma: the control that isolates the gain of sparsity.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "../common/pipeline.cuh"
+#include "../ptx/mbarrier.cuh"
+#include "../ptx/tma.cuh"
+#include "../ptx/wgmma.cuh"
+#include "../ptx/wgmma_rs.cuh"
+#include "../ptx/wgmma_ss.cuh"
+
+namespace nmkit::cuda::attention {
+
+inline constexpr int kConsumers = 2;
+inline constexpr int kWarpgroupThreads = 128;
+inline constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+inline constexpr int kRowsPerConsumer = 64;  // wgmma's M
+inline constexpr int kBlockM = kConsumers * kRowsPerConsumer;
+inline constexpr int kBlockN = 128;       // keys per step
+inline constexpr int kChunkColumns = 64;  // head-dim columns per 128-byte swizzled row
+inline constexpr int kRowBytes = 128;
+inline constexpr int kStages = 2;
+inline constexpr int kSparseStepKeys = 32;  // wgmma.sp k32
+inline constexpr int kDenseStepKeys = 16;   // wgmma k16
+inline constexpr int kProducerRegisters = 24;
+inline constexpr int kConsumerRegisters = 240;
+inline constexpr int kRegisterFile = 64 * 1024;
+static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
+              "setmaxnreg budgets must fit the registers allocated at launch");
+
+struct Params {
+  void* o;
+  float* lse;
+  const int32_t* cu_seqlens_q;  // null: fixed lengths
+  const int32_t* cu_seqlens_k;
+  int64_t o_batch, o_head, o_token;  // element strides of O
+  int seq_q, seq_k;                  // fixed lengths
+  int total_q;                       // variable lengths: the lse's row count per head
+  int heads, kv_group;               // query heads; query heads per key/value head
+  float scale;                       // softmax scale
+  float scale_log2;                  // scale * log2(e): exponentials as exp2
+  int causal;
+};
+
+// Shared memory: Q (128 rows), then the K and V rings; each tile as head_dim / 64 swizzled column chunks of
+// [rows][64] (TMA's 128-byte boxes), then the barriers.
+template <int kHeadDim>
+struct SharedLayout {
+  static constexpr int kChunks = kHeadDim / kChunkColumns;
+  static constexpr int kQChunkBytes = kBlockM * kRowBytes;
+  static constexpr int kKvChunkBytes = kBlockN * kRowBytes;
+  static constexpr int kQBytes = kChunks * kQChunkBytes;
+  static constexpr int kKvBytes = kChunks * kKvChunkBytes;
+  static constexpr int kKOffset = kQBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kKvBytes;
+  static constexpr int kBarrierOffset = kVOffset + kStages * kKvBytes;
+  static constexpr int kPipelineBarrierBytes = StagePipeline<kStages>::kBarrierBytes;
+  static constexpr int kBytes = kBarrierOffset + 8 + 2 * kPipelineBarrierBytes;
+  static constexpr int kAlignment = 1024;  // the 128-byte swizzle's atom
+  static constexpr int kAllocationBytes = kBytes + kAlignment;
+};
+
+template <class Element>
+using MmaOf = std::conditional_t<std::is_same_v<Element, __half>, ptx::MmaF16, ptx::MmaBF16>;
+
+template <class Element>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<Element, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// 2^x on the SFU (ex2.approx, flushing denormals): the exponentials of the online softmax.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Which (sequence, head, 128 queries) a CTA owns, and the ranges of rows and keys that exist there.
+struct CtaWork {
+  int batch, head, m_block;
+  int q_begin, k_begin;   // first token of the sequence in the tensors' token dimension
+  int len_q, len_k;       // the sequence's lengths
+  int batch_coordinate;   // the tensor maps' batch coordinate (0 under variable lengths)
+  int key_steps;          // 128-key steps this CTA runs
+
+  __device__ CtaWork(const Params& p) {
+    // The heaviest causal blocks (the last queries) first.
+    m_block = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);
+    head = static_cast<int>(blockIdx.y);
+    batch = static_cast<int>(blockIdx.z);
+    if (p.cu_seqlens_q != nullptr) {
+      q_begin = p.cu_seqlens_q[batch];
+      len_q = p.cu_seqlens_q[batch + 1] - q_begin;
+      k_begin = p.cu_seqlens_k[batch];
+      len_k = p.cu_seqlens_k[batch + 1] - k_begin;
+      batch_coordinate = 0;
+    } else {
+      q_begin = k_begin = 0;
+      len_q = p.seq_q, len_k = p.seq_k;
+      batch_coordinate = batch;
+    }
+    const int keys = p.causal ? min(len_k, (m_block + 1) * kBlockM) : len_k;
+    key_steps = keys > 0 ? (keys + kBlockN - 1) / kBlockN : 0;
+  }
+  __device__ bool empty() const { return m_block * kBlockM >= len_q; }
+};
+
+template <int kHeadDim>
+struct SharedStorage {
+  using L = SharedLayout<kHeadDim>;
+  unsigned char* base;
+  __device__ explicit SharedStorage(unsigned char* raw)
+      : base(reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + L::kAlignment - 1) &
+                                              ~uintptr_t{L::kAlignment - 1})) {}
+  __device__ unsigned char* q() const { return base; }
+  __device__ unsigned char* k(int stage) const { return base + L::kKOffset + stage * L::kKvBytes; }
+  __device__ unsigned char* v(int stage) const { return base + L::kVOffset + stage * L::kKvBytes; }
+  __device__ uint64_t* q_full() const { return reinterpret_cast<uint64_t*>(base + L::kBarrierOffset); }
+  __device__ uint64_t* k_barriers() const { return q_full() + 1; }
+  __device__ uint64_t* v_barriers() const { return k_barriers() + 2 * kStages; }
+};
+
+// One thread issues every copy: Q once, then K and V of each step as their stages free up.
+template <int kHeadDim>
+struct Producer {
+  using L = SharedLayout<kHeadDim>;
+  const SharedStorage<kHeadDim>& smem;
+  const StagePipeline<kStages>& k_pipe;
+  const StagePipeline<kStages>& v_pipe;
+
+  __device__ void load_tile(unsigned char* dst, const CUtensorMap* map, uint64_t* bar, int row, int head,
+                            int batch, int chunk_bytes) const {
+#pragma unroll
+    for (int c = 0; c < L::kChunks; ++c)
+      ptx::tma_load_4d(dst + c * chunk_bytes, map, bar, c * kChunkColumns, row, head, batch);
+  }
+
+  __device__ void run(const CtaWork& work, const Params& p, const CUtensorMap* q_map, const CUtensorMap* k_map,
+                      const CUtensorMap* v_map) const {
+    ptx::mbarrier_arrive_expect_tx(smem.q_full(), L::kQBytes);
+    load_tile(smem.q(), q_map, smem.q_full(), work.q_begin + work.m_block * kBlockM, work.head,
+              work.batch_coordinate, L::kQChunkBytes);
+    const int kv_head = work.head / p.kv_group;
+    ProducerRing<kStages> k_ring, v_ring;
+    for (int step = 0; step < work.key_steps; ++step) {
+      const int row = work.k_begin + step * kBlockN;
+      k_ring.acquire(k_pipe);
+      k_pipe.expect_bytes(k_ring.at.stage, L::kKvBytes);
+      load_tile(smem.k(k_ring.at.stage), k_map, k_pipe.full(k_ring.at.stage), row, kv_head, work.batch_coordinate,
+                L::kKvChunkBytes);
+      k_ring.advance();
+      v_ring.acquire(v_pipe);
+      v_pipe.expect_bytes(v_ring.at.stage, L::kKvBytes);
+      load_tile(smem.v(v_ring.at.stage), v_map, v_pipe.full(v_ring.at.stage), row, kv_head, work.batch_coordinate,
+                L::kKvChunkBytes);
+      v_ring.advance();
+    }
+  }
+};
+
+// The 2:4 rule on one group of four scores: the two largest, ties to the lower index. Returns the kept indices
+// i0 < i1.
+__device__ __forceinline__ void top2_of_4(const float (&x)[4], int& i0, int& i1) {
+  int rank[4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    rank[a] = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b)
+      if (b != a) rank[a] += (x[b] > x[a] || (x[b] == x[a] && b < a)) ? 1 : 0;
+  }
+  // Exactly two entries have rank < 2.
+  const bool k0 = rank[0] < 2, k1 = rank[1] < 2, k2 = rank[2] < 2;
+  i0 = k0 ? 0 : k1 ? 1 : 2;
+  i1 = (k0 && k1) ? 1 : ((k0 || k1) && k2) ? 2 : 3;
+}
+
+// x[i] by selects: a run-time index into a register array would put the array in local memory.
+__device__ __forceinline__ float select(const float (&x)[4], int i) {
+  return i == 0 ? x[0] : i == 1 ? x[1] : i == 2 ? x[2] : x[3];
+}
+
+template <class Element, int kHeadDim, bool kSparse>
+struct Consumer {
+  using L = SharedLayout<kHeadDim>;
+  using Mma = MmaOf<Element>;
+  static constexpr int kScoreRegisters = kBlockN / 2;   // the 64 x 128 score tile: 64 fp32 per thread
+  static constexpr int kOutRegisters = kHeadDim / 2;
+  static constexpr int kSparseSteps = kBlockN / kSparseStepKeys;
+  static constexpr int kDenseSteps = kBlockN / kDenseStepKeys;
+
+  const SharedStorage<kHeadDim>& smem;
+  const StagePipeline<kStages>& k_pipe;
+  const StagePipeline<kStages>& v_pipe;
+  int warpgroup, warp, lane, g, t;  // t = lane % 4: the column pair; g = lane / 4: the row
+  float o[kOutRegisters];
+  float row_max[2];  // raw (unscaled) scores; rows g and g + 8 of this warp's 16
+  float row_sum[2];  // this thread's share of the kept exponentials
+
+  __device__ Consumer(const SharedStorage<kHeadDim>& s, const StagePipeline<kStages>& kp,
+                      const StagePipeline<kStages>& vp, int tid)
+      : smem(s), k_pipe(kp), v_pipe(vp) {
+    warpgroup = tid / kWarpgroupThreads;
+    warp = tid % kWarpgroupThreads / 32;
+    lane = tid % 32;
+    g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < kOutRegisters; ++i) o[i] = 0.0f;
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.0f;
+  }
+
+  // The query index of this thread's row r (0: g, 1: g + 8) within the sequence.
+  __device__ int query(const CtaWork& w, int r) const {
+    return w.m_block * kBlockM + warpgroup * kRowsPerConsumer + warp * 16 + g + 8 * r;
+  }
+
+  __device__ void scores(float (&s)[kScoreRegisters], int stage) const {
+    const uint32_t q_base = ptx::smem_address(smem.q()) + warpgroup * kRowsPerConsumer * kRowBytes;
+    const uint32_t k_base = ptx::smem_address(smem.k(stage));
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int chunk = kk / (kChunkColumns / 16), within = kk % (kChunkColumns / 16) * 32;
+      const uint64_t q_desc =
+          ptx::make_smem_desc_k_major_sw128(q_base + chunk * L::kQChunkBytes + within);
+      const uint64_t k_desc = ptx::make_smem_desc_k_major_sw128(k_base + chunk * L::kKvChunkBytes + within);
+      ptx::WgmmaSS<kBlockN, Mma>::mma(s, q_desc, k_desc, kk > 0 ? 1 : 0);
+    }
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_registers(s);
+  }
+
+  // Scores of masked keys (past the sequence, or after the query under causal) become -inf.
+  __device__ void mask(float (&s)[kScoreRegisters], const CtaWork& w, int step, bool causal) const {
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = step * kBlockN + 8 * j + 2 * t + e;
+          if (key >= w.len_k || (causal && key > query(w, r))) s[4 * j + 2 * r + e] = -INFINITY;
+        }
+  }
+
+  // New row maxima; rescales O and the row sums by how far they moved. Returns the scaled maxima to subtract.
+  __device__ void update_max(const float (&s)[kScoreRegisters], float scale_log2, float (&max_scaled)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float m = row_max[r];
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      // A row with nothing valid yet keeps 0 as its reference, so that exp2(-inf - ref) is 0, not NaN.
+      const float correction = m == -INFINITY ? 1.0f : exp2_approx((row_max[r] - m) * scale_log2);
+      row_max[r] = m;
+      max_scaled[r] = m == -INFINITY ? 0.0f : m * scale_log2;
+      row_sum[r] *= correction;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) o[4 * j + 2 * r] *= correction, o[4 * j + 2 * r + 1] *= correction;
+    }
+  }
+
+  // Dense P in the k16 A-fragment layout: the accumulator's own layout, two columns per register.
+  __device__ void dense_p(const float (&s)[kScoreRegisters], const float (&max_scaled)[2], float scale_log2,
+                          uint32_t (&a)[kDenseSteps][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kDenseSteps; ++kk)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int base = 4 * (2 * kk + half) + 2 * r;
+          const float p0 = exp2_approx(fmaf(s[base], scale_log2, -max_scaled[r]));
+          const float p1 = exp2_approx(fmaf(s[base + 1], scale_log2, -max_scaled[r]));
+          row_sum[r] += p0 + p1;
+          a[kk][2 * half + r] = pack_pair<Element>(p0, p1);
+        }
+  }
+
+  // 2:4 P of one 32-key step c in the sparse A-fragment layout and its metadata.
+  //
+  // In the score accumulators thread t holds keys 8i + 2t + {0, 1} of the step's four 8-key blocks i: half of group
+  // 2i + t / 2, whose other half its partner t ^ 1 holds. Thread t prunes the groups of the blocks i = t % 2 + {0, 2}
+  // (its partner the other two), with the partner's pair fetched by one exchange. The compressed fragment wants
+  // groups t and 4 + t at thread t: that is what thread t ^ 3 pruned for t in {1, 2}, and what t pruned itself for
+  // t in {0, 3}, so one shuffle moves the values. The metadata, one nibble per group and row at lanes t = 0 (groups
+  // 0-3) and t = 1 (groups 4-7), is gathered by an OR across the quad.
+  __device__ void sparse_step(const float (&s)[kScoreRegisters], int c, const float (&max_scaled)[2],
+                              float scale_log2, uint32_t (&a)[4], uint32_t& e) {
+    const int parity = t & 1;
+    const int group_lo = 2 * parity + (t >> 1);  // the step's group this thread prunes from block `parity`
+    uint32_t pruned[4];                            // (block parity, block parity + 2) x (row g, row g + 8)
+    uint32_t word_lo = 0, word_hi = 0;             // metadata for groups 0-3 and 4-7
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mine[2][2], theirs[2][2];
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        // Blocks 4c + 2b (even) and 4c + 2b + 1 (odd); selects, not a run-time index, keep s in registers.
+        const int even = 4 * (4 * c + 2 * b) + 2 * r, odd = even + 4;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          mine[b][e] = parity ? s[odd + e] : s[even + e];
+          theirs[b][e] = __shfl_xor_sync(0xffffffffu, parity ? s[even + e] : s[odd + e], 1);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        // Thread t % 2 == 0 holds the group's keys 0, 1; its partner keys 2, 3.
+        const float x[4] = {parity ? theirs[b][0] : mine[b][0], parity ? theirs[b][1] : mine[b][1],
+                            parity ? mine[b][0] : theirs[b][0], parity ? mine[b][1] : theirs[b][1]};
+        int i0, i1;
+        top2_of_4(x, i0, i1);
+        const float p0 = exp2_approx(fmaf(select(x, i0), scale_log2, -max_scaled[r]));
+        const float p1 = exp2_approx(fmaf(select(x, i1), scale_log2, -max_scaled[r]));
+        row_sum[r] += p0 + p1;
+        pruned[2 * b + r] = pack_pair<Element>(p0, p1);
+        const uint32_t nibble = static_cast<uint32_t>(i0 | (i1 << 2)) << (4 * group_lo + 16 * r);
+        (b == 0 ? word_lo : word_hi) |= nibble;
+      }
+    }
+    const int source = lane ^ (((t ^ (t >> 1)) & 1) * 3);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = __shfl_sync(0xffffffffu, pruned[i], source);
+#pragma unroll
+    for (int mask = 1; mask <= 2; mask <<= 1) {
+      word_lo |= __shfl_xor_sync(0xffffffffu, word_lo, mask);
+      word_hi |= __shfl_xor_sync(0xffffffffu, word_hi, mask);
+    }
+    e = parity ? word_hi : word_lo;
+  }
+
+  __device__ void release(const StagePipeline<kStages>& pipe, int stage) const {
+    __syncwarp();
+    if (lane == 0) pipe.release(stage);
+  }
+
+  __device__ void run(const CtaWork& w, const Params& p) {
+    ptx::mbarrier_wait(smem.q_full(), 0);
+    RingPosition<kStages> k_at, v_at;
+    for (int step = 0; step < w.key_steps; ++step) {
+      float s[kScoreRegisters];
+      k_pipe.wait_full(k_at);
+      scores(s, k_at.stage);
+      release(k_pipe, k_at.stage);
+      k_at.advance();
+
+      const int step_end = (step + 1) * kBlockN;
+      const int first_row = w.m_block * kBlockM + warpgroup * kRowsPerConsumer;
+      if (step_end > w.len_k || (p.causal && step_end - 1 > first_row)) mask(s, w, step, p.causal);
+      float max_scaled[2];
+      update_max(s, p.scale_log2, max_scaled);
+
+      const uint32_t v_base = ptx::smem_address(smem.v(v_at.stage));
+      if constexpr (kSparse) {
+        uint32_t a[kSparseSteps][4], e[kSparseSteps];
+#pragma unroll
+        for (int c = 0; c < kSparseSteps; ++c) sparse_step(s, c, max_scaled, p.scale_log2, a[c], e[c]);
+        v_pipe.wait_full(v_at);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int c = 0; c < kSparseSteps; ++c) {
+          const uint64_t v_desc = ptx::make_smem_desc_mn_major_sw128(v_base + c * kSparseStepKeys * kRowBytes,
+                                                                     L::kKvChunkBytes, 8 * kRowBytes);
+          ptx::WgmmaSpRS<kHeadDim, Mma>::template mma<1>(o, a[c], v_desc, e[c], 1);
+        }
+      } else {
+        uint32_t a[kDenseSteps][4];
+        dense_p(s, max_scaled, p.scale_log2, a);
+        v_pipe.wait_full(v_at);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kDenseSteps; ++kk) {
+          const uint64_t v_desc = ptx::make_smem_desc_mn_major_sw128(v_base + kk * kDenseStepKeys * kRowBytes,
+                                                                     L::kKvChunkBytes, 8 * kRowBytes);
+          ptx::WgmmaRS<kHeadDim, Mma>::template mma<1>(o, a[kk], v_desc, 1);
+        }
+      }
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_registers(o);
+      release(v_pipe, v_at.stage);
+      v_at.advance();
+    }
+    store(w, p);
+  }
+
+  __device__ void store(const CtaWork& w, const Params& p) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int q = query(w, r);
+      if (q >= w.len_q) continue;
+      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+      Element* row = static_cast<Element*>(p.o) + w.batch * (p.cu_seqlens_q ? 0 : p.o_batch) +
+                     w.head * p.o_head + static_cast<int64_t>(w.q_begin + q) * p.o_token;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j)
+        *reinterpret_cast<uint32_t*>(row + 8 * j + 2 * t) =
+            pack_pair<Element>(o[4 * j + 2 * r] * inverse, o[4 * j + 2 * r + 1] * inverse);
+      if (p.lse != nullptr && t == 0) {
+        const float lse = sum > 0.0f ? row_max[r] * p.scale + logf(sum) : -INFINITY;
+        const int64_t index = p.cu_seqlens_q ? static_cast<int64_t>(w.head) * p.total_q + w.q_begin + q
+                                             : (static_cast<int64_t>(w.batch) * p.heads + w.head) * p.seq_q + q;
+        p.lse[index] = lse;
+      }
+    }
+  }
+};
+
+template <class Element, int kHeadDim, bool kSparse>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_dfss_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
+                     const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  const CtaWork work(p);
+  if (work.empty()) return;
+  const SharedStorage<kHeadDim> smem(smem_raw);
+  const StagePipeline<kStages> k_pipe(smem.k_barriers()), v_pipe(smem.v_barriers());
+  const int tid = static_cast<int>(threadIdx.x), warpgroup = tid / kWarpgroupThreads;
+  constexpr uint32_t kReleasingWarps = kConsumers * kWarpgroupThreads / 32;
+  if (tid == 0) {
+    ptx::prefetch_tensor_map(&q_map);
+    ptx::prefetch_tensor_map(&k_map);
+    ptx::prefetch_tensor_map(&v_map);
+    ptx::mbarrier_init(smem.q_full(), 1);
+    k_pipe.init(1, kReleasingWarps);
+    v_pipe.init(1, kReleasingWarps);
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == kConsumers) {
+    ptx::setmaxnreg_dec<kProducerRegisters>();
+    if (tid % kWarpgroupThreads == 0) Producer<kHeadDim>{smem, k_pipe, v_pipe}.run(work, p, &q_map, &k_map, &v_map);
+    return;
+  }
+  ptx::setmaxnreg_inc<kConsumerRegisters>();
+  Consumer<Element, kHeadDim, kSparse> consumer(smem, k_pipe, v_pipe, tid);
+  consumer.run(work, p);
+#endif
+}
+
+}  // namespace nmkit::cuda::attention
