@@ -93,8 +93,8 @@ std::vector<float> rows_of(const Operand& o, int64_t b, int64_t h, int64_t token
   return {begin, begin + tokens * o.d};
 }
 
-void run_case(const Case& c) {
-  SCOPED_TRACE(describe(c));
+void run_case(const Case& c, const AttentionOptions& options = {}) {
+  SCOPED_TRACE(describe(c) + (options.pipelined ? "" : " serial"));
   const bool varlen = !c.lengths_q.empty();
   const int d = c.head_dim;
   std::vector<int> offsets_q{0}, offsets_k{0};
@@ -118,7 +118,7 @@ void run_case(const Case& c) {
     desc.q = desc.o = strides_of(c, c.heads, c.seq_q);
     desc.k = desc.v = strides_of(c, c.kv_heads, c.seq_k);
   }
-  const AttentionPlan plan = AttentionPlan::create(desc);
+  const AttentionPlan plan = AttentionPlan::create(desc, options);
 
   const std::size_t q_elements = static_cast<std::size_t>(varlen ? total_q * c.heads * d : c.batch * c.heads * c.seq_q * d);
   const std::size_t k_elements =
@@ -157,9 +157,9 @@ void run_case(const Case& c) {
   // P is rounded to the dtype before P * V; O is a convex combination of V's entries in [-1, 1].
   const double o_tolerance = c.dtype == DType::bf16 ? 1.5e-2 : 3e-3;
   const double lse_tolerance = 2e-3;
-  DfssOptions options{.n = 2, .m = 4};
-  options.mask.causal = c.causal;
-  options.scale = plan.scale();
+  DfssOptions oracle{.n = 2, .m = 4};
+  oracle.mask.causal = c.causal;
+  oracle.scale = plan.scale();
   double worst_o = 0, worst_lse = 0;
   for (int64_t b = 0; b < c.batch; ++b)
     for (int64_t h = 0; h < c.heads; ++h) {
@@ -173,8 +173,8 @@ void run_case(const Case& c) {
       std::vector<float> ref(static_cast<std::size_t>(len_q * d), 0.0f);
       ref_lse.assign(static_cast<std::size_t>(len_q), -std::numeric_limits<float>::infinity());
       if (len_k > 0)
-        ref = c.pattern == AttentionPattern::nm24 ? dfss_attention(qr, kr, vr, options, &ref_lse)
-                                                  : attention_reference(qr, kr, vr, options, &ref_lse);
+        ref = c.pattern == AttentionPattern::nm24 ? dfss_attention(qr, kr, vr, oracle, &ref_lse)
+                                                  : attention_reference(qr, kr, vr, oracle, &ref_lse);
       for (int64_t s = 0; s < len_q; ++s) {
         const int64_t row = varlen ? h * desc.o.head + (offsets_q[b] + s) * desc.o.token
                                    : b * desc.o.batch + h * desc.o.head + s * desc.o.token;
@@ -195,7 +195,7 @@ void run_case(const Case& c) {
         }
       }
     }
-  std::cout << "  " << describe(c) << ": max |O - oracle| " << worst_o << ", max |lse - oracle| " << worst_lse << "\n";
+  std::cout << "  " << describe(c) << (options.pipelined ? "" : " serial") << ": max |O - oracle| " << worst_o << ", max |lse - oracle| " << worst_lse << "\n";
 }
 
 class AttentionGpu : public ::testing::Test {
@@ -244,6 +244,14 @@ TEST_F(AttentionGpu, VariableLengths) {
     for (bool causal : {false, true})
       run_case({3, 2, 1, 257, 300, 128, DType::bf16, pattern, causal, TokenLayout::bhsd, {5, 130, 257}, {7, 300, 129}});
   run_case({2, 2, 2, 200, 200, 64, DType::f16, kSparse, true, TokenLayout::bhsd, {200, 1}, {200, 1}});
+}
+
+TEST_F(AttentionGpu, SerialSchedule) {
+  for (int d : {64, 128})
+    for (AttentionPattern pattern : {kSparse, kDense}) {
+      run_case({1, 2, 2, 300, 520, d, DType::bf16, pattern, true}, {.pipelined = false});
+      run_case({2, 2, 1, 77, 333, d, DType::f16, pattern, false}, {.pipelined = false});
+    }
 }
 
 TEST_F(AttentionGpu, NoKeysGivesZerosAndMinusInfinity) {

@@ -200,14 +200,19 @@ __device__ __forceinline__ float select(const float (&x)[4], int i) {
   return i == 0 ? x[0] : i == 1 ? x[1] : i == 2 ? x[2] : x[3];
 }
 
-template <class Element, int kHeadDim, bool kSparse>
+template <class Element, int kHeadDim, bool kSparse, bool kPipelined>
 struct Consumer {
   using L = SharedLayout<kHeadDim>;
   using Mma = MmaOf<Element>;
   static constexpr int kScoreRegisters = kBlockN / 2;   // the 64 x 128 score tile: 64 fp32 per thread
   static constexpr int kOutRegisters = kHeadDim / 2;
-  static constexpr int kSparseSteps = kBlockN / kSparseStepKeys;
-  static constexpr int kDenseSteps = kBlockN / kDenseStepKeys;
+  static constexpr int kStepKeys = kSparse ? kSparseStepKeys : kDenseStepKeys;
+  static constexpr int kPSteps = kBlockN / kStepKeys;
+  // P of one key step as wgmma's register operand: per step four registers and (2:4) the metadata register.
+  struct PFragments {
+    uint32_t a[kPSteps][4];
+    uint32_t e[kSparse ? kPSteps : 1];
+  };
 
   const SharedStorage<kHeadDim>& smem;
   const StagePipeline<kStages>& k_pipe;
@@ -235,21 +240,54 @@ struct Consumer {
     return w.m_block * kBlockM + warpgroup * kRowsPerConsumer + warp * 16 + g + 8 * r;
   }
 
-  __device__ void scores(float (&s)[kScoreRegisters], int stage) const {
+  // Issues S = Q * K^T of the stage as one wgmma group; the caller waits for it. Every input of the group is
+  // written before its first wgmma: registers defined between them make ptxas serialise the kernel's wgmma.
+  __device__ void issue_scores(float (&s)[kScoreRegisters], int stage) const {
+    constexpr int kSteps = kHeadDim / 16, kStepsPerChunk = kChunkColumns / 16, kStepBytes = 32;
     const uint32_t q_base = ptx::smem_address(smem.q()) + warpgroup * kRowsPerConsumer * kRowBytes;
     const uint32_t k_base = ptx::smem_address(smem.k(stage));
+    uint64_t q_desc[kSteps], k_desc[kSteps];
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      const int chunk = kk / kStepsPerChunk, within = kk % kStepsPerChunk * kStepBytes;
+      q_desc[kk] = ptx::make_smem_desc_k_major_sw128(q_base + chunk * L::kQChunkBytes + within);
+      k_desc[kk] = ptx::make_smem_desc_k_major_sw128(k_base + chunk * L::kKvChunkBytes + within);
+    }
     ptx::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const int chunk = kk / (kChunkColumns / 16), within = kk % (kChunkColumns / 16) * 32;
-      const uint64_t q_desc =
-          ptx::make_smem_desc_k_major_sw128(q_base + chunk * L::kQChunkBytes + within);
-      const uint64_t k_desc = ptx::make_smem_desc_k_major_sw128(k_base + chunk * L::kKvChunkBytes + within);
-      ptx::WgmmaSS<kBlockN, Mma>::mma(s, q_desc, k_desc, kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < kSteps; ++kk) ptx::WgmmaSS<kBlockN, Mma>::mma(s, q_desc[kk], k_desc[kk], kk > 0 ? 1 : 0);
+    ptx::wgmma_commit_group();
+  }
+
+  // The descriptors of a V stage's key steps, made before any wgmma group is in flight: registers defined while a
+  // group runs would make ptxas serialise every wgmma of the kernel.
+  __device__ void v_descriptors(int stage, uint64_t (&desc)[kPSteps]) const {
+    const uint32_t v_base = ptx::smem_address(smem.v(stage));
+#pragma unroll
+    for (int c = 0; c < kPSteps; ++c)
+      desc[c] =
+          ptx::make_smem_desc_mn_major_sw128(v_base + c * kStepKeys * kRowBytes, L::kKvChunkBytes, 8 * kRowBytes);
+  }
+
+  // Issues O += P * V of the stage as one wgmma group: sparse k32 steps or dense k16 steps.
+  __device__ void issue_pv(const PFragments& pf, const uint64_t (&v_desc)[kPSteps]) {
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int c = 0; c < kPSteps; ++c) {
+      if constexpr (kSparse)
+        ptx::WgmmaSpRS<kHeadDim, Mma>::template mma<1>(o, pf.a[c], v_desc[c], pf.e[c], 1);
+      else
+        ptx::WgmmaRS<kHeadDim, Mma>::template mma<1>(o, pf.a[c], v_desc[c], 1);
     }
     ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<0>();
-    ptx::fence_registers(s);
+  }
+
+  // After a wait: the accumulators' new values are read from here on, and P's registers, which the wgmma read
+  // asynchronously, were live until here (so no later value took their place early).
+  __device__ void fence_p(PFragments& pf) {
+#pragma unroll
+    for (int c = 0; c < kPSteps; ++c) ptx::fence_registers(pf.a[c]);
+    if constexpr (kSparse) ptx::fence_registers(pf.e);
   }
 
   // Scores of masked keys (past the sequence, or after the query under causal) become -inf.
@@ -265,8 +303,10 @@ struct Consumer {
         }
   }
 
-  // New row maxima; rescales O and the row sums by how far they moved. Returns the scaled maxima to subtract.
-  __device__ void update_max(const float (&s)[kScoreRegisters], float scale_log2, float (&max_scaled)[2]) {
+  // New row maxima; the row sums move to the new reference now, O (still being summed) later by `correction`.
+  // Returns the scaled maxima to subtract.
+  __device__ void update_max(const float (&s)[kScoreRegisters], float scale_log2, float (&max_scaled)[2],
+                             float (&correction)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float m = row_max[r];
@@ -275,20 +315,41 @@ struct Consumer {
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       // A row with nothing valid yet keeps 0 as its reference, so that exp2(-inf - ref) is 0, not NaN.
-      const float correction = m == -INFINITY ? 1.0f : exp2_approx((row_max[r] - m) * scale_log2);
+      correction[r] = m == -INFINITY ? 1.0f : exp2_approx((row_max[r] - m) * scale_log2);
       row_max[r] = m;
       max_scaled[r] = m == -INFINITY ? 0.0f : m * scale_log2;
-      row_sum[r] *= correction;
+      row_sum[r] *= correction[r];
+    }
+  }
+
+  __device__ void rescale_o(const float (&correction)[2]) {
 #pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) o[4 * j + 2 * r] *= correction, o[4 * j + 2 * r + 1] *= correction;
+    for (int j = 0; j < kHeadDim / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) o[4 * j + 2 * r] *= correction[r], o[4 * j + 2 * r + 1] *= correction[r];
+  }
+
+  // Masks, maxima and P of one key step's scores.
+  __device__ void softmax_step(float (&s)[kScoreRegisters], const CtaWork& w, int step, const Params& p,
+                               PFragments& pf, float (&correction)[2]) {
+    const int step_end = (step + 1) * kBlockN;
+    const int first_row = w.m_block * kBlockM + warpgroup * kRowsPerConsumer;
+    if (step_end > w.len_k || (p.causal && step_end - 1 > first_row)) mask(s, w, step, p.causal);
+    float max_scaled[2];
+    update_max(s, p.scale_log2, max_scaled, correction);
+    if constexpr (kSparse) {
+#pragma unroll
+      for (int c = 0; c < kPSteps; ++c) sparse_step(s, c, max_scaled, p.scale_log2, pf.a[c], pf.e[c]);
+    } else {
+      dense_p(s, max_scaled, p.scale_log2, pf.a);
     }
   }
 
   // Dense P in the k16 A-fragment layout: the accumulator's own layout, two columns per register.
   __device__ void dense_p(const float (&s)[kScoreRegisters], const float (&max_scaled)[2], float scale_log2,
-                          uint32_t (&a)[kDenseSteps][4]) {
+                          uint32_t (&a)[kPSteps][4]) {
 #pragma unroll
-    for (int kk = 0; kk < kDenseSteps; ++kk)
+    for (int kk = 0; kk < kPSteps; ++kk)
 #pragma unroll
       for (int half = 0; half < 2; ++half)
 #pragma unroll
@@ -359,54 +420,104 @@ struct Consumer {
     if (lane == 0) pipe.release(stage);
   }
 
-  __device__ void run(const CtaWork& w, const Params& p) {
-    ptx::mbarrier_wait(smem.q_full(), 0);
+  // One pipelined key step: Q * K^T of `step` and P * V of step - 1 (from `current`) in flight together; the warps
+  // wait for the scores only, build this step's P into `upcoming`, then rescale O once P * V is done.
+  __device__ void pipelined_step(int step, const CtaWork& w, const Params& p, RingPosition<kStages>& k_at,
+                                 RingPosition<kStages>& v_at, float (&s)[kScoreRegisters], PFragments& current,
+                                 PFragments& upcoming) {
+    uint64_t v_desc[kPSteps];
+    v_descriptors(v_at.stage, v_desc);
+    k_pipe.wait_full(k_at);
+    issue_scores(s, k_at.stage);
+    v_pipe.wait_full(v_at);
+    issue_pv(current, v_desc);
+    ptx::wgmma_wait_group<1>();
+    ptx::fence_registers(s);
+    release(k_pipe, k_at.stage);
+    k_at.advance();
+    float correction[2];
+    softmax_step(s, w, step, p, upcoming, correction);
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_registers(o);
+    fence_p(current);
+    release(v_pipe, v_at.stage);
+    v_at.advance();
+    rescale_o(correction);
+    ptx::fence_registers(o);
+  }
+
+  // One key step after another: the tensor cores idle while the warps build P (the other warpgroup may fill them).
+  __device__ void run_serial(const CtaWork& w, const Params& p) {
     RingPosition<kStages> k_at, v_at;
     for (int step = 0; step < w.key_steps; ++step) {
-      float s[kScoreRegisters];
+      float s[kScoreRegisters], correction[2];
+      PFragments pf;
+      uint64_t v_desc[kPSteps];
+      v_descriptors(v_at.stage, v_desc);
       k_pipe.wait_full(k_at);
-      scores(s, k_at.stage);
+      issue_scores(s, k_at.stage);
+      ptx::wgmma_wait_group<0>();
+      ptx::fence_registers(s);
       release(k_pipe, k_at.stage);
       k_at.advance();
-
-      const int step_end = (step + 1) * kBlockN;
-      const int first_row = w.m_block * kBlockM + warpgroup * kRowsPerConsumer;
-      if (step_end > w.len_k || (p.causal && step_end - 1 > first_row)) mask(s, w, step, p.causal);
-      float max_scaled[2];
-      update_max(s, p.scale_log2, max_scaled);
-
-      const uint32_t v_base = ptx::smem_address(smem.v(v_at.stage));
-      if constexpr (kSparse) {
-        uint32_t a[kSparseSteps][4], e[kSparseSteps];
-#pragma unroll
-        for (int c = 0; c < kSparseSteps; ++c) sparse_step(s, c, max_scaled, p.scale_log2, a[c], e[c]);
-        v_pipe.wait_full(v_at);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int c = 0; c < kSparseSteps; ++c) {
-          const uint64_t v_desc = ptx::make_smem_desc_mn_major_sw128(v_base + c * kSparseStepKeys * kRowBytes,
-                                                                     L::kKvChunkBytes, 8 * kRowBytes);
-          ptx::WgmmaSpRS<kHeadDim, Mma>::template mma<1>(o, a[c], v_desc, e[c], 1);
-        }
-      } else {
-        uint32_t a[kDenseSteps][4];
-        dense_p(s, max_scaled, p.scale_log2, a);
-        v_pipe.wait_full(v_at);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kDenseSteps; ++kk) {
-          const uint64_t v_desc = ptx::make_smem_desc_mn_major_sw128(v_base + kk * kDenseStepKeys * kRowBytes,
-                                                                     L::kKvChunkBytes, 8 * kRowBytes);
-          ptx::WgmmaRS<kHeadDim, Mma>::template mma<1>(o, a[kk], v_desc, 1);
-        }
-      }
-      ptx::wgmma_commit_group();
+      softmax_step(s, w, step, p, pf, correction);
+      rescale_o(correction);
+      ptx::fence_registers(o);
+      fence_p(pf);
+      v_pipe.wait_full(v_at);
+      issue_pv(pf, v_desc);
       ptx::wgmma_wait_group<0>();
       ptx::fence_registers(o);
+      fence_p(pf);
       release(v_pipe, v_at.stage);
       v_at.advance();
     }
     store(w, p);
+  }
+
+  // Software-pipelined over key steps, unrolled by two so that the P in flight and the P being built are two
+  // register sets in the source (ptxas must not hand the in-flight one's registers to the other).
+  __device__ void run(const CtaWork& w, const Params& p) {
+    ptx::mbarrier_wait(smem.q_full(), 0);
+    if (w.key_steps == 0) return store(w, p);
+    if constexpr (!kPipelined) return run_serial(w, p);
+    RingPosition<kStages> k_at, v_at;
+    float s[kScoreRegisters];
+    PFragments even, odd;
+
+    k_pipe.wait_full(k_at);
+    issue_scores(s, k_at.stage);
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_registers(s);
+    release(k_pipe, k_at.stage);
+    k_at.advance();
+    float correction[2];
+    softmax_step(s, w, 0, p, even, correction);  // O is still zero: nothing to rescale
+    fence_p(even);
+
+    int step = 1;
+    for (; step + 2 <= w.key_steps; step += 2) {
+      pipelined_step(step, w, p, k_at, v_at, s, even, odd);
+      pipelined_step(step + 1, w, p, k_at, v_at, s, odd, even);
+    }
+    if (step < w.key_steps) {
+      pipelined_step(step, w, p, k_at, v_at, s, even, odd);
+      last_pv(v_at, odd);
+    } else {
+      last_pv(v_at, even);
+    }
+    store(w, p);
+  }
+
+  __device__ void last_pv(const RingPosition<kStages>& v_at, PFragments& pf) {
+    uint64_t v_desc[kPSteps];
+    v_descriptors(v_at.stage, v_desc);
+    v_pipe.wait_full(v_at);
+    issue_pv(pf, v_desc);
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_registers(o);
+    fence_p(pf);
+    release(v_pipe, v_at.stage);
   }
 
   __device__ void store(const CtaWork& w, const Params& p) {
@@ -434,7 +545,7 @@ struct Consumer {
   }
 };
 
-template <class Element, int kHeadDim, bool kSparse>
+template <class Element, int kHeadDim, bool kSparse, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_dfss_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
                      const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
@@ -463,7 +574,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   ptx::setmaxnreg_inc<kConsumerRegisters>();
-  Consumer<Element, kHeadDim, kSparse> consumer(smem, k_pipe, v_pipe, tid);
+  Consumer<Element, kHeadDim, kSparse, kPipelined> consumer(smem, k_pipe, v_pipe, tid);
   consumer.run(work, p);
 #endif
 }
