@@ -29,6 +29,7 @@
 #include "nmkit/prune/obs.hpp"
 #include "nmkit/prune/wanda.hpp"
 #ifdef NMKIT_PYTHON_CUDA
+#include "nmkit/gpu/attention.hpp"
 #include "nmkit/gpu/sparse_linear.hpp"
 #endif
 
@@ -347,6 +348,59 @@ void bind_device(nb::module_& m) {
       .def_prop_ro("has_bias", &gpu::SparseLinear::has_bias)
       .def_prop_ro("format", &gpu::SparseLinear::format)
       .def_prop_ro("plans", &gpu::SparseLinear::plans);
+
+  // Fused DFSS attention (nmkit/gpu/attention.hpp) on raw device pointers: nmkit.torch.dfss_attention checks the
+  // tensors and passes their strides. A plan is made per call (create is host code: validation and the kernel's
+  // configuration), so that nothing is cached across devices or shapes.
+  using Strides = std::tuple<int64_t, int64_t, int64_t>;  // batch, head, token: elements
+  m.def(
+      "_attention",
+      [](uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t cu_seqlens_q,
+         uintptr_t cu_seqlens_k, int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k,
+         int head_dim, const std::string& dtype, const std::string& pattern, bool causal, std::optional<float> scale,
+         bool variable_lengths, const Strides& q_strides, const Strides& k_strides, const Strides& v_strides,
+         const Strides& o_strides, uintptr_t stream) {
+        const auto strides = [](const Strides& s) {
+          return gpu::AttentionStrides{std::get<0>(s), std::get<1>(s), std::get<2>(s)};
+        };
+        gpu::AttentionDesc desc;
+        desc.batch = batch;
+        desc.heads = heads;
+        desc.kv_heads = kv_heads;
+        desc.seq_q = seq_q;
+        desc.seq_k = seq_k;
+        desc.head_dim = head_dim;
+        desc.dtype = parse_dtype(dtype);
+        if (pattern == "2:4")
+          desc.pattern = gpu::AttentionPattern::nm24;
+        else if (pattern == "dense")
+          desc.pattern = gpu::AttentionPattern::dense;
+        else
+          throw Error(ErrorCode::invalid_argument,
+                      "unknown attention pattern '" + pattern + "' (expected 2:4 or dense)");
+        desc.causal = causal;
+        desc.scale = scale;
+        desc.variable_lengths = variable_lengths;
+        desc.q = strides(q_strides);
+        desc.k = strides(k_strides);
+        desc.v = strides(v_strides);
+        desc.o = strides(o_strides);
+        const gpu::AttentionPlan plan = gpu::AttentionPlan::create(desc);
+        gpu::AttentionTensors tensors;
+        tensors.q = reinterpret_cast<const void*>(q);
+        tensors.k = reinterpret_cast<const void*>(k);
+        tensors.v = reinterpret_cast<const void*>(v);
+        tensors.o = reinterpret_cast<void*>(o);
+        tensors.lse = reinterpret_cast<float*>(lse);
+        tensors.cu_seqlens_q = reinterpret_cast<const int32_t*>(cu_seqlens_q);
+        tensors.cu_seqlens_k = reinterpret_cast<const int32_t*>(cu_seqlens_k);
+        plan.run(reinterpret_cast<gpu::Stream>(stream), tensors);
+      },
+      "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "batch"_a, "heads"_a, "kv_heads"_a,
+      "seq_q"_a, "seq_k"_a, "head_dim"_a, "dtype"_a, "pattern"_a, "causal"_a, "scale"_a.none(), "variable_lengths"_a,
+      "q_strides"_a, "k_strides"_a, "v_strides"_a, "o_strides"_a, "stream"_a,
+      "O = softmax(prune(scale * Q K^T)) V on raw device pointers (0 for lse / cu_seqlens when absent), strides\n"
+      "(batch, head, token) in elements, one launch on `stream`; nmkit.torch.dfss_attention is the API.");
 #endif
 }
 
