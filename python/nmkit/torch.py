@@ -317,8 +317,8 @@ def _check_attention_options(causal, pattern, scale, return_lse) -> Optional[flo
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
             raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
         scale = float(scale)
-        if not math.isfinite(scale):
-            raise ValueError(f"scale must be finite, got {scale}")
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be finite and positive, got {scale}")
     if not isinstance(return_lse, bool):
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     return scale
@@ -389,7 +389,7 @@ def _attention_bhsd(q, k, v, causal, pattern, scale, lse, o):
         return
     q, k, v = _kernel_operand(q), _kernel_operand(k), _kernel_operand(v)
     _launch_attention(index, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                      0 if lse is None else lse.data_ptr(), 0, 0, batch, heads, kv_heads, seq_q, seq_k, dim,
+                      0 if lse is None else lse.data_ptr(), 0, 0, batch, heads, kv_heads, seq_q, seq_k, 0, 0, dim,
                       _DTYPES[q.dtype], pattern, causal, scale, False, _kernel_strides(q), _kernel_strides(k),
                       _kernel_strides(v), _kernel_strides(o))
 
@@ -456,10 +456,10 @@ def dfss_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
     cu_seqlens_q[b + 1] - 1 of q, its keys likewise in k and v; cu_seqlens_q and cu_seqlens_k are int32 CUDA tensors
     of batch + 1 offsets (first 0, non-decreasing); max_seqlen_q and max_seqlen_k at least the longest sequence (an
     upper bound such as the padded length is enough). The offsets are not checked (that would synchronise): wrong
-    ones read out of bounds, as in FlashAttention. causal is top-left aligned within each sequence (key j > query i
+    ones read out of bounds, as in FlashAttention; max_seqlen_q and max_seqlen_k may not exceed total_q and total_k. causal is top-left aligned within each sequence (key j > query i
     masked; FlashAttention >= 2.1 aligns it bottom-right: the two agree where a sequence's q and k lengths are
     equal). Each sequence's key groups of 4 start at its first key. Returns o [total_q, H, D] and, with return_lse,
-    lse [H, total_q] fp32; rows of q past cu_seqlens_q[-1] are left unwritten."""
+    lse [H, total_q] fp32 (total_q = q.shape[0]); rows of q past cu_seqlens_q[-1] are left unwritten there."""
     scale = _check_attention_options(causal, pattern, scale, return_lse)
     _check_qkv(q, k, v, "[total_tokens, heads, head_dim]")
     cu_seqlens_q = _check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.device)
@@ -485,7 +485,8 @@ def dfss_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_
         o4 = o.permute(1, 0, 2).unsqueeze(0)
         _launch_attention(index, q4.data_ptr(), k4.data_ptr(), v4.data_ptr(), o.data_ptr(),
                           0 if lse is None else lse.data_ptr(), cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(),
-                          batch, heads, k.shape[1], max_seqlen_q, max_seqlen_k, dim, _DTYPES[q.dtype], pattern,
+                          batch, heads, k.shape[1], max_seqlen_q, max_seqlen_k, total_q, k.shape[0], dim,
+                          _DTYPES[q.dtype], pattern,
                           causal, scale, True, _varlen_strides(q4), _varlen_strides(k4), _varlen_strides(v4),
                           _varlen_strides(o4))
     return (o, lse) if return_lse else o

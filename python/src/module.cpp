@@ -357,9 +357,9 @@ void bind_device(nb::module_& m) {
       "_attention",
       [](uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t cu_seqlens_q,
          uintptr_t cu_seqlens_k, int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq_q, int64_t seq_k,
-         int head_dim, const std::string& dtype, const std::string& pattern, bool causal, std::optional<float> scale,
-         bool variable_lengths, const Strides& q_strides, const Strides& k_strides, const Strides& v_strides,
-         const Strides& o_strides, uintptr_t stream) {
+         int64_t total_q, int64_t total_k, int head_dim, const std::string& dtype, const std::string& pattern,
+         bool causal, std::optional<float> scale, bool variable_lengths, const Strides& q_strides,
+         const Strides& k_strides, const Strides& v_strides, const Strides& o_strides, uintptr_t stream) {
         const auto strides = [](const Strides& s) {
           return gpu::AttentionStrides{std::get<0>(s), std::get<1>(s), std::get<2>(s)};
         };
@@ -369,6 +369,8 @@ void bind_device(nb::module_& m) {
         desc.kv_heads = kv_heads;
         desc.seq_q = seq_q;
         desc.seq_k = seq_k;
+        desc.total_q = total_q;
+        desc.total_k = total_k;
         desc.head_dim = head_dim;
         desc.dtype = parse_dtype(dtype);
         if (pattern == "2:4")
@@ -397,10 +399,11 @@ void bind_device(nb::module_& m) {
         plan.run(reinterpret_cast<gpu::Stream>(stream), tensors);
       },
       "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "batch"_a, "heads"_a, "kv_heads"_a,
-      "seq_q"_a, "seq_k"_a, "head_dim"_a, "dtype"_a, "pattern"_a, "causal"_a, "scale"_a.none(), "variable_lengths"_a,
-      "q_strides"_a, "k_strides"_a, "v_strides"_a, "o_strides"_a, "stream"_a,
+      "seq_q"_a, "seq_k"_a, "total_q"_a, "total_k"_a, "head_dim"_a, "dtype"_a, "pattern"_a, "causal"_a,
+      "scale"_a.none(), "variable_lengths"_a, "q_strides"_a, "k_strides"_a, "v_strides"_a, "o_strides"_a, "stream"_a,
       "O = softmax(prune(scale * Q K^T)) V on raw device pointers (0 for lse / cu_seqlens when absent), strides\n"
-      "(batch, head, token) in elements, one launch on `stream`; nmkit.torch.dfss_attention is the API.");
+      "(batch, head, token) in elements, total_q / total_k the varlen tensors' token extents (0 otherwise), one\n"
+      "launch on `stream`; nmkit.torch.dfss_attention is the API.");
 #endif
 }
 

@@ -148,8 +148,8 @@ def strided_at(address, shape, strides, dtype):
     return torch.frombuffer(raw, dtype=dtype).as_strided(shape, strides)
 
 
-def cpu_attention(q, k, v, o, lse, cu_q, cu_k, batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, pattern, causal,
-                  scale, variable_lengths, q_strides, k_strides, v_strides, o_strides):
+def cpu_attention(q, k, v, o, lse, cu_q, cu_k, batch, heads, kv_heads, seq_q, seq_k, total_q, total_k, head_dim, dtype,
+                  pattern, causal, scale, variable_lengths, q_strides, k_strides, v_strides, o_strides):
     """_nmkit._attention's arguments (less the stream) computed by reference() on the CPU, with the checks the
     kernel's plan makes of what nmkit.torch promises it."""
     assert dtype in ("f16", "bf16") and pattern in ("2:4", "dense") and head_dim in (64, 128), (dtype, pattern)
@@ -161,6 +161,9 @@ def cpu_attention(q, k, v, o, lse, cu_q, cu_k, batch, heads, kv_heads, seq_q, se
         assert all(s > 0 and s % 8 == 0 for s in used), f"{name} strides {strides}"
         assert not variable_lengths or strides[0] == 0, f"{name} strides {strides}"
     assert bool(cu_q) == bool(cu_k) == variable_lengths
+    assert not variable_lengths or (total_q >= seq_q and total_k >= seq_k), (total_q, seq_q, total_k, seq_k)
+    assert variable_lengths or total_q == total_k == 0, (total_q, total_k)
+    assert scale is None or scale > 0, scale
     t = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     if not variable_lengths:
         shape_q, shape_k = (batch, heads, seq_q, head_dim), (batch, kv_heads, seq_k, head_dim)
@@ -176,14 +179,16 @@ def cpu_attention(q, k, v, o, lse, cu_q, cu_k, batch, heads, kv_heads, seq_q, se
     assert offsets_q[0] == offsets_k[0] == 0
     assert max(b - a for a, b in zip(offsets_q, offsets_q[1:])) <= seq_q, "max_seqlen_q below the longest"
     assert max(b - a for a, b in zip(offsets_k, offsets_k[1:])) <= seq_k, "max_seqlen_k below the longest"
-    total_q, total_k = offsets_q[-1], offsets_k[-1]
+    assert offsets_q[-1] <= total_q and offsets_k[-1] <= total_k, (offsets_q, offsets_k, total_q, total_k)
     view = lambda p, h, n, st: strided_at(p, (n, h, head_dim), (st[2], st[1], 1), t)  # noqa: E731
     tq, tk, tv = view(q, heads, total_q, q_strides), view(k, kv_heads, total_k, k_strides), view(v, kv_heads, total_k,
                                                                                                   v_strides)
     want, want_lse = varlen_reference(tq, tk, tv, offsets_q, offsets_k, causal, pattern, scale)
-    view(o, heads, total_q, o_strides).copy_(want)
-    if lse:
-        strided_at(lse, (heads, total_q), (total_q, 1), torch.float32).copy_(want_lse)  # [H, cu_seqlens_q[-1]]
+    end = offsets_q[-1]
+    view(o, heads, total_q, o_strides)[:end].copy_(want[:end])
+    view(o, heads, total_q, o_strides)[end:] = math.nan  # rows of no sequence: the kernel leaves them as they were
+    if lse:  # [H, total_q], total_q the tensor's extent: the rows of sequences only
+        strided_at(lse, (heads, total_q), (total_q, 1), torch.float32)[:, :end].copy_(want_lse[:, :end])
 
 
 @contextlib.contextmanager
@@ -239,7 +244,8 @@ class ArgumentsOnTheCpu(unittest.TestCase):
             ((q, k, v), dict(pattern=24), TypeError, "pattern must be a string"),
             ((q, k, v), dict(causal="yes"), TypeError, "causal must be a bool, got str"),
             ((q, k, v), dict(scale="0.1"), TypeError, "scale must be a real number or None, got str"),
-            ((q, k, v), dict(scale=math.inf), ValueError, "scale must be finite, got inf"),
+            ((q, k, v), dict(scale=math.inf), ValueError, "scale must be finite and positive, got inf"),
+            ((q, k, v), dict(scale=0), ValueError, "scale must be finite and positive, got 0.0"),
             ((q, k, v), dict(return_lse=1), TypeError, "return_lse must be a bool, got int"),
             ((q, k, v), {}, ValueError, "q is on cpu; DFSS attention runs on a CUDA device"),  # all else right
         ]
@@ -296,7 +302,7 @@ class CallsOnTheCpu(unittest.TestCase):
             torch.testing.assert_close(lse, want_lse, rtol=0, atol=0, msg=label)
             (args,) = calls
             self.assertEqual(args[:3], (q.data_ptr(), k.data_ptr(), v.data_ptr()), label)  # contiguous: read in place
-            self.assertEqual(args[5:], (0, 0, batch, heads, kv_heads, seq_q, seq_k, dim, "bf16", pattern, causal,
+            self.assertEqual(args[5:], (0, 0, batch, heads, kv_heads, seq_q, seq_k, 0, 0, dim, "bf16", pattern, causal,
                                         0.3, False, (heads * seq_q * dim, seq_q * dim, dim),
                                         (kv_heads * seq_k * dim, seq_k * dim, dim),
                                         (kv_heads * seq_k * dim, seq_k * dim, dim),
@@ -352,7 +358,7 @@ class CallsOnTheCpu(unittest.TestCase):
             args = calls[0]
             self.assertEqual(args[:3], (q.data_ptr(), k.data_ptr(), v.data_ptr()), label)
             self.assertEqual(args[5:7], (cu_q.data_ptr(), cu_k.data_ptr()), label)
-            self.assertEqual(args[7:13], (3, 8, 2, 77, 50, 64), label)
+            self.assertEqual(args[7:15], (3, 8, 2, 77, 50, 98, 103, 64), label)
             self.assertEqual(args[-4:], ((0, 64, 8 * 64), (0, 64, 4 * 64), (0, 64, 4 * 64), (0, 64, 8 * 64)), label)
 
     def test_the_reference_keeps_what_the_rule_says(self):
