@@ -410,23 +410,11 @@ def padding_mask(lengths, length, left, device):
     return mask.to(device)
 
 
-class ModelChecks:
-    """The drop-in on `device`: its attention function on exact inputs (padding, GQA, head dims), then whole models:
-    BERT (MiniLM's shape: head dim 32, which the drop-in pads to 64) and Llama (GQA, head dim 64)."""
+class PaddedBatchChecks:
+    """The drop-in's attention function (nmkit.torch._transformers_attention, what transformers calls) on `device`,
+    with exact inputs: key padding left and right, causal queries unpadded, GQA, head dims 32 (zero-padded to 64),
+    64 and 128, a decoding step after a cache. Needs no transformers."""
     device = "cpu"
-    tolerance = 3e-2  # relative, of whole models' outputs in bf16 (dense against SDPA)
-    loose = 0.15  # 2:4 against reference_attention: near-ties of real scores may be decided otherwise in bf16
-
-    def setUp(self):
-        self.addCleanup(settle_lazy_modules)  # the models' imports add lazy modules
-        transformers.set_seed(0)
-        transformers.AttentionInterface.register("nmkit_test_reference", reference_attention)
-        transformers.AttentionMaskInterface.register("nmkit_test_reference", nmt._transformers_mask)
-
-    def close(self, got, want, label, tolerance=None):
-        error = ((got.float() - want.float()).norm() / want.float().norm()).item()
-        self.assertLess(error, tolerance or self.tolerance, label)
-        return error
 
     def test_the_attention_function_on_padded_batches(self):
         lengths = [13, 5, 1, 9]
@@ -463,6 +451,25 @@ class ModelChecks:
             nmt._transformers_attention(module, q, k, v, None, sliding_window=4)
         with self.assertRaisesRegex(NotImplementedError, "head dims up to 128, the model has 256"):
             nmt._transformers_attention(module, *(torch.zeros(1, 1, 2, 256, dtype=torch.bfloat16),) * 3, None)
+
+
+class ModelChecks:
+    """The drop-in on `device` in whole models: BERT (MiniLM's shape: head dim 32, which the drop-in pads to 64) and
+    Llama (GQA, head dim 64)."""
+    device = "cpu"
+    tolerance = 3e-2  # relative, of whole models' outputs in bf16 (dense against SDPA)
+    loose = 0.15  # 2:4 against reference_attention: near-ties of real scores may be decided otherwise in bf16
+
+    def setUp(self):
+        self.addCleanup(settle_lazy_modules)  # the models' imports add lazy modules
+        transformers.set_seed(0)
+        transformers.AttentionInterface.register("nmkit_test_reference", reference_attention)
+        transformers.AttentionMaskInterface.register("nmkit_test_reference", nmt._transformers_mask)
+
+    def close(self, got, want, label, tolerance=None):
+        error = ((got.float() - want.float()).norm() / want.float().norm()).item()
+        self.assertLess(error, tolerance or self.tolerance, label)
+        return error
 
     def bert(self, minilm=True):
         if minilm and MINILM.is_dir() and self.device == "cpu":  # the real all-MiniLM-L6-v2 (scripts/setup.sh)
@@ -542,6 +549,16 @@ class ModelChecks:
             cache = model(input_ids=ids[:, :5], use_cache=True).past_key_values
             with self.assertRaisesRegex(NotImplementedError, "bottom-right"):  # several new tokens after a cache
                 model(input_ids=ids[:, 5:], past_key_values=cache)
+
+
+@unittest.skipIf(WHY_NO_HOST, WHY_NO_HOST or "")
+class PaddedBatchesOnTheCpu(PaddedBatchChecks, unittest.TestCase):
+    """The drop-in's attention function with cpu_attention for the kernel."""
+
+    def setUp(self):
+        stand_in = attention_on_the_cpu()
+        stand_in.__enter__()
+        self.addCleanup(stand_in.__exit__, None, None, None)
 
 
 @unittest.skipIf(WHY_NO_TRANSFORMERS, WHY_NO_TRANSFORMERS or "")
@@ -659,6 +676,12 @@ class AttentionOnTheGpu(unittest.TestCase):
             nmt.dfss_attention(q, k.cpu(), v.cpu())
         with self.assertRaisesRegex(ValueError, "got 96"):
             nmt.dfss_attention(*qkv(1, 4, 4, 16, 16, 96, torch.float16, "cuda"))
+
+
+@unittest.skipIf(WHY_NO_GPU, WHY_NO_GPU or "")
+class PaddedBatchesOnTheGpu(PaddedBatchChecks, unittest.TestCase):
+    """The drop-in's attention function on the kernel."""
+    device = "cuda"
 
 
 @unittest.skipIf(WHY_NO_GPU or WHY_NO_TRANSFORMERS, WHY_NO_GPU or WHY_NO_TRANSFORMERS or "")
