@@ -629,7 +629,7 @@ class AttentionOnTheGpu(unittest.TestCase):
         for dtype in (torch.bfloat16, torch.float16):
             for causal in (False, True):
                 for pattern in ("2:4", "dense"):
-                    q = exact((sum(lengths_q), 8, 128), dtype, "cuda", seed=causal)
+                    q = exact((sum(lengths_q), 8, 128), dtype, "cuda", seed=int(causal))
                     k, v = exact((sum(lengths_k), 2, 128), dtype, "cuda", 1), values((sum(lengths_k), 2, 128), dtype,
                                                                                       "cuda", 2)
                     o, lse = nmt.dfss_attention_varlen(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal,
