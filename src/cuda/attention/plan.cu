@@ -58,6 +58,7 @@ void launch(const AttentionDesc& d, const AttentionTensors& t, const AttentionSt
   const CUtensorMap k_map = operand_map<Element>(t.k, ks, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen);
   const CUtensorMap v_map = operand_map<Element>(t.v, vs, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen);
   k::Params p{};
+  p.k = t.k, p.k_batch = ks.batch, p.k_head = ks.head, p.k_token = ks.token;
   p.o = t.o, p.lse = t.lse;
   p.cu_seqlens_q = varlen ? t.cu_seqlens_q : nullptr;
   p.cu_seqlens_k = varlen ? t.cu_seqlens_k : nullptr;

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "../common/pipeline.cuh"
+#include "../ptx/cp_async.cuh"
 #include "../ptx/mbarrier.cuh"
 #include "../ptx/tma.cuh"
 #include "../ptx/wgmma.cuh"
@@ -36,13 +37,26 @@ inline constexpr int kRowBytes = 128;
 inline constexpr int kStages = 2;
 inline constexpr int kSparseStepKeys = 32;  // wgmma.sp k32
 inline constexpr int kDenseStepKeys = 16;   // wgmma k16
-inline constexpr int kProducerRegisters = 24;
-inline constexpr int kConsumerRegisters = 240;
+inline constexpr int kProducerRegisters = 40;
+inline constexpr int kConsumerRegisters = 232;
 inline constexpr int kRegisterFile = 64 * 1024;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
               "setmaxnreg budgets must fit the registers allocated at launch");
 
+// 2:4 mode loads K with its keys permuted inside each 16-key block, so that the score accumulators of thread t of a
+// quad hold whole 2:4 groups: accumulator column 8c + 2t + e of a 16-key block (c, e in {0, 1}) holds key
+// 4t + 2c + e. Then in each 32-key step thread t holds groups t and 4 + t of both its rows, exactly the sparse A
+// fragment's groups, and prunes them without exchanging a score. P * V reads V in key order.
+inline constexpr int kPermutedBlockKeys = 16;
+__host__ __device__ constexpr int permuted_key(int column) {
+  const int block = column / kPermutedBlockKeys, within = column % kPermutedBlockKeys;
+  const int c = within / 8, t = within % 8 / 2, e = within % 2;
+  return block * kPermutedBlockKeys + 4 * t + 2 * c + e;
+}
+
 struct Params {
+  const void* k;                     // 2:4: K read by the producer warpgroup's copies (keys permuted, see below)
+  int64_t k_batch, k_head, k_token;  // element strides of K
   void* o;
   float* lse;
   const int32_t* cu_seqlens_q;  // null: fixed lengths
@@ -140,13 +154,18 @@ struct SharedStorage {
   __device__ uint64_t* v_barriers() const { return k_barriers() + 2 * kStages; }
 };
 
-// One thread issues every copy: Q once, then K and V of each step as their stages free up.
-template <int kHeadDim>
+// The producer warpgroup. One thread loads Q once and V of each step by TMA; K comes by TMA from the same thread
+// (dense) or, permuted, by all 128 threads' 16-byte copies into the same swizzled layout (2:4), zero-filled past the
+// sequence. Each thread's copies arrive on the stage's full barrier when they land.
+template <int kHeadDim, bool kPermuteKeys>
 struct Producer {
   using L = SharedLayout<kHeadDim>;
+  static constexpr int kCopyBytes = 16;
+  static constexpr int kCopiesPerRow = kHeadDim * 2 / kCopyBytes;
   const SharedStorage<kHeadDim>& smem;
   const StagePipeline<kStages>& k_pipe;
   const StagePipeline<kStages>& v_pipe;
+  int thread;  // in the producer warpgroup
 
   __device__ void load_tile(unsigned char* dst, const CUtensorMap* map, uint64_t* bar, int row, int head,
                             int batch, int chunk_bytes) const {
@@ -155,20 +174,51 @@ struct Producer {
       ptx::tma_load_4d(dst + c * chunk_bytes, map, bar, c * kChunkColumns, row, head, batch);
   }
 
+  // K of one step, row r of the tile holding key permuted_key(r), in TMA's 128-byte swizzle: 16-byte chunk j of a
+  // 128-byte row r lands at chunk j ^ (r % 8). A thread copies one 16-byte column of every kRowsPerPass-th row, so
+  // its chunk is the same swizzled one in each.
+  __device__ void copy_permuted_keys(unsigned char* dst, const Params& p, const CtaWork& work, int kv_head,
+                                     int step) const {
+    constexpr int kRowsPerPass = kWarpgroupThreads / kCopiesPerRow;
+    static_assert(kRowsPerPass % 8 == 0, "a thread's rows share their swizzle phase");
+    const int first_row = thread / kCopiesPerRow, column = thread % kCopiesPerRow;
+    const int64_t token_bytes = 2 * p.k_token;
+    const auto* base = static_cast<const unsigned char*>(p.k) + column * kCopyBytes +
+                       2 * (static_cast<int64_t>(work.batch) * (p.cu_seqlens_k ? 0 : p.k_batch) + kv_head * p.k_head);
+    uint32_t at = ptx::smem_address(dst) + column / 8 * L::kKvChunkBytes + first_row * kRowBytes +
+                  (column % 8 ^ first_row % 8) * kCopyBytes;
+#pragma unroll 1
+    for (int row = first_row; row < kBlockN; row += kRowsPerPass, at += kRowsPerPass * kRowBytes) {
+      const int key = step * kBlockN + permuted_key(row);
+      const bool valid = key < work.len_k;
+      ptx::cp_async_16(at, valid ? base + (work.k_begin + key) * token_bytes : base, valid ? kCopyBytes : 0);
+    }
+  }
+
   __device__ void run(const CtaWork& work, const Params& p, const CUtensorMap* q_map, const CUtensorMap* k_map,
                       const CUtensorMap* v_map) const {
-    ptx::mbarrier_arrive_expect_tx(smem.q_full(), L::kQBytes);
-    load_tile(smem.q(), q_map, smem.q_full(), work.q_begin + work.m_block * kBlockM, work.head,
-              work.batch_coordinate, L::kQChunkBytes);
+    const bool leader = thread == 0;
+    if (!kPermuteKeys && !leader) return;
+    if (leader) {
+      ptx::mbarrier_arrive_expect_tx(smem.q_full(), L::kQBytes);
+      load_tile(smem.q(), q_map, smem.q_full(), work.q_begin + work.m_block * kBlockM, work.head,
+                work.batch_coordinate, L::kQChunkBytes);
+    }
     const int kv_head = work.head / p.kv_group;
     ProducerRing<kStages> k_ring, v_ring;
     for (int step = 0; step < work.key_steps; ++step) {
       const int row = work.k_begin + step * kBlockN;
       k_ring.acquire(k_pipe);
-      k_pipe.expect_bytes(k_ring.at.stage, L::kKvBytes);
-      load_tile(smem.k(k_ring.at.stage), k_map, k_pipe.full(k_ring.at.stage), row, kv_head, work.batch_coordinate,
-                L::kKvChunkBytes);
+      if constexpr (kPermuteKeys) {
+        copy_permuted_keys(smem.k(k_ring.at.stage), p, work, kv_head, step);
+        ptx::cp_async_mbarrier_arrive_noinc(k_pipe.full(k_ring.at.stage));
+      } else {
+        k_pipe.expect_bytes(k_ring.at.stage, L::kKvBytes);
+        load_tile(smem.k(k_ring.at.stage), k_map, k_pipe.full(k_ring.at.stage), row, kv_head, work.batch_coordinate,
+                  L::kKvChunkBytes);
+      }
       k_ring.advance();
+      if (!leader) continue;
       v_ring.acquire(v_pipe);
       v_pipe.expect_bytes(v_ring.at.stage, L::kKvBytes);
       load_tile(smem.v(v_ring.at.stage), v_map, v_pipe.full(v_ring.at.stage), row, kv_head, work.batch_coordinate,
@@ -178,26 +228,21 @@ struct Producer {
   }
 };
 
-// The 2:4 rule on one group of four scores: the two largest, ties to the lower index. Returns the kept indices
-// i0 < i1.
-__device__ __forceinline__ void top2_of_4(const float (&x)[4], int& i0, int& i1) {
-  int rank[4];
-#pragma unroll
-  for (int a = 0; a < 4; ++a) {
-    rank[a] = 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b)
-      if (b != a) rank[a] += (x[b] > x[a] || (x[b] == x[a] && b < a)) ? 1 : 0;
-  }
-  // Exactly two entries have rank < 2.
-  const bool k0 = rank[0] < 2, k1 = rank[1] < 2, k2 = rank[2] < 2;
-  i0 = k0 ? 0 : k1 ? 1 : 2;
-  i1 = (k0 && k1) ? 1 : ((k0 || k1) && k2) ? 2 : 3;
-}
-
-// x[i] by selects: a run-time index into a register array would put the array in local memory.
-__device__ __forceinline__ float select(const float (&x)[4], int i) {
-  return i == 0 ? x[0] : i == 1 ? x[1] : i == 2 ? x[2] : x[3];
+// The 2:4 rule on one group of four scores x0..x3 (keys in order): the two largest, ties to the lower key. The
+// larger of each pair (x0, x1) and (x2, x3) is kept unless both of the other pair beat it; the lower pair wins ties.
+// Gives the kept scores in key order and their 2-bit indices as one metadata nibble (lower index low).
+struct KeptPair {
+  float first, second;
+  uint32_t nibble;
+};
+__device__ __forceinline__ KeptPair keep_two_of_four(float x0, float x1, float x2, float x3) {
+  const bool a1 = x1 > x0, b1 = x3 > x2;  // the pairs' larger (ties to the lower key)
+  const float a_hi = a1 ? x1 : x0, a_lo = a1 ? x0 : x1, b_hi = b1 ? x3 : x2, b_lo = b1 ? x2 : x3;
+  const bool a_both = a_lo >= b_hi;  // (x0, x1) beat both of (x2, x3)
+  const bool b_both = b_lo > a_hi;   // (x2, x3) beat both of (x0, x1)
+  const uint32_t i0 = a_both ? 0u : b_both ? 2u : (a1 ? 1u : 0u);
+  const uint32_t i1 = a_both ? 1u : b_both ? 3u : (b1 ? 3u : 2u);
+  return {a_both ? x0 : b_both ? x2 : a_hi, a_both ? x1 : b_both ? x3 : b_hi, i0 | (i1 << 2)};
 }
 
 template <class Element, int kHeadDim, bool kSparse, bool kPipelined>
@@ -243,6 +288,8 @@ struct Consumer {
   // Issues S = Q * K^T of the stage as one wgmma group; the caller waits for it. Every input of the group is
   // written before its first wgmma: registers defined between them make ptxas serialise the kernel's wgmma.
   __device__ void issue_scores(float (&s)[kScoreRegisters], int stage) const {
+    // 2:4 K was written by cp.async, through the generic proxy: order those writes before wgmma's reads.
+    if constexpr (kSparse) ptx::fence_proxy_async_shared();
     constexpr int kSteps = kHeadDim / 16, kStepsPerChunk = kChunkColumns / 16, kStepBytes = 32;
     const uint32_t q_base = ptx::smem_address(smem.q()) + warpgroup * kRowsPerConsumer * kRowBytes;
     const uint32_t k_base = ptx::smem_address(smem.k(stage));
@@ -298,7 +345,8 @@ struct Consumer {
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int key = step * kBlockN + 8 * j + 2 * t + e;
+          // Column 8j + 2t + e holds key 8j + 2t + e, or permuted_key() of it (2:4): 16(j / 2) + 4t + 2(j % 2) + e.
+          const int key = step * kBlockN + (kSparse ? 16 * (j / 2) + 4 * t + 2 * (j % 2) + e : 8 * j + 2 * t + e);
           if (key >= w.len_k || (causal && key > query(w, r))) s[4 * j + 2 * r + e] = -INFINITY;
         }
   }
@@ -362,57 +410,30 @@ struct Consumer {
         }
   }
 
-  // 2:4 P of one 32-key step c in the sparse A-fragment layout and its metadata.
-  //
-  // In the score accumulators thread t holds keys 8i + 2t + {0, 1} of the step's four 8-key blocks i: half of group
-  // 2i + t / 2, whose other half its partner t ^ 1 holds. Thread t prunes the groups of the blocks i = t % 2 + {0, 2}
-  // (its partner the other two), with the partner's pair fetched by one exchange. The compressed fragment wants
-  // groups t and 4 + t at thread t: that is what thread t ^ 3 pruned for t in {1, 2}, and what t pruned itself for
-  // t in {0, 3}, so one shuffle moves the values. The metadata, one nibble per group and row at lanes t = 0 (groups
-  // 0-3) and t = 1 (groups 4-7), is gathered by an OR across the quad.
+  // 2:4 P of one 32-key step c in the sparse A-fragment layout and its metadata. With K permuted (permuted_key),
+  // thread t holds groups t (accumulator blocks 4c, 4c + 1) and 4 + t (blocks 4c + 2, 4c + 3) of rows g and g + 8:
+  // the fragment's registers are its own pruned pairs. The metadata, one nibble per group and row at lanes t = 0
+  // (groups 0-3) and t = 1 (groups 4-7) of the quad, is gathered in three shuffles.
   __device__ void sparse_step(const float (&s)[kScoreRegisters], int c, const float (&max_scaled)[2],
                               float scale_log2, uint32_t (&a)[4], uint32_t& e) {
-    const int parity = t & 1;
-    const int group_lo = 2 * parity + (t >> 1);  // the step's group this thread prunes from block `parity`
-    uint32_t pruned[4];                            // (block parity, block parity + 2) x (row g, row g + 8)
-    uint32_t word_lo = 0, word_hi = 0;             // metadata for groups 0-3 and 4-7
+    uint32_t words[2] = {0, 0};  // groups 0-3, groups 4-7
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mine[2][2], theirs[2][2];
+    for (int half = 0; half < 2; ++half)
 #pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        // Blocks 4c + 2b (even) and 4c + 2b + 1 (odd); selects, not a run-time index, keep s in registers.
-        const int even = 4 * (4 * c + 2 * b) + 2 * r, odd = even + 4;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          mine[b][e] = parity ? s[odd + e] : s[even + e];
-          theirs[b][e] = __shfl_xor_sync(0xffffffffu, parity ? s[even + e] : s[odd + e], 1);
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        // Thread t % 2 == 0 holds the group's keys 0, 1; its partner keys 2, 3.
-        const float x[4] = {parity ? theirs[b][0] : mine[b][0], parity ? theirs[b][1] : mine[b][1],
-                            parity ? mine[b][0] : theirs[b][0], parity ? mine[b][1] : theirs[b][1]};
-        int i0, i1;
-        top2_of_4(x, i0, i1);
-        const float p0 = exp2_approx(fmaf(select(x, i0), scale_log2, -max_scaled[r]));
-        const float p1 = exp2_approx(fmaf(select(x, i1), scale_log2, -max_scaled[r]));
+      for (int r = 0; r < 2; ++r) {
+        const int lo = 4 * (4 * c + 2 * half) + 2 * r, hi = lo + 4;  // the group's keys 0, 1 and 2, 3
+        const KeptPair kept = keep_two_of_four(s[lo], s[lo + 1], s[hi], s[hi + 1]);
+        const float p0 = exp2_approx(fmaf(kept.first, scale_log2, -max_scaled[r]));
+        const float p1 = exp2_approx(fmaf(kept.second, scale_log2, -max_scaled[r]));
         row_sum[r] += p0 + p1;
-        pruned[2 * b + r] = pack_pair<Element>(p0, p1);
-        const uint32_t nibble = static_cast<uint32_t>(i0 | (i1 << 2)) << (4 * group_lo + 16 * r);
-        (b == 0 ? word_lo : word_hi) |= nibble;
+        a[2 * half + r] = pack_pair<Element>(p0, p1);
+        words[half] |= kept.nibble << (4 * t + 16 * r);
       }
-    }
-    const int source = lane ^ (((t ^ (t >> 1)) & 1) * 3);
+    // Lanes t and t ^ 2 combine; then lane 0 takes the odd lanes' groups 0-3 and lane 1 the even lanes' 4-7.
 #pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = __shfl_sync(0xffffffffu, pruned[i], source);
-#pragma unroll
-    for (int mask = 1; mask <= 2; mask <<= 1) {
-      word_lo |= __shfl_xor_sync(0xffffffffu, word_lo, mask);
-      word_hi |= __shfl_xor_sync(0xffffffffu, word_hi, mask);
-    }
-    e = parity ? word_hi : word_lo;
+    for (int half = 0; half < 2; ++half) words[half] |= __shfl_xor_sync(0xffffffffu, words[half], 2);
+    const int odd = t & 1;
+    e = (odd ? words[1] : words[0]) | __shfl_xor_sync(0xffffffffu, odd ? words[0] : words[1], 1);
   }
 
   __device__ void release(const StagePipeline<kStages>& pipe, int stage) const {
@@ -562,7 +583,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::prefetch_tensor_map(&k_map);
     ptx::prefetch_tensor_map(&v_map);
     ptx::mbarrier_init(smem.q_full(), 1);
-    k_pipe.init(1, kReleasingWarps);
+    k_pipe.init(kSparse ? kWarpgroupThreads : 1, kReleasingWarps);  // 2:4: every producer thread's copies
     v_pipe.init(1, kReleasingWarps);
     ptx::fence_barrier_init();
   }
@@ -570,7 +591,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == kConsumers) {
     ptx::setmaxnreg_dec<kProducerRegisters>();
-    if (tid % kWarpgroupThreads == 0) Producer<kHeadDim>{smem, k_pipe, v_pipe}.run(work, p, &q_map, &k_map, &v_map);
+    Producer<kHeadDim, kSparse>{smem, k_pipe, v_pipe, tid % kWarpgroupThreads}.run(work, p, &q_map, &k_map, &v_map);
     return;
   }
   ptx::setmaxnreg_inc<kConsumerRegisters>();
