@@ -69,20 +69,27 @@ int main(int argc, char** argv) {
         std::vector<gpu::AttentionPlan> plans;
         std::vector<std::function<void(int)>> launches;
         for (const Contender& c : kContenders) {
-          const gpu::AttentionDesc desc{.batch = batch, .heads = heads, .seq_q = s, .seq_k = s, .head_dim = d,
-                                        .dtype = dtype, .pattern = c.pattern, .causal = causal != 0};
+          const gpu::AttentionDesc desc{.batch = batch,
+                                        .heads = heads,
+                                        .seq_q = s,
+                                        .seq_k = s,
+                                        .head_dim = d,
+                                        .dtype = dtype,
+                                        .pattern = c.pattern,
+                                        .causal = causal != 0};
           plans.push_back(gpu::AttentionPlan::create(desc, {.pipelined = c.pipelined}));
         }
         for (const gpu::AttentionPlan& plan : plans)
           launches.push_back([&plan, &q, &k, &v, &o, stream](int) {
             plan.run(stream, {.q = q.ptr, .k = k.ptr, .v = v.ptr, .o = o.ptr});
           });
-        const std::vector<double> ms = time_interleaved_ms(launches, 1, 3, interleaved_rounds(iters),
-                                                           kLaunchesPerRound, stream);
+        const std::vector<double> ms =
+            time_interleaved_ms(launches, 1, 3, interleaved_rounds(iters), kLaunchesPerRound, stream);
         const double flops = 4.0 * static_cast<double>(batch * heads) * s * s * d * (causal ? 0.5 : 1.0);
-        nlohmann::json row{{"seq", s}, {"head_dim", d}, {"causal", causal != 0}, {"batch", batch}, {"heads", heads},
-                           {"dtype", dtype_name(dtype)}};
-        std::printf("%-6lld %4d %6d %6lld |", static_cast<long long>(s), d, causal, static_cast<long long>(batch * heads));
+        nlohmann::json row{{"seq", s},       {"head_dim", d},  {"causal", causal != 0},
+                           {"batch", batch}, {"heads", heads}, {"dtype", dtype_name(dtype)}};
+        std::printf("%-6lld %4d %6d %6lld |", static_cast<long long>(s), d, causal,
+                    static_cast<long long>(batch * heads));
         for (std::size_t i = 0; i < ms.size(); ++i) {
           const double tflops = flops / (ms[i] * 1e-3) / 1e12;
           row[std::string(kContenders[i].name) + "_ms"] = ms[i];

@@ -32,10 +32,10 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  std::string s = std::to_string(c.batch) + "x" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
-                  " S " + std::to_string(c.seq_q) + "x" + std::to_string(c.seq_k) + " d " +
-                  std::to_string(c.head_dim) + " " + dtype_name(c.dtype) + " " + pattern_name(c.pattern) +
-                  (c.causal ? " causal" : "") + (c.layout == TokenLayout::bshd ? " BSHD" : "");
+  std::string s = std::to_string(c.batch) + "x" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " S " +
+                  std::to_string(c.seq_q) + "x" + std::to_string(c.seq_k) + " d " + std::to_string(c.head_dim) + " " +
+                  dtype_name(c.dtype) + " " + pattern_name(c.pattern) + (c.causal ? " causal" : "") +
+                  (c.layout == TokenLayout::bshd ? " BSHD" : "");
   if (!c.lengths_q.empty()) s += " varlen";
   return s;
 }
@@ -108,9 +108,18 @@ void run_case(const Case& c, const AttentionOptions& options = {}) {
   const Operand k = quarter_steps(c.batch, c.kv_heads, c.seq_k, d, 2);
   const Operand v = random_values(c.batch, c.kv_heads, c.seq_k, d, c.dtype, 3);
 
-  AttentionDesc desc{.batch = c.batch, .heads = c.heads, .kv_heads = c.kv_heads, .seq_q = c.seq_q,
-                     .seq_k = c.seq_k, .total_q = total_q, .total_k = total_k, .head_dim = d,
-                     .dtype = c.dtype, .pattern = c.pattern, .causal = c.causal, .variable_lengths = varlen};
+  AttentionDesc desc{.batch = c.batch,
+                     .heads = c.heads,
+                     .kv_heads = c.kv_heads,
+                     .seq_q = c.seq_q,
+                     .seq_k = c.seq_k,
+                     .total_q = total_q,
+                     .total_k = total_k,
+                     .head_dim = d,
+                     .dtype = c.dtype,
+                     .pattern = c.pattern,
+                     .causal = c.causal,
+                     .variable_lengths = varlen};
   if (varlen) {
     desc.q = desc.o = {0, d, c.heads * d};
     desc.k = desc.v = {0, d, c.kv_heads * d};
@@ -120,7 +129,8 @@ void run_case(const Case& c, const AttentionOptions& options = {}) {
   }
   const AttentionPlan plan = AttentionPlan::create(desc, options);
 
-  const std::size_t q_elements = static_cast<std::size_t>(varlen ? total_q * c.heads * d : c.batch * c.heads * c.seq_q * d);
+  const std::size_t q_elements =
+      static_cast<std::size_t>(varlen ? total_q * c.heads * d : c.batch * c.heads * c.seq_q * d);
   const std::size_t k_elements =
       static_cast<std::size_t>(varlen ? total_k * c.kv_heads * d : c.batch * c.kv_heads * c.seq_k * d);
   const std::size_t bytes = dtype_size(c.dtype);
@@ -131,8 +141,8 @@ void run_case(const Case& c, const AttentionOptions& options = {}) {
 
   DeviceBytes q_dev(q_elements * bytes), k_dev(k_elements * bytes), v_dev(k_elements * bytes),
       o_dev(q_elements * bytes);
-  const std::size_t lse_count = varlen ? static_cast<std::size_t>(c.heads * total_q)
-                                       : static_cast<std::size_t>(c.batch * c.heads * c.seq_q);
+  const std::size_t lse_count =
+      varlen ? static_cast<std::size_t>(c.heads * total_q) : static_cast<std::size_t>(c.batch * c.heads * c.seq_q);
   DeviceBytes lse_dev(lse_count * sizeof(float));
   DeviceBytes cu_q_dev(offsets_q.size() * sizeof(int)), cu_k_dev(offsets_k.size() * sizeof(int));
   check(cudaMemcpy(q_dev.ptr, q_host.data(), q_host.size(), cudaMemcpyHostToDevice), "copy q");
@@ -144,8 +154,12 @@ void run_case(const Case& c, const AttentionOptions& options = {}) {
   check(cudaMemset(o_dev.ptr, 0xff, q_elements * bytes), "poison o");
   check(cudaMemset(lse_dev.ptr, 0xff, lse_count * sizeof(float)), "poison lse");
 
-  plan.run(nullptr, {.q = q_dev.ptr, .k = k_dev.ptr, .v = v_dev.ptr, .o = o_dev.ptr,
-                     .lse = static_cast<float*>(lse_dev.ptr), .cu_seqlens_q = static_cast<int32_t*>(cu_q_dev.ptr),
+  plan.run(nullptr, {.q = q_dev.ptr,
+                     .k = k_dev.ptr,
+                     .v = v_dev.ptr,
+                     .o = o_dev.ptr,
+                     .lse = static_cast<float*>(lse_dev.ptr),
+                     .cu_seqlens_q = static_cast<int32_t*>(cu_q_dev.ptr),
                      .cu_seqlens_k = static_cast<int32_t*>(cu_k_dev.ptr)});
   check(cudaDeviceSynchronize(), "attention kernel");
   std::vector<std::byte> o_bytes(q_elements * bytes);
@@ -195,7 +209,8 @@ void run_case(const Case& c, const AttentionOptions& options = {}) {
         }
       }
     }
-  std::cout << "  " << describe(c) << (options.pipelined ? "" : " serial") << ": max |O - oracle| " << worst_o << ", max |lse - oracle| " << worst_lse << "\n";
+  std::cout << "  " << describe(c) << (options.pipelined ? "" : " serial") << ": max |O - oracle| " << worst_o
+            << ", max |lse - oracle| " << worst_lse << "\n";
 }
 
 class AttentionGpu : public ::testing::Test {
@@ -254,9 +269,7 @@ TEST_F(AttentionGpu, SerialSchedule) {
     }
 }
 
-TEST_F(AttentionGpu, NoKeysGivesZerosAndMinusInfinity) {
-  run_case({1, 1, 1, 70, 0, 64, DType::bf16, kSparse, false});
-}
+TEST_F(AttentionGpu, NoKeysGivesZerosAndMinusInfinity) { run_case({1, 1, 1, 70, 0, 64, DType::bf16, kSparse, false}); }
 
 TEST(AttentionPlan, RefusesBadDescriptions) {
   const auto refused = [](AttentionDesc d, const char* what) {

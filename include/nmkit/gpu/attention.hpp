@@ -23,13 +23,13 @@ struct AttentionStrides {
 };
 
 struct AttentionDesc {
-  int64_t batch = 1;          // sequences
-  int64_t heads = 1;          // query heads
-  int64_t kv_heads = 0;       // key/value heads, dividing heads (grouped-query attention); 0: heads
-  int64_t seq_q = 0, seq_k = 0;  // tokens per sequence; under variable lengths the longest
+  int64_t batch = 1;                 // sequences
+  int64_t heads = 1;                 // query heads
+  int64_t kv_heads = 0;              // key/value heads, dividing heads (grouped-query attention); 0: heads
+  int64_t seq_q = 0, seq_k = 0;      // tokens per sequence; under variable lengths the longest
   int64_t total_q = 0, total_k = 0;  // variable lengths: all sequences' tokens (the tensors' token extent)
-  int head_dim = 128;            // 64 or 128, the same for Q, K and V
-  DType dtype = DType::bf16;     // Q, K, V and O: f16 or bf16
+  int head_dim = 128;                // 64 or 128, the same for Q, K and V
+  DType dtype = DType::bf16;         // Q, K, V and O: f16 or bf16
   AttentionPattern pattern = AttentionPattern::nm24;
   bool causal = false;            // key j > query i masked (top-left aligned, as PyTorch's is_causal)
   std::optional<float> scale;     // default 1 / sqrt(head_dim)

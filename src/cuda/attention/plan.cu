@@ -39,8 +39,9 @@ template <class Element>
 CUtensorMap operand_map(const void* base, const AttentionStrides& s, int64_t tokens, int64_t heads, int64_t batch,
                         int head_dim, bool variable_lengths) {
   constexpr int64_t kBytes = sizeof(Element);
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(std::max<int64_t>(tokens, 1)),  // K/V of seq_k = 0 are never read
-                             
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim),
+                              static_cast<cuuint64_t>(std::max<int64_t>(tokens, 1)),  // K/V of seq_k = 0 are never read
+
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(variable_lengths ? 1 : batch)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s.token * kBytes), static_cast<cuuint64_t>(s.head * kBytes),
                                  static_cast<cuuint64_t>((variable_lengths ? s.head : s.batch) * kBytes)};
@@ -110,8 +111,7 @@ const char* pattern_name(AttentionPattern p) noexcept { return p == AttentionPat
 AttentionPlan AttentionPlan::create(const AttentionDesc& desc, const AttentionOptions& options) {
   AttentionDesc d = desc;
   if (d.kv_heads == 0) d.kv_heads = d.heads;
-  require(d.batch >= 1 && d.heads >= 1 && d.kv_heads >= 1 && d.seq_q >= 0 && d.seq_k >= 0,
-          ErrorCode::invalid_argument,
+  require(d.batch >= 1 && d.heads >= 1 && d.kv_heads >= 1 && d.seq_q >= 0 && d.seq_k >= 0, ErrorCode::invalid_argument,
           std::string(kWho) + ": batch, heads and kv_heads must be >= 1 and lengths >= 0, got batch " + str(d.batch) +
               ", heads " + str(d.heads) + ", kv_heads " + str(d.kv_heads) + ", seq_q " + str(d.seq_q) + ", seq_k " +
               str(d.seq_k));
@@ -165,7 +165,8 @@ float AttentionPlan::scale() const noexcept {
 
 void AttentionPlan::run(CUstream_st* stream, const AttentionTensors& t) const {
   const AttentionDesc& d = desc_;
-  require(t.q && t.k && t.v && t.o, ErrorCode::invalid_argument, std::string(kWho) + ": q, k, v and o must not be null");
+  require(t.q && t.k && t.v && t.o, ErrorCode::invalid_argument,
+          std::string(kWho) + ": q, k, v and o must not be null");
   require(aligned16(t.q) && aligned16(t.k) && aligned16(t.v), ErrorCode::invalid_argument,
           std::string(kWho) + ": q, k and v must be 16-byte aligned");
   require(reinterpret_cast<uintptr_t>(t.o) % 4 == 0 && reinterpret_cast<uintptr_t>(t.lse) % 4 == 0,

@@ -40,7 +40,8 @@ inline constexpr int kDenseStepKeys = 16;   // wgmma k16
 inline constexpr int kProducerRegisters = 40;
 inline constexpr int kConsumerRegisters = 232;
 inline constexpr int kRegisterFile = 64 * 1024;
-static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
+static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
+                  (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
               "setmaxnreg budgets must fit the registers allocated at launch");
 
 // 2:4 mode loads K with its keys permuted inside each 16-key block, so that the score accumulators of thread t of a
@@ -112,10 +113,10 @@ __device__ __forceinline__ float exp2_approx(float x) {
 // Which (sequence, head, 128 queries) a CTA owns, and the ranges of rows and keys that exist there.
 struct CtaWork {
   int batch, head, m_block;
-  int q_begin, k_begin;   // first token of the sequence in the tensors' token dimension
-  int len_q, len_k;       // the sequence's lengths
-  int batch_coordinate;   // the tensor maps' batch coordinate (0 under variable lengths)
-  int key_steps;          // 128-key steps this CTA runs
+  int q_begin, k_begin;  // first token of the sequence in the tensors' token dimension
+  int len_q, len_k;      // the sequence's lengths
+  int batch_coordinate;  // the tensor maps' batch coordinate (0 under variable lengths)
+  int key_steps;         // 128-key steps this CTA runs
 
   __device__ CtaWork(const Params& p) {
     // The heaviest causal blocks (the last queries) first.
@@ -167,8 +168,8 @@ struct Producer {
   const StagePipeline<kStages>& v_pipe;
   int thread;  // in the producer warpgroup
 
-  __device__ void load_tile(unsigned char* dst, const CUtensorMap* map, uint64_t* bar, int row, int head,
-                            int batch, int chunk_bytes) const {
+  __device__ void load_tile(unsigned char* dst, const CUtensorMap* map, uint64_t* bar, int row, int head, int batch,
+                            int chunk_bytes) const {
 #pragma unroll
     for (int c = 0; c < L::kChunks; ++c)
       ptx::tma_load_4d(dst + c * chunk_bytes, map, bar, c * kChunkColumns, row, head, batch);
@@ -201,8 +202,8 @@ struct Producer {
     if (!kPermuteKeys && !leader) return;
     if (leader) {
       ptx::mbarrier_arrive_expect_tx(smem.q_full(), L::kQBytes);
-      load_tile(smem.q(), q_map, smem.q_full(), work.q_begin + work.m_block * kBlockM, work.head,
-                work.batch_coordinate, L::kQChunkBytes);
+      load_tile(smem.q(), q_map, smem.q_full(), work.q_begin + work.m_block * kBlockM, work.head, work.batch_coordinate,
+                L::kQChunkBytes);
     }
     const int kv_head = work.head / p.kv_group;
     ProducerRing<kStages> k_ring, v_ring;
@@ -249,7 +250,7 @@ template <class Element, int kHeadDim, bool kSparse, bool kPipelined>
 struct Consumer {
   using L = SharedLayout<kHeadDim>;
   using Mma = MmaOf<Element>;
-  static constexpr int kScoreRegisters = kBlockN / 2;   // the 64 x 128 score tile: 64 fp32 per thread
+  static constexpr int kScoreRegisters = kBlockN / 2;  // the 64 x 128 score tile: 64 fp32 per thread
   static constexpr int kOutRegisters = kHeadDim / 2;
   static constexpr int kStepKeys = kSparse ? kSparseStepKeys : kDenseStepKeys;
   static constexpr int kPSteps = kBlockN / kStepKeys;
@@ -312,8 +313,7 @@ struct Consumer {
     const uint32_t v_base = ptx::smem_address(smem.v(stage));
 #pragma unroll
     for (int c = 0; c < kPSteps; ++c)
-      desc[c] =
-          ptx::make_smem_desc_mn_major_sw128(v_base + c * kStepKeys * kRowBytes, L::kKvChunkBytes, 8 * kRowBytes);
+      desc[c] = ptx::make_smem_desc_mn_major_sw128(v_base + c * kStepKeys * kRowBytes, L::kKvChunkBytes, 8 * kRowBytes);
   }
 
   // Issues O += P * V of the stage as one wgmma group: sparse k32 steps or dense k16 steps.
@@ -378,8 +378,8 @@ struct Consumer {
   }
 
   // Masks, maxima and P of one key step's scores.
-  __device__ void softmax_step(float (&s)[kScoreRegisters], const CtaWork& w, int step, const Params& p,
-                               PFragments& pf, float (&correction)[2]) {
+  __device__ void softmax_step(float (&s)[kScoreRegisters], const CtaWork& w, int step, const Params& p, PFragments& pf,
+                               float (&correction)[2]) {
     const int step_end = (step + 1) * kBlockN;
     const int first_row = w.m_block * kBlockM + warpgroup * kRowsPerConsumer;
     if (step_end > w.len_k || (p.causal && step_end - 1 > first_row)) mask(s, w, step, p.causal);
@@ -414,8 +414,8 @@ struct Consumer {
   // thread t holds groups t (accumulator blocks 4c, 4c + 1) and 4 + t (blocks 4c + 2, 4c + 3) of rows g and g + 8:
   // the fragment's registers are its own pruned pairs. The metadata, one nibble per group and row at lanes t = 0
   // (groups 0-3) and t = 1 (groups 4-7) of the quad, is gathered in three shuffles.
-  __device__ void sparse_step(const float (&s)[kScoreRegisters], int c, const float (&max_scaled)[2],
-                              float scale_log2, uint32_t (&a)[4], uint32_t& e) {
+  __device__ void sparse_step(const float (&s)[kScoreRegisters], int c, const float (&max_scaled)[2], float scale_log2,
+                              uint32_t (&a)[4], uint32_t& e) {
     uint32_t words[2] = {0, 0};  // groups 0-3, groups 4-7
 #pragma unroll
     for (int half = 0; half < 2; ++half)
@@ -429,7 +429,7 @@ struct Consumer {
         a[2 * half + r] = pack_pair<Element>(p0, p1);
         words[half] |= kept.nibble << (4 * t + 16 * r);
       }
-    // Lanes t and t ^ 2 combine; then lane 0 takes the odd lanes' groups 0-3 and lane 1 the even lanes' 4-7.
+      // Lanes t and t ^ 2 combine; then lane 0 takes the odd lanes' groups 0-3 and lane 1 the even lanes' 4-7.
 #pragma unroll
     for (int half = 0; half < 2; ++half) words[half] |= __shfl_xor_sync(0xffffffffu, words[half], 2);
     const int odd = t & 1;
@@ -550,8 +550,8 @@ struct Consumer {
       const int q = query(w, r);
       if (q >= w.len_q) continue;
       const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-      Element* row = static_cast<Element*>(p.o) + w.batch * (p.cu_seqlens_q ? 0 : p.o_batch) +
-                     w.head * p.o_head + static_cast<int64_t>(w.q_begin + q) * p.o_token;
+      Element* row = static_cast<Element*>(p.o) + w.batch * (p.cu_seqlens_q ? 0 : p.o_batch) + w.head * p.o_head +
+                     static_cast<int64_t>(w.q_begin + q) * p.o_token;
 #pragma unroll
       for (int j = 0; j < kHeadDim / 8; ++j)
         *reinterpret_cast<uint32_t*>(row + 8 * j + 2 * t) =
