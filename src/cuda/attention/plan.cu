@@ -24,6 +24,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 // Zero strides mean the packed [B, H, S, D] layout.
 AttentionStrides resolved(const AttentionStrides& s, int64_t heads, int64_t tokens, int head_dim) {
   if (s.batch != 0 || s.head != 0 || s.token != 0) return s;
+  tokens = std::max<int64_t>(tokens, 1);  // no keys: any valid strides, nothing is read
   return {heads * tokens * head_dim, tokens * head_dim, head_dim};
 }
 

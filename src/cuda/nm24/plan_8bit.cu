@@ -17,7 +17,8 @@ namespace {
 SpmmDesc as_spmm_desc(const QuantizedSpmmDesc& d) {
   SpmmDesc s;
   s.rows = d.rows, s.cols = d.cols, s.n = d.n;
-  s.dtype = DType::f16, s.out_dtype = d.out_dtype;
+  // A 16-bit stand-in for the 8-bit input, paired so that the 2:4 checks accept every output dtype (f16, bf16, f32).
+  s.dtype = d.out_dtype == DType::bf16 ? DType::bf16 : DType::f16, s.out_dtype = d.out_dtype;
   s.b_layout = Layout::col_major, s.d_layout = d.d_layout;
   s.alpha = d.alpha, s.beta = d.beta, s.bias = d.bias, s.activation = d.activation;
   return s;
