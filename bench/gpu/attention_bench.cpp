@@ -1,6 +1,6 @@
-// nmkit_attention_bench: the fused attention kernel alone, dense against 2:4 and pipelined against serial, side by
-// side in the same rounds (CUDA events, medians). TFLOP/s are counted as dense attention's 4 * B * H * Sq * Sk * d
-// (half of it under causal). PyTorch's SDPA baselines are bench/torch_attention.py's.
+// nmkit_attention_bench: the fused attention kernel alone, dense against 2:4, side by side in the same rounds (CUDA
+// events, medians). TFLOP/s are counted as dense attention's 4 * B * H * Sq * Sk * d (half of it under causal).
+// PyTorch's SDPA baselines are bench/torch_attention.py's.
 //   nmkit_attention_bench [--seq 1024,4096,16384] [--head-dim 64,128] [--causal 0,1] [--dtype bf16|f16]
 //                         [--tokens-heads N] [--iters N] [--json FILE]
 #include <cuda_runtime.h>
@@ -21,12 +21,8 @@ namespace {
 struct Contender {
   const char* name;
   gpu::AttentionPattern pattern;
-  bool pipelined;
 };
-constexpr Contender kContenders[] = {{"dense", gpu::AttentionPattern::dense, true},
-                                     {"2:4", gpu::AttentionPattern::nm24, true},
-                                     {"dense_serial", gpu::AttentionPattern::dense, false},
-                                     {"2:4_serial", gpu::AttentionPattern::nm24, false}};
+constexpr Contender kContenders[] = {{"dense", gpu::AttentionPattern::dense}, {"2:4", gpu::AttentionPattern::nm24}};
 
 }  // namespace
 }  // namespace nmkit::bench
@@ -34,7 +30,7 @@ constexpr Contender kContenders[] = {{"dense", gpu::AttentionPattern::dense, tru
 int main(int argc, char** argv) {
   using namespace nmkit;
   using namespace nmkit::bench;
-  CLI::App app{"fused attention: dense and 2:4, pipelined and serial"};
+  CLI::App app{"fused attention: dense and 2:4"};
   std::vector<int64_t> seqs{1024, 2048, 4096, 8192, 16384};
   std::vector<int> head_dims{64, 128}, causals{0, 1};
   std::string dtype_name_arg = "bf16", json_path;
@@ -77,7 +73,7 @@ int main(int argc, char** argv) {
                                         .dtype = dtype,
                                         .pattern = c.pattern,
                                         .causal = causal != 0};
-          plans.push_back(gpu::AttentionPlan::create(desc, {.pipelined = c.pipelined}));
+          plans.push_back(gpu::AttentionPlan::create(desc));
         }
         for (const gpu::AttentionPlan& plan : plans)
           launches.push_back([&plan, &q, &k, &v, &o, stream](int) {

@@ -93,8 +93,8 @@ std::vector<float> rows_of(const Operand& o, int64_t b, int64_t h, int64_t token
   return {begin, begin + tokens * o.d};
 }
 
-void run_case(const Case& c, const AttentionOptions& options = {}) {
-  SCOPED_TRACE(describe(c) + (options.pipelined ? "" : " serial"));
+void run_case(const Case& c) {
+  SCOPED_TRACE(describe(c));
   const bool varlen = !c.lengths_q.empty();
   const int d = c.head_dim;
   std::vector<int> offsets_q{0}, offsets_k{0};
@@ -127,7 +127,7 @@ void run_case(const Case& c, const AttentionOptions& options = {}) {
     desc.q = desc.o = strides_of(c, c.heads, c.seq_q);
     desc.k = desc.v = strides_of(c, c.kv_heads, c.seq_k);
   }
-  const AttentionPlan plan = AttentionPlan::create(desc, options);
+  const AttentionPlan plan = AttentionPlan::create(desc);
 
   const std::size_t q_elements =
       static_cast<std::size_t>(varlen ? total_q * c.heads * d : c.batch * c.heads * c.seq_q * d);
@@ -209,8 +209,7 @@ void run_case(const Case& c, const AttentionOptions& options = {}) {
         }
       }
     }
-  std::cout << "  " << describe(c) << (options.pipelined ? "" : " serial") << ": max |O - oracle| " << worst_o
-            << ", max |lse - oracle| " << worst_lse << "\n";
+  std::cout << "  " << describe(c) << ": max |O - oracle| " << worst_o << ", max |lse - oracle| " << worst_lse << "\n";
 }
 
 class AttentionGpu : public ::testing::Test {
@@ -259,14 +258,6 @@ TEST_F(AttentionGpu, VariableLengths) {
     for (bool causal : {false, true})
       run_case({3, 2, 1, 257, 300, 128, DType::bf16, pattern, causal, TokenLayout::bhsd, {5, 130, 257}, {7, 300, 129}});
   run_case({2, 2, 2, 200, 200, 64, DType::f16, kSparse, true, TokenLayout::bhsd, {200, 1}, {200, 1}});
-}
-
-TEST_F(AttentionGpu, SerialSchedule) {
-  for (int d : {64, 128})
-    for (AttentionPattern pattern : {kSparse, kDense}) {
-      run_case({1, 2, 2, 300, 520, d, DType::bf16, pattern, true}, {.pipelined = false});
-      run_case({2, 2, 1, 77, 333, d, DType::f16, pattern, false}, {.pipelined = false});
-    }
 }
 
 TEST_F(AttentionGpu, NoKeysGivesZerosAndMinusInfinity) { run_case({1, 1, 1, 70, 0, 64, DType::bf16, kSparse, false}); }

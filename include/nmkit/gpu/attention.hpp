@@ -49,12 +49,6 @@ struct AttentionTensors {
   const int32_t* cu_seqlens_k = nullptr;
 };
 
-// How a plan runs. pipelined: each key step's Q * K^T and the previous step's P * V in flight together while the
-// warps build P (off: one after the other).
-struct AttentionOptions {
-  bool pipelined = true;
-};
-
 struct AttentionConfig {
   int block_m = 0, block_n = 0, stages = 0, threads = 0, smem_bytes = 0;
 };
@@ -62,17 +56,15 @@ struct AttentionConfig {
 class AttentionPlan {
  public:
   // Throws Error(invalid_argument) for shapes, strides or patterns outside the above, Error(unsupported) off Hopper.
-  static AttentionPlan create(const AttentionDesc& desc, const AttentionOptions& options = {});
+  static AttentionPlan create(const AttentionDesc& desc);
   // Throws Error on null or misaligned pointers; never synchronises.
   void run(CUstream_st* stream, const AttentionTensors& tensors) const;
   const AttentionDesc& desc() const noexcept { return desc_; }
   const AttentionConfig& config() const noexcept { return config_; }
-  const AttentionOptions& options() const noexcept { return options_; }
   float scale() const noexcept;
 
  private:
   AttentionDesc desc_;
-  AttentionOptions options_;
   AttentionConfig config_;
 };
 

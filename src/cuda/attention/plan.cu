@@ -50,7 +50,7 @@ CUtensorMap operand_map(const void* base, const AttentionStrides& s, int64_t tok
   return cuda::make_tensor_map_sw128<Element, 4>(base, dims, strides, box);
 }
 
-template <class Element, int kHeadDim, bool kSparse, bool kPipelined>
+template <class Element, int kHeadDim, bool kSparse>
 void launch(const AttentionDesc& d, const AttentionTensors& t, const AttentionStrides& qs, const AttentionStrides& ks,
             const AttentionStrides& vs, const AttentionStrides& os, float scale, cudaStream_t stream) {
   static_assert(k::kBlockM == k::kBlockN, "one tensor-map box serves Q and K/V");
@@ -73,7 +73,7 @@ void launch(const AttentionDesc& d, const AttentionTensors& t, const AttentionSt
 
   constexpr int kSmem = k::SharedLayout<kHeadDim>::kAllocationBytes;
   static_assert(kSmem <= cuda::kSm90SharedMemoryPerCta, "the stages fit one CTA");
-  auto kernel = k::sm90_dfss_kernel<Element, kHeadDim, kSparse, kPipelined>;
+  auto kernel = k::sm90_dfss_kernel<Element, kHeadDim, kSparse>;
   static cuda::DynamicSmemLimit limit;
   limit.raise(kernel, kSmem);
   const dim3 grid(static_cast<unsigned>((d.seq_q + k::kBlockM - 1) / k::kBlockM), static_cast<unsigned>(d.heads),
@@ -83,24 +83,19 @@ void launch(const AttentionDesc& d, const AttentionTensors& t, const AttentionSt
 }
 
 template <class Element, int kHeadDim>
-void dispatch(const AttentionDesc& d, const AttentionTensors& t, float scale, bool pipelined, cudaStream_t stream) {
-  const bool sparse = d.pattern == AttentionPattern::nm24;
-  if (sparse && pipelined)
-    launch<Element, kHeadDim, true, true>(d, t, d.q, d.k, d.v, d.o, scale, stream);
-  else if (sparse)
-    launch<Element, kHeadDim, true, false>(d, t, d.q, d.k, d.v, d.o, scale, stream);
-  else if (pipelined)
-    launch<Element, kHeadDim, false, true>(d, t, d.q, d.k, d.v, d.o, scale, stream);
+void dispatch(const AttentionDesc& d, const AttentionTensors& t, float scale, cudaStream_t stream) {
+  if (d.pattern == AttentionPattern::nm24)
+    launch<Element, kHeadDim, true>(d, t, d.q, d.k, d.v, d.o, scale, stream);
   else
-    launch<Element, kHeadDim, false, false>(d, t, d.q, d.k, d.v, d.o, scale, stream);
+    launch<Element, kHeadDim, false>(d, t, d.q, d.k, d.v, d.o, scale, stream);
 }
 
 template <class Element>
-void dispatch(const AttentionDesc& d, const AttentionTensors& t, float scale, bool pipelined, cudaStream_t stream) {
+void dispatch(const AttentionDesc& d, const AttentionTensors& t, float scale, cudaStream_t stream) {
   if (d.head_dim == 64)
-    dispatch<Element, 64>(d, t, scale, pipelined, stream);
+    dispatch<Element, 64>(d, t, scale, stream);
   else
-    dispatch<Element, 128>(d, t, scale, pipelined, stream);
+    dispatch<Element, 128>(d, t, scale, stream);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -109,7 +104,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 const char* pattern_name(AttentionPattern p) noexcept { return p == AttentionPattern::nm24 ? "2:4" : "dense"; }
 
-AttentionPlan AttentionPlan::create(const AttentionDesc& desc, const AttentionOptions& options) {
+AttentionPlan AttentionPlan::create(const AttentionDesc& desc) {
   AttentionDesc d = desc;
   if (d.kv_heads == 0) d.kv_heads = d.heads;
   require(d.batch >= 1 && d.heads >= 1 && d.kv_heads >= 1 && d.seq_q >= 0 && d.seq_k >= 0, ErrorCode::invalid_argument,
@@ -154,7 +149,6 @@ AttentionPlan AttentionPlan::create(const AttentionDesc& desc, const AttentionOp
 
   AttentionPlan plan;
   plan.desc_ = d;
-  plan.options_ = options;
   plan.config_ = {k::kBlockM, k::kBlockN, k::kStages, k::kThreads,
                   d.head_dim == 64 ? k::SharedLayout<64>::kAllocationBytes : k::SharedLayout<128>::kAllocationBytes};
   return plan;
@@ -176,9 +170,9 @@ void AttentionPlan::run(CUstream_st* stream, const AttentionTensors& t) const {
           std::string(kWho) + ": variable lengths need cu_seqlens_q and cu_seqlens_k");
   if (d.seq_q == 0) return;
   if (d.dtype == DType::f16)
-    dispatch<__half>(d, t, scale(), options_.pipelined, stream);
+    dispatch<__half>(d, t, scale(), stream);
   else
-    dispatch<__nv_bfloat16>(d, t, scale(), options_.pipelined, stream);
+    dispatch<__nv_bfloat16>(d, t, scale(), stream);
 }
 
 }  // namespace nmkit::gpu

@@ -246,7 +246,7 @@ __device__ __forceinline__ KeptPair keep_two_of_four(float x0, float x1, float x
   return {a_both ? x0 : b_both ? x2 : a_hi, a_both ? x1 : b_both ? x3 : b_hi, i0 | (i1 << 2)};
 }
 
-template <class Element, int kHeadDim, bool kSparse, bool kPipelined>
+template <class Element, int kHeadDim, bool kSparse>
 struct Consumer {
   using L = SharedLayout<kHeadDim>;
   using Mma = MmaOf<Element>;
@@ -467,41 +467,11 @@ struct Consumer {
     ptx::fence_registers(o);
   }
 
-  // One key step after another: the tensor cores idle while the warps build P (the other warpgroup may fill them).
-  __device__ void run_serial(const CtaWork& w, const Params& p) {
-    RingPosition<kStages> k_at, v_at;
-    for (int step = 0; step < w.key_steps; ++step) {
-      float s[kScoreRegisters], correction[2];
-      PFragments pf;
-      uint64_t v_desc[kPSteps];
-      v_descriptors(v_at.stage, v_desc);
-      k_pipe.wait_full(k_at);
-      issue_scores(s, k_at.stage);
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_registers(s);
-      release(k_pipe, k_at.stage);
-      k_at.advance();
-      softmax_step(s, w, step, p, pf, correction);
-      rescale_o(correction);
-      ptx::fence_registers(o);
-      fence_p(pf);
-      v_pipe.wait_full(v_at);
-      issue_pv(pf, v_desc);
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_registers(o);
-      fence_p(pf);
-      release(v_pipe, v_at.stage);
-      v_at.advance();
-    }
-    store(w, p);
-  }
-
   // Software-pipelined over key steps, unrolled by two so that the P in flight and the P being built are two
   // register sets in the source (ptxas must not hand the in-flight one's registers to the other).
   __device__ void run(const CtaWork& w, const Params& p) {
     ptx::mbarrier_wait(smem.q_full(), 0);
     if (w.key_steps == 0) return store(w, p);
-    if constexpr (!kPipelined) return run_serial(w, p);
     RingPosition<kStages> k_at, v_at;
     float s[kScoreRegisters];
     PFragments even, odd;
@@ -566,7 +536,7 @@ struct Consumer {
   }
 };
 
-template <class Element, int kHeadDim, bool kSparse, bool kPipelined>
+template <class Element, int kHeadDim, bool kSparse>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_dfss_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
                      const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
@@ -595,7 +565,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   ptx::setmaxnreg_inc<kConsumerRegisters>();
-  Consumer<Element, kHeadDim, kSparse, kPipelined> consumer(smem, k_pipe, v_pipe, tid);
+  Consumer<Element, kHeadDim, kSparse> consumer(smem, k_pipe, v_pipe, tid);
   consumer.run(work, p);
 #endif
 }
