@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
-#include "nmkit/gpu/attention.hpp"
+#include "nmkit/attention/dfss_gpu.hpp"
 
 namespace nmkit::bench {
 namespace {

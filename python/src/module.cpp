@@ -29,7 +29,7 @@
 #include "nmkit/prune/obs.hpp"
 #include "nmkit/prune/wanda.hpp"
 #ifdef NMKIT_PYTHON_CUDA
-#include "nmkit/gpu/attention.hpp"
+#include "nmkit/attention/dfss_gpu.hpp"
 #include "nmkit/gpu/sparse_linear.hpp"
 #endif
 
@@ -349,7 +349,7 @@ void bind_device(nb::module_& m) {
       .def_prop_ro("format", &gpu::SparseLinear::format)
       .def_prop_ro("plans", &gpu::SparseLinear::plans);
 
-  // Fused DFSS attention (nmkit/gpu/attention.hpp) on raw device pointers: nmkit.torch.dfss_attention checks the
+  // Fused DFSS attention (nmkit/attention/dfss_gpu.hpp) on raw device pointers: nmkit.torch.dfss_attention checks the
   // tensors and passes their strides. A plan is made per call (create is host code: validation and the kernel's
   // configuration), so that nothing is cached across devices or shapes.
   using Strides = std::tuple<int64_t, int64_t, int64_t>;  // batch, head, token: elements

@@ -14,7 +14,7 @@
 #include "gpu_test_util.hpp"
 #include "nmkit/attention/dfss.hpp"
 #include "nmkit/error.hpp"
-#include "nmkit/gpu/attention.hpp"
+#include "nmkit/attention/dfss_gpu.hpp"
 
 namespace nmkit::gpu {
 namespace {

@@ -8,7 +8,7 @@
 #include "../common/check.cuh"
 #include "../common/smem.cuh"
 #include "../common/tensor_map.cuh"
-#include "nmkit/gpu/attention.hpp"
+#include "nmkit/attention/dfss_gpu.hpp"
 #include "sm90_dfss_kernel.cuh"
 
 namespace nmkit::gpu {

@@ -1,6 +1,6 @@
 #pragma once
-// Fused DFSS attention on Hopper: O = softmax(prune(scale * Q * K^T + causal mask)) * V, each row of scores pruned
-// to 2:4 over the keys in registers (the rule of nmkit/attention/dfss.hpp), P * V on the sparse tensor cores.
+// Fused DFSS attention on the GPU (Hopper): O = softmax(prune(scale * Q * K^T + causal mask)) * V, each row of scores
+// pruned to 2:4 over the keys in registers (the rule of nmkit/attention/dfss.hpp), P * V on the sparse tensor cores.
 //   AttentionDesc desc{.batch = 2, .heads = 32, .seq_q = 4096, .seq_k = 4096, .head_dim = 128};
 //   AttentionPlan plan = AttentionPlan::create(desc);                 // validates, once per shape
 //   plan.run(stream, {.q = q, .k = k, .v = v, .o = o});               // one launch
