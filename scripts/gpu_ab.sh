@@ -5,13 +5,14 @@
 # inside each process (speed-up over cuBLAS, or over a --tile-compare / --variant plan in the same rounds):
 # absolute times move between processes. Before the device call, here:
 #   git diff REF -- src include > .ab.patch      # REF: the version to compare against (e.g. main)
-# then on the H200 (device tool, with carry [".ab.patch"]: the patch is git-ignored), from the repository root:
+# then on the H200 (device tool, with carry [".ab.patch", ".deps/re2"]: both git-ignored), from the repository root:
 #   bash scripts/gpu_ab.sh "<nmkit_bench arguments>" ["<more arguments>" ...]
 # Builds build/gpu (this tree) and build/gpu-ab (this tree without .ab.patch), runs NMKIT_AB_TESTS (a gtest filter,
 # default none) on this tree's build, then each argument string with both benches, this tree first. Results go to
 # $OUT (or ./gpu_out): <n>.this.txt and <n>.ref.txt, and the rows of each pair are printed side by side last.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+source scripts/gpu_env.sh
 if [ $# -eq 0 ] || [ ! -s .ab.patch ]; then
   echo "usage: git diff REF -- src include > .ab.patch; bash scripts/gpu_ab.sh \"<nmkit_bench arguments>\" ..." >&2
   exit 2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one GPU-machine job: build, GPU tests, compute-sanitizer, benchmarks, a short summary last.
-# Run from the repository root on the H200 (device tool), nothing to carry:
+# Run from the repository root on the H200 (device tool), carrying .deps/re2 (scripts/carry_re2.sh):
 #   bash scripts/gpu_check.sh [--quick] [bench args...]
 # --quick skips the sanitizers and runs the llm suite only. Results go to $OUT (or ./gpu_out), few files
 # so that the device tool brings them all back: gpu_tests.log, sanitizer.log, bench.json, bench.txt,
@@ -10,11 +10,13 @@
 # skips the 2:4 benchmark; NMKIT_SANITIZE_TESTS / NMKIT_SANITIZE_TOOLS override the sanitizer's tests and tools;
 # NMKIT_GPU_TEST_TIMEOUT / NMKIT_BENCH_TIMEOUT (seconds) bound the GPU tests and each extra benchmark run;
 # NMKIT_CMAKE_ARGS adds CMake arguments to the configure step; NMKIT_BENCH_TORCH="<args>" (any, e.g. "--dtype f16") also runs bench/torch_linear.py (the PyTorch layers);
+# NMKIT_BENCH_ATTENTION="<args>" (any, e.g. "--quick") also runs bench/torch_attention.py (SDPA against nmkit attention);
 # NMKIT_COPY_PROBE=1 also runs nmkit_copy_probe (copy_probe.txt); NMKIT_BENCH_REPEAT=N runs the 2:4 benchmark N
 # times (bench2.json ...) and ends with the per-row medians of its ratios; several ';'-separated NMKIT_BENCH_VNM
 # runs end with the medians over their JSON too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu_env.sh
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
@@ -138,6 +140,12 @@ if [ -n "${NMKIT_BENCH_TORCH:-}" ]; then
   step "PyTorch linear layers: F.linear, torch 2:4 (cuSPARSELt), nmkit.torch.SparseLinear (bench/torch_linear.py)"
   # shellcheck disable=SC2086  # the variable holds the script's arguments
   PYTHONPATH=$BUILD/python timeout 600 python3 bench/torch_linear.py --json "$OUT/torch_linear.json" $NMKIT_BENCH_TORCH 2>&1 | tee "$OUT/torch_linear.txt"
+fi
+
+if [ -n "${NMKIT_BENCH_ATTENTION:-}" ]; then
+  step "attention: SDPA flash and cuDNN, nmkit dense and 2:4 (bench/torch_attention.py)"
+  # shellcheck disable=SC2086  # the variable holds the script's arguments
+  PYTHONPATH=$BUILD/python timeout 600 python3 bench/torch_attention.py --json "$OUT/torch_attention.json" $NMKIT_BENCH_ATTENTION 2>&1 | tee "$OUT/torch_attention.txt"
 fi
 
 if [ -n "${NMKIT_COPY_PROBE:-}" ]; then

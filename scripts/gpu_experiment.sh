@@ -12,6 +12,7 @@
 # <variant>.<run>.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+source scripts/gpu_env.sh
 if [ $# -eq 0 ]; then
   echo "usage: bash scripts/gpu_experiment.sh KEY=VALUE[,KEY=VALUE...] [more variants...]" >&2
   exit 2

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Profiles one launch of a Hopper kernel with Nsight Compute on the GPU machine (device tool, nothing to carry):
+# Profiles one launch of a Hopper kernel with Nsight Compute on the GPU machine (device tool, carrying .deps/re2: scripts/carry_re2.sh):
 #   bash scripts/gpu_profile.sh [nm24] [R,K,C] [f16|bf16]           the 2:4 kernel (default 8192,8192,8192 f16)
 #   bash scripts/gpu_profile.sh tile [R,K,C] [density] [tile side]  the tile kernel (default 4096^3, 0.05, 64)
 # Prints speed of light, memory and warp-state sections, and for the tile kernel the stall reasons per issued
@@ -9,6 +9,7 @@
 # $OUT/tile_source.csv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu_env.sh
 family=nm24
 if [ "${1:-}" = "nm24" ] || [ "${1:-}" = "tile" ]; then family=$1; shift; fi
 export PATH=/usr/local/cuda/bin:$PATH
