@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>

@@ -278,7 +278,7 @@ def load_sparse(model: torch.nn.Module, path, strict: bool = True) -> list:
 
 # DFSS attention: O = softmax(prune(scale * Q K^T)) V, each row of scores pruned to 2:4 over the keys (in each group
 # of 4 consecutive keys the 2 largest scores are kept, ties to the lower key index; masked keys never), by nmkit's
-# fused Hopper kernel (include/nmkit/gpu/attention.hpp). The functions below check the tensors on the host and pass
+# fused Hopper kernel (include/nmkit/attention/dfss_gpu.hpp). The functions below check the tensors on the host and pass
 # their pointers and strides; every check runs before the device is needed, so a wrong argument is named as such on
 # any machine.
 

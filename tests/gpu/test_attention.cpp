@@ -281,6 +281,8 @@ TEST(AttentionPlan, RefusesBadDescriptions) {
   refused(d, "f32");
   d = good, d.q = {4 * 16 * 64, 16 * 64, 60};
   refused(d, "token stride not a multiple of 8");
+  d = good, d.k = {int64_t{1} << 40, 16 * 64, 64};
+  refused(d, "a batch stride TMA cannot take");
   d = good, d.scale = -1.0f;
   refused(d, "negative scale");
   d = good, d.variable_lengths = true;

@@ -16,8 +16,8 @@ enum class AttentionPattern : uint8_t { dense, nm24 };  // dense: the same kerne
 const char* pattern_name(AttentionPattern p) noexcept;
 
 // Element strides of a [batch, heads, tokens, head_dim] tensor whose head_dim is contiguous. All zero: packed
-// [B, H, S, D] (PyTorch SDPA's layout). Under variable lengths the batch stride is unused: sequence b's tokens
-// start at cu_seqlens[b] ([total, H, D] is {0, D, H * D}).
+// [B, H, S, D] (PyTorch SDPA's layout; under variable lengths [H, total, D]). Under variable lengths the batch
+// stride is unused: sequence b's tokens start at cu_seqlens[b] (FlashAttention's [total, H, D] is {0, D, H * D}).
 struct AttentionStrides {
   int64_t batch = 0, head = 0, token = 0;
 };
@@ -31,9 +31,12 @@ struct AttentionDesc {
   int head_dim = 128;                // 64 or 128, the same for Q, K and V
   DType dtype = DType::bf16;         // Q, K, V and O: f16 or bf16
   AttentionPattern pattern = AttentionPattern::nm24;
-  bool causal = false;            // key j > query i masked (top-left aligned, as PyTorch's is_causal)
-  std::optional<float> scale;     // default 1 / sqrt(head_dim)
-  bool variable_lengths = false;  // run() takes cu_seqlens_q/k (batch + 1 int32 offsets, first 0)
+  bool causal = false;         // key j > query i masked (top-left aligned, as PyTorch's is_causal)
+  std::optional<float> scale;  // default 1 / sqrt(head_dim)
+  // run() takes cu_seqlens_q/k (batch + 1 int32 offsets, first 0, the last at most total_q/total_k) and seq_q/seq_k
+  // must be at least the longest sequence (unchecked: they are on the device). Keys past a sequence's end are
+  // masked; their V rows are multiplied by 0, so they must be finite.
+  bool variable_lengths = false;
   AttentionStrides q, k, v, o;
 };
 

@@ -21,18 +21,24 @@ constexpr float kLog2E = 1.4426950408889634f;
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-// Zero strides mean the packed [B, H, S, D] layout.
+// Zero strides mean the packed [B, H, S, D] layout. A tensor without tokens is never read: any valid strides do.
 AttentionStrides resolved(const AttentionStrides& s, int64_t heads, int64_t tokens, int head_dim) {
-  if (s.batch != 0 || s.head != 0 || s.token != 0) return s;
-  tokens = std::max<int64_t>(tokens, 1);  // no keys: any valid strides, nothing is read
+  if (tokens > 0 && (s.batch != 0 || s.head != 0 || s.token != 0)) return s;
+  tokens = std::max<int64_t>(tokens, 1);
   return {heads * tokens * head_dim, tokens * head_dim, head_dim};
 }
 
+// TMA takes byte strides below 2^40.
+constexpr int64_t kMaxStride = int64_t{1} << 38;
+
 void check_strides(const AttentionStrides& s, bool variable_lengths, const char* name) {
   // TMA takes byte strides that are multiples of 16: 8 elements of 16 bits.
-  const bool batch_ok = variable_lengths || (s.batch > 0 && s.batch % 8 == 0);
-  require(batch_ok && s.head > 0 && s.head % 8 == 0 && s.token > 0 && s.token % 8 == 0, ErrorCode::invalid_argument,
-          std::string(kWho) + ": " + name + " strides must be positive multiples of 8 elements (16 bytes), got batch " +
+  const bool batch_ok = variable_lengths || (s.batch > 0 && s.batch % 8 == 0 && s.batch < kMaxStride);
+  require(batch_ok && s.head > 0 && s.head % 8 == 0 && s.head < kMaxStride && s.token > 0 && s.token % 8 == 0 &&
+              s.token < kMaxStride,
+          ErrorCode::invalid_argument,
+          std::string(kWho) + ": " + name +
+              " strides must be positive multiples of 8 elements (16 bytes) below 2^38, " + "got batch " +
               str(s.batch) + ", head " + str(s.head) + ", token " + str(s.token));
 }
 

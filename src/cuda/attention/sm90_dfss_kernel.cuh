@@ -1,7 +1,8 @@
 #pragma once
 // The fused DFSS forward on Hopper. A CTA owns 128 queries of one (sequence, head): two consumer warpgroups of 64
-// rows each and a producer warpgroup whose one thread streams Q once and K, V in 128-key steps by TMA through two
-// stage rings (K released after Q*K^T, V after P*V, so the next K lands while P*V runs).
+// rows each and a producer warpgroup that streams Q once and K, V in 128-key steps through two stage rings (K
+// released after Q*K^T, V after P*V, so the next K lands while P*V runs): Q, V and dense K by TMA from one thread,
+// 2:4 K by all 128 threads' copies (permuted_key).
 //
 // Consumer step: S = Q*K^T on wgmma (f32 accumulators), the causal and length masks, the online softmax's row
 // maxima (a group's largest score is always kept, so the maximum over kept scores is the maximum over valid ones),
@@ -56,7 +57,7 @@ __host__ __device__ constexpr int permuted_key(int column) {
 }
 
 struct Params {
-  const void* k;                     // 2:4: K read by the producer warpgroup's copies (keys permuted, see below)
+  const void* k;                     // 2:4: K read by the producer warpgroup's copies (permuted_key)
   int64_t k_batch, k_head, k_token;  // element strides of K
   void* o;
   float* lse;
@@ -226,6 +227,8 @@ struct Producer {
                 L::kKvChunkBytes);
       v_ring.advance();
     }
+    // A thread's copies are not promised to land after it exits.
+    if constexpr (kPermuteKeys) ptx::cp_async_wait<0>();
   }
 };
 
