@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/convert.cuh"
 #include "../common/pipeline.cuh"
 #include "../ptx/cp_async.cuh"
 #include "../ptx/mbarrier.cuh"
@@ -92,17 +93,6 @@ struct SharedLayout {
 
 template <class Element>
 using MmaOf = std::conditional_t<std::is_same_v<Element, __half>, ptx::MmaF16, ptx::MmaBF16>;
-
-template <class Element>
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
-  if constexpr (std::is_same_v<Element, __half>) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-}
 
 // 2^x on the SFU (ex2.approx, flushing denormals): the exponentials of the online softmax.
 __device__ __forceinline__ float exp2_approx(float x) {

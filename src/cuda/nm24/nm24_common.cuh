@@ -11,6 +11,7 @@
 
 #include <cuda_fp8.h>
 
+#include "../common/convert.cuh"
 #include "../ptx/mma_sp.cuh"
 #include "../ptx/wgmma_sp.cuh"
 #include "../ptx/wgmma_sp_8bit.cuh"
@@ -143,20 +144,7 @@ __device__ __forceinline__ void epilogue_store(const P& p, int64_t row, int64_t 
   store_out<Out>(p.d, index, activate(p.activation, v));
 }
 
-// Two outputs rounded to D's 16-bit type in one conversion (cvt.rn.{f16,bf16}x2.f32), lo in the low half.
-template <class Out>
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
-  static_assert(std::is_same_v<Out, __half> || std::is_same_v<Out, __nv_bfloat16>, "16-bit outputs");
-  uint32_t bits;
-  if constexpr (std::is_same_v<Out, __half>) {
-    const __half2 pair = __floats2half2_rn(lo, hi);
-    memcpy(&bits, &pair, sizeof bits);
-  } else {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    memcpy(&bits, &pair, sizeof bits);
-  }
-  return bits;
-}
+using cuda::pack_pair;  // D's 16-bit pairs
 
 // Whether the epilogue is D = alpha * acc alone (no bias, beta 0, no activation): the common case, whose stores
 // (plain_store_m16n8) are a few instructions each where epilogue_store's are ~90 once unrolled over a warp's
