@@ -1,8 +1,16 @@
 """What the Python tests share."""
 import json
+import os
 import struct
 
 import numpy as np
+
+
+def torch_missing(error: ImportError) -> str:
+    """Why the PyTorch tests skip; raises `error` again where NMKIT_REQUIRE_TORCH=1 says PyTorch must be there."""
+    if os.environ.get("NMKIT_REQUIRE_TORCH") == "1":
+        raise error
+    return f"PyTorch is not installed ({error})"
 
 
 def write_safetensors(path, tensors):

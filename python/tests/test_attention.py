@@ -16,19 +16,18 @@ reason elsewhere). NMKIT_REQUIRE_TORCH=1 turns a missing PyTorch into a failure 
 import contextlib
 import ctypes
 import math
-import os
 import pathlib
 import unittest
 from unittest import mock
+
+from helpers import torch_missing
 
 try:
     import torch
     import torch.nn.functional as F
     WHY_NO_TORCH = None
 except ImportError as e:
-    WHY_NO_TORCH = f"PyTorch is not installed ({e})"
-    if os.environ.get("NMKIT_REQUIRE_TORCH") == "1":
-        raise
+    WHY_NO_TORCH = torch_missing(e)
 
 try:
     import nmkit

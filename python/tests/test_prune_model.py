@@ -17,7 +17,7 @@ from unittest import mock
 import numpy as np
 
 import nmkit
-from helpers import read_safetensors
+from helpers import read_safetensors, torch_missing
 
 try:
     import torch
@@ -26,9 +26,7 @@ try:
     import nmkit.prune_model as pm
     WHY_NO_TORCH = None
 except ImportError as e:
-    WHY_NO_TORCH = f"PyTorch is not installed ({e})"
-    if os.environ.get("NMKIT_REQUIRE_TORCH") == "1":
-        raise
+    WHY_NO_TORCH = torch_missing(e)
 
 if not WHY_NO_TORCH:
     from test_torch import layers_on_the_cpu

@@ -15,7 +15,7 @@ import unittest
 import numpy as np
 
 import nmkit
-from helpers import read_safetensors, write_safetensors
+from helpers import read_safetensors, torch_missing, write_safetensors
 
 try:
     import torch
@@ -23,9 +23,7 @@ try:
     import nmkit.torch as nmt
     WHY_NO_TORCH = None
 except ImportError as e:
-    WHY_NO_TORCH = f"PyTorch is not installed ({e})"
-    if os.environ.get("NMKIT_REQUIRE_TORCH") == "1":
-        raise
+    WHY_NO_TORCH = torch_missing(e)
 
 if not WHY_NO_TORCH:
     from test_prune_model import TinyLM, calibration

@@ -21,7 +21,7 @@ from unittest import mock
 import numpy as np
 
 import nmkit
-from helpers import write_safetensors
+from helpers import torch_missing, write_safetensors
 
 try:
     import torch
@@ -30,9 +30,7 @@ try:
     import nmkit.torch as nmt
     WHY_NO_TORCH = None
 except ImportError as e:
-    WHY_NO_TORCH = f"PyTorch is not installed ({e})"
-    if os.environ.get("NMKIT_REQUIRE_TORCH") == "1":
-        raise
+    WHY_NO_TORCH = torch_missing(e)
 
 if WHY_NO_TORCH:
     WHY_NO_GPU = WHY_NO_TORCH

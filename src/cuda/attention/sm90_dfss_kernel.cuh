@@ -19,6 +19,7 @@
 
 #include "../common/convert.cuh"
 #include "../common/pipeline.cuh"
+#include "../common/sm90.cuh"
 #include "../ptx/cp_async.cuh"
 #include "../ptx/mbarrier.cuh"
 #include "../ptx/tma.cuh"
@@ -29,7 +30,6 @@
 namespace nmkit::cuda::attention {
 
 inline constexpr int kConsumers = 2;
-inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 inline constexpr int kRowsPerConsumer = 64;  // wgmma's M
 inline constexpr int kBlockM = kConsumers * kRowsPerConsumer;
@@ -41,9 +41,7 @@ inline constexpr int kSparseStepKeys = 32;  // wgmma.sp k32
 inline constexpr int kDenseStepKeys = 16;   // wgmma k16
 inline constexpr int kProducerRegisters = 40;
 inline constexpr int kConsumerRegisters = 232;
-inline constexpr int kRegisterFile = 64 * 1024;
-static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
-                  (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
+static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * launch_registers(kThreads),
               "setmaxnreg budgets must fit the registers allocated at launch");
 
 // 2:4 mode loads K with its keys permuted inside each 16-key block, so that the score accumulators of thread t of a

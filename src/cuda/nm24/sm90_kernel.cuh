@@ -30,6 +30,7 @@
 #include "../common/launch.cuh"
 #include "../common/named_barrier.cuh"
 #include "../common/pipeline.cuh"
+#include "../common/sm90.cuh"
 #include "../common/ring.cuh"
 #include "../common/smem.cuh"
 #include "../common/tensor_map.cuh"
@@ -55,12 +56,11 @@ constexpr int kSwizzleRowBytes = 128;
 template <class Element>
 constexpr int kTileK = kSwizzleRowBytes / static_cast<int>(sizeof(Element));
 constexpr int kConsumers = 2;  // warpgroups doing math
-constexpr int kWarpgroupThreads = 128;
+using cuda::kWarpgroupThreads;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kRowsPerConsumer = kBlockM / kConsumers;  // 64: one m64 wgmma
 constexpr int kKBlocksPerTile = kBlockK / kFragmentK;   // 2 wgmma.sp per k-tile
 constexpr int kSwizzleAlign = 1024;                     // 128B-swizzle atoms are 8 rows x 128 bytes
-constexpr int kRegisterFile = 64 * 1024;
 constexpr int kSharedMemoryLimit = cuda::kSm90SharedMemoryPerCta;
 
 static_assert(kRowsPerConsumer == 64, "one consumer warpgroup issues m64 wgmma");
@@ -128,9 +128,9 @@ struct BSourceTraits {
   // thread once its share of a gathered tile is written.
   static constexpr int kFullArrivals = kGather ? 1 + kWarpgroupThreads : 1;
   // setmaxnreg.inc waits for registers that the producer's .dec released: the budgets must fit what the
-  // launch allocated (kRegisterFile / kThreads, in units of 8), or the consumers wait forever.
+  // launch allocated (cuda::launch_registers), or the consumers wait forever.
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
-                    (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
+                    (kConsumers + 1) * cuda::launch_registers(kThreads),
                 "setmaxnreg budgets must fit the registers allocated at launch");
 };
 
@@ -617,7 +617,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kProducerRegisters = kSplitK ? 56 : Traits::kProducerRegisters;
   constexpr int kConsumerRegisters = kSplitK ? 224 : Traits::kConsumerRegisters;
   static_assert(
-      kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * (kRegisterFile / kThreads / 8 * 8),
+      kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * cuda::launch_registers(kThreads),
       "setmaxnreg budgets must fit the registers allocated at launch");
 
   extern __shared__ unsigned char smem_raw[];

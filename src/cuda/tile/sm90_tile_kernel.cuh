@@ -34,6 +34,7 @@
 #include "../common/launch.cuh"
 #include "../common/named_barrier.cuh"
 #include "../common/pipeline.cuh"
+#include "../common/sm90.cuh"
 #include "../common/smem.cuh"
 #include "../common/tensor_map.cuh"
 #include "../nm24/nm24_common.cuh"
@@ -57,7 +58,7 @@ namespace epi = sm90_epilogue;
 using epi::BlockRows;
 
 constexpr int kConsumers = 2;
-constexpr int kWarpgroupThreads = 128;
+using cuda::kWarpgroupThreads;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kBlockRows = epi::kEpilogueRows;  // 128: one m64 wgmma per consumer warpgroup
 static_assert(kBlockRows == kSm90BlockRows, "the heuristics count units of the same rows");
@@ -67,7 +68,6 @@ constexpr int kRowBytes = kStepK * 2;
 [[maybe_unused]] constexpr int kWgmmaK = 16;
 constexpr int kSwizzleAlign = 1024;
 constexpr int kABytes = kBlockRows * kRowBytes;  // a step's tile slots: 128 rows x 64 columns
-constexpr int kRegisterFile = 64 * 1024;
 constexpr int kMaxStages = 8;
 constexpr int kMaxSplit = kMaxClusterSplit;
 constexpr int kChunkN = 32;  // tokens per epilogue chunk of a warpgroup
@@ -81,7 +81,7 @@ struct Budget {
   static constexpr int kConsumerRegisters = kCtasPerSm == 1 ? 216 : 80;
   static constexpr int kPipelineBytes = (kCtasPerSm == 1 ? 224 : 104) * 1024;  // stages and epilogue buffers
   static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
-                    (kConsumers + 1) * (kRegisterFile / (kThreads * kCtasPerSm) / 8 * 8),
+                    (kConsumers + 1) * cuda::launch_registers(kThreads * kCtasPerSm),
                 "setmaxnreg budgets must fit the registers allocated at launch");
 };
 
