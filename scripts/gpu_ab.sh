@@ -21,7 +21,7 @@ OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 configure() {
-  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="90a;80" \
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${NMKIT_CUDA_ARCHS:-90a;80}" \
     -DNMKIT_DEFAULT_MODEL=/model-not-carried >"/tmp/nmkit_configure_$(basename "$2").log" 2>&1 ||
     { tail -30 "/tmp/nmkit_configure_$(basename "$2").log"; exit 1; }
 }

@@ -1,5 +1,5 @@
-// The fp8 2:4 SpMM against cpu/quantized_spmm.hpp over poisoned outputs: e4m3 and e5m2, odd shapes and tails, every
-// output dtype and epilogue, split-K, and its refusals.
+// The 8-bit 2:4 SpMM against cpu/quantized_spmm.hpp over poisoned outputs: e4m3, e5m2 and int8, odd shapes and
+// tails, every output dtype and epilogue, split-K, and its refusals.
 #include "nmkit/gpu/detail/nm24_8bit_spmm.hpp"
 
 #include <cmath>
@@ -18,7 +18,7 @@ using detail::DeviceNm24x8;
 using detail::Nm24x8SpmmPlan;
 using detail::QuantizedSpmmDesc;
 
-bool fp8_here() {
+bool eight_bit_here() {
   try {
     Nm24x8SpmmPlan::create({128, 128, 16});
     return true;
@@ -55,7 +55,7 @@ double run_case(const QuantizedSpmmDesc& d, const Nm24Options& options, uint32_t
   const Nm24x8SpmmPlan plan = Nm24x8SpmmPlan::create(d, options);
   plan.run(nullptr, a, static_cast<const uint8_t*>(x.ptr), static_cast<const float*>(x_scales.ptr), dc.ptr, dd.ptr,
            d.bias ? static_cast<const float*>(dbias.ptr) : nullptr);
-  check(cudaDeviceSynchronize(), "fp8 kernel");
+  check(cudaDeviceSynchronize(), "8-bit kernel");
   std::vector<std::byte> d_host(d_bytes);
   check(cudaMemcpy(d_host.data(), dd.ptr, d_bytes, cudaMemcpyDeviceToHost), "copy D");
   std::vector<float> want(d.rows * d.n);
@@ -70,18 +70,18 @@ double run_case(const QuantizedSpmmDesc& d, const Nm24Options& options, uint32_t
   return test::relative_frobenius(got, want);
 }
 
-// Both sides sum exact products of fp8 values in fp32 (GPU) or double (CPU): what differs is the order and the
+// Both sides sum exact products of codes, in fp32 or int32 (GPU) or double (CPU): what differs is the order and the
 // output's rounding.
-double fp8_tolerance(DType out) { return out == DType::bf16 ? 1e-2 : 2e-3; }
+double eight_bit_tolerance(DType out) { return out == DType::bf16 ? 1e-2 : 2e-3; }
 
 TEST(Nm24x8Gpu, AgreesWithTheQuantizedOracle) {
   SKIP_WITHOUT_GPU();
-  if (!fp8_here()) GTEST_SKIP() << "no sm90 device";
+  if (!eight_bit_here()) GTEST_SKIP() << "no sm90 device";
   struct Shape {
     int64_t r, k, c;
   };
   uint32_t seed = 9000;
-  for (QuantType type : {QuantType::e4m3, QuantType::e5m2})
+  for (QuantType type : {QuantType::e4m3, QuantType::e5m2, QuantType::int8})
     for (const Shape& s : {Shape{128, 128, 16}, Shape{200, 144, 77}, Shape{1000, 1008, 300}, Shape{512, 4096, 256}})
       for (DType out : {DType::f16, DType::bf16, DType::f32})
         for (Layout d_layout : {Layout::col_major, Layout::row_major}) {
@@ -91,49 +91,54 @@ TEST(Nm24x8Gpu, AgreesWithTheQuantizedOracle) {
                                     out,      d_layout,
                                     0.75f,    epilogue ? -0.5f : 0.0f,
                                     epilogue, epilogue ? Activation::gelu : Activation::none};
-          EXPECT_LE(run_case(d, {}, seed += 10), fp8_tolerance(out)) << describe(d, {});
+          EXPECT_LE(run_case(d, {}, seed += 10), eight_bit_tolerance(out)) << describe(d, {});
         }
 }
 
 TEST(Nm24x8Gpu, EveryTileScheduleAndSplitAgrees) {
   SKIP_WITHOUT_GPU();
-  if (!fp8_here()) GTEST_SKIP() << "no sm90 device";
+  if (!eight_bit_here()) GTEST_SKIP() << "no sm90 device";
   uint32_t seed = 9500;
-  const QuantizedSpmmDesc d{1000, 1024, 520, QuantType::e4m3, DType::f16};
-  for (int block_n : {256, 192, 128, 64, 32, 16})
-    for (Sm90Schedule schedule : {Sm90Schedule::staged, Sm90Schedule::registers, Sm90Schedule::persistent}) {
-      if (block_n % 64 != 0 && schedule != Sm90Schedule::staged) continue;
-      const Nm24Options options{.block_n = block_n, .schedule = schedule};
-      EXPECT_LE(run_case(d, options, seed += 10), fp8_tolerance(d.out_dtype)) << describe(d, options);
+  for (QuantType type : {QuantType::e4m3, QuantType::int8}) {
+    const QuantizedSpmmDesc d{1000, 1024, 520, type, DType::f16};
+    for (int block_n : {256, 192, 128, 64, 32, 16})
+      for (Sm90Schedule schedule : {Sm90Schedule::staged, Sm90Schedule::registers, Sm90Schedule::persistent}) {
+        if (block_n % 64 != 0 && schedule != Sm90Schedule::staged) continue;
+        const Nm24Options options{.block_n = block_n, .schedule = schedule};
+        EXPECT_LE(run_case(d, options, seed += 10), eight_bit_tolerance(d.out_dtype)) << describe(d, options);
+      }
+    const QuantizedSpmmDesc decode{1000, 1024, 7, type, DType::bf16};
+    for (int split : {2, 5, 8}) {
+      const Nm24Options options{.block_n = 16, .split = split};
+      EXPECT_LE(run_case(decode, options, seed += 10), eight_bit_tolerance(decode.out_dtype))
+          << describe(decode, options);
     }
-  const QuantizedSpmmDesc decode{1000, 1024, 7, QuantType::e4m3, DType::bf16};
-  for (int split : {2, 5, 8}) {
-    const Nm24Options options{.block_n = 16, .split = split};
-    EXPECT_LE(run_case(decode, options, seed += 10), fp8_tolerance(decode.out_dtype)) << describe(decode, options);
   }
 }
 
 // fp8 wgmma accumulates with fewer mantissa bits than fp32: the error against the exact oracle as K grows, printed
-// for the record (docs/performance.md), and held to the bf16 output's tolerance at 16K.
+// for the record (docs/performance.md), and held to the bf16 output's tolerance at 16K. int8 sums exactly in int32:
+// its only error is the one fp32 conversion and scaling of each sum.
 TEST(Nm24x8Gpu, AccumulationErrorAsKGrows) {
   SKIP_WITHOUT_GPU();
-  if (!fp8_here()) GTEST_SKIP() << "no sm90 device";
+  if (!eight_bit_here()) GTEST_SKIP() << "no sm90 device";
   uint32_t seed = 9900;
-  for (int64_t k : {512, 2048, 8192, 16384}) {
-    const QuantizedSpmmDesc d{256, k, 64, QuantType::e4m3, DType::f32};
-    const double err = run_case(d, {}, seed += 10);
-    std::printf("fp8 2:4 accumulation: K = %5ld, relative error %.2e (f32 D)\n", static_cast<long>(k), err);
-    EXPECT_LE(err, fp8_tolerance(DType::bf16)) << describe(d, {});
-  }
+  for (QuantType type : {QuantType::e4m3, QuantType::int8})
+    for (int64_t k : {512, 2048, 8192, 16384}) {
+      const QuantizedSpmmDesc d{256, k, 64, type, DType::f32};
+      const double err = run_case(d, {}, seed += 10);
+      std::printf("%s 2:4 accumulation: K = %5ld, relative error %.2e (f32 D)\n", quant_type_name(type),
+                  static_cast<long>(k), err);
+      EXPECT_LE(err, type == QuantType::int8 ? 1e-6 : eight_bit_tolerance(DType::bf16)) << describe(d, {});
+    }
 }
 
 TEST(Nm24x8Gpu, RefusesWhatItCannotRun) {
   SKIP_WITHOUT_GPU();
-  if (!fp8_here()) GTEST_SKIP() << "no sm90 device";
+  if (!eight_bit_here()) GTEST_SKIP() << "no sm90 device";
   EXPECT_NMKIT_ERROR(Nm24x8SpmmPlan::create({128, 120, 16}), ErrorCode::unsupported, "multiple of 16");
-  EXPECT_NMKIT_ERROR(Nm24x8SpmmPlan::create({128, 128, 16, QuantType::int8}), ErrorCode::unsupported, "e4m3 and e5m2");
   EXPECT_NMKIT_ERROR(Nm24x8SpmmPlan::create({128, 128, 16}, {.kernel = Nm24Kernel::sm80_mma_sp}),
-                     ErrorCode::unsupported, "no portable fp8 kernel");
+                     ErrorCode::unsupported, "no portable 8-bit kernel");
   const DenseMatrix w = test::random_matrix(128, 128, DType::f32, 1);
   const DeviceNm24x8 a =
       DeviceNm24x8::upload(pack_nm24(quantize_nm(compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4), QuantType::e4m3)));

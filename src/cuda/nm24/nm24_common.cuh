@@ -61,29 +61,40 @@ struct LaunchOn {
 
 template <class Element>
 struct ElementTraits;
-// Per operand type: the MMA tag and the sm90 kernel's sparse wgmma (k32 steps of 16-bit values, k64 of 8-bit ones;
-// either way a step is 64 bytes of a row).
+// Per operand type: the MMA tag, the accumulators and the sm90 kernel's sparse wgmma (k32 steps of 16-bit values,
+// k64 of 8-bit ones; either way a step is 64 bytes of a row).
 template <>
 struct ElementTraits<__half> {
   using Mma = ptx::MmaF16;
+  using Accumulator = float;
   template <int N>
   using Wgmma = ptx::WgmmaSpSS<N, Mma>;
 };
 template <>
 struct ElementTraits<__nv_bfloat16> {
   using Mma = ptx::MmaBF16;
+  using Accumulator = float;
   template <int N>
   using Wgmma = ptx::WgmmaSpSS<N, Mma>;
 };
 template <>
 struct ElementTraits<__nv_fp8_e4m3> {
+  using Accumulator = float;
   template <int N>
   using Wgmma = ptx::WgmmaSpSS8<N, ptx::MmaE4M3>;
 };
 template <>
 struct ElementTraits<__nv_fp8_e5m2> {
+  using Accumulator = float;
   template <int N>
   using Wgmma = ptx::WgmmaSpSS8<N, ptx::MmaE5M2>;
+};
+// int8 codes accumulate exactly in int32; the epilogue converts each sum to fp32 once, when it applies the scales.
+template <>
+struct ElementTraits<int8_t> {
+  using Accumulator = int32_t;
+  template <int N>
+  using Wgmma = ptx::WgmmaSpSS8<N, ptx::MmaS8>;
 };
 template <class Element>
 inline constexpr bool kEightBit = sizeof(Element) == 1;
@@ -248,8 +259,9 @@ void launch_sm90(const Params& p, int block_n, const LaunchOn& on);
 template <class Element, class Out>
 void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, const LaunchOn& on);
 TileShape sm90_gather_tile_shape(int block_n, int b_tiles);
-// fp8 2:4 on sm90 (Element __nv_fp8_e4m3 or __nv_fp8_e5m2; B col-major codes, K % 16 == 0, 16-byte aligned): the
-// accumulators scaled by row_scales[row] * token_scales[token] before the epilogue. block_n as launch_sm90's.
+// 8-bit 2:4 on sm90 (Element __nv_fp8_e4m3, __nv_fp8_e5m2 or int8_t; B col-major codes, K % 16 == 0, 16-byte
+// aligned): the dot products scaled by row_scales[row] * token_scales[token] before the epilogue. block_n as
+// launch_sm90's.
 template <class Element, class Out>
 void launch_sm90_8bit(const Params& p, const float* row_scales, const float* token_scales, int block_n,
                       const LaunchOn& on);

@@ -1,5 +1,5 @@
-// Host side of the fp8 2:4 SpMM: the device weight, plan creation (validation, tile and schedule as for 2:4) and
-// run().
+// Host side of the 8-bit (fp8, int8) 2:4 SpMM: the device weight, plan creation (validation, tile and schedule as for
+// 2:4) and run().
 #include <cuda_runtime.h>
 
 #include <span>
@@ -50,19 +50,17 @@ DeviceNm24x8 DeviceNm24x8::upload(const PackedNm24x8& packed) {
 
 Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24Options& options) {
   const SpmmDesc spmm = as_spmm_desc(desc);
-  nm24::check_desc(spmm, "fp8 plan");
-  nm24::check_options(options, "fp8 plan");
-  require(desc.type == QuantType::e4m3 || desc.type == QuantType::e5m2, ErrorCode::unsupported,
-          std::string("fp8 plan: the 8-bit kernels run e4m3 and e5m2, not ") + quant_type_name(desc.type));
+  nm24::check_desc(spmm, "8-bit plan");
+  nm24::check_options(options, "8-bit plan");
   require(desc.cols % kTmaRowElements == 0, ErrorCode::unsupported,
-          "fp8 plan: K must be a multiple of 16 (x's rows are read by TMA), got " + std::to_string(desc.cols));
+          "8-bit plan: K must be a multiple of 16 (x's rows are read by TMA), got " + std::to_string(desc.cols));
   require(nm24::sm90_compiled() && nm24::device_is_sm90(), ErrorCode::unsupported,
-          "fp8 plan: the fp8 kernel needs an sm_90 device and a build with sm_90a");
+          "8-bit plan: the 8-bit kernels need an sm_90 device and a build with sm_90a");
   require(options.kernel != Nm24Kernel::sm80_mma_sp, ErrorCode::unsupported,
-          "fp8 plan: there is no portable fp8 kernel; the Hopper one runs it");
+          "8-bit plan: there is no portable 8-bit kernel; the Hopper one runs it");
   Nm24x8SpmmPlan plan;
   plan.desc_ = desc;
-  // The 2:4 kernel's tiles and costs: fp8 doubles the math rate and halves the bytes of both, so the choice stands.
+  // The 2:4 kernel's tiles and costs: 8 bits double the math rate and halve the bytes of both, so the choice stands.
   const int block_n = options.block_n != 0 ? options.block_n
                                            : nm24::sm90_block_n(desc.rows, desc.cols, desc.n,
                                                                 nm24::device_facts().sm_count, nm24::kColMajorBlockN);
@@ -70,21 +68,21 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
   plan.config_ = {Nm24Kernel::sm90_wgmma_sp, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   nm24::choose_sm90_schedule(spmm, options, ceil_div(desc.cols, int64_t{x8::kPackKAlign}),
                              /*split_k_built=*/t.block_n <= 64, plan.config_);
-  nm24::log_plan("fp8", quant_type_name(desc.type), desc.rows, desc.cols, desc.n, plan.config_);
+  nm24::log_plan("8-bit", quant_type_name(desc.type), desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }
 
 void Nm24x8SpmmPlan::run(Stream stream, const DeviceNm24x8& a, const uint8_t* x, const float* x_scales, const void* c,
                          void* d, const float* bias) const {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.type() == desc_.type, ErrorCode::invalid_argument,
-          "fp8 run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
+          "8-bit run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
               quant_type_name(a.type()) + ", the plan was made for " + std::to_string(desc_.rows) + "x" +
               std::to_string(desc_.cols) + " " + quant_type_name(desc_.type));
   if (desc_.n == 0) return;
   const SpmmDesc spmm = as_spmm_desc(desc_);
   require(x != nullptr && x_scales != nullptr && nm24::aligned16(x), ErrorCode::invalid_argument,
-          "fp8 run: x and its scales must not be null, and x must be 16-byte aligned");
-  nm24::check_operands(spmm, x, c, d, bias, "fp8 run");
+          "8-bit run: x and its scales must not be null, and x must be 16-byte aligned");
+  nm24::check_operands(spmm, x, c, d, bias, "8-bit run");
   nm24::Params p{static_cast<const uint32_t*>(a.values()),
                  static_cast<const uint32_t*>(a.metadata()),
                  x,
@@ -110,10 +108,14 @@ void Nm24x8SpmmPlan::run(Stream stream, const DeviceNm24x8& a, const uint8_t* x,
     else
       nm24::launch_sm90_8bit<Element, __half>(p, a.scales(), x_scales, config_.block_n, on);
   };
-  if (desc_.type == QuantType::e4m3)
-    launch.template operator()<__nv_fp8_e4m3>();
-  else
-    launch.template operator()<__nv_fp8_e5m2>();
+  switch (desc_.type) {
+    case QuantType::e4m3:
+      return launch.template operator()<__nv_fp8_e4m3>();
+    case QuantType::e5m2:
+      return launch.template operator()<__nv_fp8_e5m2>();
+    case QuantType::int8:
+      return launch.template operator()<int8_t>();
+  }
 }
 
 }  // namespace nmkit::gpu::detail

@@ -304,17 +304,20 @@ struct CtaWork {
 template <int kBlockN, BSource kSource>
 constexpr bool kSplitKTakes = kBlockN <= 64 && kSource == BSource::tma;
 
-// 8-bit products accumulate dot products of codes: each becomes dot * the scale of its row * the scale of its token
-// before the epilogue, which then applies alpha, bias, beta * C and the activation as for 16-bit operands.
+// 8-bit products accumulate dot products of codes (fp32 for fp8, int32 for int8): each becomes dot * the scale of its
+// row * the scale of its token before the epilogue, which then applies alpha, bias, beta * C and the activation as for
+// 16-bit operands.
 struct CodeScales {
   const float* rows = nullptr;    // R_padded: the weight's per-row scales, zero in the padding
   const float* tokens = nullptr;  // C: the activations' per-token scales
 };
 
-// A consumer warpgroup's m64 x kBlockN accumulators (wgmma_sp.cuh's register order) at rows row0.., columns n0..
-template <int kAccumulators>
-__device__ __forceinline__ void apply_code_scales(float (&acc)[kAccumulators], const CodeScales& scales,
-                                                  const Params& p, int64_t row0, int64_t n0, int thread_in_group) {
+// A consumer warpgroup's m64 x kBlockN dot products (wgmma_sp.cuh's register order) at rows row0.., columns n0..,
+// scaled into fp32 outputs.
+template <class Accumulator, int kAccumulators>
+__device__ __forceinline__ void scale_dot_products(const Accumulator (&dots)[kAccumulators],
+                                                   float (&out)[kAccumulators], const CodeScales& scales,
+                                                   const Params& p, int64_t row0, int64_t n0, int thread_in_group) {
   const int warp = thread_in_group / 32, g = thread_in_group % 32 / 4, t = thread_in_group % 4;
   const int64_t r0 = row0 + 16 * warp + g, r1 = r0 + 8;  // within the padded rows
   const float w0 = __ldg(scales.rows + r0), w1 = __ldg(scales.rows + r1);
@@ -323,7 +326,10 @@ __device__ __forceinline__ void apply_code_scales(float (&acc)[kAccumulators], c
     const int64_t c0 = n0 + 8 * j + 2 * t;
     const float x0 = c0 < p.n ? __ldg(scales.tokens + c0) : 0.0f,
                 x1 = c0 + 1 < p.n ? __ldg(scales.tokens + c0 + 1) : 0.0f;
-    acc[4 * j] *= w0 * x0, acc[4 * j + 1] *= w0 * x1, acc[4 * j + 2] *= w1 * x0, acc[4 * j + 3] *= w1 * x1;
+    out[4 * j] = static_cast<float>(dots[4 * j]) * (w0 * x0);
+    out[4 * j + 1] = static_cast<float>(dots[4 * j + 1]) * (w0 * x1);
+    out[4 * j + 2] = static_cast<float>(dots[4 * j + 2]) * (w1 * x0);
+    out[4 * j + 3] = static_cast<float>(dots[4 * j + 3]) * (w1 * x1);
   }
 }
 
@@ -466,14 +472,16 @@ struct Consumer {
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
   using Wgmma = typename ElementTraits<Element>::template Wgmma<kBlockN>;
+  using Accumulator = typename ElementTraits<Element>::Accumulator;
   using MetadataWords = uint32_t[kKBlocksPerTile];  // one register per k32 step
+  static constexpr int kAccumulators = Wgmma::kAccumulators;
 
   const Pipeline& pipeline;
   uint32_t stages_base;
   int warpgroup;
   int lane;
   int slab_in_tile;
-  float acc[Wgmma::kAccumulators];
+  Accumulator acc[kAccumulators];
   cuda::RingPosition<Shape::kStages> ring{};
   int in_flight_stage = -1;  // the stage the group still in flight reads, handed back once the next one is issued
 
@@ -488,7 +496,7 @@ struct Consumer {
   // still held (release_in_flight_stage hands it back).
   __device__ void mainloop(int k_tiles) {
 #pragma unroll
-    for (int i = 0; i < Wgmma::kAccumulators; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < kAccumulators; ++i) acc[i] = Accumulator{0};
     // wgmma reads its metadata registers until its group completes, so the next k-tile's must not land in the
     // registers of the group in flight: two buffers, alternated by unrolling the loop by two (a buffer is
     // reloaded only after wait_group<1> retired the group that read it). Renaming them is not left to ptxas: with
@@ -652,28 +660,38 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   ptx::setmaxnreg_inc<kConsumerRegisters>();
-  Consumer<Element, kBlockN, kSource, kBTiles> consumer(pipeline, smem, tid);
-  for (int64_t tile = work.first_tile; tile < order.tiles; tile += work.tile_stride) {
-    const auto [m0, n0] = order.origin(p, tile);
-    consumer.mainloop(work.k_end - work.k_begin);
-    if constexpr (kEightBit<Element>)
-      apply_code_scales(consumer.acc, scales, p, m0 + warpgroup * kRowsPerConsumer, n0, tid % kWarpgroupThreads);
+  using TileConsumer = Consumer<Element, kBlockN, kSource, kBTiles>;
+  TileConsumer consumer(pipeline, smem, tid);
+  // A tile's fp32 outputs to D: from registers, through the cluster's sum (split-K) or through the stages.
+  const auto store_tile = [&](const float(&acc)[TileConsumer::kAccumulators], int64_t m0, int64_t n0) {
     if (register_epilogue) {
       // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
       consumer.release_in_flight_stage();
       consumer.in_flight_stage = -1;
       if constexpr (Shape::kRegisterEpilogue && sizeof(Out) == 2)
-        store_from_registers<Out, kBlockN, kBTiles>(p, &d_map, consumer.acc, smem.outputs, m0, n0, warpgroup,
+        store_from_registers<Out, kBlockN, kBTiles>(p, &d_map, acc, smem.outputs, m0, n0, warpgroup,
                                                     tid % kWarpgroupThreads);
-      continue;
+      return;
     }
     if constexpr (kSplitK) {  // the cluster's partial tiles summed through distributed shared memory
       static_assert(kSplitKTakes<kBlockN, kSource>, "split-K is instantiated for narrow TMA tiles only");
-      sm90_epilogue::write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem.stages), consumer.acc,
+      sm90_epilogue::write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem.stages), acc,
                                                      sm90_epilogue::BlockRows{{m0, m0 + kRowsPerConsumer}}, n0, tid);
-      continue;
+      return;
     }
-    store_through_stages<Out, kBlockN, Traits::kGather>(p, consumer.acc, smem.stages, m0, n0, tid);
+    store_through_stages<Out, kBlockN, Traits::kGather>(p, acc, smem.stages, m0, n0, tid);
+  };
+  for (int64_t tile = work.first_tile; tile < order.tiles; tile += work.tile_stride) {
+    const auto [m0, n0] = order.origin(p, tile);
+    consumer.mainloop(work.k_end - work.k_begin);
+    if constexpr (kEightBit<Element>) {
+      float scaled[TileConsumer::kAccumulators];
+      scale_dot_products(consumer.acc, scaled, scales, p, m0 + warpgroup * kRowsPerConsumer, n0,
+                         tid % kWarpgroupThreads);
+      store_tile(scaled, m0, n0);
+    } else {
+      store_tile(consumer.acc, m0, n0);
+    }
   }
   // The consumers' work is done: the next kernel in the stream may be scheduled (where it was launched overlapping
   // this one), its CTAs taking the SMs that this grid's CTAs free. Said here rather than after the producer's loop,

@@ -1,5 +1,6 @@
-// The fp8 2:4 SpMM on Hopper: the sm90 sparse kernel (sm90_kernel.cuh) on 8-bit codes, B staged by TMA (K-major,
-// the only major-ness 8-bit wgmma takes), the accumulators scaled per row and token before the epilogue.
+// The 8-bit 2:4 SpMM on Hopper (fp8 e4m3/e5m2, int8): the sm90 sparse kernel (sm90_kernel.cuh) on 8-bit codes, B
+// staged by TMA (K-major, the only major-ness 8-bit wgmma takes), the dot products scaled per row and token before
+// the epilogue.
 #include "sm90_kernel.cuh"
 
 namespace nmkit::gpu::nm24 {
@@ -10,12 +11,12 @@ template <class Element, class Out>
 void launch_sm90_8bit(const Params& p, const float* row_scales, const float* token_scales, int block_n,
                       const LaunchOn& on) {
   using sm90::launch;
-  require(p.b_col_major, ErrorCode::invalid_argument, "sm90 fp8: B must be col-major (x[T, K] row-major)");
+  require(p.b_col_major, ErrorCode::invalid_argument, "sm90 8-bit: B must be col-major (x[T, K] row-major)");
   const sm90::CodeScales scales{row_scales, token_scales};
   constexpr BSource kTma = BSource::tma;
   const bool split = on.split > 1;
   require(!split || block_n <= 64, ErrorCode::invalid_argument,
-          "sm90 fp8: split-K runs n-tiles of 16, 32 or 64, got " + std::to_string(block_n));
+          "sm90 8-bit: split-K runs n-tiles of 16, 32 or 64, got " + std::to_string(block_n));
   switch (block_n) {
     case 256:
       return launch<Element, Out, 256, kTma, 1>(p, on, scales);
@@ -33,23 +34,24 @@ void launch_sm90_8bit(const Params& p, const float* row_scales, const float* tok
       return split ? launch<Element, Out, 16, kTma, 1, true>(p, on, scales)
                    : launch<Element, Out, 16, kTma, 1>(p, on, scales);
     default:
-      throw Error(ErrorCode::invalid_argument, "sm90 fp8: no kernel with block_n " + std::to_string(block_n));
+      throw Error(ErrorCode::invalid_argument, "sm90 8-bit: no kernel with block_n " + std::to_string(block_n));
   }
 }
 
 TileShape sm90_8bit_tile_shape(int block_n) {
   TileShape t = sm90_tile_shape(block_n);  // the same stages: a k-tile of codes is as many bytes as one of halves
-  t.block_k = sm90::kTileK<__nv_fp8_e4m3>;
+  t.block_k = sm90::kTileK<int8_t>;
   return t;
 }
 
-template void launch_sm90_8bit<__nv_fp8_e4m3, __half>(const Params&, const float*, const float*, int, const LaunchOn&);
-template void launch_sm90_8bit<__nv_fp8_e4m3, __nv_bfloat16>(const Params&, const float*, const float*, int,
-                                                             const LaunchOn&);
-template void launch_sm90_8bit<__nv_fp8_e4m3, float>(const Params&, const float*, const float*, int, const LaunchOn&);
-template void launch_sm90_8bit<__nv_fp8_e5m2, __half>(const Params&, const float*, const float*, int, const LaunchOn&);
-template void launch_sm90_8bit<__nv_fp8_e5m2, __nv_bfloat16>(const Params&, const float*, const float*, int,
-                                                             const LaunchOn&);
-template void launch_sm90_8bit<__nv_fp8_e5m2, float>(const Params&, const float*, const float*, int, const LaunchOn&);
+#define NMKIT_INSTANTIATE_8BIT(ELEMENT)                                                                             \
+  template void launch_sm90_8bit<ELEMENT, __half>(const Params&, const float*, const float*, int, const LaunchOn&); \
+  template void launch_sm90_8bit<ELEMENT, __nv_bfloat16>(const Params&, const float*, const float*, int,            \
+                                                         const LaunchOn&);                                          \
+  template void launch_sm90_8bit<ELEMENT, float>(const Params&, const float*, const float*, int, const LaunchOn&);
+NMKIT_INSTANTIATE_8BIT(__nv_fp8_e4m3)
+NMKIT_INSTANTIATE_8BIT(__nv_fp8_e5m2)
+NMKIT_INSTANTIATE_8BIT(int8_t)
+#undef NMKIT_INSTANTIATE_8BIT
 
 }  // namespace nmkit::gpu::nm24

@@ -76,6 +76,12 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
+template <int kCount>
+__device__ __forceinline__ void fence_registers(int32_t (&r)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
 // Register reallocation between warpgroups (PTX ISA §9.7.17.x, setmaxnreg).
 template <int kRegisters>
 __device__ __forceinline__ void setmaxnreg_inc() {

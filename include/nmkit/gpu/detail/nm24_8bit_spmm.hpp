@@ -1,7 +1,8 @@
 #pragma once
-// The fp8 2:4 SpMM on Hopper, cpu/quantized_spmm.hpp's product: D = act(alpha * scale_w[r] * scale_x[t] * dot(r, t)
-// + bias + beta * C), W an 8-bit 2:4 weight (pack_nm24 of a QuantizedNmMatrix), x 8-bit codes with a scale per
-// token (quantize_tokens). Kept in detail/ until it has run on a GPU and its API has settled.
+// The 8-bit 2:4 SpMM on Hopper (fp8 e4m3 or e5m2, int8), cpu/quantized_spmm.hpp's product:
+// D = act(alpha * scale_w[r] * scale_x[t] * dot(r, t) + bias + beta * C), W an 8-bit 2:4 weight (pack_nm24 of a
+// QuantizedNmMatrix), x codes of the same type with a scale per token (quantize_tokens). fp8 dot products accumulate
+// in the tensor cores' fp32, int8 ones exactly in int32. Kept in detail/ until its API has settled.
 //   DeviceNm24x8 w = DeviceNm24x8::upload(pack_nm24(quantize_nm(compress_nm(...), QuantType::e4m3)));
 //   Nm24x8SpmmPlan::create({R, K, T}).run(stream, w, x_codes, x_scales, nullptr, y);
 #include <cstdint>
@@ -32,7 +33,7 @@ class DeviceNm24x8 {
 
 struct QuantizedSpmmDesc {
   int64_t rows = 0, cols = 0, n = 0;    // R, K (a multiple of 16: x's rows are TMA rows), C (tokens)
-  QuantType type = QuantType::e4m3;     // of weight and activations: e4m3 or e5m2
+  QuantType type = QuantType::e4m3;     // of weight and activations: e4m3, e5m2 or int8
   DType out_dtype = DType::f16;         // C and D: f16, bf16 or f32
   Layout d_layout = Layout::col_major;  // col_major: D[r, t] at t * R + r (y[T, R] row-major)
   float alpha = 1.0f, beta = 0.0f;      // C is read when beta != 0
