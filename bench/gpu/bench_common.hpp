@@ -265,19 +265,7 @@ class DenseGemm {
   }
   int algorithms() const { return static_cast<int>(heuristics_.size()); }
   void select(int i) { chosen_ = i; }
-  // Picks the fastest heuristic algorithm on a short timing of `launch(set)` (which calls run()) and keeps it. Each
-  // candidate gets kProbeIters launches: with 5, at ~15 us per product the pick moved between processes.
-  void choose_fastest(const std::function<void(int)>& launch, int sets, cudaStream_t s) {
-    double best_ms = 1e30;
-    int best = 0;
-    for (int a = 0; a < algorithms(); ++a) {
-      select(a);
-      const double ms = time_median_ms(launch, sets, kProbeWarmup, kProbeIters, s);
-      if (ms < best_ms) best_ms = ms, best = a;
-    }
-    select(best);
-  }
-  static constexpr int kProbeWarmup = 3, kProbeIters = 15;
+  void choose_fastest(const std::function<void(int)>& launch, int sets, cudaStream_t s);
   void run(const void* w, const void* b, void* d, cudaStream_t s) const {
     const float alpha = 1.0f, beta = 0.0f;
     CHECK_CUBLAS(cublasLtMatmul(lt_, desc_, &alpha, w, a_, b, b_, &beta, d, d_, d, d_, &heuristics_[chosen_].algo,
@@ -293,6 +281,25 @@ class DenseGemm {
   std::vector<cublasLtMatmulHeuristicResult_t> heuristics_;
   int chosen_ = 0;
 };
+
+// Picks the fastest of a cuBLASLt wrapper's heuristic algorithms (algorithms(), select(i)) on a short timing of
+// `launch(set)` (which calls its run()) and keeps it. Each candidate gets kProbeIters launches: with 5, at ~15 us per
+// product the pick moved between processes.
+inline constexpr int kProbeWarmup = 3, kProbeIters = 15;
+template <class Gemm>
+void choose_fastest_algorithm(Gemm& gemm, const std::function<void(int)>& launch, int sets, cudaStream_t s) {
+  double best_ms = 1e30;
+  int best = 0;
+  for (int a = 0; a < gemm.algorithms(); ++a) {
+    gemm.select(a);
+    const double ms = time_median_ms(launch, sets, kProbeWarmup, kProbeIters, s);
+    if (ms < best_ms) best_ms = ms, best = a;
+  }
+  gemm.select(best);
+}
+inline void DenseGemm::choose_fastest(const std::function<void(int)>& launch, int sets, cudaStream_t s) {
+  choose_fastest_algorithm(*this, launch, sets, s);
+}
 
 inline double relative_error(const void* got, const void* want, int64_t count, DType dtype, cudaStream_t s) {
   DeviceArray sums(2 * sizeof(double));

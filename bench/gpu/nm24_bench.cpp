@@ -28,14 +28,12 @@
 #include "bench_kernels.hpp"
 #include "model_shapes.hpp"
 #include "power_probe.hpp"
+#include "quantized_suite.hpp"
+#include "sparse_lt.hpp"
 #include "tile_suite.hpp"
 #include "vnm_suite.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
-
-#if defined(NMKIT_HAVE_CUSPARSELT)
-#include <cusparseLt.h>
-#endif
 
 namespace {
 
@@ -62,6 +60,8 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
       for (int64_t c : kModelTokens) out.push_back({layer.r, layer.k, c, "models"});
   if (suite == "tile")  // seed 003: a 4096 x 4096 weight, a small batch and a large one
     for (int64_t c : {32, 4096}) out.push_back({4096, 4096, c, "tile"});
+  if (suite == "8bit")  // fp8 / int8 2:4 against cuBLASLt and cuSPARSELt at 8 bits
+    out = quantized_suite_shapes();
   if (suite == "vnm")  // the acceptance shapes of the V:N:M issue: llm, BERT-large (--vnm-shapes for the suites)
     for (auto [r, k, c] :
          {std::tuple<int64_t, int64_t, int64_t>{11008, 4096, 4096}, {8192, 8192, 8192}, {1024, 4096, 4096}})
@@ -69,83 +69,6 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
   if (out.empty() && suite != "none") throw Error(ErrorCode::invalid_argument, "unknown suite '" + suite + "'");
   return out;
 }
-
-#if defined(NMKIT_HAVE_CUSPARSELT)
-#define CHECK_CUSPARSELT(x) nmkit_bench_check_status(static_cast<int>(x), #x)
-// cuSPARSELt 2:4: A structured row-major, B and D col-major; compressed A per set, then optionally searched.
-// The compressed weights are made once, before any search: compressing again after cusparseLtMatmulSearch made
-// the next cusparseLtMatmul fault (H200, cuSPARSELt 0.8), so the plan is not to be separated from them.
-class SparseLt {
- public:
-  SparseLt(cusparseLtHandle_t* h, const Shape& s, DType dtype, const std::vector<const void*>& dense_w,
-           cudaStream_t stream)
-      : h_(h), stream_(stream) {
-    CHECK_CUSPARSELT(cusparseLtStructuredDescriptorInit(h_, &a_, s.r, s.k, s.k, 16, cuda_type(dtype),
-                                                        CUSPARSE_ORDER_ROW, CUSPARSELT_SPARSITY_50_PERCENT));
-    CHECK_CUSPARSELT(cusparseLtDenseDescriptorInit(h_, &b_, s.k, s.c, s.k, 16, cuda_type(dtype), CUSPARSE_ORDER_COL));
-    CHECK_CUSPARSELT(cusparseLtDenseDescriptorInit(h_, &d_, s.r, s.c, s.r, 16, cuda_type(dtype), CUSPARSE_ORDER_COL));
-    CHECK_CUSPARSELT(cusparseLtMatmulDescriptorInit(h_, &mm_, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                                    CUSPARSE_OPERATION_NON_TRANSPOSE, &a_, &b_, &d_, &d_,
-                                                    CUSPARSE_COMPUTE_32F));
-    CHECK_CUSPARSELT(cusparseLtMatmulAlgSelectionInit(h_, &alg_, &mm_, CUSPARSELT_MATMUL_ALG_DEFAULT));
-    CHECK_CUSPARSELT(cusparseLtMatmulPlanInit(h_, &plan_, &mm_, &alg_));
-    std::size_t compressed = 0, buffer = 0;
-    CHECK_CUSPARSELT(cusparseLtSpMMACompressedSize(h_, &plan_, &compressed, &buffer));
-    DeviceArray scratch(buffer);
-    for (const void* w : dense_w) {
-      compressed_.emplace_back(compressed);
-      CHECK_CUSPARSELT(cusparseLtSpMMACompress(h_, &plan_, w, compressed_.back().ptr, scratch.ptr, stream_));
-    }
-    NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    size_workspace();
-    // Split-K configurations tried by the search need workspace of their own: offer one that holds a few fp32
-    // partial outputs, searching again if the chosen configuration asks for more than the search had.
-    search_workspace_bytes_ = std::max(workspace_bytes_, std::size_t{4} * sizeof(float) * s.r * s.c);
-  }
-  void search(const void* b, void* d) {
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      DeviceArray workspace(search_workspace_bytes_);
-      const float alpha = 1.0f, beta = 0.0f;
-      CHECK_CUSPARSELT(
-          cusparseLtMatmulSearch(h_, &plan_, &alpha, compressed_[0].ptr, b, &beta, d, d, workspace.ptr, &stream_, 1));
-      NMKIT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      size_workspace();
-      if (workspace_bytes_ <= search_workspace_bytes_) return;
-      search_workspace_bytes_ = workspace_bytes_;
-    }
-  }
-  void run(int set, const void* b, void* d) {
-    const float alpha = 1.0f, beta = 0.0f;
-    CHECK_CUSPARSELT(
-        cusparseLtMatmul(h_, &plan_, &alpha, compressed_[set].ptr, b, &beta, d, d, workspace_.ptr, &stream_, 1));
-  }
-  int config_id() {
-    int id = -1;
-    CHECK_CUSPARSELT(cusparseLtMatmulAlgGetAttribute(h_, &alg_, CUSPARSELT_MATMUL_ALG_CONFIG_ID, &id, sizeof id));
-    return id;
-  }
-  ~SparseLt() {
-    cusparseLtMatmulPlanDestroy(&plan_);
-    cusparseLtMatmulAlgSelectionDestroy(&alg_);
-    cusparseLtMatDescriptorDestroy(&a_), cusparseLtMatDescriptorDestroy(&b_), cusparseLtMatDescriptorDestroy(&d_);
-  }
-
- private:
-  void size_workspace() {
-    CHECK_CUSPARSELT(cusparseLtMatmulGetWorkspace(h_, &plan_, &workspace_bytes_));
-    workspace_ = DeviceArray(workspace_bytes_);
-  }
-  cusparseLtHandle_t* h_;
-  cudaStream_t stream_{};
-  cusparseLtMatDescriptor_t a_{}, b_{}, d_{};
-  cusparseLtMatmulDescriptor_t mm_{};
-  cusparseLtMatmulAlgSelection_t alg_{};
-  cusparseLtMatmulPlan_t plan_{};
-  std::vector<DeviceArray> compressed_;
-  std::size_t workspace_bytes_ = 0, search_workspace_bytes_ = 0;
-  DeviceArray workspace_;
-};
-#endif
 
 struct Options {
   std::string suite = "all";
@@ -166,6 +89,7 @@ struct Options {
   std::string vnm_shapes = "acceptance";
   std::vector<std::string> shapes;
   std::string dtype = "both";
+  std::vector<std::string> quant_types{"e4m3", "int8"};  // 8bit suite
   std::string json_path;
   bool hold_queue = true;
   int warmup = 5, iters = 30;
@@ -223,15 +147,17 @@ gpu::Nm24Options nm24_variant_options(const VariantSettings& settings) {
 
 int run(const Options& o) {
   const VariantSettings variant_settings = parse_variant(o.variant);
-  if ((o.suite == "tile" || o.suite == "vnm") && o.power_ms > 0)
+  if ((o.suite == "tile" || o.suite == "vnm" || o.suite == "8bit") && o.power_ms > 0)
     throw Error(ErrorCode::invalid_argument,
                 "--power-ms applies to the 2:4 suites (bert, llm, decode, all), not --suite " + o.suite);
-  if (o.suite == "vnm" && !variant_settings.empty())
-    throw Error(ErrorCode::invalid_argument, "--variant applies to the 2:4 and tile suites, not --suite vnm");
+  if ((o.suite == "vnm" || o.suite == "8bit") && !variant_settings.empty())
+    throw Error(ErrorCode::invalid_argument, "--variant applies to the 2:4 and tile suites, not --suite " + o.suite);
   const gpu::Nm24Options variant_options =
       o.suite == "tile" || variant_settings.empty() ? gpu::Nm24Options{} : nm24_variant_options(variant_settings);
   std::vector<Shape> shapes = suite_shapes(
-      o.shapes.empty() ? o.suite : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" ? "none" : o.suite));
+      o.shapes.empty()
+          ? o.suite
+          : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" || o.suite == "8bit" ? "none" : o.suite));
   if (o.suite == "vnm" && o.shapes.empty() && o.vnm_shapes == "ksweep") {  // the seed's Figure 9: K varies
     shapes.clear();
     for (int64_t k : {1024, 2048, 4096, 8192, 16384}) shapes.push_back({4096, k, 4096, "vnm"});
@@ -301,6 +227,12 @@ int run(const Options& o) {
     t.stream_ctas = o.tile_stream_ctas, t.compare_kernel = o.tile_compare, t.kernel = o.tile_kernel;
     out["tile_run_host_overhead_us"] =
         run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
+    return finish();
+  }
+  if (o.suite == "8bit") {
+    QuantizedSuiteOptions q{shapes, {}, o.warmup, o.iters, o.cusparselt};
+    for (const std::string& name : o.quant_types) q.types.push_back(parse_quant_type(name));
+    run_quantized_suite(q, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
     return finish();
   }
   if (o.suite == "vnm") {
@@ -555,8 +487,9 @@ int main(int argc, char** argv) {
   Options o;
   app.add_option("--suite", o.suite,
                  "bert | llm | decode | all | models (2:4; models: every linear of Llama-2/3 and BERT at T = 1..8192) "
-                 "| vnm (V:N:M) | tile")
+                 "| vnm (V:N:M) | tile | 8bit (fp8 / int8 2:4)")
       ->capture_default_str();
+  app.add_option("--quant", o.quant_types, "8bit suite: e4m3 and/or int8")->delimiter(',')->capture_default_str();
   app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
   app.add_option("--tile-sides", o.tile_sides, "tile suite: square tile sides")->delimiter(',')->capture_default_str();
   app.add_option("--tile-densities", o.tile_densities, "tile suite: fractions of stored tiles")
