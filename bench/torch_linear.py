@@ -2,6 +2,15 @@
 (to_sparse_semi_structured: cuSPARSELt on Hopper) and nmkit.torch.SparseLinear on the same pruned weight.
 
     PYTHONPATH=build/gpu/python python3 bench/torch_linear.py [--json out.json] [--iters 50] [--rounds 7]
+    PYTHONPATH=build/gpu/python python3 bench/torch_linear.py --fp8 [--tokens 16,128,512,2048,4096]
+
+--fp8 compares 8-bit layers on bf16 activations instead (FP8_SHAPES x --tokens): F.linear in bf16;
+torch._scaled_mm, dense fp8 e4m3 with a scale per output channel and x quantized per token (absmax / 448) by eager
+torch ops inside the timed call, with and without fast accumulation (per-tensor scales where this PyTorch lacks
+row-wise ones, the row says so); nmkit.torch.SparseLinear in bf16 2:4, and in 8-bit 2:4 (e4m3, and int8 where the
+8-bit plan takes it, else "int8: not built"), x quantized per token inside the call. Each 8-bit row is checked
+against its own quantized product in fp32 (x quantized per token, the weight dequantized: `rel.err q`, under 2e-2
+or the row is not timed), and every row against the fp32 product of the pruned weight (`rel.err`: what 8 bits cost).
 
 Per shape and library: the GPU time of a call (CUDA events around `iters` back-to-back calls, median over
 interleaved rounds, the order rotating) and the host time to issue one (wall clock of the same loop before it
@@ -69,6 +78,38 @@ def relative_error(got, want):
     return ((got.float() - want).norm() / want.norm()).item()
 
 
+def measure(libraries, iters, rounds, warmup_s):
+    """Each library's (GPU ms, host us) per interleaved round, its graph (or why it could not be captured) and the
+    graph replays' ms per call, after a warm-up to settled clocks."""
+    deadline = time.perf_counter() + warmup_s
+    while time.perf_counter() < deadline:
+        for call in libraries.values():
+            time_loop(call, 4)
+    samples = {name: [] for name in libraries}
+    names = list(libraries)
+    graphs = {name: capture(call, iters) for name, call in libraries.items()}
+    replays = {name: [] for name, g in graphs.items() if not isinstance(g, str)}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(time_loop(libraries[name], iters))
+            if name in replays:
+                replays[name].append(time_loop(graphs[name].replay, 1)[0] / iters)
+    return samples, graphs, replays
+
+
+def summarise(samples, graphs, replays, checked, baseline):
+    """Per library: medians, the speed-up over `baseline` and the check's errors."""
+    out = {}
+    dense_ms = statistics.median(s[0] for s in samples[baseline])
+    for name, runs in samples.items():
+        gpu_ms = statistics.median(s[0] for s in runs)
+        graph_ms = statistics.median(replays[name]) if name in replays else None
+        out[name] = {"gpu_ms": gpu_ms, "host_us": statistics.median(s[1] for s in runs),
+                     "speedup_vs_dense": dense_ms / gpu_ms, "graph_ms": graph_ms,
+                     "graph_error": graphs[name] if graph_ms is None else None, **checked[name]}
+    return out
+
+
 def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s):
     torch.manual_seed(0)
     dense = torch.nn.Linear(cols, rows, bias=False, device="cuda", dtype=dtype)
@@ -93,30 +134,125 @@ def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s):
             except Exception as e:  # noqa: BLE001
                 errors[name] = f"{type(e).__name__}: {e}"
                 del libraries[name]
-        # Warm up to the clocks sustained load runs at, all libraries in turn.
-        deadline = time.perf_counter() + warmup_s
-        while time.perf_counter() < deadline:
-            for call in libraries.values():
-                time_loop(call, 4)
-        samples = {name: [] for name in libraries}
-        names = list(libraries)
-        graphs = {name: capture(call, iters) for name, call in libraries.items()}
-        replays = {name: [] for name, g in graphs.items() if not isinstance(g, str)}
-        for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                samples[name].append(time_loop(libraries[name], iters))
-                if name in replays:
-                    replays[name].append(time_loop(graphs[name].replay, 1)[0] / iters)
-    result = {"shape": [rows, cols, tokens], "dtype": str(dtype).split(".")[1], "errors": errors, "libraries": {}}
-    dense_ms = statistics.median(s[0] for s in samples["cuBLAS (F.linear)"])
-    for name, runs in samples.items():
-        gpu_ms = statistics.median(s[0] for s in runs)
-        graph_ms = statistics.median(replays[name]) if name in replays else None
-        result["libraries"][name] = {"gpu_ms": gpu_ms, "host_us": statistics.median(s[1] for s in runs),
-                                     "speedup_vs_dense": dense_ms / gpu_ms, "rel_err": checked[name],
-                                     "graph_ms": graph_ms, "graph_error": graphs[name] if graph_ms is None else None}
+        # Warm up to the clocks sustained load runs at, all libraries in turn; then the interleaved rounds.
+        samples, graphs, replays = measure(libraries, iters, rounds, warmup_s)
+    result = {"shape": [rows, cols, tokens], "dtype": str(dtype).split(".")[1], "errors": errors,
+              "baseline": "cuBLAS (F.linear)"}
+    result["libraries"] = summarise(samples, graphs, replays, {n: {"rel_err": e} for n, e in checked.items()},
+                                    result["baseline"])
     result["nmkit_kernel"] = layer.kernel(tokens)
     return result
+
+
+FP8_SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008)]  # (R, K): out_features, in_features
+E4M3_MAX = 448.0
+CHECK_8BIT = 2e-2  # a row's error against its reference (an 8-bit row's own quantized product): 2x the bf16 tests'
+
+
+
+def quantize_per_token(x, type):
+    """x [T, K] quantized per token (scale = absmax / the type's largest value, round to nearest even), dequantized
+    in fp32: the 8-bit rows' reference (python/tests/test_torch.py checks the same rule against nmkit's)."""
+    largest = {"e4m3": E4M3_MAX, "int8": 127.0}[type]
+    x = x.float()
+    scale = x.abs().amax(dim=1, keepdim=True) / largest
+    v = x / torch.where(scale > 0, scale, torch.ones_like(scale))
+    codes = torch.round(v).clamp(-127, 127) if type == "int8" else v.to(torch.float8_e4m3fn).float()
+    return codes * scale
+
+
+def scaled_mm_fp8(w, rowwise):
+    """torch._scaled_mm on an e4m3 copy of w [R, K] (a scale per output channel, or one per tensor): returns
+    (make_call(x, fast_accum), w dequantized [R, K] fp32) where the call quantizes x [T, K] by the same absmax rule
+    (per token, or per tensor) and multiplies, out bf16."""
+    w = w.float()
+    w_scale = (w.abs().amax(dim=1, keepdim=True) if rowwise else w.abs().amax()) / E4M3_MAX
+    w8 = (w / w_scale.clamp_min(torch.finfo(torch.float32).tiny)).to(torch.float8_e4m3fn)
+    scale_b = w_scale.view(1, -1) if rowwise else w_scale.view(())
+    tiny = torch.finfo(torch.float32).tiny
+
+    def make_call(x, fast_accum):
+        def call():
+            scale_a = (x.abs().amax(dim=1, keepdim=True) if rowwise else x.abs().amax()).float() / E4M3_MAX
+            x8 = (x.float() / scale_a.clamp_min(tiny)).to(torch.float8_e4m3fn)
+            return torch._scaled_mm(x8, w8.t(), scale_a=scale_a if rowwise else scale_a.view(()), scale_b=scale_b,
+                                    out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
+        return call
+
+    return make_call, w8.float() * w_scale
+
+
+def quantized_reference_of_scaled_mm(x, w_deq, rowwise):
+    """What scaled_mm_fp8's call computes, in fp32: x quantized (per token or per tensor) times w dequantized."""
+    if rowwise:
+        return F.linear(quantize_per_token(x, "e4m3"), w_deq)
+    scale = x.float().abs().amax() / E4M3_MAX
+    x_deq = (x.float() / scale.clamp_min(torch.finfo(torch.float32).tiny)).to(torch.float8_e4m3fn).float() * scale
+    return F.linear(x_deq, w_deq)
+
+
+def bench_fp8_weight(rows, cols, token_counts, iters, rounds, warmup_s):
+    """The 8-bit comparison of one R x K weight at each token count (the layers made once)."""
+    dtype = torch.bfloat16
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(cols, rows, bias=False, device="cuda", dtype=dtype)
+    w = dense.weight.detach().float().cpu().numpy()
+    w16 = nmkit.prune(w, "2:4", "bf16")
+    pruned = torch.from_numpy(w16.to_dense()).to("cuda", dtype)
+    nm16 = nmt.SparseLinear(w16, device="cuda")
+    layers, errors = {}, {}
+    for code, name in (("e4m3", "nmkit 2:4 fp8 e4m3 (x quantized)"), ("int8", "nmkit 2:4 int8 (x quantized)")):
+        try:
+            q = nmkit.prune(w, "2:4", dtype=code)
+            layers[name] = (code, nmt.SparseLinear(q, dtype=dtype, device="cuda"),
+                            torch.from_numpy(q.to_dense()).to("cuda"))
+        except (NotImplementedError, RuntimeError) as e:  # the 8-bit plan without this type's kernel
+            errors[name] = f"{code}: not built ({e})"
+    results = []
+    for tokens in token_counts:
+        x = torch.randn(tokens, cols, device="cuda", dtype=dtype)
+        want = F.linear(x.float(), pruned.float())
+        libraries = {"F.linear bf16 (cuBLAS)": lambda: F.linear(x, pruned), "nmkit 2:4 bf16": lambda: nm16(x)}
+        references = {}  # an 8-bit row's own quantized product
+        row_errors = dict(errors)
+        for rowwise in (True, False):
+            try:
+                make_call, w_deq = scaled_mm_fp8(pruned, rowwise)
+                make_call(x, False)()  # does this PyTorch take these scales?
+            except RuntimeError as e:
+                row_errors[f"torch._scaled_mm ({'row-wise' if rowwise else 'per-tensor'} scales)"] = str(e)
+                continue
+            what = "per-channel x per-token" if rowwise else "per-tensor scales"
+            reference_q = quantized_reference_of_scaled_mm(x, w_deq, rowwise)
+            for fast in (True, False):
+                name = f"torch._scaled_mm fp8 {what}{', fast acc' if fast else ''}"
+                libraries[name], references[name] = make_call(x, fast), reference_q
+            break
+        for name, (code, layer, w_deq) in layers.items():
+            libraries[name] = lambda layer=layer: layer(x)
+            references[name] = F.linear(quantize_per_token(x, code), w_deq)
+        checked = {}
+        with torch.no_grad():
+            for name, call in list(libraries.items()):
+                try:
+                    got = call()
+                    checked[name] = {"rel_err": relative_error(got, want)}
+                    if name in references:
+                        checked[name]["rel_err_q"] = relative_error(got, references[name])
+                    error = checked[name].get("rel_err_q", checked[name]["rel_err"])
+                    if not error < CHECK_8BIT:
+                        raise AssertionError(f"wrong result: relative error {error:.2e} against its reference "
+                                             f"(> {CHECK_8BIT})")
+                except Exception as e:  # noqa: BLE001 - reported in the table, the row not timed
+                    row_errors[name] = f"{type(e).__name__}: {e}"
+                    del libraries[name]
+            samples, graphs, replays = measure(libraries, iters, rounds, warmup_s)
+        result = {"shape": [rows, cols, tokens], "dtype": "bf16", "errors": row_errors,
+                  "baseline": "F.linear bf16 (cuBLAS)"}
+        result["libraries"] = summarise(samples, graphs, replays, checked, result["baseline"])
+        result["nmkit_kernel"] = {name: layer.kernel(tokens) for name, (_, layer, _) in layers.items()}
+        results.append(result)
+    return results
 
 
 def main():
@@ -126,28 +262,44 @@ def main():
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per library")
     parser.add_argument("--warmup-s", type=float, default=0.3, help="seconds of warm-up per shape")
     parser.add_argument("--dtype", choices=["f16", "bf16", "both"], default="both")
+    parser.add_argument("--fp8", action="store_true", help="the 8-bit comparison (bf16 activations) instead")
+    parser.add_argument("--tokens", default="16,128,512,2048,4096", help="--fp8: token counts, comma-separated")
     args = parser.parse_args()
     dtypes = {"f16": [torch.float16], "bf16": [torch.bfloat16], "both": [torch.float16, torch.bfloat16]}[args.dtype]
     results = []
-    print(f"{'shape RxKxT':22} {'dtype':8} {'library':30} {'GPU ms':>9} {'host us':>8} {'x dense':>8} {'rel.err':>8} "
-          f"{'graph ms':>9} {'x dense':>8}")
-    for dtype in dtypes:
-        for rows, cols, tokens in SHAPES:
-            r = bench_shape(rows, cols, tokens, dtype, args.iters, args.rounds, args.warmup_s)
-            results.append(r)
-            dense_graph = r["libraries"]["cuBLAS (F.linear)"]["graph_ms"]
-            for name, lib in r["libraries"].items():
-                graph = (f"{lib['graph_ms']:9.4f} {dense_graph / lib['graph_ms']:7.2f}x" if lib["graph_ms"] and dense_graph
-                         else f"{'n/a':>9} {'':8}")
-                print(f"{rows}x{cols}x{tokens:<9} {r['dtype']:8} {name:30} {lib['gpu_ms']:9.4f} {lib['host_us']:8.1f} "
-                      f"{lib['speedup_vs_dense']:7.2f}x {lib['rel_err']:8.1e} {graph}")
-                if lib["graph_error"]:
-                    print(f"{'':41}{name} not captured: {lib['graph_error'][:100]}")
-            for name, why in r["errors"].items():
-                print(f"{rows}x{cols}x{tokens:<9} {r['dtype']:8} {name:30} not timed: {why[:120]}")
+    width = 48 if args.fp8 else 30
+    print(f"{'shape RxKxT':22} {'dtype':8} {'library':{width}} {'GPU ms':>9} {'host us':>8} {'x dense':>8} "
+          f"{'rel.err':>8} {'graph ms':>9} {'x dense':>8}" + (f" {'rel.err q':>9}" if args.fp8 else ""))
+
+    def report(r):
+        rows, cols, tokens = r["shape"]
+        dense_graph = r["libraries"][r["baseline"]]["graph_ms"]
+        for name, lib in r["libraries"].items():
+            graph = (f"{lib['graph_ms']:9.4f} {dense_graph / lib['graph_ms']:7.2f}x" if lib["graph_ms"] and dense_graph
+                     else f"{'n/a':>9} {'':8}")
+            quantized = f" {lib['rel_err_q']:9.1e}" if "rel_err_q" in lib else ""
+            print(f"{rows}x{cols}x{tokens:<9} {r['dtype']:8} {name:{width}} {lib['gpu_ms']:9.4f} {lib['host_us']:8.1f} "
+                  f"{lib['speedup_vs_dense']:7.2f}x {lib['rel_err']:8.1e} {graph}{quantized}")
+            if lib["graph_error"]:
+                print(f"{'':41}{name} not captured: {lib['graph_error'][:100]}")
+        for name, why in r["errors"].items():
+            print(f"{rows}x{cols}x{tokens:<9} {r['dtype']:8} {name:{width}} not timed: {why[:120]}")
+
+    if args.fp8:
+        token_counts = [int(t) for t in args.tokens.split(",")]
+        for rows, cols in FP8_SHAPES:
+            for r in bench_fp8_weight(rows, cols, token_counts, args.iters, args.rounds, args.warmup_s):
+                results.append(r)
+                report(r)
+    else:
+        for dtype in dtypes:
+            for rows, cols, tokens in SHAPES:
+                results.append(bench_shape(rows, cols, tokens, dtype, args.iters, args.rounds, args.warmup_s))
+                report(results[-1])
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "mode": "fp8" if args.fp8 else "16-bit", "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,8 @@ def prune(weight, format: str, dtype: str | None = None) -> SparseWeight | Quant
     `dtype`, NaN or infinity in the weight raise ValueError; non-zero values that round to zero warn (RuntimeWarning).
     For N:M formats, dtype "fp8" (= "e4m3"), "e5m2" or "int8" quantizes the kept values after pruning, per row
     (symmetric absmax, round to nearest even), into a QuantizedWeight (``.scales``, ``.to_dense()`` dequantized);
-    other formats raise NotImplementedError. nmkit has no 8-bit GPU kernels yet: SparseLinear refuses them.
+    other formats raise NotImplementedError. ``nmkit.torch.SparseLinear`` runs 8-bit 2:4 weights on the GPU (x
+    quantized per token to the same type inside each call).
     """
     return _nmkit.prune(_host_matrix(weight, "weight"), format, _storage_dtype(weight, dtype))
 

@@ -10,6 +10,13 @@ CUDA stream, with one kernel launch and no synchronisation; each token count get
 "2:4", "vnm:V:2:M" (V:N:M; the 2:4 kernel over all of K where M % 4 == 0, the gathering kernel otherwise) and
 "tile:RxC:DENSITY". It has no backward: inputs that require grad are refused while grad mode is on.
 
+8-bit 2:4 weights (an nmkit.QuantizedWeight: e4m3, e5m2 or int8 codes with a scale per row) run on the 8-bit
+kernel, x (f16 or bf16) quantized per token to the weight's code type inside the call (two launches) and y in x's
+dtype; in_features must be a multiple of 16:
+
+    fp8 = nmkit.torch.SparseLinear.from_linear(dense, "2:4", quantize="fp8")   # or "e5m2", "int8"
+    fp8 = nmkit.torch.SparseLinear(nmkit.prune(w, "2:4", dtype="fp8"), dtype=torch.bfloat16)
+
 DFSS attention (docs/attention.md) on nmkit's fused Hopper kernel, inference only:
 
     o = nmkit.torch.dfss_attention(q, k, v, causal=True)             # q [B, H, S, D], k/v [B, H_kv, S_k, D]
@@ -33,12 +40,15 @@ __all__ = ["SparseLinear", "sparsify", "load_sparse", "prune_model", "dfss_atten
 
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 _ALIGNMENT = 16  # bytes: the Hopper kernels' TMA needs 16-byte aligned rows and bases
+_QUANTIZE = ("fp8", "e4m3", "e5m2", "int8")  # the 8-bit types from_linear and sparsify quantize to
+_QUANTIZED_COLUMNS = 16  # the 8-bit kernel reads x's codes by TMA rows: K a multiple of 16 (gpu::SparseLinear's rule)
 
 
-def _device_layer(weight: SparseWeight, activation: str, has_bias: bool, device: torch.device):
+def _device_layer(weight, activation: str, has_bias: bool, device: torch.device, dtype: torch.dtype):
     """The GPU side of a layer: the device it runs on (the current CUDA device where `device` has no index) and
-    nmkit's C++ layer holding the packed weight there. Everything else in this module runs before it, on the host,
-    and is tested on CPU-only machines with this function replaced by a CPU stand-in (python/tests/test_torch.py)."""
+    nmkit's C++ layer holding the packed weight there (an 8-bit weight with x and y of `dtype`). Everything else in
+    this module runs before it, on the host, and is tested on CPU-only machines with this function replaced by a CPU
+    stand-in (python/tests/test_torch.py)."""
     if not hasattr(_nmkit, "_SparseLinear"):
         raise RuntimeError("SparseLinear needs nmkit's GPU kernels, and this nmkit was built without CUDA "
                            "(nmkit.build_info()['cuda'] is False)")
@@ -48,7 +58,50 @@ def _device_layer(weight: SparseWeight, activation: str, has_bias: bool, device:
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     with torch.cuda.device(device):
+        if isinstance(weight, QuantizedWeight):
+            return device, _nmkit._SparseLinear(weight, activation, has_bias, _DTYPES[dtype])
         return device, _nmkit._SparseLinear(weight, activation, has_bias)
+
+
+def _check_weight(weight, dtype) -> torch.dtype:
+    """The dtype a layer of `weight` computes in (x and y): a 16-bit weight's own, or `dtype` for an 8-bit one. Also
+    the 8-bit rules of gpu::SparseLinear::create, here so that they are named on machines without CUDA."""
+    if isinstance(weight, QuantizedWeight):
+        if weight.format != "2:4":
+            raise NotImplementedError(
+                f"SparseLinear: 8-bit weights run on the GPU as 2:4 only, this one is {weight.dtype} {weight.format} "
+                "(prune it to '2:4', or store its values as f16 or bf16 for the other formats' kernels)")
+        if dtype is None:
+            raise TypeError(f"SparseLinear of an 8-bit weight ({weight.dtype} 2:4) needs dtype=torch.float16 or "
+                            "torch.bfloat16: the dtype of x and y")
+        if dtype not in _DTYPES:
+            raise TypeError(f"SparseLinear of an 8-bit weight computes x and y in float16 or bfloat16, got {dtype}")
+        if weight.shape[1] % _QUANTIZED_COLUMNS:
+            raise NotImplementedError(
+                f"SparseLinear: an 8-bit weight needs in_features a multiple of {_QUANTIZED_COLUMNS} (the 8-bit "
+                f"kernel reads x's codes by TMA rows), got {weight.shape[1]}")
+        return dtype
+    if not isinstance(weight, SparseWeight):
+        raise TypeError(f"weight must be an nmkit.SparseWeight or QuantizedWeight (nmkit.prune, compress or "
+                        f"load_file), got {type(weight).__name__}")
+    if weight.dtype not in _DTYPES.values():
+        raise TypeError(f"SparseLinear needs an f16 or bf16 weight, got {weight.dtype} (prune with dtype='f16')")
+    own = next(t for t, name in _DTYPES.items() if name == weight.dtype)
+    if dtype is not None and dtype != own:
+        raise TypeError(f"SparseLinear computes in its {weight.dtype} weight's dtype {own}, got dtype={dtype} (dtype= "
+                        "is for 8-bit weights; convert a 16-bit one with weight.astype)")
+    return own
+
+
+def _check_quantize(quantize, format) -> None:
+    """from_linear's and sparsify's `quantize` (None or an 8-bit type), checked before anything is pruned."""
+    if quantize is None:
+        return
+    if not isinstance(quantize, str) or quantize not in _QUANTIZE:
+        raise ValueError(f"quantize must be None or one of {', '.join(_QUANTIZE)}, got {quantize!r}")
+    if format != "2:4":
+        raise NotImplementedError(f"SparseLinear: 8-bit weights run on the GPU as 2:4 only, got format {format!r} "
+                                  f"with quantize={quantize!r}")
 
 
 def _check_device(device) -> torch.device:
@@ -104,21 +157,14 @@ if hasattr(torch._C, "_cuda_getCurrentRawStream"):
 class SparseLinear(torch.nn.Module):
     """y = act(x W^T + bias) with W a pruned weight on nmkit's sparse kernels."""
 
-    def __init__(self, weight: SparseWeight, bias: Optional[torch.Tensor] = None, activation: str = "none",
-                 device=None):
+    def __init__(self, weight, bias: Optional[torch.Tensor] = None, activation: str = "none", device=None,
+                 dtype: Optional[torch.dtype] = None):
+        """weight: a SparseWeight (f16 or bf16; the layer computes in its dtype) or an 8-bit 2:4 QuantizedWeight
+        (x and y then of `dtype`, float16 or bfloat16, x quantized per token inside each call)."""
         super().__init__()
         # Every argument is checked before the device is needed (_device_layer), so that a wrong one is named as
         # such on any machine, and a machine without CUDA says so only for arguments that would work.
-        if isinstance(weight, QuantizedWeight):
-            raise NotImplementedError(
-                f"SparseLinear: the GPU kernels for 8-bit weights ({weight.dtype} {weight.format}) are not built yet; "
-                "prune with dtype='f16' or 'bf16' for the GPU, or use the dequantized weight.to_dense() in a dense "
-                "torch.nn.Linear")
-        if not isinstance(weight, SparseWeight):
-            raise TypeError(f"weight must be an nmkit.SparseWeight (nmkit.prune, compress or load_file), "
-                            f"got {type(weight).__name__}")
-        if weight.dtype not in _DTYPES.values():
-            raise TypeError(f"SparseLinear needs an f16 or bf16 weight, got {weight.dtype} (prune with dtype='f16')")
+        dtype = _check_weight(weight, dtype)
         activation = _check_activation(activation)
         device = _check_device(device)
         out_features, in_features = weight.shape
@@ -129,12 +175,14 @@ class SparseLinear(torch.nn.Module):
                 raise TypeError(f"bias must hold floating-point values, got {bias.dtype}")
             if tuple(bias.shape) != (out_features,):
                 raise ValueError(f"bias must have shape ({out_features},), got {tuple(bias.shape)}")
-        self.device, self._layer = _device_layer(weight, activation, bias is not None, device)
+        self.device, self._layer = _device_layer(weight, activation, bias is not None, device, dtype)
         # tensor.get_device()'s number for the device: the call's cheap test compares it (-1 would be the CPU).
         self._device_index = -1 if self.device.index is None else self.device.index
         self.out_features, self.in_features = out_features, in_features
-        self.dtype = next(t for t, name in _DTYPES.items() if name == weight.dtype)
-        self.format = weight.format
+        self.dtype = dtype
+        # The weight's 8-bit code type (None: 16-bit), and its format as the C++ layer names it ("2:4 e4m3").
+        self.quantized = weight.dtype if isinstance(weight, QuantizedWeight) else None
+        self.format = weight.format if self.quantized is None else f"{weight.format} {self.quantized}"
         if bias is not None:
             bias = bias.detach().to(device=self.device, dtype=torch.float32).contiguous()
         self.register_buffer("bias", bias)
@@ -142,18 +190,25 @@ class SparseLinear(torch.nn.Module):
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, format: str = "2:4", activation: str = "none",
-                    dtype: Optional[torch.dtype] = None) -> "SparseLinear":
+                    dtype: Optional[torch.dtype] = None, quantize: Optional[str] = None) -> "SparseLinear":
         """Prunes `linear`'s weight by magnitude into `format` and builds the layer on its device (or the current
-        CUDA device); dtype defaults to the weight's own (f16 or bf16)."""
+        CUDA device); dtype (x's and y's) defaults to the weight's own (f16 or bf16). quantize ("fp8" = "e4m3",
+        "e5m2" or "int8"; 2:4 only) stores the kept values as 8-bit codes with a scale per row instead, and each
+        call quantizes x per token."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"from_linear takes a torch.nn.Linear, got {type(linear).__name__}")
         dtype = dtype or linear.weight.dtype
         if dtype not in _DTYPES:
             raise TypeError(f"SparseLinear computes in float16 or bfloat16, got {dtype} (pass dtype=torch.float16)")
         _check_activation(activation)  # before pruning, which takes seconds on large weights
-        weight = prune(linear.weight.detach().float().cpu().numpy(), format, _DTYPES[dtype])
+        _check_quantize(quantize, format)
+        if quantize is not None and linear.in_features % _QUANTIZED_COLUMNS:
+            raise NotImplementedError(
+                f"SparseLinear: an 8-bit weight needs in_features a multiple of {_QUANTIZED_COLUMNS} (the 8-bit "
+                f"kernel reads x's codes by TMA rows), got {linear.in_features}")
+        weight = prune(linear.weight.detach().float().cpu().numpy(), format, quantize or _DTYPES[dtype])
         device = linear.weight.device if linear.weight.is_cuda else None
-        return cls(weight, linear.bias, activation, device)
+        return cls(weight, linear.bias, activation, device, dtype if quantize is not None else None)
 
     def kernel(self, tokens: int) -> str:
         """The kernel a call with `tokens` rows of x launches (its plan is made if there is none yet)."""
@@ -234,13 +289,15 @@ def _replace_all(model: torch.nn.Module, makers) -> list:
 
 
 def sparsify(model: torch.nn.Module, format: str = "2:4", include: str = "", exclude: Optional[str] = None,
-             dtype: Optional[torch.dtype] = None) -> list:
+             dtype: Optional[torch.dtype] = None, quantize: Optional[str] = None) -> list:
     """Replaces every nn.Linear of `model` whose qualified name matches the regex `include` (default: all) and not
-    `exclude` by a SparseLinear pruned by magnitude into `format`, on the Linear's device (or the current CUDA
-    device). Returns the names replaced. Pruning runs on the CPU, once per layer. Every layer is made before any is
-    replaced: where one cannot be (a bad format, a float32 Linear without `dtype`, no CUDA device), the model is
-    left as it was."""
-    return _replace_all(model, ((name, lambda linear=linear: SparseLinear.from_linear(linear, format, dtype=dtype))
+    `exclude` by a SparseLinear pruned by magnitude into `format` (with `quantize`, 8-bit values: from_linear), on
+    the Linear's device (or the current CUDA device). Returns the names replaced. Pruning runs on the CPU, once per
+    layer. Every layer is made before any is replaced: where one cannot be (a bad format, a float32 Linear without
+    `dtype`, no CUDA device), the model is left as it was."""
+    _check_quantize(quantize, format)
+    return _replace_all(model, ((name, lambda linear=linear: SparseLinear.from_linear(linear, format, dtype=dtype,
+                                                                                      quantize=quantize))
                                 for name, linear in _linears(model, include, exclude)))
 
 
@@ -249,7 +306,8 @@ def load_sparse(model: torch.nn.Module, path, strict: bool = True) -> list:
     compressed `name.weight` by a SparseLinear with that weight and the Linear's own bias. Every pair is checked
     and every layer made before any is replaced: shapes must match, and with `strict` every compressed weight of the
     file must find its Linear. Weights stored as f32 are rounded to the Linear's dtype (f16 unless it is bf16); 8-bit
-    weights (QuantizedWeight) raise NotImplementedError (no GPU kernels for them yet). Returns the names replaced."""
+    2:4 weights (QuantizedWeight) run on the 8-bit kernel with x and y in the Linear's dtype (f16 unless it is
+    bf16), other 8-bit formats raise NotImplementedError. Returns the names replaced."""
     linears = dict(_linears(model, "", None))
     pairs = []
     for key, weight in load_file(path).items():
@@ -267,10 +325,12 @@ def load_sparse(model: torch.nn.Module, path, strict: bool = True) -> list:
         pairs.append((name, linear, weight))
 
     def make(linear, weight):
-        # A file pruned from fp32 weights: the GPU kernels take 16 bits (8-bit weights: SparseLinear says why not).
+        # A file pruned from fp32 weights: the GPU kernels take 16 bits; an 8-bit weight computes in 16 bits too.
+        dtype = linear.weight.dtype if linear.weight.dtype in _DTYPES else torch.float16
         if isinstance(weight, SparseWeight) and weight.dtype not in _DTYPES.values():
-            weight = weight.astype(_DTYPES.get(linear.weight.dtype, "f16"))
-        return SparseLinear(weight, linear.bias, device=linear.weight.device if linear.weight.is_cuda else None)
+            weight = weight.astype(_DTYPES[dtype])
+        return SparseLinear(weight, linear.bias, device=linear.weight.device if linear.weight.is_cuda else None,
+                            dtype=dtype if isinstance(weight, QuantizedWeight) else None)
 
     return _replace_all(model, ((name, lambda linear=linear, weight=weight: make(linear, weight))
                                 for name, linear, weight in pairs))

@@ -331,6 +331,11 @@ void bind_device(nb::module_& m) {
              return gpu::SparseLinear::create(w.matrix, parse_activation(activation), bias);
            }),
            "weight"_a, "activation"_a = "none", "bias"_a = false)
+      // An 8-bit 2:4 weight run on x and y of `dtype` (f16 or bf16), x quantized per token inside run().
+      .def(nb::new_([](const QuantizedWeight& w, const std::string& activation, bool bias, const std::string& dtype) {
+             return gpu::SparseLinear::create(w.matrix, parse_dtype(dtype), parse_activation(activation), bias);
+           }),
+           "weight"_a, "activation"_a, "bias"_a, "dtype"_a)
       // Raw device pointers and a cudaStream_t as integers: nmkit.torch checks the tensors they come from.
       .def(
           "run",
@@ -339,10 +344,25 @@ void bind_device(nb::module_& m) {
                      reinterpret_cast<void*>(y), tokens, reinterpret_cast<const float*>(bias));
           },
           "x"_a, "y"_a, "tokens"_a, "bias"_a, "stream"_a)
+      .def(
+          "run_quantized",
+          [](gpu::SparseLinear& self, uintptr_t codes, uintptr_t scales, uintptr_t y, int64_t tokens, uintptr_t bias,
+             uintptr_t stream) {
+            self.run_quantized(reinterpret_cast<gpu::Stream>(stream), reinterpret_cast<const uint8_t*>(codes),
+                               reinterpret_cast<const float*>(scales), reinterpret_cast<void*>(y), tokens,
+                               reinterpret_cast<const float*>(bias));
+          },
+          "codes"_a, "scales"_a, "y"_a, "tokens"_a, "bias"_a, "stream"_a,
+          "An 8-bit layer on x already quantized: tokens x K codes (16-byte aligned) and a float32 scale per token.")
       .def("kernel", &gpu::SparseLinear::kernel, "tokens"_a)
       .def_prop_ro("in_features", &gpu::SparseLinear::in_features)
       .def_prop_ro("out_features", &gpu::SparseLinear::out_features)
       .def_prop_ro("dtype", [](const gpu::SparseLinear& s) { return std::string(dtype_name(s.dtype())); })
+      .def_prop_ro("quantized",
+                   [](const gpu::SparseLinear& s) -> std::optional<std::string> {
+                     if (const auto type = s.quantized()) return std::string(quant_type_name(*type));
+                     return std::nullopt;
+                   })
       .def_prop_ro("activation",
                    [](const gpu::SparseLinear& s) { return std::string(activation_name(s.activation())); })
       .def_prop_ro("has_bias", &gpu::SparseLinear::has_bias)

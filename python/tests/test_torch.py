@@ -42,10 +42,25 @@ else:
     WHY_NO_GPU = None
 
 TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}  # relative Frobenius error, as the C++ GPU tests
+QUANT_MAX = {"e4m3": 448.0, "e5m2": 57344.0, "int8": 127.0}
 
 
 def relative_error(got, want):
     return ((got.float() - want.float()).norm() / want.float().norm()).item()
+
+
+def quantize_per_token(x, type):
+    """x (tokens, K) quantized per token as nmkit does it (docs/formats.md: scale = absmax / the type's largest
+    value in fp32, code = x / scale rounded to nearest even on the type's grid), in torch on x's device: returns the
+    dequantized x (code * scale, float32)."""
+    x = x.float()
+    scale = x.abs().amax(dim=-1, keepdim=True) / QUANT_MAX[type]
+    v = x / torch.where(scale > 0, scale, torch.ones_like(scale))
+    if type == "int8":
+        codes = torch.round(v).clamp(-127, 127)
+    else:
+        codes = v.to(torch.float8_e4m3fn if type == "e4m3" else torch.float8_e5m2).float()
+    return codes * scale
 
 
 def tensor_at(address, shape, dtype):
@@ -57,12 +72,14 @@ def tensor_at(address, shape, dtype):
 
 class CpuLayer:
     """The C++ GPU layer's stand-in on the CPU: the same run(x, y, tokens, bias, stream) on raw pointers, computed by
-    nmkit.spmm (the oracle the GPU kernels are tested against), with the C++ run()'s own refusals."""
+    nmkit.spmm (the oracle the GPU kernels are tested against), with the C++ run()'s own refusals; for an 8-bit
+    weight, by torch on x quantized per token (quantize_per_token) and the dequantized weight."""
 
-    def __init__(self, weight, activation, has_bias):
+    def __init__(self, weight, activation, has_bias, dtype):
         self.weight, self.activation, self.has_bias = weight, activation, has_bias
         self.rows, self.cols = weight.shape
-        self.dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[weight.dtype]
+        self.quantized = weight.dtype if isinstance(weight, nmkit.QuantizedWeight) else None
+        self.dtype = dtype if self.quantized else {"f16": torch.float16, "bf16": torch.bfloat16}[weight.dtype]
         self.runs = 0
 
     def run(self, x, y, tokens, bias, stream):
@@ -78,6 +95,12 @@ class CpuLayer:
             raise ValueError(f"x at {x:#x} or y at {y:#x} is not 16-byte aligned")
         self.runs += 1
         xs = tensor_at(x, (tokens, self.cols), self.dtype)
+        if self.quantized:
+            b = tensor_at(bias, (self.rows,), torch.float32) if bias else None
+            d = F.linear(quantize_per_token(xs, self.quantized), torch.from_numpy(self.weight.to_dense()), b)
+            d = {"none": d, "relu": F.relu(d), "gelu": F.gelu(d)}[self.activation]
+            tensor_at(y, (tokens, self.rows), self.dtype).copy_(d)
+            return
         b = tensor_at(bias, (self.rows,), torch.float32).numpy() if bias else None
         d = nmkit.spmm(self.weight, xs.float().numpy().T, bias=b, activation=self.activation)
         tensor_at(y, (tokens, self.rows), self.dtype).copy_(torch.from_numpy(d.T))
@@ -88,9 +111,9 @@ def layers_on_the_cpu():
     """nmkit.torch with its GPU layers made on the CPU (CpuLayer); yields the list of those made."""
     made = []
 
-    def device_layer(weight, activation, has_bias, device):
+    def device_layer(weight, activation, has_bias, device, dtype):
         assert device.type == "cuda", device  # what SparseLinear would have asked the GPU for
-        made.append(CpuLayer(weight, activation, has_bias))
+        made.append(CpuLayer(weight, activation, has_bias, dtype))
         return torch.device("cpu"), made[-1]
 
     with mock.patch.object(nmt, "_device_layer", device_layer), mock.patch.object(nmt, "_current_stream", lambda i: 0):
@@ -130,6 +153,8 @@ class LayerArgumentsOnTheCpu(unittest.TestCase):
             for args, kwargs, error, message in [
                 ((w.to_dense(),), {}, TypeError, "weight must be an nmkit.SparseWeight .*got ndarray"),
                 ((w.astype("f32"),), {}, TypeError, "f16 or bf16 weight, got f32"),
+                ((w,), dict(dtype=torch.bfloat16), TypeError,
+                 "in its f16 weight's dtype torch.float16, got dtype=torch.bfloat16"),
                 ((w,), dict(activation="tanh"), ValueError, "unknown activation 'tanh' \\(expected none, relu or gelu\\)"),
                 ((w,), dict(activation=None), TypeError, "activation must be a string"),
                 ((w,), dict(device="cpu"), ValueError, "runs on a CUDA device, got cpu"),

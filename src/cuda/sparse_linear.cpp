@@ -1,14 +1,18 @@
 // SparseLinear: one device weight of any GPU format and a plan per token bucket, behind y = act(x W^T + bias).
-// Host code only: it packs, uploads and dispatches to the three families' plan/run APIs.
+// Host code only: it packs, uploads and dispatches to the families' plan/run APIs (the 8-bit 2:4 one after the
+// per-token quantizer).
 #include "nmkit/gpu/sparse_linear.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 #include <variant>
 #include <vector>
 
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/nm24_8bit_spmm.hpp"
+#include "nmkit/gpu/detail/quantize_tokens.hpp"
 #include "nmkit/gpu/detail/token_buckets.hpp"
 #include "nmkit/gpu/tile_spmm.hpp"
 #include "nmkit/gpu/vnm_spmm.hpp"
@@ -17,8 +21,57 @@
 
 namespace nmkit::gpu {
 
-using DeviceWeight = std::variant<DeviceNm24, DeviceVnm, DeviceTiles>;
-using Plan = std::variant<Nm24SpmmPlan, VnmSpmmPlan, TileSpmmPlan>;
+using detail::DeviceNm24x8;
+using detail::Nm24x8SpmmPlan;
+
+namespace {
+
+// The 8-bit kernel reads x's codes by TMA, whose rows are 16-byte strides (the 8-bit plan's rule, checked before
+// upload so that a machine without a GPU names it too).
+constexpr int64_t kQuantizedColumnAlign = 16;
+
+// The 8-bit plan has no for_tokens: a run with fewer tokens than its bucket's plan remakes that plan for its T with
+// the bucket's choices pinned (n-tile, schedule, split-K, raster, overlap), which is what for_tokens keeps.
+Nm24Options pinned_choices(const KernelConfig& c) {
+  Nm24Options o;
+  o.kernel = c.kernel, o.block_n = c.block_n, o.raster_rows = c.raster_rows, o.split = c.split;
+  o.overlap_launch = c.overlap_launch;
+  o.schedule = c.split > 1 || !c.register_epilogue ? Sm90Schedule::staged
+               : c.persistent_ctas > 0             ? Sm90Schedule::persistent
+                                                   : Sm90Schedule::registers;
+  return o;
+}
+
+// The 8-bit product y^T (R x T, col-major) = W (R x K) x^T, x as codes and per-token scales, y in x's dtype.
+detail::QuantizedSpmmDesc quantized_desc(int64_t rows, int64_t cols, int64_t tokens, QuantType type, DType dtype,
+                                         bool bias, Activation activation) {
+  detail::QuantizedSpmmDesc d;
+  d.rows = rows, d.cols = cols, d.n = tokens;
+  d.type = type, d.out_dtype = dtype, d.d_layout = Layout::col_major;
+  d.bias = bias, d.activation = activation;
+  return d;
+}
+
+// An 8-bit bucket: the plan made for its largest T and the plan of the last T run in it (kept, so that a run
+// repeating its T makes nothing; one per bucket, so that a serving loop's plans stay bounded).
+struct Nm24x8Plans {
+  Nm24x8SpmmPlan bucket;
+  std::optional<Nm24x8SpmmPlan> last;
+
+  const Nm24x8SpmmPlan& for_tokens(int64_t tokens) {
+    if (bucket.desc().n == tokens) return bucket;
+    if (last && last->desc().n == tokens) return *last;
+    detail::QuantizedSpmmDesc d = bucket.desc();
+    d.n = tokens;
+    last = Nm24x8SpmmPlan::create(d, pinned_choices(bucket.config()));
+    return *last;
+  }
+};
+
+}  // namespace
+
+using DeviceWeight = std::variant<DeviceNm24, DeviceVnm, DeviceTiles, DeviceNm24x8>;
+using Plan = std::variant<Nm24SpmmPlan, VnmSpmmPlan, TileSpmmPlan, Nm24x8Plans>;
 
 namespace {
 
@@ -35,20 +88,21 @@ constexpr int64_t kRowCopyTokens = 8;  // the row gather copies 16-byte pieces: 
 struct SparseLinear::Impl {
   DeviceWeight weight;
   std::string format;
+  DType dtype = DType::f16;  // x's and y's
   Activation activation = Activation::none;
   bool bias = false;
   // By token bucket (detail::token_bucket; tiles by token count), times 2, + 1 where B is x transposed.
   std::unordered_map<int64_t, Plan> plans;
-  // x^T for the row gather, grown to the largest T seen. A buffer once used stays allocated while the layer
-  // lives, so that CUDA graphs captured with it stay valid.
-  std::vector<DeviceBuffer> transposed;
+  // x^T for the row gather, or x's 8-bit codes and scales, grown to the largest T seen. A buffer once used stays
+  // allocated while the layer lives, so that CUDA graphs captured with it stay valid.
+  std::vector<DeviceBuffer> workspaces;
 
   // The product y^T (R x T, col-major) = W (R x K) x^T (K x T): x as it is (B col-major) or transposed (B
   // row-major); y row-major as it is.
   SpmmDesc desc(int64_t tokens, Layout b_layout) const {
     SpmmDesc d;
     d.rows = rows(), d.cols = cols(), d.n = tokens;
-    d.dtype = d.out_dtype = dtype();
+    d.dtype = d.out_dtype = dtype;
     d.b_layout = b_layout, d.d_layout = Layout::col_major;
     d.bias = bias, d.activation = activation;
     return d;
@@ -59,13 +113,11 @@ struct SparseLinear::Impl {
   int64_t cols() const noexcept {
     return std::visit([](const auto& w) { return w.cols(); }, weight);
   }
-  DType dtype() const noexcept {
-    return std::visit([](const auto& w) { return w.dtype(); }, weight);
-  }
+  const DeviceNm24x8* quantized() const noexcept { return std::get_if<DeviceNm24x8>(&weight); }
 
   // The plan made for `tokens`' bucket (detail::token_bucket; tiles plan per token count: their schedules and
   // workspace are made for their C), made on first use.
-  const Plan& bucket_plan(int64_t tokens, Layout b_layout) {
+  Plan& bucket_plan(int64_t tokens, Layout b_layout) {
     const int64_t planned = std::holds_alternative<DeviceTiles>(weight) ? tokens : detail::token_bucket(tokens);
     const int64_t key = 2 * planned + (b_layout == Layout::row_major ? 1 : 0);
     if (auto it = plans.find(key); it != plans.end()) return it->second;
@@ -75,6 +127,11 @@ struct SparseLinear::Impl {
             [&](const DeviceNm24&) -> Plan { return Nm24SpmmPlan::create(d); },
             [&](const DeviceVnm& w) -> Plan { return VnmSpmmPlan::create(d, w.v(), w.m()); },
             [&](const DeviceTiles& w) -> Plan { return TileSpmmPlan::create(d, w.tile_rows(), w.tile_cols()); },
+            [&](const DeviceNm24x8& w) -> Plan {
+              return Nm24x8Plans{
+                  Nm24x8SpmmPlan::create(quantized_desc(rows(), cols(), planned, w.type(), dtype, bias, activation)),
+                  std::nullopt};
+            },
         },
         weight);
     return plans.emplace(key, std::move(made)).first->second;
@@ -99,8 +156,18 @@ struct SparseLinear::Impl {
                        p.for_tokens(tokens).run(stream, w, x, nullptr, y, bias);
                    },
                    [&](const TileSpmmPlan& p) { p.run(stream, std::get<DeviceTiles>(weight), x, nullptr, y, bias); },
+                   [&](const Nm24x8Plans&) {
+                     throw Error(ErrorCode::invalid_argument, "SparseLinear: an 8-bit weight runs on 8-bit x");
+                   },
                },
                plan);
+  }
+
+  // Runs y = the 8-bit product for `tokens` of x's codes and scales with its bucket's choices.
+  void run_quantized(int64_t tokens, Stream stream, const uint8_t* codes, const float* scales, void* y,
+                     const float* bias) {
+    auto& plans = std::get<Nm24x8Plans>(bucket_plan(tokens, Layout::col_major));
+    plans.for_tokens(tokens).run(stream, std::get<DeviceNm24x8>(weight), codes, scales, nullptr, y, bias);
   }
 
   // The tokens whose x a run transposes for the row gather (a multiple of 8; 0: none).
@@ -110,12 +177,20 @@ struct SparseLinear::Impl {
     return tokens / kRowCopyTokens * kRowCopyTokens;
   }
 
-  void* transposed_buffer(std::size_t bytes) {
-    if (transposed.empty() || transposed.back().size() < bytes) {
-      const std::size_t grown = transposed.empty() ? 0 : 2 * transposed.back().size();
-      transposed.emplace_back(std::max(bytes, grown));
+  void* workspace(std::size_t bytes) {
+    if (workspaces.empty() || workspaces.back().size() < bytes) {
+      const std::size_t grown = workspaces.empty() ? 0 : 2 * workspaces.back().size();
+      workspaces.emplace_back(std::max(bytes, grown));
     }
-    return transposed.back().data();
+    return workspaces.back().data();
+  }
+
+  // The checks every run makes before it reads a pointer.
+  void check_run(const void* x, const void* y, const float* given_bias, const char* who) const {
+    require(x != nullptr && y != nullptr, ErrorCode::invalid_argument, std::string(who) + ": x and y must not be null");
+    require(bias == (given_bias != nullptr), ErrorCode::invalid_argument,
+            bias ? std::string(who) + ": the layer has a bias, but none was given"
+                 : std::string(who) + ": a bias was given to a layer made without one");
   }
 };
 
@@ -151,7 +226,29 @@ SparseLinear SparseLinear::create(const SparseMatrix& weight, Activation activat
   const DType dtype = dtype_of(weight);
   require(dtype == DType::f16 || dtype == DType::bf16, ErrorCode::unsupported,
           std::string("SparseLinear: the GPU kernels take f16 or bf16 weights, got ") + dtype_name(dtype));
-  auto impl = std::make_unique<Impl>(Impl{upload(weight), format_name(weight), activation, bias, {}, {}});
+  auto impl = std::make_unique<Impl>(Impl{upload(weight), format_name(weight), dtype, activation, bias, {}, {}});
+  return SparseLinear(std::move(impl));
+}
+
+SparseLinear SparseLinear::create(const QuantizedNmMatrix& weight, DType dtype, Activation activation, bool bias) {
+  const std::string type = quant_type_name(weight.type());
+  require(weight.n == 2 && weight.m == 4, ErrorCode::unsupported,
+          "SparseLinear: an 8-bit (" + type + ") " + std::to_string(weight.n) + ":" + std::to_string(weight.m) +
+              " weight has no GPU kernel; the 8-bit kernel takes 2:4");
+  require(dtype == DType::f16 || dtype == DType::bf16, ErrorCode::unsupported,
+          std::string("SparseLinear: an 8-bit weight runs on f16 or bf16 x and y, got ") + dtype_name(dtype));
+  require(weight.cols % kQuantizedColumnAlign == 0, ErrorCode::unsupported,
+          "SparseLinear: an 8-bit weight needs in_features (K) a multiple of 16 (the 8-bit kernel reads x's codes "
+          "by TMA rows), got " +
+              std::to_string(weight.cols));
+  const PackedNm24x8 packed = pack_nm24(weight);  // validates the weight, on the host
+  // The plan for one token before the upload: a code type, device or build the kernel lacks is named here.
+  Nm24x8Plans first{
+      Nm24x8SpmmPlan::create(quantized_desc(weight.rows, weight.cols, 1, weight.type(), dtype, bias, activation)),
+      std::nullopt};
+  auto impl = std::make_unique<Impl>(
+      Impl{DeviceNm24x8::upload(packed), format_name(weight) + " " + type, dtype, activation, bias, {}, {}});
+  impl->plans.emplace(2 * detail::token_bucket(1), std::move(first));
   return SparseLinear(std::move(impl));
 }
 
@@ -159,15 +256,21 @@ void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, co
   require(tokens >= 0, ErrorCode::invalid_argument,
           "SparseLinear::run: tokens must be >= 0, got " + std::to_string(tokens));
   if (tokens == 0) return;
-  require(x != nullptr && y != nullptr, ErrorCode::invalid_argument, "SparseLinear::run: x and y must not be null");
-  require(impl_->bias == (bias != nullptr), ErrorCode::invalid_argument,
-          impl_->bias ? "SparseLinear::run: the layer has a bias, but none was given"
-                      : "SparseLinear::run: a bias was given to a layer made without one");
+  impl_->check_run(x, y, bias, "SparseLinear::run");
+  if (const DeviceNm24x8* w = impl_->quantized()) {
+    // x's codes, then its scales: K % 16 == 0 keeps the scales 16-byte aligned behind T * K bytes of codes.
+    const auto code_bytes = static_cast<std::size_t>(tokens * impl_->cols());
+    auto* codes =
+        static_cast<uint8_t*>(impl_->workspace(code_bytes + static_cast<std::size_t>(tokens) * sizeof(float)));
+    auto* scales = reinterpret_cast<float*>(codes + code_bytes);
+    detail::quantize_tokens(stream, x, impl_->dtype, tokens, impl_->cols(), w->type(), codes, scales);
+    return impl_->run_quantized(tokens, stream, codes, scales, y, bias);
+  }
   const int64_t transposed = impl_->transposed_tokens(tokens);
   if (transposed == 0) return impl_->run(tokens, Layout::col_major, stream, x, y, bias);
   // The first `transposed` tokens through x^T and the row gather, the other (< 8) from x as it is.
-  const std::size_t element = dtype_size(impl_->dtype());
-  void* xt = impl_->transposed_buffer(static_cast<std::size_t>(transposed * impl_->cols()) * element);
+  const std::size_t element = dtype_size(impl_->dtype);
+  void* xt = impl_->workspace(static_cast<std::size_t>(transposed * impl_->cols()) * element);
   transpose_16bit(stream, x, xt, transposed, impl_->cols());
   impl_->run(transposed, Layout::row_major, stream, xt, y, bias);
   if (const int64_t rest = tokens - transposed; rest > 0)
@@ -175,9 +278,27 @@ void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, co
                static_cast<char*>(y) + transposed * impl_->rows() * element, bias);
 }
 
+void SparseLinear::run_quantized(Stream stream, const uint8_t* x_codes, const float* x_scales, void* y, int64_t tokens,
+                                 const float* bias) {
+  require(impl_->quantized() != nullptr, ErrorCode::invalid_argument,
+          "SparseLinear::run_quantized: the layer's weight is " + impl_->format + ", not 8-bit; run() takes its x");
+  require(tokens >= 0, ErrorCode::invalid_argument,
+          "SparseLinear::run_quantized: tokens must be >= 0, got " + std::to_string(tokens));
+  if (tokens == 0) return;
+  impl_->check_run(x_codes, y, bias, "SparseLinear::run_quantized");
+  impl_->run_quantized(tokens, stream, x_codes, x_scales, y, bias);
+}
+
 std::string SparseLinear::kernel(int64_t tokens) {
   require(tokens > 0, ErrorCode::invalid_argument,
           "SparseLinear::kernel: tokens must be > 0, got " + std::to_string(tokens));
+  if (const DeviceNm24x8* w = impl_->quantized()) {
+    auto& plans = std::get<Nm24x8Plans>(impl_->bucket_plan(tokens, Layout::col_major));
+    std::ostringstream os;
+    os << "x quantized per token to " << quant_type_name(w->type()) << ", 8-bit 2:4 "
+       << plans.for_tokens(tokens).config();
+    return os.str();
+  }
   const int64_t transposed = impl_->transposed_tokens(tokens);
   const int64_t run_tokens = transposed > 0 ? transposed : tokens;
   const Plan& plan = impl_->bucket_plan(run_tokens, transposed > 0 ? Layout::row_major : Layout::col_major);
@@ -190,6 +311,7 @@ std::string SparseLinear::kernel(int64_t tokens) {
                    os << vnm_form_name(w.form()) << " " << p.for_tokens(run_tokens).config_for(w);
                  },
                  [&](const TileSpmmPlan& p) { os << kernel_name(p.kernel_for(std::get<DeviceTiles>(impl_->weight))); },
+                 [&](const Nm24x8Plans&) {},  // taken above
              },
              plan);
   if (transposed > 0 && transposed < tokens) os << "; the last " << tokens - transposed << " tokens from x";
@@ -198,7 +320,11 @@ std::string SparseLinear::kernel(int64_t tokens) {
 
 int64_t SparseLinear::in_features() const noexcept { return impl_->cols(); }
 int64_t SparseLinear::out_features() const noexcept { return impl_->rows(); }
-DType SparseLinear::dtype() const noexcept { return impl_->dtype(); }
+DType SparseLinear::dtype() const noexcept { return impl_->dtype; }
+std::optional<QuantType> SparseLinear::quantized() const noexcept {
+  if (const DeviceNm24x8* w = impl_->quantized()) return w->type();
+  return std::nullopt;
+}
 Activation SparseLinear::activation() const noexcept { return impl_->activation; }
 bool SparseLinear::has_bias() const noexcept { return impl_->bias; }
 const std::string& SparseLinear::format() const noexcept { return impl_->format; }

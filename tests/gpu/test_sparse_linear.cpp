@@ -1,11 +1,19 @@
 // SparseLinear: one layer object per weight, every format, against the CPU oracle over poisoned outputs, with the
-// plan cache exercised by several token counts (tails included) and its refusals.
+// plan cache exercised by several token counts (tails included) and its refusals; 8-bit 2:4 weights against the
+// quantized oracle (cpu/quantized_spmm.hpp) on x quantized per token, and their refusals (on the CPU where they
+// need no device).
 #include "nmkit/gpu/sparse_linear.hpp"
 
+#include <cmath>
+#include <cstdio>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "gpu_test_util.hpp"
+#include "nmkit/cpu/quantized_spmm.hpp"
 #include "nmkit/error.hpp"
+#include "nmkit/gpu/detail/nm24_8bit_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
 
 namespace nmkit::gpu {
@@ -75,6 +83,171 @@ TEST(SparseLinearGpu, RefusesWhatItCannotRun) {
   EXPECT_THROW(layer.run(nullptr, nullptr, y.ptr, 8, static_cast<const float*>(bias.ptr)), Error);
   EXPECT_THROW(layer.run(nullptr, x.ptr, y.ptr, -1, static_cast<const float*>(bias.ptr)), Error);
   EXPECT_NO_THROW(layer.run(nullptr, nullptr, nullptr, 0, nullptr));  // an empty batch launches nothing
+}
+
+QuantizedNmMatrix quantized(int64_t rows, int64_t cols, QuantType type, uint32_t seed, int n = 2, int m = 4) {
+  const DenseMatrix w = test::random_matrix(rows, cols, DType::f32, seed);
+  return quantize_nm(compress_nm(w, prune_nm_magnitude(w, n, m), n, m), type);
+}
+
+// Whether this machine runs the 8-bit kernel for `type` (an sm_90 device and a kernel built for the type): the
+// plan says, so that a type it comes to take is tested without a change here.
+bool runs_8bit(QuantType type) {
+  try {
+    detail::Nm24x8SpmmPlan::create({128, 128, 16, type});
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// An 8-bit layer's y[T, R] for x of `dtype` values against quantized_spmm of the weight and x quantized on the host
+// (quantize_rows of the same 16-bit values, which the GPU quantizer matches bit for bit), y poisoned first. With
+// `prequantized`, the layer gets those host codes and scales (run_quantized) instead of x. Returns the relative
+// Frobenius error, or 1 (and a failure) where an element was not written.
+double error_8bit(SparseLinear& layer, const QuantizedNmMatrix& w, int64_t tokens, DType dtype, bool bias,
+                  Activation act, uint32_t seed, bool prequantized = false) {
+  const int64_t r = w.rows, k = w.cols;
+  const std::vector<float> x = rounded_random(static_cast<std::size_t>(tokens * k), dtype, seed);
+  const std::vector<float> b = test::random_nonzero(static_cast<std::size_t>(r), seed + 1);
+  const QuantizedRows qx = quantize_rows(x, tokens, k, w.type());
+  const auto x_bytes = encode(x, dtype);
+  const std::size_t y_bytes = static_cast<std::size_t>(tokens * r) * dtype_size(dtype);
+  DeviceBytes dx(x_bytes.size()), dcodes(qx.values.codes.size()), dscales(qx.scales.size() * 4), dy(y_bytes),
+      dbias(b.size() * 4);
+  check(cudaMemcpy(dx.ptr, x_bytes.data(), x_bytes.size(), cudaMemcpyHostToDevice), "copy x");
+  check(cudaMemcpy(dcodes.ptr, qx.values.codes.data(), qx.values.codes.size(), cudaMemcpyHostToDevice), "copy codes");
+  check(cudaMemcpy(dscales.ptr, qx.scales.data(), qx.scales.size() * 4, cudaMemcpyHostToDevice), "copy scales");
+  check(cudaMemcpy(dbias.ptr, b.data(), b.size() * 4, cudaMemcpyHostToDevice), "copy bias");
+  check(cudaMemset(dy.ptr, 0xff, y_bytes), "poison y");  // NaN in f16 and bf16
+  const float* bias_ptr = bias ? static_cast<const float*>(dbias.ptr) : nullptr;
+  if (prequantized)
+    layer.run_quantized(nullptr, static_cast<const uint8_t*>(dcodes.ptr), static_cast<const float*>(dscales.ptr),
+                        dy.ptr, tokens, bias_ptr);
+  else
+    layer.run(nullptr, dx.ptr, dy.ptr, tokens, bias_ptr);
+  check(cudaDeviceSynchronize(), "8-bit layer");
+  std::vector<std::byte> y_host(y_bytes);
+  check(cudaMemcpy(y_host.data(), dy.ptr, y_bytes, cudaMemcpyDeviceToHost), "copy y");
+  // y[T, R] row-major is D (R x T) col-major.
+  std::vector<float> want(static_cast<std::size_t>(r * tokens));
+  quantized_spmm(w, qx, {nullptr, r, tokens, Layout::col_major}, {want.data(), r, tokens, Layout::col_major},
+                 {1.0f, 0.0f, bias ? b.data() : nullptr, act}, dtype);
+  const std::vector<float> got = decode(y_host, dtype);
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!std::isfinite(got[i])) {
+      ADD_FAILURE() << "y[" << i / r << ", " << i % r << "] not written or not finite";
+      return 1.0;
+    }
+  // Each element within twice the norm's tolerance of the RMS: fp8 sums in the tensor cores' reduced-precision
+  // accumulators, whose error an element may carry a few times over (a wrong or unwritten block is off by ~RMS).
+  std::size_t worst = 0;
+  const double out_eps = dtype == DType::bf16 ? 0x1p-8 : 0x1p-11;
+  if (test::worst_element_excess(got, want, 2.0 * out_eps, 2.0 * tolerance(dtype), &worst) > 1.0)
+    ADD_FAILURE() << "y[" << worst / r << ", " << worst % r << "] is " << got[worst] << ", the oracle says "
+                  << want[worst];
+  return test::relative_frobenius(got, want);
+}
+
+TEST(SparseLinear8bitGpu, EveryTypeAndTokenCountAgreesWithTheQuantizedOracle) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t rows, cols;
+    Activation act;
+    bool bias;
+  };
+  // Odd R (a tail in the 128-row tiles), K multiples of 16 that are not of 64 or 128, every epilogue.
+  const Case cases[] = {
+      {1000, 528, Activation::gelu, true}, {77, 144, Activation::relu, false}, {200, 64, Activation::none, true}};
+  int types_run = 0;
+  uint32_t seed = 300;
+  for (QuantType type : {QuantType::e4m3, QuantType::e5m2, QuantType::int8}) {
+    if (!runs_8bit(type)) {
+      std::printf("SparseLinear 8-bit: %s not run (the 8-bit plan refuses it here)\n", quant_type_name(type));
+      continue;
+    }
+    ++types_run;
+    for (DType dtype : {DType::f16, DType::bf16})
+      for (const Case& c : cases) {
+        const QuantizedNmMatrix w = quantized(c.rows, c.cols, type, seed += 10);
+        SparseLinear layer = SparseLinear::create(w, dtype, c.act, c.bias);
+        EXPECT_EQ(layer.format(), std::string("2:4 ") + quant_type_name(type));
+        EXPECT_EQ(layer.quantized(), type);
+        EXPECT_EQ(layer.dtype(), dtype);
+        EXPECT_EQ(layer.in_features(), c.cols);
+        EXPECT_EQ(layer.out_features(), c.rows);
+        // 33 twice: the bucket's remade plan kept; 17, 33 and 300 run plans of their buckets' choices (20, 40, 320).
+        for (int64_t tokens : {1, 7, 17, 33, 300, 33}) {
+          const std::string kernel = layer.kernel(tokens);
+          EXPECT_NE(kernel.find(std::string("x quantized per token to ") + quant_type_name(type)), std::string::npos)
+              << kernel;
+          const std::string what = std::to_string(c.rows) + "x" + std::to_string(c.cols) + " T " +
+                                   std::to_string(tokens) + " " + quant_type_name(type) + " " + dtype_name(dtype) +
+                                   " " + activation_name(c.act) + (c.bias ? " bias" : "") + " (" + kernel + ")";
+          EXPECT_LE(error_8bit(layer, w, tokens, dtype, c.bias, c.act, seed += 10), tolerance(dtype)) << what;
+        }
+      }
+  }
+  if (types_run == 0) GTEST_SKIP() << "no device runs the 8-bit kernel (it needs sm_90)";
+}
+
+TEST(SparseLinear8bitGpu, PrequantizedXGivesTheSameProduct) {
+  SKIP_WITHOUT_GPU();
+  if (!runs_8bit(QuantType::e4m3)) GTEST_SKIP() << "no device runs the 8-bit kernel (it needs sm_90)";
+  const QuantizedNmMatrix w = quantized(384, 256, QuantType::e4m3, 41);
+  SparseLinear layer = SparseLinear::create(w, DType::bf16, Activation::none, /*bias=*/true);
+  for (int64_t tokens : {5, 64, 129})
+    EXPECT_LE(error_8bit(layer, w, tokens, DType::bf16, true, Activation::none, 50 + tokens, /*prequantized=*/true),
+              tolerance(DType::bf16))
+        << tokens << " tokens";
+}
+
+TEST(SparseLinear8bitGpu, AnyTokenCountTakesABoundedNumberOfPlans) {
+  SKIP_WITHOUT_GPU();
+  if (!runs_8bit(QuantType::e4m3)) GTEST_SKIP() << "no device runs the 8-bit kernel (it needs sm_90)";
+  SparseLinear layer = SparseLinear::create(quantized(256, 512, QuantType::e4m3, 3), DType::f16);
+  EXPECT_EQ(layer.plans(), 1u);  // create's plan for one token
+  std::mt19937 random(7);
+  std::uniform_int_distribution<int64_t> tokens(1, 4096);
+  for (int i = 0; i < 1000; ++i) EXPECT_FALSE(layer.kernel(tokens(random)).empty());
+  EXPECT_LE(layer.plans(), 48u);  // detail::token_bucket's buckets of 1..4096
+}
+
+TEST(SparseLinear8bitGpu, RefusesWhatItCannotRun) {
+  SKIP_WITHOUT_GPU();
+  if (!runs_8bit(QuantType::e4m3)) GTEST_SKIP() << "no device runs the 8-bit kernel (it needs sm_90)";
+  SparseLinear layer =
+      SparseLinear::create(quantized(128, 64, QuantType::e4m3, 1), DType::f16, Activation::none, /*bias=*/true);
+  DeviceBytes x(64 * 8 * 2), y(128 * 8 * 2), codes(64 * 8), scales(8 * 4), bias(128 * 4);
+  const auto* b = static_cast<const float*>(bias.ptr);
+  EXPECT_NMKIT_ERROR(layer.run(nullptr, x.ptr, y.ptr, 8, nullptr), ErrorCode::invalid_argument, "has a bias");
+  EXPECT_NMKIT_ERROR(layer.run(nullptr, nullptr, y.ptr, 8, b), ErrorCode::invalid_argument, "must not be null");
+  EXPECT_NMKIT_ERROR(layer.run(nullptr, x.ptr, y.ptr, -1, b), ErrorCode::invalid_argument, ">= 0");
+  EXPECT_NO_THROW(layer.run(nullptr, nullptr, nullptr, 0, nullptr));  // an empty batch launches nothing
+  const auto* c = static_cast<const uint8_t*>(codes.ptr);
+  EXPECT_NMKIT_ERROR(layer.run_quantized(nullptr, c + 1, static_cast<const float*>(scales.ptr), y.ptr, 8, b),
+                     ErrorCode::invalid_argument, "16-byte aligned");
+  EXPECT_NMKIT_ERROR(layer.run_quantized(nullptr, c, nullptr, y.ptr, 8, b), ErrorCode::invalid_argument, "scales");
+  SparseLinear dense16 = SparseLinear::create(pruned(128, 64, DType::f16, "2:4", 1));
+  EXPECT_FALSE(dense16.quantized().has_value());
+  EXPECT_NMKIT_ERROR(dense16.run_quantized(nullptr, c, static_cast<const float*>(scales.ptr), y.ptr, 8, nullptr),
+                     ErrorCode::invalid_argument, "not 8-bit");
+  check(cudaDeviceSynchronize(), "nothing launched");
+}
+
+// Refused before the device is needed: these run on machines without a GPU too.
+TEST(SparseLinear8bit, RefusesOnTheHostWhatNoKernelTakes) {
+  EXPECT_NMKIT_ERROR(SparseLinear::create(quantized(64, 64, QuantType::e4m3, 1, 2, 8), DType::f16),
+                     ErrorCode::unsupported, "takes 2:4");
+  EXPECT_NMKIT_ERROR(SparseLinear::create(quantized(64, 64, QuantType::int8, 1, 1, 4), DType::bf16),
+                     ErrorCode::unsupported, "(int8) 1:4");
+  EXPECT_NMKIT_ERROR(SparseLinear::create(quantized(64, 64, QuantType::e4m3, 1), DType::f32), ErrorCode::unsupported,
+                     "f16 or bf16 x and y, got f32");
+  EXPECT_NMKIT_ERROR(SparseLinear::create(quantized(64, 72, QuantType::e5m2, 1), DType::f16), ErrorCode::unsupported,
+                     "multiple of 16");
+  QuantizedNmMatrix broken = quantized(64, 64, QuantType::e4m3, 1);
+  broken.scales[3] = -1.0f;
+  EXPECT_THROW(SparseLinear::create(broken, DType::f16), Error);  // validated while packing, on the host
 }
 
 }  // namespace
