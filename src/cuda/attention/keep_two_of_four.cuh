@@ -1,0 +1,25 @@
+#pragma once
+// DFSS's pruning rule on the GPU (include/nmkit/attention/dfss.hpp states it; the CPU oracle is sddmm_nm): one
+// 2:4 group at a time, shared by the fused kernel and the unfused ops.
+#include <cstdint>
+
+namespace nmkit::cuda::attention {
+
+// The 2:4 rule on one group of four scores x0..x3 (keys in order): the two largest, ties to the lower key. The
+// larger of each pair (x0, x1) and (x2, x3) is kept unless both of the other pair beat it; the lower pair wins ties.
+// Gives the kept scores in key order and their 2-bit indices as one metadata nibble (lower index low).
+struct KeptPair {
+  float first, second;
+  uint32_t nibble;
+};
+__host__ __device__ __forceinline__ KeptPair keep_two_of_four(float x0, float x1, float x2, float x3) {
+  const bool a1 = x1 > x0, b1 = x3 > x2;  // the pairs' larger (ties to the lower key)
+  const float a_hi = a1 ? x1 : x0, a_lo = a1 ? x0 : x1, b_hi = b1 ? x3 : x2, b_lo = b1 ? x2 : x3;
+  const bool a_both = a_lo >= b_hi;  // (x0, x1) beat both of (x2, x3)
+  const bool b_both = b_lo > a_hi;   // (x2, x3) beat both of (x0, x1)
+  const uint32_t i0 = a_both ? 0u : b_both ? 2u : (a1 ? 1u : 0u);
+  const uint32_t i1 = a_both ? 1u : b_both ? 3u : (b1 ? 3u : 2u);
+  return {a_both ? x0 : b_both ? x2 : a_hi, a_both ? x1 : b_both ? x3 : b_hi, i0 | (i1 << 2)};
+}
+
+}  // namespace nmkit::cuda::attention
