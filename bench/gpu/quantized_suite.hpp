@@ -13,7 +13,7 @@
 namespace nmkit::bench {
 
 struct QuantizedSuiteOptions {
-  std::vector<Shape> shapes;    // R x K weights, C = T tokens (x[T, K] row-major: B col-major)
+  std::vector<Shape> shapes;     // R x K weights, C = T tokens (x[T, K] row-major: B col-major)
   std::vector<QuantType> types;  // of weights and activations alike
   int warmup = 5, iters = 30;
   bool cusparselt = true;  // where the benchmark was built with it
