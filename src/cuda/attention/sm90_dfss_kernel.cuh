@@ -7,8 +7,9 @@
 // Consumer step: S = Q*K^T on wgmma (f32 accumulators), the causal and length masks, the online softmax's row
 // maxima (a group's largest score is always kept, so the maximum over kept scores is the maximum over valid ones),
 // then per 32-key step the 2:4 prune in registers, exponentials of the kept scores only, and P*V on wgmma.sp with
-// the compressed P as the register operand and its metadata built in registers. Pattern dense runs the same steps
-// with every score kept and P*V on the dense wgmma: the control that isolates the gain of sparsity.
+// the compressed P as the register operand and its metadata built in registers. Software-pipelined: Q*K^T of step n
+// and P*V of step n - 1 run together, and step n's softmax runs while P*V of step n - 1 finishes. Pattern dense runs
+// the same steps with every score kept and P*V on the dense wgmma: the control that isolates the gain of sparsity.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -234,6 +235,12 @@ struct Consumer {
     uint32_t a[kPSteps][4];
     uint32_t e[kSparse ? kPSteps : 1];
   };
+  // A step's metadata register as two halves, OR-ed into P's registers only after the wait: with a plain copy ptxas
+  // gives both the same register, which the P * V in flight still reads, and serialises every wgmma (C7511).
+  static constexpr int kMetaWords = kSparse ? 2 * kPSteps : 1;
+  // The probabilities P is written from, beside the scores (which the next Q * K^T overwrites): 2:4 keeps half of
+  // them, two per group, in the k32 fragment's register order; dense keeps all, in the accumulator's order.
+  static constexpr int kProbRegisters = kSparse ? kScoreRegisters / 2 : kScoreRegisters;
 
   const SharedStorage<kHeadDim>& smem;
   const StagePipeline<kStages>& k_pipe;
@@ -352,45 +359,48 @@ struct Consumer {
       for (int r = 0; r < 2; ++r) o[4 * j + 2 * r] *= correction[r], o[4 * j + 2 * r + 1] *= correction[r];
   }
 
-  // Masks, maxima and P of one key step's scores.
-  __device__ void softmax_step(float (&s)[kScoreRegisters], const CtaWork& w, int step, const Params& p, PFragments& pf,
-                               float (&correction)[2]) {
+  // This step's probabilities (prob) and 2:4 metadata (meta), while P * V of the step before still runs: masks,
+  // maxima, the prune and the exponentials of the kept scores. Nothing here writes P's registers, which that P * V
+  // reads until it completes; write_p packs them after the wait.
+  __device__ void prepare_p(float (&s)[kScoreRegisters], const CtaWork& w, int step, const Params& p,
+                            float (&prob)[kProbRegisters], uint32_t (&meta)[kMetaWords], float (&correction)[2]) {
     const int step_end = (step + 1) * kBlockN;
     const int first_row = w.m_block * kBlockM + warpgroup * kRowsPerConsumer;
-    if (step_end > w.len_k || (p.causal && step_end - 1 > first_row)) mask(s, w, step, p.causal);
+    // Both paths run the whole step, so that no branch joins between the two waits: at a join ptxas no longer
+    // knows which wgmma groups are done and waits for all of them before the first score is read, which would
+    // hold this step's softmax until P * V of the step before has finished.
+    if (step_end > w.len_k || (p.causal && step_end - 1 > first_row)) {
+      mask(s, w, step, p.causal);
+      probabilities(s, p, prob, meta, correction);
+    } else {
+      probabilities(s, p, prob, meta, correction);
+    }
+  }
+
+  __device__ void probabilities(const float (&s)[kScoreRegisters], const Params& p, float (&prob)[kProbRegisters],
+                                uint32_t (&meta)[kMetaWords], float (&correction)[2]) {
     float max_scaled[2];
     update_max(s, p.scale_log2, max_scaled, correction);
     if constexpr (kSparse) {
 #pragma unroll
-      for (int c = 0; c < kPSteps; ++c) sparse_step(s, c, max_scaled, p.scale_log2, pf.a[c], pf.e[c]);
+      for (int c = 0; c < kPSteps; ++c) prune_step(s, c, max_scaled, p.scale_log2, prob, meta[2 * c], meta[2 * c + 1]);
     } else {
-      dense_p(s, max_scaled, p.scale_log2, pf.a);
+#pragma unroll
+      for (int i = 0; i < kScoreRegisters; ++i) {
+        const int r = i / 2 % 2;  // register 4j + 2r + e holds row g + 8r
+        prob[i] = exp2_approx(fmaf(s[i], p.scale_log2, -max_scaled[r]));
+        row_sum[r] += prob[i];
+      }
     }
   }
 
-  // Dense P in the k16 A-fragment layout: the accumulator's own layout, two columns per register.
-  __device__ void dense_p(const float (&s)[kScoreRegisters], const float (&max_scaled)[2], float scale_log2,
-                          uint32_t (&a)[kPSteps][4]) {
-#pragma unroll
-    for (int kk = 0; kk < kPSteps; ++kk)
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int base = 4 * (2 * kk + half) + 2 * r;
-          const float p0 = exp2_approx(fmaf(s[base], scale_log2, -max_scaled[r]));
-          const float p1 = exp2_approx(fmaf(s[base + 1], scale_log2, -max_scaled[r]));
-          row_sum[r] += p0 + p1;
-          a[kk][2 * half + r] = pack_pair<Element>(p0, p1);
-        }
-  }
-
-  // 2:4 P of one 32-key step c in the sparse A-fragment layout and its metadata. With K permuted (permuted_key),
-  // thread t holds groups t (accumulator blocks 4c, 4c + 1) and 4 + t (blocks 4c + 2, 4c + 3) of rows g and g + 8:
-  // the fragment's registers are its own pruned pairs. The metadata, one nibble per group and row at lanes t = 0
-  // (groups 0-3) and t = 1 (groups 4-7) of the quad, is gathered in three shuffles.
-  __device__ void sparse_step(const float (&s)[kScoreRegisters], int c, const float (&max_scaled)[2], float scale_log2,
-                              uint32_t (&a)[4], uint32_t& e) {
+  // 2:4 of one 32-key step c. With K permuted (permuted_key), thread t holds groups t (accumulator blocks 4c,
+  // 4c + 1) and 4 + t (blocks 4c + 2, 4c + 3) of rows g and g + 8: the sparse A fragment's own groups, so each
+  // group's two kept probabilities are one register of the fragment. The metadata, one nibble per group and row at
+  // lanes t = 0 (groups 0-3) and t = 1 (groups 4-7) of the quad, is gathered in three shuffles (the last half's
+  // OR left to write_p).
+  __device__ void prune_step(const float (&s)[kScoreRegisters], int c, const float (&max_scaled)[2], float scale_log2,
+                             float (&prob)[kProbRegisters], uint32_t& own, uint32_t& partner) {
     uint32_t words[2] = {0, 0};  // groups 0-3, groups 4-7
 #pragma unroll
     for (int half = 0; half < 2; ++half)
@@ -398,17 +408,35 @@ struct Consumer {
       for (int r = 0; r < 2; ++r) {
         const int lo = 4 * (4 * c + 2 * half) + 2 * r, hi = lo + 4;  // the group's keys 0, 1 and 2, 3
         const KeptPair kept = keep_two_of_four(s[lo], s[lo + 1], s[hi], s[hi + 1]);
-        const float p0 = exp2_approx(fmaf(kept.first, scale_log2, -max_scaled[r]));
-        const float p1 = exp2_approx(fmaf(kept.second, scale_log2, -max_scaled[r]));
-        row_sum[r] += p0 + p1;
-        a[2 * half + r] = pack_pair<Element>(p0, p1);
+        const int k = 4 * (2 * c + half) + 2 * r;  // the pair's place in prob: the k32 fragment's register order
+        prob[k] = exp2_approx(fmaf(kept.first, scale_log2, -max_scaled[r]));
+        prob[k + 1] = exp2_approx(fmaf(kept.second, scale_log2, -max_scaled[r]));
+        row_sum[r] += prob[k] + prob[k + 1];
         words[half] |= kept.nibble << (4 * t + 16 * r);
       }
       // Lanes t and t ^ 2 combine; then lane 0 takes the odd lanes' groups 0-3 and lane 1 the even lanes' 4-7.
 #pragma unroll
     for (int half = 0; half < 2; ++half) words[half] |= __shfl_xor_sync(0xffffffffu, words[half], 2);
     const int odd = t & 1;
-    e = (odd ? words[1] : words[0]) | __shfl_xor_sync(0xffffffffu, odd ? words[0] : words[1], 1);
+    own = odd ? words[1] : words[0];
+    partner = __shfl_xor_sync(0xffffffffu, odd ? words[0] : words[1], 1);
+  }
+
+  // P as wgmma's register operand, two probabilities per register: dense, the k16 A fragment is the accumulator's
+  // own layout; 2:4, the sparse k32 fragment prune_step ordered prob in, and its metadata.
+  __device__ void write_p(const float (&prob)[kProbRegisters], const uint32_t (&meta)[kMetaWords], PFragments& pf) {
+#pragma unroll
+    for (int c = 0; c < kPSteps; ++c)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int k = 4 * (2 * c + half) + 2 * r;
+          pf.a[c][2 * half + r] = pack_pair<Element>(prob[k], prob[k + 1]);
+        }
+    if constexpr (kSparse)
+#pragma unroll
+      for (int c = 0; c < kPSteps; ++c) pf.e[c] = meta[2 * c] | meta[2 * c + 1];
   }
 
   __device__ void release(const StagePipeline<kStages>& pipe, int stage) const {
@@ -416,40 +444,41 @@ struct Consumer {
     if (lane == 0) pipe.release(stage);
   }
 
-  // One pipelined key step: Q * K^T of `step` and P * V of step - 1 (from `current`) in flight together; the warps
-  // wait for the scores only, build this step's P into `upcoming`, then rescale O once P * V is done.
+  // One pipelined key step: Q * K^T of `step` and P * V of step - 1 (from pf) in flight together. The warps wait
+  // for the scores only and compute this step's probabilities while P * V runs, then, once it is done, rescale O
+  // and write the new P into pf.
   __device__ void pipelined_step(int step, const CtaWork& w, const Params& p, RingPosition<kStages>& k_at,
-                                 RingPosition<kStages>& v_at, float (&s)[kScoreRegisters], PFragments& current,
-                                 PFragments& upcoming) {
+                                 RingPosition<kStages>& v_at, float (&s)[kScoreRegisters], PFragments& pf) {
     uint64_t v_desc[kPSteps];
     v_descriptors(v_at.stage, v_desc);
     k_pipe.wait_full(k_at);
     issue_scores(s, k_at.stage);
     v_pipe.wait_full(v_at);
-    issue_pv(current, v_desc);
+    issue_pv(pf, v_desc);
     ptx::wgmma_wait_group<1>();
     ptx::fence_registers(s);
     release(k_pipe, k_at.stage);
     k_at.advance();
     float correction[2];
-    softmax_step(s, w, step, p, upcoming, correction);
+    float prob[kProbRegisters];
+    uint32_t meta[kMetaWords];
+    prepare_p(s, w, step, p, prob, meta, correction);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(o);
-    fence_p(current);
+    fence_p(pf);
     release(v_pipe, v_at.stage);
     v_at.advance();
     rescale_o(correction);
     ptx::fence_registers(o);
+    write_p(prob, meta, pf);
   }
 
-  // Software-pipelined over key steps, unrolled by two so that the P in flight and the P being built are two
-  // register sets in the source (ptxas must not hand the in-flight one's registers to the other).
   __device__ void run(const CtaWork& w, const Params& p) {
     ptx::mbarrier_wait(smem.q_full(), 0);
     if (w.key_steps == 0) return store(w, p);
     RingPosition<kStages> k_at, v_at;
     float s[kScoreRegisters];
-    PFragments even, odd;
+    PFragments pf;
 
     k_pipe.wait_full(k_at);
     issue_scores(s, k_at.stage);
@@ -458,20 +487,12 @@ struct Consumer {
     release(k_pipe, k_at.stage);
     k_at.advance();
     float correction[2];
-    softmax_step(s, w, 0, p, even, correction);  // O is still zero: nothing to rescale
-    fence_p(even);
-
-    int step = 1;
-    for (; step + 2 <= w.key_steps; step += 2) {
-      pipelined_step(step, w, p, k_at, v_at, s, even, odd);
-      pipelined_step(step + 1, w, p, k_at, v_at, s, odd, even);
-    }
-    if (step < w.key_steps) {
-      pipelined_step(step, w, p, k_at, v_at, s, even, odd);
-      last_pv(v_at, odd);
-    } else {
-      last_pv(v_at, even);
-    }
+    float prob[kProbRegisters];
+    uint32_t meta[kMetaWords];
+    prepare_p(s, w, 0, p, prob, meta, correction);  // O is still zero: nothing to rescale
+    write_p(prob, meta, pf);
+    for (int step = 1; step < w.key_steps; ++step) pipelined_step(step, w, p, k_at, v_at, s, pf);
+    last_pv(v_at, pf);
     store(w, p);
   }
 
