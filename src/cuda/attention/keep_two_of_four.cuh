@@ -17,9 +17,9 @@ __host__ __device__ __forceinline__ KeptPair keep_two_of_four(float x0, float x1
   const float a_hi = a1 ? x1 : x0, a_lo = a1 ? x0 : x1, b_hi = b1 ? x3 : x2, b_lo = b1 ? x2 : x3;
   const bool a_both = a_lo >= b_hi;  // (x0, x1) beat both of (x2, x3)
   const bool b_both = b_lo > a_hi;   // (x2, x3) beat both of (x0, x1)
-  const uint32_t i0 = a_both ? 0u : b_both ? 2u : (a1 ? 1u : 0u);
-  const uint32_t i1 = a_both ? 1u : b_both ? 3u : (b1 ? 3u : 2u);
-  return {a_both ? x0 : b_both ? x2 : a_hi, a_both ? x1 : b_both ? x3 : b_hi, i0 | (i1 << 2)};
+  // Indices (i0, i1) as the nibble i0 | i1 << 2: (0, 1), (2, 3), or (a1, 2 + b1).
+  const uint32_t nibble = a_both ? 0x4u : b_both ? 0xeu : (b1 ? 0xcu : 0x8u) | (a1 ? 0x1u : 0x0u);
+  return {a_both ? x0 : b_both ? x2 : a_hi, a_both ? x1 : b_both ? x3 : b_hi, nibble};
 }
 
 }  // namespace nmkit::cuda::attention

@@ -333,10 +333,15 @@ struct Consumer {
         }
   }
 
-  // New row maxima; the row sums move to the new reference now, O (still being summed) later by `correction`.
-  // Returns the scaled maxima to subtract.
-  __device__ void update_max(const float (&s)[kScoreRegisters], float scale_log2, float (&max_scaled)[2],
+  // Each row keeps its reference maximum until a score exceeds it by more than 2^kRescaleLog2 after the exp2: the
+  // probabilities then stay below 2^8 (well inside f16 and bf16), and O, the row sums and the lse all use the same
+  // reference, so the result is the same while most steps leave O alone. The row sums move to a new reference now,
+  // O (still being summed) later by `correction`. Returns whether a row of this thread moved; max_scaled receives the
+  // scaled references to subtract.
+  static constexpr float kRescaleLog2 = 8.0f;
+  __device__ bool update_max(const float (&s)[kScoreRegisters], float scale_log2, float (&max_scaled)[2],
                              float (&correction)[2]) {
+    bool moved = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float m = row_max[r];
@@ -344,12 +349,16 @@ struct Consumer {
       for (int j = 0; j < kBlockN / 8; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      // A row with nothing valid yet keeps 0 as its reference, so that exp2(-inf - ref) is 0, not NaN.
-      correction[r] = m == -INFINITY ? 1.0f : exp2_approx((row_max[r] - m) * scale_log2);
-      row_max[r] = m;
-      max_scaled[r] = m == -INFINITY ? 0.0f : m * scale_log2;
+      // From -inf (nothing valid yet) any finite maximum moves the row, its correction exp2(-inf) = 0 (O and the sum
+      // are still 0); -inf to -inf is NaN > threshold, false: the row keeps -inf and 0 as the value to subtract.
+      const bool move = (m - row_max[r]) * scale_log2 > kRescaleLog2;
+      correction[r] = move ? exp2_approx((row_max[r] - m) * scale_log2) : 1.0f;
+      if (move) row_max[r] = m;
+      max_scaled[r] = row_max[r] == -INFINITY ? 0.0f : row_max[r] * scale_log2;
       row_sum[r] *= correction[r];
+      moved |= move;
     }
+    return moved;
   }
 
   __device__ void rescale_o(const float (&correction)[2]) {
@@ -362,7 +371,7 @@ struct Consumer {
   // This step's probabilities (prob) and 2:4 metadata (meta), while P * V of the step before still runs: masks,
   // maxima, the prune and the exponentials of the kept scores. Nothing here writes P's registers, which that P * V
   // reads until it completes; write_p packs them after the wait.
-  __device__ void prepare_p(float (&s)[kScoreRegisters], const CtaWork& w, int step, const Params& p,
+  __device__ bool prepare_p(float (&s)[kScoreRegisters], const CtaWork& w, int step, const Params& p,
                             float (&prob)[kProbRegisters], uint32_t (&meta)[kMetaWords], float (&correction)[2]) {
     const int step_end = (step + 1) * kBlockN;
     const int first_row = w.m_block * kBlockM + warpgroup * kRowsPerConsumer;
@@ -371,16 +380,15 @@ struct Consumer {
     // hold this step's softmax until P * V of the step before has finished.
     if (step_end > w.len_k || (p.causal && step_end - 1 > first_row)) {
       mask(s, w, step, p.causal);
-      probabilities(s, p, prob, meta, correction);
-    } else {
-      probabilities(s, p, prob, meta, correction);
+      return probabilities(s, p, prob, meta, correction);
     }
+    return probabilities(s, p, prob, meta, correction);
   }
 
-  __device__ void probabilities(const float (&s)[kScoreRegisters], const Params& p, float (&prob)[kProbRegisters],
+  __device__ bool probabilities(const float (&s)[kScoreRegisters], const Params& p, float (&prob)[kProbRegisters],
                                 uint32_t (&meta)[kMetaWords], float (&correction)[2]) {
     float max_scaled[2];
-    update_max(s, p.scale_log2, max_scaled, correction);
+    const bool moved = update_max(s, p.scale_log2, max_scaled, correction);
     if constexpr (kSparse) {
 #pragma unroll
       for (int c = 0; c < kPSteps; ++c) prune_step(s, c, max_scaled, p.scale_log2, prob, meta[2 * c], meta[2 * c + 1]);
@@ -392,6 +400,7 @@ struct Consumer {
         row_sum[r] += prob[i];
       }
     }
+    return moved;
   }
 
   // 2:4 of one 32-key step c. With K permuted (permuted_key), thread t holds groups t (accumulator blocks 4c,
@@ -412,11 +421,15 @@ struct Consumer {
         prob[k] = exp2_approx(fmaf(kept.first, scale_log2, -max_scaled[r]));
         prob[k + 1] = exp2_approx(fmaf(kept.second, scale_log2, -max_scaled[r]));
         row_sum[r] += prob[k] + prob[k + 1];
-        words[half] |= kept.nibble << (4 * t + 16 * r);
+        words[half] |= kept.nibble << (16 * r);
       }
-      // Lanes t and t ^ 2 combine; then lane 0 takes the odd lanes' groups 0-3 and lane 1 the even lanes' 4-7.
+      // Group t's nibbles to their place in the word; lanes t and t ^ 2 combine; then lane 0 takes the odd lanes'
+      // groups 0-3 and lane 1 the even lanes' 4-7.
 #pragma unroll
-    for (int half = 0; half < 2; ++half) words[half] |= __shfl_xor_sync(0xffffffffu, words[half], 2);
+    for (int half = 0; half < 2; ++half) {
+      words[half] <<= 4 * t;
+      words[half] |= __shfl_xor_sync(0xffffffffu, words[half], 2);
+    }
     const int odd = t & 1;
     own = odd ? words[1] : words[0];
     partner = __shfl_xor_sync(0xffffffffu, odd ? words[0] : words[1], 1);
@@ -462,13 +475,13 @@ struct Consumer {
     float correction[2];
     float prob[kProbRegisters];
     uint32_t meta[kMetaWords];
-    prepare_p(s, w, step, p, prob, meta, correction);
+    const bool moved = prepare_p(s, w, step, p, prob, meta, correction);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(o);
     fence_p(pf);
     release(v_pipe, v_at.stage);
     v_at.advance();
-    rescale_o(correction);
+    if (__any_sync(0xffffffffu, moved)) rescale_o(correction);  // rows that kept their reference have correction 1
     ptx::fence_registers(o);
     write_p(prob, meta, pf);
   }
