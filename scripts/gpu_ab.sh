@@ -8,8 +8,9 @@
 # then on the H200 (device tool, with carry [".ab.patch", ".deps/re2"]: both git-ignored), from the repository root:
 #   bash scripts/gpu_ab.sh "<nmkit_bench arguments>" ["<more arguments>" ...]
 # Builds build/gpu (this tree) and build/gpu-ab (this tree without .ab.patch), runs NMKIT_AB_TESTS (a gtest filter,
-# default none) on this tree's build, then each argument string with both benches, this tree first. Results go to
-# $OUT (or ./gpu_out): <n>.this.txt and <n>.ref.txt, and the rows of each pair are printed side by side last.
+# default none) on this tree's build, then each argument string with both benches, this tree first. The bench is
+# NMKIT_AB_BENCH (default nmkit_bench; e.g. nmkit_attention_bench). Results go to $OUT (or ./gpu_out):
+# <n>.this.txt and <n>.ref.txt, and the rows of each pair are printed side by side last.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source scripts/gpu_env.sh
@@ -18,6 +19,7 @@ if [ $# -eq 0 ] || [ ! -s .ab.patch ]; then
   exit 2
 fi
 OUT=${OUT:-$PWD/gpu_out}
+BENCH=${NMKIT_AB_BENCH:-nmkit_bench}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 configure() {
@@ -33,9 +35,9 @@ configure . build/gpu
 configure "$REF_SRC" build/gpu-ab
 # Both builds at once: half the cores each.
 jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
-cmake --build build/gpu -j "$jobs" --target nmkit_bench nmkit_gpu_tests >/tmp/nmkit_build.log 2>&1 &
+cmake --build build/gpu -j "$jobs" --target "$BENCH" nmkit_gpu_tests >/tmp/nmkit_build.log 2>&1 &
 this_build=$!
-cmake --build build/gpu-ab -j "$jobs" --target nmkit_bench >/tmp/nmkit_build_ab.log 2>&1
+cmake --build build/gpu-ab -j "$jobs" --target "$BENCH" >/tmp/nmkit_build_ab.log 2>&1
 ref_rc=$?
 wait $this_build
 this_rc=$?
@@ -49,9 +51,11 @@ n=0
 for args in "$@"; do
   n=$((n + 1))
   read -ra bench_args <<<"$args"
-  timeout 300 build/gpu/bench/nmkit_bench "${bench_args[@]}" >"$OUT/$n.this.txt" 2>&1
-  timeout 300 build/gpu-ab/bench/nmkit_bench "${bench_args[@]}" >"$OUT/$n.ref.txt" 2>&1
+  timeout 300 "build/gpu/bench/$BENCH" "${bench_args[@]}" >"$OUT/$n.this.txt" 2>&1
+  timeout 300 "build/gpu-ab/bench/$BENCH" "${bench_args[@]}" >"$OUT/$n.ref.txt" 2>&1
   echo; echo "=== $n: $args (this tree, then the reference)"
-  paste -d '\n' <(grep -E '^[a-z]+ +[0-9]+x' "$OUT/$n.this.txt" | sed 's/^/this /') \
-                <(grep -E '^[a-z]+ +[0-9]+x' "$OUT/$n.ref.txt" | sed 's/^/ref  /') | cut -c1-200
+  # Table rows: nmkit_bench's start with the suite name, nmkit_attention_bench's with the sequence length.
+  rows='^([a-z0-9]+ +[0-9]+x|[0-9]+ +[0-9]+ +[01] )'
+  paste -d '\n' <(grep -E "$rows" "$OUT/$n.this.txt" | sed 's/^/this /') \
+                <(grep -E "$rows" "$OUT/$n.ref.txt" | sed 's/^/ref  /') | cut -c1-200
 done
