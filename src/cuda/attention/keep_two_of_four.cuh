@@ -1,6 +1,7 @@
 #pragma once
 // DFSS's pruning rule on the GPU (include/nmkit/attention/dfss.hpp states it; the CPU oracle is sddmm_nm): one
 // 2:4 group at a time, shared by the fused kernel and the unfused ops.
+#include <cmath>
 #include <cstdint>
 
 namespace nmkit::cuda::attention {
@@ -14,7 +15,8 @@ struct KeptPair {
 };
 __host__ __device__ __forceinline__ KeptPair keep_two_of_four(float x0, float x1, float x2, float x3) {
   const bool a1 = x1 > x0, b1 = x3 > x2;  // the pairs' larger (ties to the lower key)
-  const float a_hi = a1 ? x1 : x0, a_lo = a1 ? x0 : x1, b_hi = b1 ? x3 : x2, b_lo = b1 ? x2 : x3;
+  // The pairs' larger and smaller values by min/max, independent of the compares above (equal values are equal).
+  const float a_hi = fmaxf(x0, x1), a_lo = fminf(x0, x1), b_hi = fmaxf(x2, x3), b_lo = fminf(x2, x3);
   const bool a_both = a_lo >= b_hi;  // (x0, x1) beat both of (x2, x3)
   const bool b_both = b_lo > a_hi;   // (x2, x3) beat both of (x0, x1)
   // Indices (i0, i1) as the nibble i0 | i1 << 2: (0, 1), (2, 3), or (a1, 2 + b1).
