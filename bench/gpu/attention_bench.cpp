@@ -46,7 +46,9 @@ class UnfusedDfss {
         workspace_(workspace),
         workspace_bytes_(workspace_bytes),
         scores_(static_cast<std::size_t>(heads * seq * seq) * dtype_size(dtype)),
-        plan_(gpu::Nm24SpmmPlan::create({seq, seq, d, dtype, dtype, Layout::row_major, Layout::row_major})) {
+        // P is written by the kernel just before the product: no overlapped launch (Nm24Options::overlap_launch).
+        plan_(gpu::Nm24SpmmPlan::create({seq, seq, d, dtype, dtype, Layout::row_major, Layout::row_major},
+                                        {.overlap_launch = false})) {
     // Column-major view: S^T (seq_k x seq_q per head) = K_h (d x seq_k, op T) x Q_h (d x seq_q).
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;

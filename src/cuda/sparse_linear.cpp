@@ -166,8 +166,8 @@ struct SparseLinear::Impl {
   // Runs y = the 8-bit product for `tokens` of x's codes and scales with its bucket's choices.
   void run_quantized(int64_t tokens, Stream stream, const uint8_t* codes, const float* scales, void* y,
                      const float* bias) {
-    auto& plans = std::get<Nm24x8Plans>(bucket_plan(tokens, Layout::col_major));
-    plans.for_tokens(tokens).run(stream, std::get<DeviceNm24x8>(weight), codes, scales, nullptr, y, bias);
+    auto& bucket = std::get<Nm24x8Plans>(bucket_plan(tokens, Layout::col_major));
+    bucket.for_tokens(tokens).run(stream, std::get<DeviceNm24x8>(weight), codes, scales, nullptr, y, bias);
   }
 
   // The tokens whose x a run transposes for the row gather (a multiple of 8; 0: none).
@@ -293,10 +293,10 @@ std::string SparseLinear::kernel(int64_t tokens) {
   require(tokens > 0, ErrorCode::invalid_argument,
           "SparseLinear::kernel: tokens must be > 0, got " + std::to_string(tokens));
   if (const DeviceNm24x8* w = impl_->quantized()) {
-    auto& plans = std::get<Nm24x8Plans>(impl_->bucket_plan(tokens, Layout::col_major));
+    auto& bucket = std::get<Nm24x8Plans>(impl_->bucket_plan(tokens, Layout::col_major));
     std::ostringstream os;
     os << "x quantized per token to " << quant_type_name(w->type()) << ", 8-bit 2:4 "
-       << plans.for_tokens(tokens).config();
+       << bucket.for_tokens(tokens).config();
     return os.str();
   }
   const int64_t transposed = impl_->transposed_tokens(tokens);

@@ -22,9 +22,9 @@ using cuda::attention::keep_two_of_four;
 using cuda::attention::KeptPair;
 
 constexpr int kGroupKeys = 4;
-constexpr int kGroupsPerHalf = 4;                          // groups of one metadata half-word pair (16 keys)
+constexpr int kGroupsPerHalf = 4;                                  // groups of one metadata half-word pair (16 keys)
 constexpr int kHalves = kFragmentK / kGroupKeys / kGroupsPerHalf;  // 2: lanes 4g + {0, 2} and 4g + {1, 3}
-constexpr uint32_t kPaddingNibble = 0u | (1u << 2);       // positions 0 and 1, ordered, as pack_nm24's padding
+constexpr uint32_t kPaddingNibble = 0u | (1u << 2);                // positions 0 and 1, ordered, as pack_nm24's padding
 constexpr int kThreadsPerBlock = 256;
 
 template <class T>

@@ -24,7 +24,8 @@ SpmmDesc as_spmm_desc(const QuantizedSpmmDesc& d) {
   return s;
 }
 
-constexpr int64_t kTmaRowElements = 16;  // x's rows are TMA rows: 16-byte strides
+constexpr int64_t kTmaRowElements = 16;          // x's rows are TMA rows: 16-byte strides
+constexpr int64_t kInt8MaxK = int64_t{1} << 18;  // 2^17 kept products of 127^2 each stay below 2^31
 
 }  // namespace
 
@@ -52,6 +53,10 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
   const SpmmDesc spmm = as_spmm_desc(desc);
   nm24::check_desc(spmm, "8-bit plan");
   nm24::check_options(options, "8-bit plan");
+  // int8 sums are exact in int32 while K / 2 kept products of at most 127^2 stay below 2^31.
+  require(desc.type != QuantType::int8 || desc.cols <= kInt8MaxK, ErrorCode::unsupported,
+          "8-bit plan: int8 takes K up to " + std::to_string(kInt8MaxK) + " (exact int32 sums), got " +
+              std::to_string(desc.cols));
   require(desc.cols % kTmaRowElements == 0, ErrorCode::unsupported,
           "8-bit plan: K must be a multiple of 16 (x's rows are read by TMA), got " + std::to_string(desc.cols));
   require(nm24::sm90_compiled() && nm24::device_is_sm90(), ErrorCode::unsupported,
