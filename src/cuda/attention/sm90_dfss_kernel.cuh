@@ -168,22 +168,27 @@ struct Producer {
 
   // K of one step, row r of the tile holding key permuted_key(r), in TMA's 128-byte swizzle: 16-byte chunk j of a
   // 128-byte row r lands at chunk j ^ (r % 8). A thread copies one 16-byte column of every kRowsPerPass-th row, so
-  // its chunk is the same swizzled one in each.
+  // its chunk is the same swizzled one in each. Its rows first_row + kRowsPerPass * i (first_row < kRowsPerPass, a
+  // multiple of 8 within a 16-key block or whole blocks) hold keys permuted_key(first_row) + permuted_key(kRowsPerPass
+  // * i): compile-time offsets from one key per thread.
   __device__ void copy_permuted_keys(unsigned char* dst, const Params& p, const CtaWork& work, int kv_head,
                                      int step) const {
     constexpr int kRowsPerPass = kWarpgroupThreads / kCopiesPerRow;
-    static_assert(kRowsPerPass % 8 == 0, "a thread's rows share their swizzle phase");
+    static_assert(kRowsPerPass == 8 || kRowsPerPass == kPermutedBlockKeys, "rows split as permuted_key assumes");
     const int first_row = thread / kCopiesPerRow, column = thread % kCopiesPerRow;
     const int64_t token_bytes = 2 * p.k_token;
     const auto* base = static_cast<const unsigned char*>(p.k) + column * kCopyBytes +
                        2 * (static_cast<int64_t>(work.batch) * (p.cu_seqlens_k ? 0 : p.k_batch) + kv_head * p.k_head);
-    uint32_t at = ptx::smem_address(dst) + column / 8 * L::kKvChunkBytes + first_row * kRowBytes +
-                  (column % 8 ^ first_row % 8) * kCopyBytes;
-#pragma unroll 1
-    for (int row = first_row; row < kBlockN; row += kRowsPerPass, at += kRowsPerPass * kRowBytes) {
-      const int key = step * kBlockN + permuted_key(row);
-      const bool valid = key < work.len_k;
-      ptx::cp_async_16(at, valid ? base + (work.k_begin + key) * token_bytes : base, valid ? kCopyBytes : 0);
+    const int first_key = step * kBlockN + permuted_key(first_row);
+    const auto* first = base + (work.k_begin + first_key) * token_bytes;
+    const uint32_t at = ptx::smem_address(dst) + column / 8 * L::kKvChunkBytes + first_row * kRowBytes +
+                        (column % 8 ^ first_row % 8) * kCopyBytes;
+#pragma unroll
+    for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
+      const int offset = permuted_key(kRowsPerPass * i);
+      const bool valid = first_key + offset < work.len_k;
+      ptx::cp_async_16(at + i * kRowsPerPass * kRowBytes, valid ? first + offset * token_bytes : base,
+                       valid ? kCopyBytes : 0);
     }
   }
 
