@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/cuda/attention/keep_two_of_four.cuh"
 #include "nmkit/attention/dfss.hpp"
 #include "nmkit/error.hpp"
 #include "test_util.hpp"
@@ -381,6 +382,43 @@ TEST(Dfss, BadInputsRefused) {
   expect_error([&] { sddmm_nm(pr.qr(), pr.kr(), INFINITY, {}, 2, 4); }, "scale is not finite");
   const ConstMatrixRef col_major{pr.q.data(), pr.sq, pr.d, Layout::col_major};
   expect_error([&] { sddmm_nm(col_major, pr.kr(), 1.0f, {}, 2, 4); }, "q must be row-major");
+}
+
+// The GPU kernels' 2:4 rule (src/cuda/attention/keep_two_of_four.cuh, here compiled by the host compiler) against
+// sddmm_nm on every group of four scores from {-inf, -1, 0, 0.5, 1, 2} (-inf by the additive mask): the same valid
+// keys kept with the same scores; filler slots (fewer than two valid keys) hold -inf on both sides.
+TEST(DfssRule, TheGpuRuleKeepsWhatTheOracleKeeps) {
+  const float values[] = {-INFINITY, -1.0f, 0.0f, 0.5f, 1.0f, 2.0f};
+  const float q[] = {1.0f};
+  int cases = 0;
+  for (float x0 : values)
+    for (float x1 : values)
+      for (float x2 : values)
+        for (float x3 : values) {
+          const float x[4] = {x0, x1, x2, x3};
+          float k[4];
+          std::vector<float> additive(4);
+          for (int i = 0; i < 4; ++i) {
+            k[i] = std::isinf(x[i]) ? 0.0f : x[i];
+            additive[i] = std::isinf(x[i]) ? -INFINITY : 0.0f;
+          }
+          const NmMatrix oracle = sddmm_nm({q, 1, 1}, {k, 4, 1}, 1.0f, {.additive = additive}, 2, 4);
+          const cuda::attention::KeptPair kept = cuda::attention::keep_two_of_four(x0, x1, x2, x3);
+          std::vector<std::pair<unsigned, float>> want, got;
+          for (int slot = 0; slot < 2; ++slot) {
+            if (const float v = oracle.values.get(slot); !std::isinf(v)) want.emplace_back(oracle.index(slot), v);
+            const float v = slot == 0 ? kept.first : kept.second;
+            if (!std::isinf(v))
+              got.emplace_back((kept.nibble >> (2 * slot)) & 3u, v);
+            else
+              EXPECT_LT(v, 0.0f);
+          }
+          ASSERT_EQ(got, want) << "scores " << x0 << " " << x1 << " " << x2 << " " << x3;
+          const unsigned i0 = kept.nibble & 3u, i1 = kept.nibble >> 2;
+          EXPECT_LT(i0, i1) << "the metadata's indices must ascend";
+          ++cases;
+        }
+  EXPECT_EQ(cases, 1296);
 }
 
 }  // namespace
