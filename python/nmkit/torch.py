@@ -155,7 +155,11 @@ if hasattr(torch._C, "_cuda_getCurrentRawStream"):
 
 
 class SparseLinear(torch.nn.Module):
-    """y = act(x W^T + bias) with W a pruned weight on nmkit's sparse kernels."""
+    """y = act(x W^T + bias) with W a pruned weight on nmkit's sparse kernels.
+
+    Before capturing calls in a CUDA graph, run the layer once at the largest token count the graph will see: 8-bit
+    layers (and condensed V:N:M from 64 tokens) grow a workspace at the first call of a larger count, and an
+    allocation cannot happen during capture."""
 
     def __init__(self, weight, bias: Optional[torch.Tensor] = None, activation: str = "none", device=None,
                  dtype: Optional[torch.dtype] = None):
