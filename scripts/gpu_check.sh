@@ -11,6 +11,8 @@
 # NMKIT_GPU_TEST_TIMEOUT / NMKIT_BENCH_TIMEOUT (seconds) bound the GPU tests and each extra benchmark run;
 # NMKIT_CMAKE_ARGS adds CMake arguments to the configure step; NMKIT_BENCH_TORCH="<args>" (any, e.g. "--dtype f16") also runs bench/torch_linear.py (the PyTorch layers);
 # NMKIT_BENCH_ATTENTION="<args>" (any, e.g. "--quick") also runs bench/torch_attention.py (SDPA against nmkit attention);
+# NMKIT_ATTENTION_KERNEL="<args>" (e.g. "--seq 4096,16384") also runs nmkit_attention_bench (fused dense and 2:4, and the
+# unfused pipeline);
 # NMKIT_COPY_PROBE=1 also runs nmkit_copy_probe (copy_probe.txt); NMKIT_BENCH_REPEAT=N runs the 2:4 benchmark N
 # times (bench2.json ...) and ends with the per-row medians of its ratios; several ';'-separated NMKIT_BENCH_VNM
 # runs end with the medians over their JSON too.
@@ -99,7 +101,7 @@ if [ $quick -eq 0 ]; then
   for tool in ${NMKIT_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
     step "compute-sanitizer $tool"
     timeout 600 compute-sanitizer --tool $tool --error-exitcode 9 \
-      $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_SANITIZE_TESTS:-Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.SplitK*:Nm24Gpu.EverySm90*:VnmGpu.EverySm90*:VnmGpu.EveryHopperTileWidth:VnmGpu.Fallbacks*:TileGpu.Skewed*:TileGpu.LayoutsAndEpilogues:TileGpu.HopperPersistent*:TileGpu.HopperTimeline*:QuantizeTokensGpu.*:AttentionGpu.TailsAndUnequalLengths:AttentionGpu.VariableLengths}" >/tmp/nmkit_san.log 2>&1
+      $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_SANITIZE_TESTS:-Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.SplitK*:Nm24Gpu.EverySm90*:VnmGpu.EverySm90*:VnmGpu.EveryHopperTileWidth:VnmGpu.Fallbacks*:TileGpu.Skewed*:TileGpu.LayoutsAndEpilogues:TileGpu.HopperPersistent*:TileGpu.HopperTimeline*:QuantizeTokensGpu.*:Nm24x8Gpu.*:AttentionGpu.TailsAndUnequalLengths:AttentionGpu.VariableLengths:AttentionOpsGpu.*}" >/tmp/nmkit_san.log 2>&1
     rc=$?
     { echo "=== $tool (rc $rc)"; grep -v "^\[" /tmp/nmkit_san.log | head -80; } >>"$OUT/sanitizer.log"
     tail -3 /tmp/nmkit_san.log
@@ -146,6 +148,12 @@ if [ -n "${NMKIT_BENCH_ATTENTION:-}" ]; then
   step "attention: SDPA flash and cuDNN, nmkit dense and 2:4 (bench/torch_attention.py)"
   # shellcheck disable=SC2086  # the variable holds the script's arguments
   PYTHONPATH=$BUILD/python timeout 600 python3 bench/torch_attention.py --json "$OUT/torch_attention.json" $NMKIT_BENCH_ATTENTION 2>&1 | tee "$OUT/torch_attention.txt"
+fi
+
+if [ -n "${NMKIT_ATTENTION_KERNEL:-}" ]; then
+  step "attention kernel alone: fused dense and 2:4, the unfused pipeline (nmkit_attention_bench)"
+  # shellcheck disable=SC2086  # the variable holds the benchmark's arguments
+  timeout 600 $BUILD/bench/nmkit_attention_bench --json "$OUT/attention_kernel.json" $NMKIT_ATTENTION_KERNEL 2>&1 | tee "$OUT/attention_kernel.txt"
 fi
 
 if [ -n "${NMKIT_COPY_PROBE:-}" ]; then
