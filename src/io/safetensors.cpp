@@ -158,10 +158,16 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, const std::st
   }
 
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  for (std::size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].begin < ranges[i - 1].end)
-      fail(origin, "tensors '" + out.tensors[ranges[i - 1].tensor].name + "' and '" +
-                       out.tensors[ranges[i].tensor].name + "' overlap in the data section");
+  // An empty tensor holds no bytes, so it overlaps nothing, wherever its offsets point (the writer gives it the
+  // offset of the tensor after it).
+  const Range* previous = nullptr;
+  for (const Range& r : ranges) {
+    if (r.begin == r.end) continue;
+    if (previous != nullptr && r.begin < previous->end)
+      fail(origin, "tensors '" + out.tensors[previous->tensor].name + "' and '" + out.tensors[r.tensor].name +
+                       "' overlap in the data section");
+    previous = &r;
+  }
   for (const Range& r : ranges) {
     auto& t = out.tensors[r.tensor];
     t.data.assign(data.begin() + static_cast<std::ptrdiff_t>(r.begin),

@@ -193,6 +193,28 @@ TEST(Safetensors, CompressedPartsThatDisagreeAreRejected) {
       "tile:16x16:0.5", [](SafetensorsFile& f) { part(f, "w.indices").data[0] = std::byte{50}; }, "out of range");
 }
 
+// An empty tensor at the offset where a non-empty one starts (as serialize_safetensors lays them out) overlaps
+// nothing: accepted, and it round-trips (a fuzzer found the file rejected after its own round trip).
+TEST(Safetensors, EmptyTensorsSharingAnOffsetAreAccepted) {
+  const SafetensorsFile file = parse_safetensors(
+      raw_file(
+          R"({"a":{"dtype":"I8","shape":[1],"data_offsets":[0,1]},"e":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"m":{"dtype":"U8","shape":[0],"data_offsets":[1,1]}})",
+          1),
+      "empty.safetensors");
+  ASSERT_EQ(file.tensors.size(), 3u);
+  const SafetensorsFile back = parse_safetensors(serialize_safetensors(file), "round-trip");
+  ASSERT_NE(back.find("a"), nullptr);
+  EXPECT_EQ(back.find("a")->data, file.find("a")->data);
+  ASSERT_NE(back.find("e"), nullptr);
+  EXPECT_TRUE(back.find("e")->data.empty());
+  // Still an overlap: two tensors with bytes in common, with an empty one between them.
+  expect_rejected(
+      raw_file(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"e":{"dtype":"U8","shape":[0],"data_offsets":[2,2]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+          8),
+      "overlap");
+}
+
 TEST(Safetensors, UnknownFormatVersionIsRejected) {
   SafetensorsFile f;
   f.metadata["nmkit.format_version"] = "9";
