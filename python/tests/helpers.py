@@ -46,3 +46,24 @@ def read_safetensors(path):
         dtype = np.uint16 if entry["dtype"] == "BF16" else _NUMPY_DTYPES.get(entry["dtype"], np.uint8)
         tensors[name] = np.frombuffer(body[begin:end], dtype=np.dtype(dtype).newbyteorder("<")).reshape(entry["shape"])
     return header, tensors
+
+
+def graph_replay_and_eager(layer, x):
+    """(y, want): `layer(x)` captured in a CUDA graph after a warm-up call on a side stream (which makes its plan and
+    workspace outside the capture), replayed on new x over a NaN-poisoned y; then the eager call on that x."""
+    import torch
+
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            layer(x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = layer(x)
+        x.copy_(torch.randn_like(x))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        return y, layer(x)

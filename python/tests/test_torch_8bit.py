@@ -14,7 +14,7 @@ from unittest import mock
 import numpy as np
 
 import nmkit
-from helpers import torch_missing
+from helpers import graph_replay_and_eager, torch_missing
 
 try:
     import torch
@@ -241,20 +241,7 @@ class QuantizedSparseLinearOnTheGpu(unittest.TestCase):
             if layer is None:
                 continue
             x = torch.randn(96, 512, device="cuda", dtype=torch.float16)
-            with torch.no_grad():
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    layer(x)
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    y = layer(x)
-                x.copy_(torch.randn_like(x))
-                y.fill_(float("nan"))
-                graph.replay()
-                torch.cuda.synchronize()
-                want = layer(x)
+            y, want = graph_replay_and_eager(layer, x)
             torch.testing.assert_close(y, want, rtol=0, atol=0,
                                        msg=f"{quantize}: a replayed graph gives the eager result")
 
