@@ -35,8 +35,8 @@ nmkit/prune_model.py calls by a proxy that clocks each prune_with_statistics cal
     prune_model, no hooks);
   * to host: per Linear, from its stage's start to the solver call: the weight (as fp32) and X^T X copied to the host;
   * solve: the C++ call (prune_obs / prune_wanda / prune_magnitude on the CPU, OpenMP + BLAS/LAPACK in double;
-    for OBS the model's GFLOP/s: 4/3 K^3 for the damped inverse Hessian's factor (potrf, potri, potrf) plus R K^2
-    for the lazy-block sweep);
+    for OBS the model's GFLOP/s: 2/3 K^3 for the damped inverse Hessian's factor (potrf and trtri of the reversed
+    Hessian) plus R K^2 for the lazy-block sweep);
   * write-back: from the solver's return to the next stage: to_dense, the copy into the Linear on the device;
   * re-run: the pruned block's forward over the batches, whose outputs are the next block's inputs (none after the
     last block);
@@ -51,18 +51,16 @@ the same unless given; torch.get_num_threads(); os.cpu_count()), peak host RSS a
 and a check that each pruned Linear's weight is 2:4 (any N:M: at most N non-zeros per group of M).
 
 The CPU-side estimate (not a GPU-machine measurement; development machine, AMD EPYC, one thread, this extension,
-X^T X of random Gaussian inputs of K + 1024 to 2K tokens; the machine is shared, so +-15 %):
-prune_with_statistics(method="obs", "2:4") took 0.2 s at 1024x1024, 1.05-1.3 s at 2048x2048, 6.0 s at 4096x4096
-(27 GFLOP/s by the model above), 13.8 s at 11008x4096 (gate, up: 20 GFLOP/s) and 52.9 s at 4096x11008 (down:
-43 GFLOP/s). One 7B block's seven solves: 4 x 6.0 + 2 x 13.8 + 52.9 = 105 s on one thread, about 3.5 TFLOP of
-double-precision work. On 16 cores that is 6.5 s at perfect scaling; at an assumed 45-65 % parallel efficiency
-(OpenBLAS's potrf/potri/dgemm scale well, the sweep's per-column OpenMP loops less) 10-15 s per block, 5.5-8
-minutes of solver time for 32 blocks, if a core of the GPU machine is as fast as this one. Expected to dominate:
-the C++ solves, and among them down_proj's, half of the block's solver time, most of it the factorization of its
-11008 x 11008 inverse Hessian (1.78 of its 2.28 TFLOP). The GPU side should be a few seconds per block: X^T X in
-fp32 for 262144 tokens is 116 TFLOP per block (~2-3 s on an H200, no TF32), the fp16 forward 0.83 TFLOP per
-sequence (~0.2 s for 128), the transfers at most 485 MB per Linear (down's X^T X). With ~3 s per block of GPU
-work, the 32 blocks should take 7-10 minutes in all, under the 15 of issue 40.
+X^T X of random Gaussian inputs of K + 1024 tokens; the machine is shared, so +-15 %):
+prune_with_statistics(method="obs", "2:4") took 4.15 s at 4096x4096, 11.2 s at 11008x4096 (gate, up) and 33.1 s at
+4096x11008 (down; 22.7 s on two threads). One 7B block's seven solves: 4 x 4.15 + 2 x 11.2 + 33.1 = 72 s on one
+thread, about 2.3 TFLOP of double-precision work, most of it in OpenBLAS's dgemm (the sweep's lazy-block products)
+and the factor of down's 11008 x 11008 inverse Hessian (0.89 of its 1.38 TFLOP). On 16 cores that is 4.5 s at
+perfect scaling; at 45-65 % parallel efficiency 7-10 s per block, 4-5.5 minutes of solver time for 32 blocks, if
+a core of the GPU machine is as fast as this one. The GPU side should be a few seconds per block: X^T X in fp32
+for 262144 tokens is 116 TFLOP per block (~2-3 s on an H200, no TF32), the fp16 forward 0.83 TFLOP per sequence
+(~0.2 s for 128), the transfers at most 485 MB per Linear (down's X^T X). With ~3 s per block of GPU work, the
+32 blocks should take 5.5-7 minutes in all, under the 15 of issue 40.
 Redundant by construction: q, k and v see the same input, as do gate and up, so prune_model sums and factors the
 same X^T X three (twice) over: 3 of the 7 reductions and factorizations per block are repeats.
 """
@@ -177,7 +175,7 @@ class TimedNmkit:
 
 
 def obs_gflop(rows: int, cols: int) -> float:
-    return (4.0 / 3.0 * cols ** 3 + rows * cols ** 2) / 1e9
+    return (2.0 / 3.0 * cols ** 3 + rows * cols ** 2) / 1e9
 
 
 def breakdown(clock: Clock, wall: float, t_start: float, t_end: float, method: str) -> dict:

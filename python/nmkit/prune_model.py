@@ -308,7 +308,7 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
         while it is pruned, and moved back after.
     dtype: how the kept values are stored: None (the Linear's dtype), "f32", "f16", "bf16", or for N:M formats 8-bit
         "fp8" (= "e4m3"), "e5m2", "int8": quantized per row after each Linear is pruned (QuantizedWeights; the Linear
-        gets the dequantized values). load_sparse refuses 8-bit weights until nmkit has GPU kernels for them.
+        gets the dequantized values; load_sparse runs 8-bit 2:4 weights on the GPU's 8-bit kernel).
 
     The pruned weights are stored in the Linear's dtype (f32 for float32) unless `dtype` says otherwise, and written
     back into the Linear as their dense form (dequantized for 8 bits), so that the model computes what load_sparse's

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <random>
 
 #include "nmkit/error.hpp"
@@ -160,6 +161,63 @@ std::vector<double> leading_inverse_block(const LayerStatistics& s, int width) {
   for (int i = 0; i < width; ++i)
     for (int j = 0; j < width; ++j) g[i * width + j] = inv[i * k + j];
   return g;
+}
+
+// The sweep against the algorithm written plainly: column by column, the inverse of the damped Hessian of the
+// columns not yet final computed afresh by Gauss-Jordan (no Cholesky factor, no lazy blocks), each pruned weight's
+// error w_i / G_ii spread as -e G_ij over the columns right of it. The mask is forced by `allowed` (two columns per
+// group), so only the update is compared; lazy blocks of 4 and 8 columns cross the groups.
+TEST(ObsCandidates, SweepMatchesColumnByColumnObsWithExplicitInverses) {
+  constexpr int64_t kRows = 5, kCols = 16;
+  const DenseMatrix w = test::random_matrix(kRows, kCols, DType::f32, 31);
+  const LayerStatistics s = correlated_stats(kCols, 64, 32);
+  Mask allowed = Mask::none(kRows, kCols);
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t g = 0; g < kCols; g += 4)
+      for (int64_t j : {(r + g / 4) % 4, (r + g / 4 + 1 + r % 3) % 4}) allowed.set(r, g + j, true);  // 2 distinct
+
+  double mean = 0.0;
+  for (int64_t j = 0; j < kCols; ++j) mean += s.xtx[j * kCols + j] / kCols;
+  std::vector<double> want(static_cast<std::size_t>(kRows * kCols));
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kCols; ++c) want[r * kCols + c] = w.at(r, c);
+  for (int64_t i = 0; i < kCols; ++i) {
+    const int64_t n = kCols - i;  // G = (H_damped restricted to columns i..)^-1 by Gauss-Jordan
+    std::vector<double> a(static_cast<std::size_t>(n * n)), g(static_cast<std::size_t>(n * n), 0.0);
+    for (int64_t p = 0; p < n; ++p) {
+      for (int64_t q = 0; q < n; ++q) a[p * n + q] = s.xtx[(i + p) * kCols + i + q];
+      a[p * n + p] += 0.01 * mean;
+      g[p * n + p] = 1.0;
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      const double pivot = a[c * n + c];
+      for (int64_t q = 0; q < n; ++q) a[c * n + q] /= pivot, g[c * n + q] /= pivot;
+      for (int64_t p = 0; p < n; ++p)
+        if (p != c) {
+          const double f = a[p * n + c];
+          for (int64_t q = 0; q < n; ++q) a[p * n + q] -= f * a[c * n + q], g[p * n + q] -= f * g[c * n + q];
+        }
+    }
+    for (int64_t r = 0; r < kRows; ++r) {
+      if (allowed.at(r, i)) continue;
+      const double e = want[r * kCols + i] / g[0];
+      for (int64_t q = 1; q < n; ++q) want[r * kCols + i + q] -= e * g[q];
+      want[r * kCols + i] = 0.0;
+    }
+  }
+
+  for (int block_cols : {4, 8, 128}) {
+    ObsOptions options;
+    options.allowed = &allowed;
+    options.block_cols = block_cols;
+    const ObsSweep sweep = obs_sweep(w, s, parse_format_spec("2:4"), options);
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t c = 0; c < kCols; ++c) {
+        ASSERT_EQ(sweep.mask.at(r, c), allowed.at(r, c)) << "row " << r << " column " << c;
+        EXPECT_NEAR(sweep.weight.at(r, c), want[r * kCols + c], 1e-5 * (1.0 + std::fabs(want[r * kCols + c])))
+            << "lazy block " << block_cols << ", row " << r << " column " << c;
+      }
+  }
 }
 
 // Brute force: for each row the kept pair of a 2:4 group that minimises the exact saliency.
