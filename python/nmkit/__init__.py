@@ -122,17 +122,18 @@ def spmm(a: SparseWeight, b, bias=None, alpha: float = 1.0, activation: str = "n
     return _nmkit.spmm(a, b_array, bias_array, _real_scalar(alpha, "alpha"), activation)
 
 
-def load_file(path) -> dict:
+def load_file(path, metadata: bool = False):
     """The compressed weights of a file written by `nmkit prune` (safetensors), by name, as SparseWeights or, for
     8-bit values (``--dtype fp8|e5m2|int8``), QuantizedWeights (each validated; the file's dense tensors are left
-    out). path: a str, bytes or os.PathLike; OSError when it cannot be read, is a directory or is malformed."""
+    out). path: a str, bytes or os.PathLike; OSError when it cannot be read, is a directory or is malformed.
+    metadata=True returns (weights, the file's metadata as str -> str, nmkit's own keys left out)."""
     try:
         path = _os.fsdecode(_os.fspath(path))
     except TypeError:
         raise TypeError(f"path must be a str, bytes or os.PathLike, got {type(path).__name__}") from None
     if _os.path.isdir(path):
         raise IsADirectoryError(_errno.EISDIR, "is a directory, not a file written by nmkit prune", path)
-    return _nmkit.load_file(path)
+    return _nmkit.load_file(path, bool(metadata))
 
 
 _ST_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "int64": "I64", "int32": "I32", "int16": "I16",

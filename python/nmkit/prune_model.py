@@ -10,10 +10,12 @@ Then, per block: hooks on its nn.Linear layers sum X^T X (fp32, on the device th
 over all batches; each Linear is pruned by nmkit's C++ solver (OBS, Wanda or magnitude) and its weight replaced in
 place by the pruned one (dense, pruned entries zero, OBS's update applied); the block runs again on the same inputs
 and its outputs, now those of the pruned block, become the next block's inputs. Linear layers outside the blocks
-(BERT's pooler, an LM head) are left as they are.
+(BERT's pooler, an LM head) are left as they are. With checkpoint=DIR each finished block's weights are written
+there, and a later call with the same arguments resumes from them.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -24,7 +26,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import QuantizedWeight, SparseWeight, _dense_entry, _nmkit, _storage_dtype
+from . import QuantizedWeight, SparseWeight, _dense_entry, _nmkit, _storage_dtype, load_file
 
 __all__ = ["prune_model", "find_blocks"]
 
@@ -281,10 +283,66 @@ def _state_entries(model, weights: dict) -> list:
     return entries
 
 
+class _Checkpoint:
+    """prune_model's checkpoint directory: one file of pruned weights per finished block, in block order."""
+
+    SETTINGS_KEY = "prune_model_settings"
+
+    def __init__(self, directory: str, settings: dict, selected: list):
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise ValueError(f"checkpoint '{directory}' exists and is not a directory")
+        os.makedirs(directory, exist_ok=True)
+        self.directory, self.selected = directory, selected
+        self.settings = json.dumps(settings, sort_keys=True)
+        self.contiguous = True  # blocks are taken from the files only up to the first one missing
+
+    def path(self, index: int) -> str:
+        return os.path.join(self.directory, f"block-{index:05d}.safetensors")
+
+    def restore(self, index: int) -> Optional[dict]:
+        """Block `index`'s {Linear name: weight} from its file, or None when it is to be pruned (no file, or a file
+        missing before it). ValueError when the file was written with other settings or does not fit the block."""
+        path = self.path(index)
+        if not self.contiguous or not os.path.exists(path):
+            self.contiguous = False
+            return None
+        stored, metadata = load_file(path, metadata=True)
+        theirs = metadata.get(self.SETTINGS_KEY)
+        if theirs != self.settings:
+            differ = "the file has no prune_model settings"
+            if theirs is not None:
+                try:
+                    a, b = json.loads(theirs), json.loads(self.settings)
+                    differ = "; ".join(f"{key}: {a.get(key)!r} there, {b.get(key)!r} here"
+                                       for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key))
+                except ValueError:
+                    differ = "its prune_model settings are not JSON"
+            raise ValueError(f"checkpoint file '{path}' was written by another prune_model run ({differ}): delete "
+                             "the checkpoint directory or pass another")
+        linears = dict(self.selected[index])
+        out = {}
+        for key, weight in stored.items():
+            name = key[:-len(".weight")] if key.endswith(".weight") else key
+            linear = linears.get(name)
+            if linear is None:
+                raise ValueError(f"checkpoint file '{path}' holds '{key}', which is not a pruned Linear of block "
+                                 f"{index}: delete the checkpoint directory or pass another")
+            if tuple(weight.shape) != (linear.out_features, linear.in_features):
+                raise ValueError(f"checkpoint file '{path}': '{key}' is {tuple(weight.shape)}, the Linear is "
+                                 f"{(linear.out_features, linear.in_features)}")
+            out[name] = weight
+        return out
+
+    def write(self, index: int, weights: dict) -> None:
+        _nmkit._save_file(self.path(index), [(f"{name}.weight", w) for name, w in weights.items()],
+                          {"pruned_by": "nmkit.torch.prune_model", self.SETTINGS_KEY: self.settings,
+                           "block_index": str(index)})
+
+
 def prune_model(model: torch.nn.Module, calibration, format: str, method: str = "obs", blocks=None,
                 include: Optional[str] = None, exclude: Optional[str] = None, damp: float = 0.01,
                 candidates: str = "diagonal", out=None, progress=True, device=None,
-                dtype: Optional[str] = None) -> dict:
+                dtype: Optional[str] = None, checkpoint=None) -> dict:
     """Prunes every nn.Linear inside `model`'s blocks into `format`, block by block, in place; returns
     {qualified Linear name: SparseWeight (QuantizedWeight for an 8-bit dtype)} in block order.
 
@@ -309,6 +367,13 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
     dtype: how the kept values are stored: None (the Linear's dtype), "f32", "f16", "bf16", or for N:M formats 8-bit
         "fp8" (= "e4m3"), "e5m2", "int8": quantized per row after each Linear is pruned (QuantizedWeights; the Linear
         gets the dequantized values; load_sparse runs 8-bit 2:4 weights on the GPU's 8-bit kernel).
+    checkpoint: a directory (made if missing) where each block's pruned weights are written as it finishes
+        (block-00000.safetensors, ..., each replaced atomically, with this call's settings in its metadata). A call
+        that finds files there takes the blocks they hold, in order, instead of pruning them again: their Linears
+        get the stored weights and run once more over the calibration for the next block's inputs. So an
+        interrupted run, called again with the same model, calibration and arguments, ends with what one
+        uninterrupted run gives. Files written with other settings (format, method, damp, candidates, dtype,
+        include, exclude, the blocks' names, the number of calibration batches) are refused with ValueError.
 
     The pruned weights are stored in the Linear's dtype (f32 for float32) unless `dtype` says otherwise, and written
     back into the Linear as their dense form (dequantized for 8 bits), so that the model computes what load_sparse's
@@ -324,6 +389,11 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
             out = os.fsdecode(os.fspath(out))
         except TypeError:
             raise TypeError(f"out must be a str, bytes or os.PathLike, got {type(out).__name__}") from None
+    if checkpoint is not None:
+        try:
+            checkpoint = os.fsdecode(os.fspath(checkpoint))
+        except TypeError:
+            raise TypeError(f"checkpoint must be a str, bytes or os.PathLike, got {type(checkpoint).__name__}") from None
     selected = []  # per block: [(qualified name, Linear)]
     for block_name, block in layer_list:
         linears = [(f"{block_name}.{name}" if name else block_name, m) for name, m in block.named_modules()
@@ -346,6 +416,12 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
         batches = list(calibration)
         if not batches:
             raise ValueError(f"the calibration is empty: method '{method}' needs at least one batch")
+    store = None
+    if checkpoint is not None:
+        settings = {"format": format, "method": method, "damp": repr(float(damp)), "candidates": candidates,
+                    "dtype": dtype, "include": include, "exclude": exclude,
+                    "blocks": [name for name, _ in layer_list], "calibration_batches": len(batches) if calibrated else 0}
+        store = _Checkpoint(checkpoint, settings, selected)
 
     weights = {}
     bar = _Progress(progress, len(layer_list))
@@ -371,6 +447,19 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
                 if block_device != device:
                     block.to(device)
                 try:
+                    restored = store.restore(index) if store is not None else None
+                    if restored is not None:
+                        bar(index, block_name, "restored from the checkpoint")
+                        for name, linear in linears:
+                            if name in restored:
+                                pruned = torch.from_numpy(restored[name].to_dense())
+                                linear.weight.copy_(pruned.to(device=linear.weight.device, dtype=linear.weight.dtype))
+                                weights[name] = restored[name]
+                        if calibrated and index + 1 < len(layer_list):
+                            bar(index, block_name, "outputs of the pruned block")
+                            inputs = [_with_hidden_state(args, kwargs, _block_output(block(*args, **kwargs)))
+                                      for args, kwargs in inputs]
+                        continue
                     stats = {}
                     if calibrated and linears:
                         bar(index, block_name, "statistics")
@@ -393,6 +482,9 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
                         linear.weight.copy_(pruned.to(device=linear.weight.device, dtype=linear.weight.dtype))
                         weights[name] = weight
                     del stats
+                    if store is not None:
+                        bar(index, block_name, "writing the checkpoint")
+                        store.write(index, {name: weights[name] for name, _ in linears if name in weights})
                     if calibrated and index + 1 < len(layer_list):
                         bar(index, block_name, "outputs of the pruned block")
                         inputs = [_with_hidden_state(args, kwargs, _block_output(block(*args, **kwargs)))

@@ -278,7 +278,7 @@ void bind_formats(nb::module_& m) {
       "float32 (R, C). The oracle nmkit's GPU kernels are tested against.");
   m.def(
       "load_file",
-      [](const std::string& path) {
+      [](const std::string& path, bool with_metadata) -> nb::object {
         // A directory reached the reader as a file and came back as a MemoryError (std::bad_alloc).
         std::error_code ignored;
         require(!std::filesystem::is_directory(path, ignored), ErrorCode::io_error,
@@ -291,11 +291,15 @@ void bind_formats(nb::module_& m) {
           else if (auto* sparse = std::get_if<SparseMatrix>(&w.weight))
             out[nb::str(w.name.c_str())] = nb::cast(SparseWeight{std::move(*sparse), std::nullopt});
         }
-        return out;
+        if (!with_metadata) return out;
+        nb::dict metadata;
+        for (const auto& [key, value] : model.metadata) metadata[nb::str(key.c_str())] = nb::str(value.c_str());
+        return nb::make_tuple(out, metadata);
       },
-      "path"_a,
+      "path"_a, "with_metadata"_a = false,
       "The compressed weights of a file written by `nmkit prune`, by name, as SparseWeights or (8-bit values)\n"
-      "QuantizedWeights (validated; dense tensors are left to the safetensors package).");
+      "QuantizedWeights (validated; dense tensors are left to the safetensors package); with_metadata: also the\n"
+      "file's user metadata (str -> str), as a (weights, metadata) pair.");
 }
 
 void bind_device(nb::module_& m) {

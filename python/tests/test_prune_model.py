@@ -390,6 +390,8 @@ class Files(unittest.TestCase):
             header, tensors = read_safetensors(path)
             np.testing.assert_array_equal(tensors["b"], np.arange(6).reshape(2, 3))
             self.assertEqual(header["__metadata__"]["note"], "x")
+            weights, metadata = nmkit.load_file(path, metadata=True)
+            self.assertEqual((sorted(weights), metadata), (["a.weight"], {"note": "x"}))
             for args, error, message in [
                 (({"a": [1.0]},), TypeError, "tensor 'a' must be a numpy array or an nmkit.SparseWeight, got list"),
                 (({"a": np.zeros(2, dtype=np.complex64)},), TypeError, "tensor 'a' has dtype complex64"),
@@ -403,6 +405,77 @@ class Files(unittest.TestCase):
                         nmkit.save_file(path, *args)
             with self.assertRaises(OSError):
                 nmkit.save_file(os.path.join(tmp, "no", "such", "dir.safetensors"), {"a": sw})
+
+
+class _Stop(Exception):
+    pass
+
+
+def stop_before(block_index):
+    """A progress callback that interrupts prune_model as block `block_index` starts collecting statistics."""
+    def progress(done, total, name, stage):
+        if done == block_index and stage == "statistics":
+            raise _Stop
+    return progress
+
+
+@unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
+class Checkpoints(unittest.TestCase):
+    def test_an_interrupted_run_resumes_to_what_one_run_gives(self):
+        batches = calibration(4)
+        want = nmt.prune_model(TinyLM(blocks=3), batches, "2:4", method="obs", progress=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaises(_Stop):
+                nmt.prune_model(TinyLM(blocks=3), batches, "2:4", checkpoint=tmp, progress=stop_before(2))
+            self.assertEqual(sorted(os.listdir(tmp)), ["block-00000.safetensors", "block-00001.safetensors"])
+            for run in ("resumed", "all from the checkpoint"):
+                with self.subTest(run):
+                    calls, model = [], TinyLM(blocks=3)
+                    got = nmt.prune_model(model, batches, "2:4", checkpoint=pathlib.Path(tmp),
+                                          progress=lambda *a: calls.append(a))
+                    stages = [(i, stage) for i, _, _, stage in calls]
+                    pruned_blocks = {i for i, stage in stages if stage.startswith("pruning ")}
+                    self.assertEqual(pruned_blocks, {2} if run == "resumed" else set())
+                    self.assertIn((1, "restored from the checkpoint"), stages)
+                    self.assertEqual(list(got), list(want))
+                    for name, weight in want.items():
+                        np.testing.assert_array_equal(got[name].to_dense(), weight.to_dense(), err_msg=name)
+                        np.testing.assert_array_equal(model.get_submodule(name).weight.detach().numpy(),
+                                                      weight.to_dense(), err_msg=name)
+            self.assertEqual(len(os.listdir(tmp)), 3)
+            block0 = nmkit.load_file(os.path.join(tmp, "block-00000.safetensors"))
+            self.assertEqual(sorted(block0), ["layers.0.down.weight", "layers.0.q.weight", "layers.0.up.weight"])
+
+    def test_files_of_another_run_are_refused_before_anything_is_pruned(self):
+        batches = calibration(3)
+        with tempfile.TemporaryDirectory() as tmp:
+            nmt.prune_model(TinyLM(blocks=2), batches, "2:4", method="wanda", checkpoint=tmp, progress=False)
+            for calib, kwargs, message in [
+                (batches, dict(method="obs"), "method: 'wanda' there, 'obs' here"),
+                (batches, dict(method="wanda", format="vnm:64:2:8"), "format: '2:4' there, 'vnm:64:2:8' here"),
+                (calibration(2), dict(method="wanda"), "calibration_batches: 3 there, 2 here"),
+                (batches, dict(method="wanda", exclude="down"), "exclude: None there, 'down' here"),
+            ]:
+                with self.subTest(message):
+                    model = TinyLM(blocks=2)
+                    before = copy.deepcopy(model.state_dict())
+                    kwargs = {"format": "2:4", **kwargs}
+                    with self.assertRaisesRegex(ValueError, r"checkpoint file '.*block-00000\.safetensors' was "
+                                                r"written by another prune_model run \(.*" + re.escape(message)):
+                        nmt.prune_model(model, calib, checkpoint=tmp, progress=False, **kwargs)
+                    for key, tensor in model.state_dict().items():
+                        torch.testing.assert_close(tensor, before[key], rtol=0, atol=0, msg=key)
+            # Block 1's file in block 0's place: the right settings, Linears of another block.
+            weights, metadata = nmkit.load_file(os.path.join(tmp, "block-00001.safetensors"), metadata=True)
+            nmkit.save_file(os.path.join(tmp, "block-00000.safetensors"), weights, metadata)
+            with self.assertRaisesRegex(ValueError, "holds 'layers.1.(q|up|down).weight', which is not a pruned "
+                                                    "Linear of block 0"):
+                nmt.prune_model(TinyLM(blocks=2), batches, "2:4", method="wanda", checkpoint=tmp, progress=False)
+            with self.assertRaisesRegex(ValueError, "exists and is not a directory"):
+                nmt.prune_model(TinyLM(blocks=2), batches, "2:4", checkpoint=os.path.join(tmp, "block-00001.safetensors"),
+                                progress=False)
+        with self.assertRaisesRegex(TypeError, "checkpoint must be a str, bytes or os.PathLike"):
+            nmt.prune_model(TinyLM(blocks=2), batches, "2:4", checkpoint=3.5, progress=False)
 
 
 @unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
