@@ -8,8 +8,10 @@
 // maxima (a group's largest score is always kept, so the maximum over kept scores is the maximum over valid ones),
 // then per 32-key step the 2:4 prune in registers, exponentials of the kept scores only, and P*V on wgmma.sp with
 // the compressed P as the register operand and its metadata built in registers. Software-pipelined: Q*K^T of step n
-// and P*V of step n - 1 run together, and step n's softmax runs while P*V of step n - 1 finishes. Pattern dense runs
-// the same steps with every score kept and P*V on the dense wgmma: the control that isolates the gain of sparsity.
+// and P*V of step n - 1 run together, and step n's softmax runs while P*V of step n - 1 finishes. The two consumer
+// warpgroups take turns to issue their wgmma groups (a named-barrier pair), so that one's softmax runs under the
+// other's GEMMs instead of both waiting on interleaved GEMMs at once. Pattern dense runs the same steps with every
+// score kept and P*V on the dense wgmma: the control that isolates the gain of sparsity.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,6 +21,7 @@
 #include <type_traits>
 
 #include "../common/convert.cuh"
+#include "../common/named_barrier.cuh"
 #include "../common/pipeline.cuh"
 #include "../common/sm90.cuh"
 #include "../ptx/cp_async.cuh"
@@ -43,6 +46,7 @@ inline constexpr int kSparseStepKeys = 32;  // wgmma.sp k32
 inline constexpr int kDenseStepKeys = 16;   // wgmma k16
 inline constexpr int kProducerRegisters = 40;
 inline constexpr int kConsumerRegisters = 232;
+static_assert(kConsumers == 2, "the consumers take turns in pairs (gemm_turn_wait / gemm_turn_pass)");
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * launch_registers(kThreads),
               "setmaxnreg budgets must fit the registers allocated at launch");
 
@@ -470,9 +474,11 @@ struct Consumer {
     uint64_t v_desc[kPSteps];
     v_descriptors(v_at.stage, v_desc);
     k_pipe.wait_full(k_at);
+    cuda::gemm_turn_wait(warpgroup);
     issue_scores(s, k_at.stage);
     v_pipe.wait_full(v_at);
     issue_pv(pf, v_desc);
+    cuda::gemm_turn_pass(warpgroup);
     ptx::wgmma_wait_group<1>();
     ptx::fence_registers(s);
     release(k_pipe, k_at.stage);
@@ -491,6 +497,9 @@ struct Consumer {
     write_p(prob, meta, pf);
   }
 
+  // The turns: each warpgroup issues key_steps + 1 times (the first Q * K^T, the pipelined steps, the last P * V),
+  // waiting for its turn before each and passing it after. Warpgroup 1 passes first, so that warpgroup 0 starts, and
+  // not after its last issue, so that every wait is matched by exactly one arrival and none is left at exit.
   __device__ void run(const CtaWork& w, const Params& p) {
     ptx::mbarrier_wait(smem.q_full(), 0);
     if (w.key_steps == 0) return store(w, p);
@@ -498,8 +507,11 @@ struct Consumer {
     float s[kScoreRegisters];
     PFragments pf;
 
+    if (warpgroup == 1) cuda::gemm_turn_pass(warpgroup);
     k_pipe.wait_full(k_at);
+    cuda::gemm_turn_wait(warpgroup);
     issue_scores(s, k_at.stage);
+    cuda::gemm_turn_pass(warpgroup);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(s);
     release(k_pipe, k_at.stage);
@@ -518,7 +530,9 @@ struct Consumer {
     uint64_t v_desc[kPSteps];
     v_descriptors(v_at.stage, v_desc);
     v_pipe.wait_full(v_at);
+    cuda::gemm_turn_wait(warpgroup);
     issue_pv(pf, v_desc);
+    if (warpgroup == 0) cuda::gemm_turn_pass(warpgroup);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(o);
     fence_p(pf);

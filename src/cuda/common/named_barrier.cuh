@@ -7,6 +7,7 @@ enum class NamedBarrier : int {
   consumers = 1,       // the consumer warpgroups together (epilogue: the staged tile is complete)
   stages_drained = 2,  // the whole CTA: a gathering producer's copies have landed, the stages may be reused
   warpgroup = 3,       // + w: consumer warpgroup w alone (its epilogue's output buffers)
+  gemm_turn = 6,       // + w: attention, consumer warpgroup w may issue its wgmma groups (the other one arrives)
 };
 
 template <NamedBarrier kBarrier, int kThreads>
@@ -22,6 +23,15 @@ __device__ __forceinline__ void named_barrier_arrive() {
 // Consumer warpgroup `warpgroup`'s own barrier (128 threads).
 __device__ __forceinline__ void warpgroup_barrier_sync(int warpgroup) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(static_cast<int>(NamedBarrier::warpgroup) + warpgroup) : "memory");
+}
+
+// Ping-pong between two consumer warpgroups (256 threads): warpgroup w waits for its turn on gemm_turn + w, which
+// the other warpgroup's 128 threads arrive on when they have issued theirs.
+__device__ __forceinline__ void gemm_turn_wait(int warpgroup) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(static_cast<int>(NamedBarrier::gemm_turn) + warpgroup) : "memory");
+}
+__device__ __forceinline__ void gemm_turn_pass(int warpgroup) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(static_cast<int>(NamedBarrier::gemm_turn) + 1 - warpgroup) : "memory");
 }
 
 }  // namespace nmkit::cuda
