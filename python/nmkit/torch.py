@@ -157,9 +157,10 @@ if hasattr(torch._C, "_cuda_getCurrentRawStream"):
 class SparseLinear(torch.nn.Module):
     """y = act(x W^T + bias) with W a pruned weight on nmkit's sparse kernels.
 
-    Before capturing calls in a CUDA graph, run the layer once at the largest token count the graph will see: 8-bit
-    layers (and condensed V:N:M from 64 tokens) grow a workspace at the first call of a larger count, and an
-    allocation cannot happen during capture."""
+    8-bit layers quantize x, and condensed V:N:M layers from 64 tokens transpose it, into scratch that each call
+    takes from PyTorch's caching allocator (so the layers of a model share it, and CUDA graphs capture it). Plans
+    are made per bucket of token counts at the first call of each: run the layer once at the token counts a
+    CUDA graph will see before capturing it."""
 
     def __init__(self, weight, bias: Optional[torch.Tensor] = None, activation: str = "none", device=None,
                  dtype: Optional[torch.dtype] = None):
@@ -187,6 +188,8 @@ class SparseLinear(torch.nn.Module):
         # The weight's 8-bit code type (None: 16-bit), and its format as the C++ layer names it ("2:4 e4m3").
         self.quantized = weight.dtype if isinstance(weight, QuantizedWeight) else None
         self.format = weight.format if self.quantized is None else f"{weight.format} {self.quantized}"
+        # Layers that need device scratch for some token counts: x quantized (8-bit), x transposed (V:N:M).
+        self._scratch = self.quantized is not None or weight.format.startswith("vnm:")
         if bias is not None:
             bias = bias.detach().to(device=self.device, dtype=torch.float32).contiguous()
         self.register_buffer("bias", bias)
@@ -238,7 +241,16 @@ class SparseLinear(torch.nn.Module):
         else:
             _check_output(out, tokens, self.device, self.dtype, self.out_features)
             y = out.view(tokens, self.out_features)
-        self._layer.run(x2.data_ptr(), y.data_ptr(), tokens, self._bias_pointer(), _current_stream(self._device_index))
+        stream = _current_stream(self._device_index)
+        scratch = self._layer.workspace_bytes(tokens) if self._scratch else 0
+        if scratch:
+            # From PyTorch's caching allocator, per call: freed in stream order after the launch, so that one block
+            # serves every layer in turn (and a CUDA graph's pool holds it) instead of a buffer per layer.
+            workspace = torch.empty(scratch, dtype=torch.uint8, device=self.device)
+            self._layer.run_on(x2.data_ptr(), y.data_ptr(), tokens, self._bias_pointer(), stream,
+                               workspace.data_ptr(), scratch)
+        else:
+            self._layer.run(x2.data_ptr(), y.data_ptr(), tokens, self._bias_pointer(), stream)
         if out is not None:
             return out
         return y if x.dim() == 2 else y.view(*x.shape[:-1], self.out_features)

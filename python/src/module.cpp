@@ -349,6 +349,17 @@ void bind_device(nb::module_& m) {
           },
           "x"_a, "y"_a, "tokens"_a, "bias"_a, "stream"_a)
       .def(
+          "run_on",
+          [](gpu::SparseLinear& self, uintptr_t x, uintptr_t y, int64_t tokens, uintptr_t bias, uintptr_t stream,
+             uintptr_t workspace, std::size_t workspace_bytes) {
+            self.run(reinterpret_cast<gpu::Stream>(stream), reinterpret_cast<const void*>(x),
+                     reinterpret_cast<void*>(y), tokens, reinterpret_cast<const float*>(bias),
+                     gpu::SparseLinear::Workspace{reinterpret_cast<void*>(workspace), workspace_bytes});
+          },
+          "x"_a, "y"_a, "tokens"_a, "bias"_a, "stream"_a, "workspace"_a, "workspace_bytes"_a,
+          "run() on the caller's scratch (workspace_bytes(tokens) bytes at `workspace`, 16-byte aligned).")
+      .def("workspace_bytes", &gpu::SparseLinear::workspace_bytes, "tokens"_a)
+      .def(
           "run_quantized",
           [](gpu::SparseLinear& self, uintptr_t codes, uintptr_t scales, uintptr_t y, int64_t tokens, uintptr_t bias,
              uintptr_t stream) {

@@ -80,7 +80,19 @@ class CpuLayer:
         self.rows, self.cols = weight.shape
         self.quantized = weight.dtype if isinstance(weight, nmkit.QuantizedWeight) else None
         self.dtype = dtype if self.quantized else {"f16": torch.float16, "bf16": torch.bfloat16}[weight.dtype]
-        self.runs = 0
+        self.runs = self.scratch_runs = 0
+
+    def workspace_bytes(self, tokens):
+        # What the C++ layer asks for: x's codes and scales (8-bit), x^T for condensed V:N:M from 64 tokens.
+        if self.quantized:
+            return tokens * self.cols + 4 * tokens
+        return tokens // 8 * 8 * self.cols * 2 if self.weight.format.startswith("vnm:") and tokens >= 64 else 0
+
+    def run_on(self, x, y, tokens, bias, stream, workspace, workspace_bytes):
+        if workspace_bytes < self.workspace_bytes(tokens) or not workspace or workspace % 16:
+            raise ValueError(f"a workspace of {workspace_bytes} bytes at {workspace:#x} for {tokens} tokens")
+        self.scratch_runs += 1
+        self.run(x, y, tokens, bias, stream)
 
     def run(self, x, y, tokens, bias, stream):
         if tokens < 0:
@@ -228,6 +240,17 @@ class CallsOnTheCpu(unittest.TestCase):
             self.check("2:4", 100, 52, [(1,), (7,), (3, 5), (0,)], dtype)
             self.check("vnm:64:2:10", 96, 60, [(9,)], dtype, bias=False, activation="relu")
             self.check("tile:16x16:0.5", 40, 48, [(2, 3)], dtype, activation="gelu")
+
+    def test_layers_that_need_scratch_take_it_from_torch_per_call(self):
+        with layers_on_the_cpu() as made:
+            layers = [nmt.SparseLinear.from_linear(linear(128, 64), spec, quantize=quantize)
+                      for spec, quantize in (("vnm:64:2:8", None), ("2:4", None), ("2:4", "fp8"))]
+            with torch.no_grad():
+                for layer in layers:
+                    for tokens in (70, 3):
+                        layer(torch.randn(tokens, 64, dtype=torch.float16))
+        # V:N:M transposes x from 64 tokens on, an 8-bit layer quantizes it at every call, 2:4 needs nothing.
+        self.assertEqual([(m.runs, m.scratch_runs) for m in made], [(2, 1), (2, 0), (2, 2)])
 
     def test_strided_and_unaligned_inputs_are_copied_not_misread(self):
         with layers_on_the_cpu():

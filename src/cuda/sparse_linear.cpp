@@ -81,7 +81,8 @@ namespace {
 // the product) and runs the row gather on the first T - T % 8 tokens, the rest as below; under it, where reading
 // the weight binds, it gathers from x directly.
 constexpr int64_t kTransposeTokens = 64;
-constexpr int64_t kRowCopyTokens = 8;  // the row gather copies 16-byte pieces: C % 8 == 0
+constexpr int64_t kRowCopyTokens = 8;          // the row gather copies 16-byte pieces: C % 8 == 0
+constexpr uintptr_t kWorkspaceAlignment = 16;  // x^T's rows and the codes are read by 16-byte copies and TMA
 
 }  // namespace
 
@@ -177,6 +178,26 @@ struct SparseLinear::Impl {
     return tokens / kRowCopyTokens * kRowCopyTokens;
   }
 
+  // One run on `scratch` (workspace_bytes of the tokens): x quantized into it (8-bit), or its first tokens
+  // transposed into it for the row gather and the rest (< 8) taken from x as it is.
+  void run_on(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, void* scratch) {
+    if (const DeviceNm24x8* w = quantized()) {
+      const auto code_bytes = static_cast<std::size_t>(tokens * cols());
+      auto* codes = static_cast<uint8_t*>(scratch);
+      auto* scales = reinterpret_cast<float*>(codes + code_bytes);
+      detail::quantize_tokens(stream, x, dtype, tokens, cols(), w->type(), codes, scales);
+      return run_quantized(tokens, stream, codes, scales, y, bias);
+    }
+    const int64_t transposed = transposed_tokens(tokens);
+    if (transposed == 0) return run(tokens, Layout::col_major, stream, x, y, bias);
+    const std::size_t element = dtype_size(dtype);
+    transpose_16bit(stream, x, scratch, transposed, cols());
+    run(transposed, Layout::row_major, stream, scratch, y, bias);
+    if (const int64_t rest = tokens - transposed; rest > 0)
+      run(rest, Layout::col_major, stream, static_cast<const char*>(x) + transposed * cols() * element,
+          static_cast<char*>(y) + transposed * rows() * element, bias);
+  }
+
   void* workspace(std::size_t bytes) {
     if (workspaces.empty() || workspaces.back().size() < bytes) {
       const std::size_t grown = workspaces.empty() ? 0 : 2 * workspaces.back().size();
@@ -252,30 +273,36 @@ SparseLinear SparseLinear::create(const QuantizedNmMatrix& weight, DType dtype, 
   return SparseLinear(std::move(impl));
 }
 
+std::size_t SparseLinear::workspace_bytes(int64_t tokens) const {
+  require(tokens >= 0, ErrorCode::invalid_argument,
+          "SparseLinear::workspace_bytes: tokens must be >= 0, got " + std::to_string(tokens));
+  // x's codes, then its scales: K % 16 == 0 keeps the scales 16-byte aligned behind T * K bytes of codes.
+  if (impl_->quantized()) return static_cast<std::size_t>(tokens * impl_->cols()) + tokens * sizeof(float);
+  return static_cast<std::size_t>(impl_->transposed_tokens(tokens) * impl_->cols()) * dtype_size(impl_->dtype);
+}
+
 void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias) {
   require(tokens >= 0, ErrorCode::invalid_argument,
           "SparseLinear::run: tokens must be >= 0, got " + std::to_string(tokens));
   if (tokens == 0) return;
   impl_->check_run(x, y, bias, "SparseLinear::run");
-  if (const DeviceNm24x8* w = impl_->quantized()) {
-    // x's codes, then its scales: K % 16 == 0 keeps the scales 16-byte aligned behind T * K bytes of codes.
-    const auto code_bytes = static_cast<std::size_t>(tokens * impl_->cols());
-    auto* codes =
-        static_cast<uint8_t*>(impl_->workspace(code_bytes + static_cast<std::size_t>(tokens) * sizeof(float)));
-    auto* scales = reinterpret_cast<float*>(codes + code_bytes);
-    detail::quantize_tokens(stream, x, impl_->dtype, tokens, impl_->cols(), w->type(), codes, scales);
-    return impl_->run_quantized(tokens, stream, codes, scales, y, bias);
-  }
-  const int64_t transposed = impl_->transposed_tokens(tokens);
-  if (transposed == 0) return impl_->run(tokens, Layout::col_major, stream, x, y, bias);
-  // The first `transposed` tokens through x^T and the row gather, the other (< 8) from x as it is.
-  const std::size_t element = dtype_size(impl_->dtype);
-  void* xt = impl_->workspace(static_cast<std::size_t>(transposed * impl_->cols()) * element);
-  transpose_16bit(stream, x, xt, transposed, impl_->cols());
-  impl_->run(transposed, Layout::row_major, stream, xt, y, bias);
-  if (const int64_t rest = tokens - transposed; rest > 0)
-    impl_->run(rest, Layout::col_major, stream, static_cast<const char*>(x) + transposed * impl_->cols() * element,
-               static_cast<char*>(y) + transposed * impl_->rows() * element, bias);
+  const std::size_t bytes = workspace_bytes(tokens);
+  impl_->run_on(stream, x, y, tokens, bias, bytes > 0 ? impl_->workspace(bytes) : nullptr);
+}
+
+void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, Workspace workspace) {
+  require(tokens >= 0, ErrorCode::invalid_argument,
+          "SparseLinear::run: tokens must be >= 0, got " + std::to_string(tokens));
+  if (tokens == 0) return;
+  impl_->check_run(x, y, bias, "SparseLinear::run");
+  const std::size_t bytes = workspace_bytes(tokens);
+  require(workspace.bytes >= bytes && (bytes == 0 || workspace.data != nullptr), ErrorCode::invalid_argument, [&] {
+    return "SparseLinear::run: " + std::to_string(tokens) + " tokens need a workspace of " + std::to_string(bytes) +
+           " bytes, got " + std::to_string(workspace.bytes) + (workspace.data ? "" : " at null");
+  });
+  require(reinterpret_cast<uintptr_t>(workspace.data) % kWorkspaceAlignment == 0, ErrorCode::invalid_argument,
+          "SparseLinear::run: the workspace must be 16-byte aligned");
+  impl_->run_on(stream, x, y, tokens, bias, bytes > 0 ? workspace.data : nullptr);
 }
 
 void SparseLinear::run_quantized(Stream stream, const uint8_t* x_codes, const float* x_scales, void* y, int64_t tokens,

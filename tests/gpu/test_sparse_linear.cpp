@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.hpp"
@@ -236,6 +237,52 @@ TEST(SparseLinear8bitGpu, RefusesWhatItCannotRun) {
 }
 
 // Refused before the device is needed: these run on machines without a GPU too.
+// run() on the caller's workspace against run() on the layer's own: the same launches on the same x, so the same
+// y, for layers that need scratch (condensed V:N:M from 64 tokens, 8-bit at any count) and one that does
+// not; a workspace too small, missing or misaligned is refused before anything runs.
+TEST(SparseLinearGpu, TheCallersWorkspaceGivesTheLayersOwnResult) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::pair<std::string, SparseLinear>> layers;
+  layers.emplace_back("vnm:128:2:8", SparseLinear::create(pruned(384, 1024, DType::f16, "vnm:128:2:8", 5)));
+  layers.emplace_back("2:4", SparseLinear::create(pruned(384, 1024, DType::f16, "2:4", 6)));
+  if (runs_8bit(QuantType::e4m3))
+    layers.emplace_back("2:4 e4m3", SparseLinear::create(quantized(384, 1024, QuantType::e4m3, 7), DType::f16));
+  for (auto& [name, layer] : layers)
+    for (int64_t tokens : {5, 100}) {
+      const bool needs = name != "2:4" && (tokens >= 64 || name == "2:4 e4m3");
+      const std::size_t bytes = layer.workspace_bytes(tokens);
+      EXPECT_EQ(bytes > 0, needs) << name << " " << tokens << " tokens: " << bytes << " bytes";
+      const auto x = encode(rounded_random(static_cast<std::size_t>(tokens * 1024), DType::f16, 9), DType::f16);
+      const std::size_t y_bytes = static_cast<std::size_t>(tokens * 384) * 2;
+      DeviceBytes dx(x.size()), own(y_bytes), given(y_bytes), workspace(bytes + 16);
+      check(cudaMemcpy(dx.ptr, x.data(), x.size(), cudaMemcpyHostToDevice), "copy x");
+      check(cudaMemset(own.ptr, 0xff, y_bytes), "poison y");
+      check(cudaMemset(given.ptr, 0xff, y_bytes), "poison y");
+      layer.run(nullptr, dx.ptr, own.ptr, tokens);
+      layer.run(nullptr, dx.ptr, given.ptr, tokens, nullptr, SparseLinear::Workspace{workspace.ptr, bytes});
+      check(cudaDeviceSynchronize(), "layers");
+      std::vector<std::byte> a(y_bytes), b(y_bytes);
+      check(cudaMemcpy(a.data(), own.ptr, y_bytes, cudaMemcpyDeviceToHost), "copy y");
+      check(cudaMemcpy(b.data(), given.ptr, y_bytes, cudaMemcpyDeviceToHost), "copy y");
+      // The same launches; a split-K plan's fp32 reduction may sum in another order, so not bit for bit.
+      const std::vector<float> fa = decode(a, DType::f16), fb = decode(b, DType::f16);
+      for (float v : fb) ASSERT_TRUE(std::isfinite(v)) << name << " " << tokens << " tokens: y not written";
+      EXPECT_LE(test::relative_frobenius(fb, fa), 1e-3) << name << " " << tokens << " tokens";
+      if (!needs) continue;
+      const auto refused = [&](SparseLinear::Workspace w, const char* why) {
+        try {
+          layer.run(nullptr, dx.ptr, given.ptr, tokens, nullptr, w);
+          ADD_FAILURE() << name << ": a workspace that " << why << " was taken";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("workspace"), std::string::npos) << e.what();
+        }
+      };
+      refused({workspace.ptr, bytes - 1}, "is a byte short");
+      refused({nullptr, bytes}, "is null");
+      refused({static_cast<char*>(workspace.ptr) + 8, bytes}, "is 8-byte aligned");
+    }
+}
+
 TEST(SparseLinear8bit, RefusesOnTheHostWhatNoKernelTakes) {
   EXPECT_NMKIT_ERROR(SparseLinear::create(quantized(64, 64, QuantType::e4m3, 1, 2, 8), DType::f16),
                      ErrorCode::unsupported, "takes 2:4");

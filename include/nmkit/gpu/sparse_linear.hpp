@@ -3,8 +3,8 @@
 // pruned in any GPU format (2:4, V:N:M, tiles) with x and y in W's dtype, or 2:4 with 8-bit values (e4m3, e5m2,
 // int8; a scale per row), x and y then f16 or bf16 and x quantized per token on the GPU before the 8-bit product.
 // Owns the weight and a plan per bucket of token counts (detail/token_buckets.hpp; per T for tiles). Condensed
-// V:N:M transposes x into a workspace from 64 tokens on, and an 8-bit weight quantizes x into one; each grows at the
-// first run of a larger T: run the largest T once before capturing a CUDA graph.
+// V:N:M transposes x into a workspace from 64 tokens on, and an 8-bit weight quantizes x into one: the layer's own,
+// grown at the first run of a larger T (run the largest T once before capturing a CUDA graph), or the caller's.
 //   SparseLinear layer = SparseLinear::create(prune_magnitude(w, parse_format_spec("2:4")).compressed);
 //   SparseLinear fp8 = SparseLinear::create(quantize_nm(nm, QuantType::e4m3), DType::bf16, Activation::gelu);
 //   layer.run(stream, x, y, tokens, bias);   // asynchronous; the plan of `tokens`' bucket is made on first use
@@ -34,6 +34,18 @@ class SparseLinear {
   // R floats or null. Asynchronous, none for 0 tokens. Throws Error on null pointers, a wrong bias or tokens < 0.
   // Not thread-safe, one stream at a time (the workspaces are the layer's).
   void run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias = nullptr);
+  // Device scratch a run of `tokens` uses: x's 8-bit codes and per-token scales (8-bit weights) or x transposed
+  // (condensed V:N:M from 64 tokens); 0 for the rest.
+  std::size_t workspace_bytes(int64_t tokens) const;
+  // run() on scratch of the caller's: at least workspace_bytes(tokens) bytes, 16-byte aligned (null when that is
+  // 0), used by this launch alone in `stream`'s order. Layers that run one after another on a stream can then share
+  // one buffer, or take it from a caching allocator per call (nmkit.torch does), where run() above keeps a buffer
+  // per layer for the layer's life. Throws Error as run() does, and for scratch too small or misaligned.
+  struct Workspace {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  void run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, Workspace workspace);
   // An 8-bit layer on x already quantized: x_codes tokens x K codes of quantized() (row-major, 16-byte aligned),
   // x_scales one float per token (x = code * scale), as detail::quantize_tokens writes them. Throws Error as run()
   // does, and for a 16-bit layer.
