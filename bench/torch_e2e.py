@@ -2,7 +2,7 @@
 PyTorch's own 2:4 tensor, prefill and decode, every variant side by side in one process.
 
     PYTHONPATH=build/gpu/python python3 bench/torch_e2e.py --json $OUT/torch_e2e.json [--layers 4] [--context 1024]
-        [--rounds 15] [--quick] [--variants dense nm24 vnm tile torch24 dfss] [--dtype f16|bf16] [--tile-density 0.5]
+        [--rounds 15] [--quick] [--variants dense nm24 vnm tile torch24 dfss fp8] [--dtype f16|bf16] [--tile-density 0.5]
     PYTHONPATH=.deps/torch:.deps/py python3 bench/torch_e2e.py --device cpu --tiny    # the dry run, no GPU
 
 The GPU run needs nmkit's Python extension built with CUDA first, as scripts/gpu_check.sh builds it (the device call
@@ -23,8 +23,10 @@ from it, so that a step is one CUDA graph. --quick: prefill 8 x 512 and decode a
 
 Variants, the same stack with other linear layers: dense (F.linear, cuBLAS); nmkit 2:4, vnm:128:2:8 and
 tile:64x64:<--tile-density> (nmkit.torch.SparseLinear, each weight pruned by magnitude); torch 2:4 (PyTorch's
-semi-structured tensor on cuSPARSELt, the same 2:4 weights); and, for prefill, nmkit 2:4 with nmkit's DFSS attention
-(each score row pruned to 2:4) in place of SDPA. Attention is otherwise F.scaled_dot_product_attention.
+semi-structured tensor on cuSPARSELt, the same 2:4 weights); for prefill, nmkit 2:4 with nmkit's DFSS attention
+(each score row pruned to 2:4) in place of SDPA; and nmkit 2:4 with e4m3 values (a scale per row, x quantized per
+token inside each call; its reference quantizes x the same way in PyTorch). Attention is otherwise
+F.scaled_dot_product_attention.
 
 How a row is timed: per workload, each variant's forward over all layers is captured in one CUDA graph on static
 inputs (after two eager calls on a side stream, which make nmkit's plans). The replay is first checked against a
@@ -139,7 +141,12 @@ def all_variants(tile_density: float) -> list:
             Variant("vnm", "nmkit vnm:128:2:8", "nmkit", "vnm:128:2:8"),
             Variant("tile", f"nmkit {tile}", "nmkit", tile),
             Variant("torch24", "torch 2:4 (cuSPARSELt)", "torch", "2:4"),
-            Variant("dfss", "nmkit 2:4 + DFSS attention", "nmkit", "2:4", attention="dfss", prefill_only=True)]
+            Variant("dfss", "nmkit 2:4 + DFSS attention", "nmkit", "2:4", attention="dfss", prefill_only=True),
+            Variant("fp8", "nmkit 2:4 fp8 (e4m3, x per token)", "nmkit", FP8_24)]
+
+
+FP8_24 = "2:4 e4m3"  # 2:4 with e4m3 values (a scale per row), x quantized per token inside each call
+E4M3_MAX = 448.0
 
 
 # The model: Llama's decoder layer (as transformers' LlamaDecoderLayer computes it) over linear layers given as
@@ -282,6 +289,19 @@ class DenseLinear:
         return F.linear(x, self.weight)
 
 
+class QuantizedXLinear:
+    """The fp8 variant's reference: x quantized per token to e4m3 as nmkit does (scale = absmax / 448 in fp32, codes
+    rounded to nearest even) and dequantized, times the dequantized weight, in fp32."""
+
+    def __init__(self, weight: torch.Tensor):
+        self.weight = weight.float()
+
+    def __call__(self, x):
+        scale = x.float().abs().amax(dim=-1, keepdim=True) / E4M3_MAX
+        codes = (x.float() / torch.where(scale > 0, scale, torch.ones_like(scale))).to(torch.float8_e4m3fn)
+        return F.linear(codes.float() * scale, self.weight).to(x.dtype)
+
+
 class TorchSemiStructured:
     """PyTorch's 2:4 tensor on cuSPARSELt (its CUTLASS backend refuses Hopper), called on x flattened to 2-D."""
 
@@ -308,7 +328,10 @@ def prune_all(weights: list, formats: list, dtype) -> dict:
     host = [{name: w.float().cpu().numpy() for name, w in layer.items()} for layer in weights]
 
     def prune(array, spec):
-        sparse = nmkit.prune(array, spec, NMKIT_DTYPES[dtype])
+        if spec == FP8_24:  # pruned, then the kept values quantized per row; to_dense() dequantizes
+            sparse = nmkit.prune(array, "2:4", "fp8")
+        else:
+            sparse = nmkit.prune(array, spec, NMKIT_DTYPES[dtype])
         return sparse, torch.from_numpy(sparse.to_dense()).to(dtype)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
@@ -352,8 +375,10 @@ def build_linears(variant: Variant, weights: list, pruned: dict, device) -> tupl
         raise RuntimeError(WHY_NO_NMKIT)
     load_nmkit_runtime(device, weights[0]["q_proj"].dtype)
     before = used_outside_torch()
-    linears = [{name: nmt.SparseLinear(sparse, device=device) for name, (sparse, _) in layer.items()}
-               for layer in layers]
+    dtype = weights[0]["q_proj"].dtype  # an 8-bit weight's x and y; a 16-bit one computes in its own
+    linears = [{name: nmt.SparseLinear(sparse, device=device,
+                                       dtype=dtype if isinstance(sparse, nmkit.QuantizedWeight) else None)
+                for name, (sparse, _) in layer.items()} for layer in layers]
     return linears, {"device_bytes": used_outside_torch() - before,
                      "format_bytes": sum(s.storage_bytes for layer in layers for s, _ in layer.values())}
 
@@ -362,8 +387,8 @@ def reference_linears(variant: Variant, weights: list, pruned: dict, device) -> 
     """Dense linears holding the variant's pruned weights (the dense weights for dense)."""
     if variant.format is None:
         return [{name: DenseLinear(w) for name, w in layer.items()} for layer in weights]
-    return [{name: DenseLinear(dense.to(device)) for name, (_, dense) in layer.items()}
-            for layer in pruned[variant.format]]
+    kind = QuantizedXLinear if variant.format == FP8_24 else DenseLinear
+    return [{name: kind(dense.to(device)) for name, (_, dense) in layer.items()} for layer in pruned[variant.format]]
 
 
 # Running and timing.
@@ -707,8 +732,8 @@ def main():
                         "0 on the CPU)")
     parser.add_argument("--sample-ms", type=float, default=20.0, help="GPU time a timed sample aims at")
     parser.add_argument("--quick", action="store_true", help="prefill 8 x 512 and decode at batch 16 only")
-    parser.add_argument("--variants", nargs="+", default=["nm24", "vnm", "tile", "torch24", "dfss"],
-                        choices=["dense", "nm24", "vnm", "tile", "torch24", "dfss"],
+    parser.add_argument("--variants", nargs="+", default=["nm24", "vnm", "tile", "torch24", "dfss", "fp8"],
+                        choices=["dense", "nm24", "vnm", "tile", "torch24", "dfss", "fp8"],
                         help="besides dense, which is always timed")
     parser.add_argument("--dtype", choices=list(DTYPES), default="f16")
     parser.add_argument("--tile-density", type=float, default=0.5, help="the fraction of 64x64 tiles kept")
