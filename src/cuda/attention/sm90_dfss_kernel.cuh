@@ -46,7 +46,8 @@ inline constexpr int kSparseStepKeys = 32;  // wgmma.sp k32
 inline constexpr int kDenseStepKeys = 16;   // wgmma k16
 inline constexpr int kProducerRegisters = 40;
 inline constexpr int kConsumerRegisters = 232;
-static_assert(kConsumers == 2, "the consumers take turns in pairs (gemm_turn_wait / gemm_turn_pass)");
+static_assert(kConsumers == 2, "the consumers take turns in pairs (GemmTurns)");
+using GemmTurns = Turns<NamedBarrier::gemm_turn>;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * launch_registers(kThreads),
               "setmaxnreg budgets must fit the registers allocated at launch");
 
@@ -474,11 +475,11 @@ struct Consumer {
     uint64_t v_desc[kPSteps];
     v_descriptors(v_at.stage, v_desc);
     k_pipe.wait_full(k_at);
-    cuda::gemm_turn_wait(warpgroup);
+    GemmTurns::wait(warpgroup);
     issue_scores(s, k_at.stage);
     v_pipe.wait_full(v_at);
     issue_pv(pf, v_desc);
-    cuda::gemm_turn_pass(warpgroup);
+    GemmTurns::pass(warpgroup);
     ptx::wgmma_wait_group<1>();
     ptx::fence_registers(s);
     release(k_pipe, k_at.stage);
@@ -497,9 +498,7 @@ struct Consumer {
     write_p(prob, meta, pf);
   }
 
-  // The turns: each warpgroup issues key_steps + 1 times (the first Q * K^T, the pipelined steps, the last P * V),
-  // waiting for its turn before each and passing it after. Warpgroup 1 passes first, so that warpgroup 0 starts, and
-  // not after its last issue, so that every wait is matched by exactly one arrival and none is left at exit.
+  // The turns: each warpgroup issues key_steps + 1 times (the first Q * K^T, the pipelined steps, the last P * V).
   __device__ void run(const CtaWork& w, const Params& p) {
     ptx::mbarrier_wait(smem.q_full(), 0);
     if (w.key_steps == 0) return store(w, p);
@@ -507,11 +506,11 @@ struct Consumer {
     float s[kScoreRegisters];
     PFragments pf;
 
-    if (warpgroup == 1) cuda::gemm_turn_pass(warpgroup);
+    GemmTurns::start(warpgroup);
     k_pipe.wait_full(k_at);
-    cuda::gemm_turn_wait(warpgroup);
+    GemmTurns::wait(warpgroup);
     issue_scores(s, k_at.stage);
-    cuda::gemm_turn_pass(warpgroup);
+    GemmTurns::pass(warpgroup);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(s);
     release(k_pipe, k_at.stage);
@@ -523,6 +522,7 @@ struct Consumer {
     write_p(prob, meta, pf);
     for (int step = 1; step < w.key_steps; ++step) pipelined_step(step, w, p, k_at, v_at, s, pf);
     last_pv(v_at, pf);
+    GemmTurns::finish(warpgroup);
     store(w, p);
   }
 
@@ -530,9 +530,9 @@ struct Consumer {
     uint64_t v_desc[kPSteps];
     v_descriptors(v_at.stage, v_desc);
     v_pipe.wait_full(v_at);
-    cuda::gemm_turn_wait(warpgroup);
+    GemmTurns::wait(warpgroup);
     issue_pv(pf, v_desc);
-    if (warpgroup == 0) cuda::gemm_turn_pass(warpgroup);
+    GemmTurns::pass(warpgroup);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(o);
     fence_p(pf);
