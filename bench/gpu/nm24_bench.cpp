@@ -19,6 +19,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +35,8 @@
 #include "vnm_suite.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
+#include "nmkit/gpu/sparse_linear.hpp"
+#include "nmkit/prune/magnitude.hpp"
 
 namespace {
 
@@ -143,6 +146,40 @@ gpu::Nm24Options nm24_variant_options(const VariantSettings& settings) {
                       key + "=" + value);
   }
   return options;
+}
+
+// SparseLinear as a serving loop sees it: 1000 token counts drawn from 1..4096 (seeded). How many plans the layer
+// makes for them and how long making them took (kernel(T) makes a run's plan without launching), then the host time
+// of run() cycling through the same counts once every plan exists. A small weight keeps each launch short, so that
+// 2000 back-to-back calls measure the host and not a full launch queue.
+void serving_loop(json& out, cudaStream_t stream) {
+  constexpr int64_t kRows = 256, kCols = 256, kMaxTokens = 4096;
+  constexpr int kCalls = 1000;
+  std::mt19937 random(11);
+  std::uniform_int_distribution<int64_t> draw(1, kMaxTokens);
+  std::vector<int64_t> tokens(kCalls);
+  for (int64_t& t : tokens) t = draw(random);
+  const DenseMatrix w = DenseMatrix::from_float(kRows, kCols, std::vector<float>(kRows * kCols, 1.0f), DType::f16);
+  DeviceArray x(kMaxTokens * kCols * 2), y(kMaxTokens * kRows * 2);
+  fill_dense(x.ptr, kMaxTokens * kCols, DType::f16, 21, stream);
+  json rows = json::array();
+  for (const char* format : {"2:4", "vnm:128:2:8"}) {
+    gpu::SparseLinear layer = gpu::SparseLinear::create(prune_magnitude(w, parse_format_spec(format)).compressed);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t t : tokens) layer.kernel(t);
+    const double plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::size_t call = 0;
+    const double run_us =
+        host_overhead_us([&] { layer.run(stream, x.ptr, y.ptr, tokens[call++ % tokens.size()]); }, stream);
+    std::printf(
+        "SparseLinear %s %lldx%lld, %d calls with T from 1..%lld: %zu plans made in %.1f ms (%.2f ms each); "
+        "host time of run() %.2f us per call\n",
+        format, static_cast<long long>(kRows), static_cast<long long>(kCols), kCalls,
+        static_cast<long long>(kMaxTokens), layer.plans(), plan_ms, plan_ms / std::max<std::size_t>(layer.plans(), 1),
+        run_us);
+    rows.push_back({{"format", format}, {"plans", layer.plans()}, {"plan_ms", plan_ms}, {"run_host_us", run_us}});
+  }
+  out["serving_loop"] = rows;
 }
 
 int run(const Options& o) {
@@ -465,6 +502,7 @@ int run(const Options& o) {
         std::fprintf(stderr, "variant output WRONG for %s %s (rel. error %.2g)\n", shape_text, dtype_name(dtype),
                      *variant_err);
     }
+  serving_loop(out, stream);
   // Host cost of one run() (validation, tensor map, launch), enqueueing tiny products back to back.
   {
     const gpu::SpmmDesc tiny{128, 64, 16};
