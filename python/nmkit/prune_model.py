@@ -103,6 +103,13 @@ def _check_format(format, dtype=None) -> str:
     return format
 
 
+def _pattern_text(pattern) -> Optional[str]:
+    """A compiled include/exclude filter as the checkpoint's settings record it: its source and flags."""
+    if pattern is None:
+        return None
+    return pattern.pattern if not pattern.flags & ~re.UNICODE else f"(?{pattern.flags}){pattern.pattern}"
+
+
 def _check_options(method, damp, candidates) -> None:
     if method not in METHODS:
         raise ValueError(f"unknown pruning method {method!r} (expected magnitude, wanda or obs)")
@@ -372,8 +379,9 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
         that finds files there takes the blocks they hold, in order, instead of pruning them again: their Linears
         get the stored weights and run once more over the calibration for the next block's inputs. So an
         interrupted run, called again with the same model, calibration and arguments, ends with what one
-        uninterrupted run gives. Files written with other settings (format, method, damp, candidates, dtype,
-        include, exclude, the blocks' names, the number of calibration batches) are refused with ValueError.
+        uninterrupted run gives (a block interrupted part-way is put back to its dense weights first; restored
+        weights carry no energy: None). Files written with other settings (format, method, damp, candidates,
+        dtype, include, exclude, the blocks' names, the number of calibration batches) are refused with ValueError.
 
     The pruned weights are stored in the Linear's dtype (f32 for float32) unless `dtype` says otherwise, and written
     back into the Linear as their dense form (dequantized for 8 bits), so that the model computes what load_sparse's
@@ -419,7 +427,8 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
     store = None
     if checkpoint is not None:
         settings = {"format": format, "method": method, "damp": repr(float(damp)), "candidates": candidates,
-                    "dtype": dtype, "include": include, "exclude": exclude,
+                    "dtype": {"fp8": "e4m3"}.get(dtype, dtype), "include": _pattern_text(keep),
+                    "exclude": _pattern_text(drop),
                     "blocks": [name for name, _ in layer_list], "calibration_batches": len(batches) if calibrated else 0}
         store = _Checkpoint(checkpoint, settings, selected)
 
@@ -470,18 +479,29 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
                         finally:
                             for s in stats.values():
                                 s.handle.remove()
-                    for name, linear in linears:
-                        bar(index, block_name, f"pruning {name}")
-                        if calibrated and stats[name].tokens == 0:
-                            warnings.warn(f"{name}: the calibration never ran it; kept dense", RuntimeWarning,
-                                          stacklevel=2)
-                            continue
-                        weight = _prune_linear(name, linear, stats.get(name), format, method, damp,
-                                               candidates, dtype)
-                        pruned = torch.from_numpy(weight.to_dense())
-                        linear.weight.copy_(pruned.to(device=linear.weight.device, dtype=linear.weight.dtype))
-                        weights[name] = weight
-                    del stats
+                    # With a checkpoint, a block interrupted part-way is put back as it was, so that a later call
+                    # on the same model object prunes it from its dense weights again, as one run would.
+                    dense = None if store is None else {name: linear.weight.detach().clone()
+                                                        for name, linear in linears}
+                    try:
+                        for name, linear in linears:
+                            bar(index, block_name, f"pruning {name}")
+                            if calibrated and stats[name].tokens == 0:
+                                warnings.warn(f"{name}: the calibration never ran it; kept dense", RuntimeWarning,
+                                              stacklevel=2)
+                                continue
+                            weight = _prune_linear(name, linear, stats.get(name), format, method, damp,
+                                                   candidates, dtype)
+                            pruned = torch.from_numpy(weight.to_dense())
+                            linear.weight.copy_(pruned.to(device=linear.weight.device, dtype=linear.weight.dtype))
+                            weights[name] = weight
+                    except BaseException:
+                        if dense is not None:
+                            for name, linear in linears:
+                                linear.weight.copy_(dense[name])
+                                weights.pop(name, None)
+                        raise
+                    del stats, dense
                     if store is not None:
                         bar(index, block_name, "writing the checkpoint")
                         store.write(index, {name: weights[name] for name, _ in linears if name in weights})

@@ -446,6 +446,23 @@ class Checkpoints(unittest.TestCase):
             block0 = nmkit.load_file(os.path.join(tmp, "block-00000.safetensors"))
             self.assertEqual(sorted(block0), ["layers.0.down.weight", "layers.0.q.weight", "layers.0.up.weight"])
 
+    def test_a_block_interrupted_part_way_is_put_back_for_the_next_call(self):
+        batches = calibration(4)
+        want = nmt.prune_model(TinyLM(blocks=3), batches, "2:4", method="obs", progress=False)
+
+        def stop_in_block_1(done, total, name, stage):  # after q is pruned, before up
+            if stage == "pruning layers.1.up":
+                raise _Stop
+        with tempfile.TemporaryDirectory() as tmp:
+            model = TinyLM(blocks=3)
+            dense_q = model.layers[1].q.weight.detach().clone()
+            with self.assertRaises(_Stop):
+                nmt.prune_model(model, batches, "2:4", checkpoint=tmp, progress=stop_in_block_1)
+            torch.testing.assert_close(model.layers[1].q.weight, dense_q, rtol=0, atol=0)
+            got = nmt.prune_model(model, batches, "2:4", checkpoint=tmp, progress=False)  # the same model object
+            for name, weight in want.items():
+                np.testing.assert_array_equal(got[name].to_dense(), weight.to_dense(), err_msg=name)
+
     def test_files_of_another_run_are_refused_before_anything_is_pruned(self):
         batches = calibration(3)
         with tempfile.TemporaryDirectory() as tmp:
@@ -455,6 +472,7 @@ class Checkpoints(unittest.TestCase):
                 (batches, dict(method="wanda", format="vnm:64:2:8"), "format: '2:4' there, 'vnm:64:2:8' here"),
                 (calibration(2), dict(method="wanda"), "calibration_batches: 3 there, 2 here"),
                 (batches, dict(method="wanda", exclude="down"), "exclude: None there, 'down' here"),
+                (batches, dict(method="wanda", dtype="e5m2"), "dtype: None there, 'e5m2' here"),
             ]:
                 with self.subTest(message):
                     model = TinyLM(blocks=2)

@@ -300,8 +300,8 @@ void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, co
     return "SparseLinear::run: " + std::to_string(tokens) + " tokens need a workspace of " + std::to_string(bytes) +
            " bytes, got " + std::to_string(workspace.bytes) + (workspace.data ? "" : " at null");
   });
-  require(reinterpret_cast<uintptr_t>(workspace.data) % kWorkspaceAlignment == 0, ErrorCode::invalid_argument,
-          "SparseLinear::run: the workspace must be 16-byte aligned");
+  require(bytes == 0 || reinterpret_cast<uintptr_t>(workspace.data) % kWorkspaceAlignment == 0,
+          ErrorCode::invalid_argument, "SparseLinear::run: the workspace must be 16-byte aligned");
   impl_->run_on(stream, x, y, tokens, bias, bytes > 0 ? workspace.data : nullptr);
 }
 

@@ -236,7 +236,6 @@ TEST(SparseLinear8bitGpu, RefusesWhatItCannotRun) {
   check(cudaDeviceSynchronize(), "nothing launched");
 }
 
-// Refused before the device is needed: these run on machines without a GPU too.
 // run() on the caller's workspace against run() on the layer's own: the same launches on the same x, so the same
 // y, for layers that need scratch (condensed V:N:M from 64 tokens, 8-bit at any count) and one that does
 // not; a workspace too small, missing or misaligned is refused before anything runs.
@@ -283,6 +282,7 @@ TEST(SparseLinearGpu, TheCallersWorkspaceGivesTheLayersOwnResult) {
     }
 }
 
+// Refused before the device is needed: these run on machines without a GPU too.
 TEST(SparseLinear8bit, RefusesOnTheHostWhatNoKernelTakes) {
   EXPECT_NMKIT_ERROR(SparseLinear::create(quantized(64, 64, QuantType::e4m3, 1, 2, 8), DType::f16),
                      ErrorCode::unsupported, "takes 2:4");
