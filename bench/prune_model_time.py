@@ -34,7 +34,9 @@ nmkit/prune_model.py calls by a proxy that clocks each prune_with_statistics cal
     fp32 (GPU); "of which X^T X" is that minus a plain forward of a block over the same batches (timed after
     prune_model, no hooks);
   * to host: per Linear, from its stage's start to the solver call: the weight (as fp32) and X^T X copied to the host;
-  * solve: the C++ call (prune_obs / prune_wanda / prune_magnitude on the CPU, OpenMP + BLAS/LAPACK in double;
+  * solve: with --solver torch (auto's choice for OBS into N:M on a CUDA device) prune_model's float64 OBS in
+    PyTorch on the device, clocked until the device is done; otherwise the C++ call (prune_obs / prune_wanda /
+    prune_magnitude on the CPU, OpenMP + BLAS/LAPACK in double;
     for OBS the model's GFLOP/s: 2/3 K^3 for the damped inverse Hessian's factor (potrf and trtri of the reversed
     Hessian) plus R K^2 for the lazy-block sweep);
   * write-back: from the solver's return to the next stage: to_dense, the copy into the Linear on the device;
@@ -260,23 +262,36 @@ def check_pattern(model: Decoder, fmt: str) -> str:
     return f"{verdict}: at most {worst} non-zeros per group of {m} (mean density {statistics.fmean(density):.3f})"
 
 
+def timed_torch_solver(real, clock: "Clock"):
+    """prune_model's torch OBS (solver="torch"), clocked as the solve: from its call until the device is done."""
+    def solve(weight, xtx, n, m, damp):
+        t0 = clock.now()
+        out = real(weight, xtx, n, m, damp)
+        t1 = clock.now()
+        clock.calls.append((t0, t1, len(clock.events) - 1, tuple(weight.shape), "obs"))
+        return out
+    return solve
+
+
 def run_method(method: str, args, cfg: Config, dtype, device, batches: list) -> dict:
     cuda = device.type == "cuda"
     log(f"{method}: building {args.blocks} blocks")
     model = build_model(cfg, dtype, device, args.seq_len, args.seed)
     clock = Clock(cuda)
-    real = PRUNE_MODULE._nmkit
+    real, real_torch_solver = PRUNE_MODULE._nmkit, PRUNE_MODULE._obs_nm_torch
     PRUNE_MODULE._nmkit = TimedNmkit(real, clock)
+    PRUNE_MODULE._obs_nm_torch = timed_torch_solver(real_torch_solver, clock)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     try:
-        log(f"{method}: prune_model(format={args.format!r}, method={method!r})")
+        log(f"{method}: prune_model(format={args.format!r}, method={method!r}, solver={args.solver!r})")
         t_start = clock.now()
         weights = nmkit.torch.prune_model(model, None if method == "magnitude" else batches, args.format,
-                                          method=method, progress=clock.progress)
+                                          method=method, progress=clock.progress, solver=args.solver)
         t_end = clock.now()
     finally:
         PRUNE_MODULE._nmkit = real
+        PRUNE_MODULE._obs_nm_torch = real_torch_solver
     result = breakdown(clock, t_end - t_start, t_start, t_end, method)
     result["method"] = method
     result["pruned_linears"] = len(weights)
@@ -373,6 +388,8 @@ def main():
     parser.add_argument("--method", nargs="+", default=["obs"], choices=["obs", "wanda", "magnitude"],
                         help="each on a fresh copy of the same model, in order")
     parser.add_argument("--format", default="2:4")
+    parser.add_argument("--solver", choices=["auto", "cpu", "torch"], default="auto",
+                        help="prune_model's solver (auto: OBS into N:M in torch on a CUDA device, the C++ one otherwise)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="f16 on cuda, f32 on the CPU")
     parser.add_argument("--tiny", action="store_true", help="hidden 256, 4 heads, FFN 688 (the dry run)")

@@ -261,14 +261,94 @@ def _model_device(model) -> torch.device:
 
 
 def _prune_linear(name, linear, stats, format, method, damp, candidates,
-                  dtype=None) -> SparseWeight | QuantizedWeight:
-    weight = linear.weight.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
-    xtx = None if stats is None else stats.xtx.cpu().numpy()
+                  dtype=None, solver="cpu") -> SparseWeight | QuantizedWeight:
     try:
+        if solver == "torch":
+            return _prune_linear_torch(linear, stats, format, damp, _storage_dtype(linear.weight, dtype))
+        weight = linear.weight.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
+        xtx = None if stats is None else stats.xtx.cpu().numpy()
         return _nmkit.prune_with_statistics(weight, xtx, 0 if stats is None else stats.tokens, format, method, damp,
                                             candidates, _storage_dtype(linear.weight, dtype))
     except (ValueError, NotImplementedError, RuntimeError) as e:
         raise type(e)(f"{name}: {e}") from None
+
+
+SOLVERS = ("auto", "cpu", "torch")
+_LAZY_COLUMNS = 128  # OBS's lazy-update block, as the C++ solver's ObsOptions::block_cols
+
+
+def _nm_pattern(format: str) -> Optional[tuple]:
+    """(N, M) of an N:M format string, None for the others."""
+    match = re.fullmatch(r"(\d+):(\d+)", format)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _resolve_solver(solver, method, format, candidates, device: torch.device) -> str:
+    """Which solver prunes the Linears: "torch" (N:M OBS with diagonal candidates, on the device the statistics are
+    summed on) or "cpu" (nmkit's C++ solvers, everything else). "auto" takes torch on a CUDA device."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r} (expected auto, cpu or torch)")
+    takes_torch = method == "obs" and candidates == "diagonal" and _nm_pattern(format) is not None
+    if solver == "torch" and not takes_torch:
+        raise NotImplementedError(f"solver 'torch' runs OBS with diagonal candidates into N:M formats; got method "
+                                  f"{method!r}, candidates {candidates!r}, format {format!r} (use solver='cpu')")
+    if solver == "auto":
+        return "torch" if takes_torch and device.type == "cuda" else "cpu"
+    return solver
+
+
+def _obs_nm_torch(weight: torch.Tensor, xtx: torch.Tensor, n: int, m: int, damp: float) -> tuple:
+    """nmkit's N:M OBS (src/prune/obs.cpp with diagonal candidates) in float64 on xtx's device: the same damping,
+    inverse-Hessian factor, group decisions (w^2 / U_jj^2 rounded to float32, the N largest of each group, ties to
+    the lower column) and column-by-column updates in lazy blocks. Returns the updated weight (float32, pruned
+    entries zero) and the kept mask, both on xtx's device."""
+    device = xtx.device
+    w = weight.to(device=device, dtype=torch.float64).clone()
+    h = xtx.to(dtype=torch.float64).clone()
+    k = h.shape[0]
+    diag = h.diagonal()
+    mean = max(diag.sum().item() / k, 1e-12)
+    diag[diag == 0] = 1.0  # columns no token touched: their weights never mattered
+    diag += damp * mean
+    # U (upper, H^-1 = U^T U) = J L^-1 J for J H J = L L^T, J the reversal (the C++ solver's derivation).
+    lower, info = torch.linalg.cholesky_ex(h.flip(0, 1))
+    if info.item() != 0:
+        raise ValueError("the calibration Hessian is not positive definite; raise the damping (damp)")
+    u = torch.linalg.solve_triangular(lower, torch.eye(k, dtype=torch.float64, device=device), upper=False)
+    u = u.flip(0, 1)
+    del lower, h
+    kept = torch.zeros(w.shape, dtype=torch.bool, device=device)
+    lazy = max(m, _LAZY_COLUMNS // m * m)  # a multiple of M: no group straddles two lazy blocks
+    for b0 in range(0, k, lazy):
+        b1 = min(k, b0 + lazy)
+        err = torch.empty((w.shape[0], b1 - b0), dtype=torch.float64, device=device)
+        for g0 in range(b0, b1, m):
+            g1 = min(g0 + m, b1)
+            d = u.diagonal()[g0:g1]
+            score = (w[:, g0:g1] * w[:, g0:g1] / (d * d)).float()
+            best = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :min(n, g1 - g0)]
+            keep = torch.zeros(score.shape, dtype=torch.bool, device=device).scatter_(1, best, True)
+            kept[:, g0:g1] = keep
+            for i in range(g0, g1):
+                e = torch.where(keep[:, i - g0], 0.0, w[:, i] / u[i, i])
+                w[:, i] = torch.where(keep[:, i - g0], w[:, i], 0.0)
+                if i + 1 < b1:
+                    w[:, i + 1:b1] -= e[:, None] * u[i, i + 1:b1][None, :]
+                err[:, i - b0] = e
+        if b1 < k:
+            w[:, b1:] -= err @ u[b0:b1, b1:]
+    return w.float(), kept
+
+
+def _prune_linear_torch(linear, stats, format, damp, storage: str) -> SparseWeight | QuantizedWeight:
+    n, m = _nm_pattern(format)
+    weight = linear.weight.detach().to(dtype=torch.float32)
+    if not torch.isfinite(stats.xtx).all():
+        raise ValueError("the calibration statistics (X^T X) are not finite: the layer's calibration inputs hold NaN "
+                         "or infinity")
+    values, kept = _obs_nm_torch(weight, stats.xtx, n, m, damp)
+    return _nmkit.compress_selected(weight.cpu().contiguous().numpy(), values.cpu().numpy(), kept.cpu().numpy(),
+                                    format, storage)
 
 
 def _state_entries(model, weights: dict) -> list:
@@ -349,7 +429,7 @@ class _Checkpoint:
 def prune_model(model: torch.nn.Module, calibration, format: str, method: str = "obs", blocks=None,
                 include: Optional[str] = None, exclude: Optional[str] = None, damp: float = 0.01,
                 candidates: str = "diagonal", out=None, progress=True, device=None,
-                dtype: Optional[str] = None, checkpoint=None) -> dict:
+                dtype: Optional[str] = None, checkpoint=None, solver: str = "auto") -> dict:
     """Prunes every nn.Linear inside `model`'s blocks into `format`, block by block, in place; returns
     {qualified Linear name: SparseWeight (QuantizedWeight for an 8-bit dtype)} in block order.
 
@@ -374,6 +454,9 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
     dtype: how the kept values are stored: None (the Linear's dtype), "f32", "f16", "bf16", or for N:M formats 8-bit
         "fp8" (= "e4m3"), "e5m2", "int8": quantized per row after each Linear is pruned (QuantizedWeights; the Linear
         gets the dequantized values; load_sparse runs 8-bit 2:4 weights on the GPU's 8-bit kernel).
+    solver: "cpu" (nmkit's C++ solvers, OpenMP on the host), "torch" (OBS with diagonal candidates into N:M formats
+        in PyTorch, float64, on the device the statistics are summed on: the same algorithm as the C++ one, for a
+        GPU's speed), or "auto" (torch for those on a CUDA device, cpu otherwise).
     checkpoint: a directory (made if missing) where each block's pruned weights are written as it finishes
         (block-00000.safetensors, ..., each replaced atomically, with this call's settings in its metadata). A call
         that finds files there takes the blocks they hold, in order, instead of pruning them again: their Linears
@@ -391,6 +474,8 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
     layer_list = find_blocks(model, blocks)
     format = _check_format(format, dtype)
     _check_options(method, damp, candidates)
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r} (expected auto, cpu or torch)")
     keep, drop = _compile("include", include), _compile("exclude", exclude)
     if out is not None:
         try:
@@ -417,6 +502,7 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
                 _prune_linear(name, linear, None, format, "magnitude", damp, candidates, dtype)
     model_device = _model_device(model)
     device = model_device if device is None else torch.device(device)
+    solver = _resolve_solver(solver, method, format, candidates, device)
     calibrated = method != "magnitude"
     if calibrated:
         if calibration is None:
@@ -429,7 +515,8 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
         settings = {"format": format, "method": method, "damp": repr(float(damp)), "candidates": candidates,
                     "dtype": {"fp8": "e4m3"}.get(dtype, dtype), "include": _pattern_text(keep),
                     "exclude": _pattern_text(drop),
-                    "blocks": [name for name, _ in layer_list], "calibration_batches": len(batches) if calibrated else 0}
+                    "blocks": [name for name, _ in layer_list], "calibration_batches": len(batches) if calibrated else 0,
+                    "solver": solver}
         store = _Checkpoint(checkpoint, settings, selected)
 
     weights = {}
@@ -491,7 +578,7 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
                                               stacklevel=2)
                                 continue
                             weight = _prune_linear(name, linear, stats.get(name), format, method, damp,
-                                                   candidates, dtype)
+                                                   candidates, dtype, solver)
                             pruned = torch.from_numpy(weight.to_dense())
                             linear.weight.copy_(pruned.to(device=linear.weight.device, dtype=linear.weight.dtype))
                             weights[name] = weight

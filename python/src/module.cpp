@@ -27,6 +27,7 @@
 #include "nmkit/prune/magnitude.hpp"
 #include "nmkit/prune/method.hpp"
 #include "nmkit/prune/obs.hpp"
+#include "nmkit/prune/select.hpp"
 #include "nmkit/prune/wanda.hpp"
 #ifdef NMKIT_PYTHON_CUDA
 #include "nmkit/attention/dfss_gpu.hpp"
@@ -509,6 +510,34 @@ void bind_calibrated(nb::module_& m) {
       "stored\n"
       "as `dtype` (f32, f16, bf16, or for N:M quantized per row: fp8, e5m2, int8); energy is measured on the weight\n"
       "given.";
+  m.def(
+      "compress_selected",
+      [](const HostMatrix& original, const HostMatrix& values,
+         const nb::ndarray<const bool, nb::ndim<2>, nb::c_contig, nb::device::cpu>& kept, const std::string& format,
+         const std::string& dtype) -> AnyWeight {
+        const auto rows = static_cast<int64_t>(original.shape(0)), cols = static_cast<int64_t>(original.shape(1));
+        require(static_cast<int64_t>(values.shape(0)) == rows && static_cast<int64_t>(values.shape(1)) == cols &&
+                    static_cast<int64_t>(kept.shape(0)) == rows && static_cast<int64_t>(kept.shape(1)) == cols,
+                ErrorCode::invalid_argument, "compress_selected: the weight, the values and the mask differ in shape");
+        const FormatSpec spec = parse_format_spec(format);
+        require(!std::holds_alternative<TileSpec>(spec), ErrorCode::unsupported,
+                "compress_selected takes N:M and V:N:M masks (a tile format keeps whole tiles)");
+        const ValueStorage storage = parse_value_storage(dtype, spec);
+        const std::span<const float> o(original.data(), original.size()), v(values.data(), values.size());
+        require_finite(o, cols, "weight");
+        require_finite(v, cols, "values");
+        Mask mask = Mask::none(rows, cols);
+        for (std::size_t i = 0; i < mask.keep.size(); ++i) mask.keep[i] = kept.data()[i] ? 1 : 0;
+        nb::gil_scoped_release released;
+        PruneResult r = compress_selection(DenseMatrix::from_float(rows, cols, o, DType::f32),
+                                           DenseMatrix::from_float(rows, cols, v, DType::f32),
+                                           Selection{std::move(mask), {}}, spec);
+        return store_values(std::move(r.compressed), r.energy, storage);
+      },
+      "original"_a, "values"_a, "kept"_a, "format"_a, "dtype"_a = "f32",
+      "`values` (float32 (R, K), a solver's updated weight) compressed into an N:M or V:N:M `format` keeping the\n"
+      "entries `kept` (bool (R, K)) marks, stored as `dtype`; the energy is that of `original` under the mask.\n"
+      "Raises ValueError naming the first group the mask breaks.");
   m.def("prune_with_statistics", &prune_with_statistics<double>, "weight"_a, "xtx"_a.none(), "tokens"_a, "format"_a,
         "method"_a, "damp"_a = 0.01, "candidates"_a = "diagonal", "dtype"_a = "f32", doc);
   m.def("prune_with_statistics", &prune_with_statistics<float>, "weight"_a, "xtx"_a.none(), "tokens"_a, "format"_a,

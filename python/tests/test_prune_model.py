@@ -407,6 +407,59 @@ class Files(unittest.TestCase):
                 nmkit.save_file(os.path.join(tmp, "no", "such", "dir.safetensors"), {"a": sw})
 
 
+@unittest.skipIf(WHY_NO_TORCH, WHY_NO_TORCH or "")
+class TorchSolver(unittest.TestCase):
+    """solver="torch" (N:M OBS in PyTorch, float64) against nmkit's C++ solver: the same algorithm, the same bits."""
+
+    def test_it_gives_the_cpu_solvers_weights_bit_for_bit(self):
+        batches = calibration(4)
+        for format, dtype in (("2:4", None), ("2:8", None), ("1:4", "bf16"), ("2:4", "fp8")):
+            with self.subTest(format=format, dtype=dtype):
+                want = nmt.prune_model(TinyLM(blocks=2), batches, format, solver="cpu", dtype=dtype, progress=False)
+                model = TinyLM(blocks=2)
+                got = nmt.prune_model(model, batches, format, solver="torch", dtype=dtype, progress=False)
+                self.assertEqual(list(got), list(want))
+                for name, weight in want.items():
+                    np.testing.assert_array_equal(got[name].to_dense(), weight.to_dense(), err_msg=name)
+                    self.assertEqual(got[name].energy, weight.energy, name)
+                    np.testing.assert_array_equal(model.get_submodule(name).weight.detach().numpy(),
+                                                  weight.to_dense(), err_msg=name)
+
+    def test_one_weight_with_tails_and_several_lazy_blocks(self):
+        rng = np.random.default_rng(5)
+        for rows, cols, format in ((33, 70, "1:4"), (64, 300, "2:4"), (40, 96, "2:8")):
+            x = rng.standard_normal((4 * cols, cols)) @ (0.3 * rng.standard_normal((cols, cols)) + 3 * np.eye(cols))
+            xtx = x.T @ x
+            w = rng.standard_normal((rows, cols)).astype(np.float32)
+            want = nmkit._nmkit.prune_with_statistics(w, xtx, x.shape[0], format, "obs", 0.01, "diagonal", "f32")
+            n, m = map(int, format.split(":"))
+            values, kept = pm._obs_nm_torch(torch.from_numpy(w), torch.from_numpy(xtx), n, m, 0.01)
+            got = nmkit._nmkit.compress_selected(w, values.numpy(), kept.numpy(), format, "f32")
+            np.testing.assert_array_equal(got.to_dense(), want.to_dense(), err_msg=f"{rows}x{cols} {format}")
+
+    def test_which_solver_and_refusals(self):
+        self.assertEqual(pm._resolve_solver("auto", "obs", "2:4", "diagonal", torch.device("cuda")), "torch")
+        self.assertEqual(pm._resolve_solver("auto", "obs", "2:4", "diagonal", torch.device("cpu")), "cpu")
+        self.assertEqual(pm._resolve_solver("auto", "obs", "vnm:64:2:8", "diagonal", torch.device("cuda")), "cpu")
+        self.assertEqual(pm._resolve_solver("auto", "wanda", "2:4", "diagonal", torch.device("cuda")), "cpu")
+        for kwargs, error, message in [
+            (dict(solver="gpu"), ValueError, "unknown solver 'gpu'"),
+            (dict(solver="torch", method="wanda"), NotImplementedError, "solver 'torch' runs OBS"),
+            (dict(solver="torch", format="vnm:64:2:8"), NotImplementedError, "format 'vnm:64:2:8'"),
+            (dict(solver="torch", candidates="pairwise"), NotImplementedError, "candidates 'pairwise'"),
+        ]:
+            with self.subTest(message):
+                model = TinyLM(blocks=1)
+                before = copy.deepcopy(model.state_dict())
+                with self.assertRaisesRegex(error, message):
+                    nmt.prune_model(model, calibration(1), **{"format": "2:4", "progress": False, **kwargs})
+                for key, tensor in model.state_dict().items():
+                    torch.testing.assert_close(tensor, before[key], rtol=0, atol=0, msg=key)
+        with self.assertRaisesRegex(ValueError, "breaks|violated|more than"):
+            nmkit._nmkit.compress_selected(np.ones((4, 8), np.float32), np.ones((4, 8), np.float32),
+                                           np.ones((4, 8), bool), "2:4", "f32")
+
+
 class _Stop(Exception):
     pass
 
