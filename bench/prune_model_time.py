@@ -60,11 +60,10 @@ thread, about 2.3 TFLOP of double-precision work, most of it in OpenBLAS's dgemm
 and the factor of down's 11008 x 11008 inverse Hessian (0.89 of its 1.38 TFLOP). On 16 cores that is 4.5 s at
 perfect scaling; at 45-65 % parallel efficiency 7-10 s per block, 4-5.5 minutes of solver time for 32 blocks, if
 a core of the GPU machine is as fast as this one. The GPU side should be a few seconds per block: X^T X in fp32
-for 262144 tokens is 116 TFLOP per block (~2-3 s on an H200, no TF32), the fp16 forward 0.83 TFLOP per sequence
-(~0.2 s for 128), the transfers at most 485 MB per Linear (down's X^T X). With ~3 s per block of GPU work, the
-32 blocks should take 5.5-7 minutes in all, under the 15 of issue 40.
-Redundant by construction: q, k and v see the same input, as do gate and up, so prune_model sums and factors the
-same X^T X three (twice) over: 3 of the 7 reductions and factorizations per block are repeats.
+for 262144 tokens is 90 TFLOP per block (q/k/v and gate/up share their inputs' products; TF32 tensor cores, exact
+for f16 inputs: ~0.2 s on an H200), the fp16 forward 0.83 TFLOP per sequence (~0.2 s for 128), the transfers at
+most 485 MB per Linear (down's X^T X). With ~1 s per block of GPU work, the 32 blocks should take 5-6 minutes in
+all with the C++ solver, under the 15 of issue 40; the torch solver (--solver torch) should take less.
 """
 from __future__ import annotations
 

@@ -248,6 +248,50 @@ class Statistics(unittest.TestCase):
             b = batches[0]
             torch.testing.assert_close(model(b["ids"], b["mask"]), reference(b["ids"], b["mask"]))
 
+    def test_linears_on_one_input_share_its_product(self):
+        class Shared(torch.nn.Module):  # a decoder layer's pattern: q, k, v on x; gate, up on h
+            def __init__(self, d=64, f=128):
+                super().__init__()
+                self.q, self.k, self.v, self.o = (torch.nn.Linear(d, d) for _ in range(4))
+                self.gate, self.up, self.down = torch.nn.Linear(d, f), torch.nn.Linear(d, f), torch.nn.Linear(f, d)
+
+            def forward(self, x):
+                h = x + self.o(torch.tanh(self.q(x)) * self.k(x) + self.v(x))
+                return (h + self.down(torch.relu(self.gate(h)) * self.up(h)),)
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(3)
+                self.embed = torch.nn.Embedding(100, 64)
+                self.layers = torch.nn.ModuleList(Shared() for _ in range(2))
+
+            def forward(self, ids):
+                x = self.embed(ids)
+                for block in self.layers:
+                    x = block(x)[0]
+                return x
+
+        model, batches = Model(), [b["ids"] for b in calibration(3)]
+        made = []
+        real = pm._BlockStatistics
+
+        def keep(*args):
+            made.append(real(*args))
+            return made[-1]
+        recorded, spy = recording_statistics()
+        with spy, mock.patch.object(pm, "_BlockStatistics", keep):
+            nmt.prune_model(model, batches, "2:4", method="wanda", progress=False)
+        self.assertEqual([h.products for h in made], [4 * len(batches)] * 2)  # x, the attention's mix, h, act
+        self.assertEqual(made[0].leaders, {"layers.0.q", "layers.0.gate"})  # k and v take q's product
+        with torch.no_grad():  # block 0 sees the dense embedding: its inputs by hand
+            x = torch.cat([Model().embed(ids).reshape(-1, 64) for ids in batches]).double()
+        for name in ("q", "k", "v"):
+            xtx, tokens = recorded[f"layers.0.{name}"]
+            self.assertEqual(tokens, x.shape[0])
+            self.assertLess(((xtx - x.T @ x).norm() / (x.T @ x).norm()).item(), 1e-6, name)
+        torch.testing.assert_close(recorded["layers.0.gate"][0], recorded["layers.0.up"][0], rtol=0, atol=0)
+
     def test_blocks_called_by_keyword_and_a_linear_outside_the_blocks(self):
         for model, left in [(TinyGpt(), None), (TinyBert(), "pooler")]:
             with self.subTest(type(model).__name__):
