@@ -8,7 +8,7 @@
 # Environment: NMKIT_GPU_TESTS=<gtest filter> narrows the GPU tests; NMKIT_BENCH_VNM="<args>" also runs the
 # V:N:M suite (e.g. "--suite vnm --dtype both"; any nmkit_bench arguments, "--suite tile" too); NMKIT_BENCH_SKIP=1
 # skips the 2:4 benchmark; NMKIT_SANITIZE_TESTS / NMKIT_SANITIZE_TOOLS override the sanitizer's tests and tools;
-# NMKIT_GPU_TEST_TIMEOUT / NMKIT_BENCH_TIMEOUT (seconds) bound the GPU tests and each extra benchmark run;
+# NMKIT_GPU_TEST_TIMEOUT / NMKIT_BENCH_TIMEOUT (seconds) bound each GPU test suite and each extra benchmark run;
 # NMKIT_CMAKE_ARGS adds CMake arguments to the configure step; NMKIT_BENCH_TORCH="<args>" (any, e.g. "--dtype f16") also runs bench/torch_linear.py (the PyTorch layers);
 # NMKIT_BENCH_ATTENTION="<args>" (any, e.g. "--quick") also runs bench/torch_attention.py (SDPA against nmkit attention);
 # NMKIT_ATTENTION_KERNEL="<args>" (e.g. "--seq 4096,16384") also runs nmkit_attention_bench (fused dense and 2:4, and the
@@ -64,9 +64,22 @@ echo "kernels whose wgmma ptxas serialised (C7513-C7520): $serialised"
 summary+=("ptxas wgmma serialisation warnings (C7513-C7520): $serialised")
 
 step "GPU tests"
-# A time limit, so that a kernel that hangs costs minutes of device time, not the whole call.
-timeout "${NMKIT_GPU_TEST_TIMEOUT:-300}" $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_GPU_TESTS:-*}" >"$OUT/gpu_tests.log" 2>&1
-tests_rc=$?
+# One process per test suite, each with a time limit: a kernel that hangs costs its suite and a few minutes of
+# device time, not the whole call, and the suites after it still run.
+: >"$OUT/gpu_tests.log"
+tests_rc=0
+# One gtest filter per suite: "Suite.a:Suite.b", the tests of that suite that NMKIT_GPU_TESTS selects.
+suite_filters=$($BUILD/tests/nmkit_gpu_tests --gtest_list_tests --gtest_filter="${NMKIT_GPU_TESTS:-*}" |
+  awk '/^[A-Za-z]/ { if (f) print f; suite = $1; f = "" } /^  / { f = f (f ? ":" : "") suite $1 } END { if (f) print f }')
+for filter in $suite_filters; do
+  timeout "${NMKIT_GPU_TEST_TIMEOUT:-150}" $BUILD/tests/nmkit_gpu_tests --gtest_filter="$filter" >>"$OUT/gpu_tests.log" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    tests_rc=$rc
+    [ $rc -eq 124 ] && echo "[  FAILED  ] ${filter%%.*}: timed out after ${NMKIT_GPU_TEST_TIMEOUT:-150} s (a kernel hung?)" |
+      tee -a "$OUT/gpu_tests.log"
+  fi
+done
 grep -E "^\[  (PASSED|FAILED) |^\[==========\]|Failure|error|rel" "$OUT/gpu_tests.log" | head -40
 summary+=("gpu tests: $([ $tests_rc -eq 0 ] && echo passed || echo FAILED) ($(grep -c '^\[       OK' "$OUT/gpu_tests.log") ok)")
 
@@ -101,7 +114,7 @@ if [ $quick -eq 0 ]; then
   for tool in ${NMKIT_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
     step "compute-sanitizer $tool"
     timeout 600 compute-sanitizer --tool $tool --error-exitcode 9 \
-      $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_SANITIZE_TESTS:-Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.SplitK*:Nm24Gpu.EverySm90*:VnmGpu.EverySm90*:VnmGpu.EveryHopperTileWidth:VnmGpu.Fallbacks*:TileGpu.Skewed*:TileGpu.LayoutsAndEpilogues:TileGpu.HopperPersistent*:TileGpu.HopperTimeline*:QuantizeTokensGpu.*:Nm24x8Gpu.*:AttentionGpu.TailsAndUnequalLengths:AttentionGpu.VariableLengths:AttentionOpsGpu.*}" >/tmp/nmkit_san.log 2>&1
+      $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_SANITIZE_TESTS:-Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.SplitK*:Nm24Gpu.EverySm90*:VnmGpu.EverySm90*:VnmGpu.EveryHopperTileWidth:VnmGpu.Fallbacks*:TileGpu.Skewed*:TileGpu.LayoutsAndEpilogues:TileGpu.HopperPersistent*:TileGpu.HopperTimeline*:QuantizeTokensGpu.*:Nm24x8Gpu.*:AttentionGpu.TailsAndUnequalLengths:AttentionGpu.VariableLengths:AttentionOpsGpu.*:SparseLinearGpu.TheCallersWorkspace*}" >/tmp/nmkit_san.log 2>&1
     rc=$?
     { echo "=== $tool (rc $rc)"; grep -v "^\[" /tmp/nmkit_san.log | head -80; } >>"$OUT/sanitizer.log"
     tail -3 /tmp/nmkit_san.log
