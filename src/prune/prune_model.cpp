@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <memory>
+#include <map>
 #include <set>
 
 #include "nmkit/error.hpp"
@@ -35,6 +36,45 @@ std::unique_ptr<RE2> compile_name_filter(const std::string& pattern, const char*
 
 bool is_float_matrix(const StTensor& t) {
   return t.shape.size() == 2 && (t.dtype == StDType::F32 || t.dtype == StDType::F16 || t.dtype == StDType::BF16);
+}
+
+// A tensor that this pass leaves as it is: dense, or compressed by an earlier pass or an earlier run.
+TensorPruneReport describe(const NamedWeight& w) {
+  TensorPruneReport row;
+  row.name = w.name;
+  if (const auto* t = std::get_if<StTensor>(&w.weight)) {
+    row.shape = t->shape;
+    row.format = "dense";
+    row.dtype = st_dtype_name(t->dtype);
+    std::transform(row.dtype.begin(), row.dtype.end(), row.dtype.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    row.bytes_before = row.bytes_after = t->data.size();
+  } else if (const auto* q = std::get_if<QuantizedNmMatrix>(&w.weight)) {
+    row.shape = {q->rows, q->cols};
+    row.format = format_name(*q);
+    row.dtype = quant_type_name(q->type());
+    row.bytes_before = dense_storage_bytes(*q);
+    row.bytes_after = storage_bytes(*q);
+  } else {
+    const auto& s = std::get<SparseMatrix>(w.weight);
+    row.shape = {rows_of(s), cols_of(s)};
+    row.format = format_name(s);
+    row.dtype = dtype_name(dtype_of(s));
+    row.bytes_before = rows_of(s) * cols_of(s) * dtype_size(dtype_of(s));
+    row.bytes_after = storage_bytes(s);
+  }
+  return row;
+}
+
+// RE2 for exactly these names.
+std::string exact_names(const std::vector<std::string>& names) {
+  std::string pattern = "^(?:";
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) pattern.push_back('|');
+    pattern.append(RE2::QuoteMeta(names[i]));
+  }
+  pattern.append(")$");
+  return pattern;
 }
 
 PruneResult prune_one(const std::string& name, const DenseMatrix& dense, const ModelPruneOptions& options) {
@@ -148,32 +188,62 @@ ModelPruneReport prune_model(ModelFile& model, const ModelPruneOptions& options,
         w.weight = std::move(result.compressed);
       }
       ++done;
-    } else if (const auto* t = std::get_if<StTensor>(&w.weight)) {
-      row.shape = t->shape;
-      row.format = "dense";
-      row.dtype = st_dtype_name(t->dtype);
-      std::transform(row.dtype.begin(), row.dtype.end(), row.dtype.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      row.bytes_before = row.bytes_after = t->data.size();
-    } else if (const auto* q = std::get_if<QuantizedNmMatrix>(&w.weight)) {
-      row.shape = {q->rows, q->cols};
-      row.format = format_name(*q);
-      row.dtype = quant_type_name(q->type());
-      row.bytes_before = dense_storage_bytes(*q);
-      row.bytes_after = storage_bytes(*q);
     } else {
-      const auto& s = std::get<SparseMatrix>(w.weight);
-      row.shape = {rows_of(s), cols_of(s)};
-      row.format = format_name(s);
-      row.dtype = dtype_name(dtype_of(s));
-      row.bytes_before = rows_of(s) * cols_of(s) * dtype_size(dtype_of(s));
-      row.bytes_after = storage_bytes(s);
+      row = describe(w);
     }
     report.bytes_before += row.bytes_before;
     report.bytes_after += row.bytes_after;
     report.tensors.push_back(std::move(row));
   }
   if (progress) progress(done, total, "");
+  return report;
+}
+
+ModelPruneReport prune_model_in_stages(ModelFile& model, const ModelPruneOptions& options,
+                                       const std::vector<std::vector<std::string>>& stages,
+                                       const CollectStatistics& collect, const StageProgress& progress) {
+  require(static_cast<bool>(collect), ErrorCode::invalid_argument, "prune_model_in_stages: no statistics collector");
+  const std::vector<std::string> names = select_weights(model, options);
+  const std::set<std::string> selected(names.begin(), names.end());
+  // The selected weights of each stage, then those of no stage (pruned last, from the fully staged model's
+  // statistics).
+  std::vector<std::vector<std::string>> passes;
+  std::set<std::string> staged;
+  for (const auto& stage : stages) {
+    std::vector<std::string> pass;
+    for (const std::string& name : stage)
+      if (selected.count(name) && staged.insert(name).second) pass.push_back(name);
+    if (!pass.empty()) passes.push_back(std::move(pass));
+  }
+  std::vector<std::string> rest;
+  for (const std::string& name : names)
+    if (!staged.count(name)) rest.push_back(name);
+  if (!rest.empty()) passes.push_back(std::move(rest));
+
+  std::map<std::string, TensorPruneReport> pruned_rows;
+  ModelPruneReport report;
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    if (progress) progress(i, passes.size(), "statistics");
+    const std::map<std::string, LayerStatistics> statistics = collect(model);
+    ModelPruneOptions pass = options;
+    pass.include = exact_names(passes[i]);
+    pass.statistics = &statistics;
+    if (progress) progress(i, passes.size(), "pruning");
+    ModelPruneReport part = prune_model(model, pass);
+    for (TensorPruneReport& row : part.tensors)
+      if (row.pruned) pruned_rows[row.name] = std::move(row);
+    report.skipped.insert(report.skipped.end(), part.skipped.begin(), part.skipped.end());
+    report.energy.add(part.energy);
+    report.pruned_count += part.pruned_count;
+  }
+  if (progress) progress(passes.size(), passes.size(), "done");
+  for (const NamedWeight& w : model.weights) {
+    auto it = pruned_rows.find(w.name);
+    TensorPruneReport row = it != pruned_rows.end() ? std::move(it->second) : describe(w);
+    report.bytes_before += row.bytes_before;
+    report.bytes_after += row.bytes_after;
+    report.tensors.push_back(std::move(row));
+  }
   return report;
 }
 

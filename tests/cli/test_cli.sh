@@ -67,6 +67,13 @@ awk -v o="$obs_cos" -v m="$magnitude_cos" 'BEGIN { exit !(o > m && o < 1.0) }' |
 grep -q "calibration sentences" "$work/eval.txt" && fail "eval of a file names calibration it did not run"
 awk '/^file/ { if ($4 != "-") exit 1 }' "$work/eval.txt" || fail "eval of a file prints an energy it did not measure"
 expect_error "is a directory" "$NMKIT" eval "$work" --model-dir "$model_dir"
+# Layer by layer: one calibration pass per encoder layer (6 here), each on the model with the layers before pruned.
+"$NMKIT" prune "$NMKIT_MODEL" -o "$work/seq.safetensors" --format 2:4 --method obs --include '^encoder\.' \
+  --calibration-sentences 8 --sequential >"$work/seq.txt" 2>"$work/seq.err"
+grep -q "total: 36 tensors pruned" "$work/seq.txt" || fail "sequential obs prune: $(tail -3 "$work/seq.txt")"
+[ "$(grep -c "statistics" "$work/seq.err")" -eq 6 ] || fail "sequential obs: not one calibration pass per layer: $(cat "$work/seq.err")"
+expect_error "--sequential needs --method wanda or obs" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" \
+  --format 2:4 --sequential
 
 # 8-bit 2:4: prune --dtype quantizes after pruning, inspect shows the type and the storage against the weight dense at
 # 8 bits with its scales (384 x 384: 73728 codes + 18432 index bytes + 1536 scale bytes = 91.50 KiB, 62.89 %), and

@@ -123,6 +123,65 @@ TEST(ActivationAware, WeightsWithoutStatisticsAreKeptDenseAndListed) {
   EXPECT_TRUE(std::holds_alternative<StTensor>(model.weights[1].weight));
 }
 
+// prune_model_in_stages: each stage's statistics are collected on the model with the stages before it pruned; a
+// selected weight of no stage is a last stage; with statistics that do not depend on the model, the result is the
+// one-shot prune_model's.
+TEST(ActivationAware, StagesAreCalibratedOnTheModelAsItStands) {
+  const auto make = [] {
+    ModelFile model;
+    for (const char* name :
+         {"layer.0.a.weight", "layer.0.b.weight", "embeddings.weight", "layer.1.a.weight", "pooler.weight"})
+      model.weights.push_back({name, to_tensor(name, test::random_matrix(8, 16, DType::f32, name[6] + name[8]))});
+    return model;
+  };
+  std::map<std::string, LayerStatistics> stats;
+  uint32_t seed = 40;
+  for (const char* name : {"layer.0.a.weight", "layer.0.b.weight", "layer.1.a.weight"})
+    stats[name] = correlated_stats(16, 100, seed++);
+  const std::vector<std::vector<std::string>> stages{{"layer.0.a.weight", "layer.0.b.weight"}, {"layer.1.a.weight"}};
+  ModelPruneOptions options;
+  options.method = PruneMethod::obs;
+
+  ModelFile model = make();
+  std::vector<std::vector<std::string>> compressed_at_call;
+  const auto collect = [&](const ModelFile& current) {
+    std::vector<std::string> compressed;
+    for (const NamedWeight& w : current.weights)
+      if (std::holds_alternative<SparseMatrix>(w.weight)) compressed.push_back(w.name);
+    compressed_at_call.push_back(compressed);
+    return stats;
+  };
+  const ModelPruneReport report = prune_model_in_stages(model, options, stages, collect);
+  const std::vector<std::vector<std::string>> want_calls{
+      {}, {"layer.0.a.weight", "layer.0.b.weight"}, {"layer.0.a.weight", "layer.0.b.weight", "layer.1.a.weight"}};
+  EXPECT_EQ(compressed_at_call, want_calls);  // the pooler's pass comes last, and finds no statistics for it
+  EXPECT_EQ(report.pruned_count, 3);
+  EXPECT_EQ(report.skipped, std::vector<std::string>{"pooler.weight"});
+  ASSERT_EQ(report.tensors.size(), model.weights.size());
+  std::size_t after = 0;
+  for (std::size_t i = 0; i < model.weights.size(); ++i) {
+    EXPECT_EQ(report.tensors[i].name, model.weights[i].name);
+    EXPECT_EQ(report.tensors[i].pruned, std::holds_alternative<SparseMatrix>(model.weights[i].weight));
+    after += report.tensors[i].bytes_after;
+  }
+  EXPECT_EQ(report.bytes_after, after);
+
+  ModelFile one_shot = make();
+  options.statistics = &stats;
+  const ModelPruneReport once = prune_model(one_shot, options);
+  EXPECT_DOUBLE_EQ(report.energy.ratio(), once.energy.ratio());
+  for (std::size_t i = 0; i < model.weights.size(); ++i) {
+    const auto* a = std::get_if<SparseMatrix>(&model.weights[i].weight);
+    const auto* b = std::get_if<SparseMatrix>(&one_shot.weights[i].weight);
+    ASSERT_EQ(a != nullptr, b != nullptr) << model.weights[i].name;
+    if (!a) continue;
+    const DenseMatrix da = decompress(*a), db = decompress(*b);
+    for (int64_t r = 0; r < da.rows; ++r)
+      for (int64_t c = 0; c < da.cols; ++c) ASSERT_EQ(da.at(r, c), db.at(r, c)) << model.weights[i].name;
+  }
+  EXPECT_NMKIT_ERROR(prune_model_in_stages(model, options, stages, {}), ErrorCode::invalid_argument, "collector");
+}
+
 }  // namespace
 }  // namespace nmkit
 

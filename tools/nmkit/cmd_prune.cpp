@@ -26,6 +26,20 @@ void draw_progress(std::size_t done, std::size_t total, const std::string& name)
   std::fflush(stderr);
 }
 
+// The encoder's linear weights grouped by layer ("...layer.<i>...."), in forward order: one stage each.
+std::vector<std::vector<std::string>> encoder_layer_stages(const std::vector<std::string>& linears) {
+  std::vector<std::vector<std::string>> stages;
+  std::string current;
+  for (const std::string& name : linears) {
+    const std::size_t at = name.find("layer.");
+    const std::size_t end = at == std::string::npos ? std::string::npos : name.find('.', at + 6);
+    const std::string layer = end == std::string::npos ? name : name.substr(0, end);
+    if (stages.empty() || layer != current) stages.emplace_back(), current = layer;
+    stages.back().push_back(name);
+  }
+  return stages;
+}
+
 }  // namespace
 
 std::string calibration_model_dir(const std::string& weights_file) {
@@ -67,7 +81,7 @@ Action add_prune(CLI::App& app) {
     std::size_t calibration_sentences = 256;
     ModelPruneOptions prune;
     std::string dtype;
-    bool all = false;
+    bool all = false, sequential = false;
   };
   auto o = std::make_shared<Options>();
   app.add_option("input", o->input, "Input safetensors file")->required()->check(CLI::ExistingFile);
@@ -83,6 +97,9 @@ Action add_prune(CLI::App& app) {
                  "Values of the pruned weights: as the input (default), f32 | f16 | bf16, or 8-bit with a scale per "
                  "row (quantized after pruning; N:M formats only): fp8 (= e4m3) | e5m2 | int8");
   app.add_flag("--all", o->all, "List the tensors kept as they were too");
+  app.add_flag("--sequential", o->sequential,
+               "With --method wanda or obs: layer by layer, each encoder layer calibrated with the layers before it "
+               "already pruned (SparseGPT-style; one calibration pass per layer)");
   app.add_option("--method", o->method, "magnitude | wanda | obs (wanda and obs calibrate on a BERT model)")
       ->capture_default_str();
   app.add_option("--model-dir", o->model_dir,
@@ -127,37 +144,56 @@ Action add_prune(CLI::App& app) {
     resolve_output_path(o->output, inputs);
     ModelFile model = load_model(o->input);
     select_weights(model, o->prune);
+    const auto finish = [&](const ModelPruneReport& report) {
+      if (!report.skipped.empty()) {
+        fmt::print(
+            stderr,
+            "nmkit: warning: {} selected tensor(s) kept dense: the calibration forward never runs them, so {} has "
+            "no statistics:",
+            report.skipped.size(), prune_method_name(o->prune.method));
+        for (const std::string& name : report.skipped) fmt::print(stderr, " {}", name);
+        fmt::print(stderr, "\n");
+      }
+      if (report.pruned_count == 0 && report.skipped.empty())
+        fmt::print(stderr, "nmkit: warning: no 2-D floating-point weight matched --include '{}' / --exclude '{}'\n",
+                   o->prune.include, o->prune.exclude);
+      save_model(o->output, model);
+      print_prune_report(report, o->all);
+      fmt::print("wrote {}\n", o->output);
+      return 0;
+    };
     std::map<std::string, LayerStatistics> stats;
     SafetensorsFile gradients;
     if (!o->fisher.empty()) {
       require(o->prune.method == PruneMethod::obs, ErrorCode::invalid_argument, "--fisher needs --method obs");
+      require(!o->sequential, ErrorCode::invalid_argument,
+              "--sequential calibrates on the model's forward; --fisher takes gradients instead");
       gradients = read_safetensors(o->fisher);
       o->prune.fisher_gradients = &gradients;
       o->prune.fisher.candidates = o->prune.obs.candidates;
     } else if (o->prune.method != PruneMethod::magnitude) {
       const std::string dir = o->model_dir.empty() ? calibration_model_dir(o->input) : o->model_dir;
       const CorpusSplit split = split_corpus(load_sentences(o->corpus), 4, o->calibration_sentences);
-      fmt::print(stderr, "calibrating on {} sentences with the model in {}\n", split.calibration.size(), dir);
+      fmt::print(stderr, "calibrating on {} sentences with the model in {}{}\n", split.calibration.size(), dir,
+                 o->sequential ? ", layer by layer" : "");
+      if (o->sequential) {
+        const auto collect = [&](const ModelFile& current) {
+          return collect_statistics(BertEncoder::load(dir, current, o->input), split.calibration);
+        };
+        const auto stages = encoder_layer_stages(BertEncoder::load(dir, model, o->input).linear_names());
+        const ModelPruneReport report = prune_model_in_stages(
+            model, o->prune, stages, collect, [](std::size_t i, std::size_t n, const std::string& what) {
+              if (what != "done") fmt::print(stderr, "layer stage {}/{}: {}\n", i + 1, n, what);
+            });
+        return finish(report);
+      }
       stats = collect_statistics(BertEncoder::load(dir, model, o->input), split.calibration);
       o->prune.statistics = &stats;
+    } else {
+      require(!o->sequential, ErrorCode::invalid_argument, "--sequential needs --method wanda or obs");
     }
     const bool tty = ::isatty(STDERR_FILENO) != 0;
-    const ModelPruneReport report = prune_model(model, o->prune, tty ? PruneProgress(draw_progress) : PruneProgress{});
-    if (!report.skipped.empty()) {
-      fmt::print(stderr,
-                 "nmkit: warning: {} selected tensor(s) kept dense: the calibration forward never runs them, so {} has "
-                 "no statistics:",
-                 report.skipped.size(), prune_method_name(o->prune.method));
-      for (const std::string& name : report.skipped) fmt::print(stderr, " {}", name);
-      fmt::print(stderr, "\n");
-    }
-    if (report.pruned_count == 0 && report.skipped.empty())
-      fmt::print(stderr, "nmkit: warning: no 2-D floating-point weight matched --include '{}' / --exclude '{}'\n",
-                 o->prune.include, o->prune.exclude);
-    save_model(o->output, model);
-    print_prune_report(report, o->all);
-    fmt::print("wrote {}\n", o->output);
-    return 0;
+    return finish(prune_model(model, o->prune, tty ? PruneProgress(draw_progress) : PruneProgress{}));
   };
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Prunes every selected 2-D weight of a model file into one format, by the chosen method and schedule.
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,5 +69,16 @@ std::vector<std::string> select_weights(const ModelFile& model, const ModelPrune
 // Replaces the selected dense 2-D floating-point weights of `model` by their compressed form. With wanda or
 // obs, a selected weight without calibration statistics is kept dense and listed in `skipped`.
 ModelPruneReport prune_model(ModelFile& model, const ModelPruneOptions& options, const PruneProgress& progress = {});
+
+// Sequential calibrated pruning (SparseGPT-style): the selected weights stage by stage (a stage is a list of weight
+// names, e.g. one encoder layer's linears), each stage pruned with statistics that `collect` gathers on `model` as it
+// stands, the stages before it already pruned; selected weights of no stage form a last one. options.statistics is
+// ignored (each stage's come from `collect`); everything else as prune_model, whose report this returns for the whole
+// model. Throws as prune_model and select_weights do, before anything is pruned for a bad option or weight.
+using CollectStatistics = std::function<std::map<std::string, LayerStatistics>(const ModelFile& model)>;
+using StageProgress = std::function<void(std::size_t stage, std::size_t stages, const std::string& what)>;
+ModelPruneReport prune_model_in_stages(ModelFile& model, const ModelPruneOptions& options,
+                                       const std::vector<std::vector<std::string>>& stages,
+                                       const CollectStatistics& collect, const StageProgress& progress = {});
 
 }  // namespace nmkit
