@@ -14,7 +14,8 @@ carrying .deps/re2, which scripts/carry_re2.sh makes); one device command, the e
 Without nmkit the dense and torch 2:4 rows still run.
 
 The model: --layers decoder layers of Llama's architecture at Llama-2-7B's shapes (hidden 4096, 32 heads of 128,
-SwiGLU FFN 11008, RMSNorm, rotary embeddings; q, k, v, o, gate, up and down projections without bias), seeded
+SwiGLU FFN 11008, RMSNorm, rotary embeddings; projections without bias, q, k, v fused into one 12288x4096 Linear
+and gate, up into one 22016x4096, as serving engines run them; --separate-projections keeps all seven), seeded
 random weights of std K^-1/2; no embedding and no LM head: the input is hidden states. Workloads: prefill of 1 x 2048
 and 8 x 512 tokens (causal, the keys and values written to a cache as a serving prefill does) and decode of one new
 token at batch 1, 16 and 64 against a static KV cache of --context tokens (random keys and values: their values
@@ -88,10 +89,14 @@ class Config:
     layers: int
     eps: float = 1e-5
     rope_theta: float = 10000.0
+    fused: bool = False  # q, k, v as one qkv_proj and gate, up as one gate_up_proj, as serving engines run them
 
     def projections(self) -> dict:
         """{name: (out_features, in_features)} of a layer's linear weights, in Llama's naming."""
         attn = self.heads * self.head_dim
+        if self.fused:
+            return {"qkv_proj": (3 * attn, self.hidden), "o_proj": (self.hidden, attn),
+                    "gate_up_proj": (2 * self.ffn, self.hidden), "down_proj": (self.hidden, self.ffn)}
         return {"q_proj": (attn, self.hidden), "k_proj": (attn, self.hidden), "v_proj": (attn, self.hidden),
                 "o_proj": (self.hidden, attn), "gate_proj": (self.ffn, self.hidden),
                 "up_proj": (self.ffn, self.hidden), "down_proj": (self.hidden, self.ffn)}
@@ -243,12 +248,18 @@ class Stack:
             return t.view(batch, seq, cfg.heads, cfg.head_dim).transpose(1, 2)
 
         x = rms_norm(h, self.norms[i][0], cfg.eps)
-        q = rotate(heads(linear["q_proj"](x)), cos, sin)
-        k = rotate(heads(linear["k_proj"](x)), cos, sin)
-        o = attend(i, q, k, heads(linear["v_proj"](x)))
+        if cfg.fused:
+            q, k, v = linear["qkv_proj"](x).split(cfg.heads * cfg.head_dim, dim=-1)
+        else:
+            q, k, v = linear["q_proj"](x), linear["k_proj"](x), linear["v_proj"](x)
+        o = attend(i, rotate(heads(q), cos, sin), rotate(heads(k), cos, sin), heads(v))
         h = h + linear["o_proj"](o.transpose(1, 2).reshape(batch, seq, cfg.heads * cfg.head_dim))
         x = rms_norm(h, self.norms[i][1], cfg.eps)
-        return h + linear["down_proj"](F.silu(linear["gate_proj"](x)) * linear["up_proj"](x))
+        if cfg.fused:
+            gate, up = linear["gate_up_proj"](x).split(cfg.ffn, dim=-1)
+        else:
+            gate, up = linear["gate_proj"](x), linear["up_proj"](x)
+        return h + linear["down_proj"](F.silu(gate) * up)
 
     def prefill(self, x: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
         """x [B, S, hidden] at positions 0 to S - 1; writes their keys and values to `cache` when given."""
@@ -373,9 +384,9 @@ def build_linears(variant: Variant, weights: list, pruned: dict, device) -> tupl
         return linears, {"device_bytes": torch.cuda.memory_allocated() - before, "format_bytes": None}
     if WHY_NO_NMKIT:
         raise RuntimeError(WHY_NO_NMKIT)
-    load_nmkit_runtime(device, weights[0]["q_proj"].dtype)
+    load_nmkit_runtime(device, weights[0]["o_proj"].dtype)
     before = used_outside_torch()
-    dtype = weights[0]["q_proj"].dtype  # an 8-bit weight's x and y; a 16-bit one computes in its own
+    dtype = weights[0]["o_proj"].dtype  # an 8-bit weight's x and y; a 16-bit one computes in its own
     linears = [{name: nmt.SparseLinear(sparse, device=device,
                                        dtype=dtype if isinstance(sparse, nmkit.QuantizedWeight) else None)
                 for name, (sparse, _) in layer.items()} for layer in layers]
@@ -698,8 +709,9 @@ def print_report(result: dict) -> None:
     how = ("eager, wall clock (the dry run)" if result["device"] == "cpu" else
            f"CUDA-graph replays, medians of {args['rounds']} interleaved rounds")
     print(f"\n{result['device']}, torch {result['torch']}, {args['dtype']}: {cfg['layers']} Llama layers (hidden "
-          f"{cfg['hidden']}, {cfg['heads']} heads of {cfg['head_dim']}, FFN {cfg['ffn']}), decode against "
-          f"{args['context']} cached tokens; {how}")
+          f"{cfg['hidden']}, {cfg['heads']} heads of {cfg['head_dim']}, FFN {cfg['ffn']}"
+          f"{'; q/k/v and gate/up fused' if cfg.get('fused') else ''}), decode against {args['context']} cached "
+          f"tokens; {how}")
     names = {row["variant"]: row["name"] for row in result["rows"]}
     print(f"\n{'linear weights':30} {'device MB':>10} {'x dense':>8} {'format MB':>10}")
     for key, held in result["weights"].items():
@@ -744,6 +756,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--tiny", action="store_true", help="hidden 256, 4 heads of 64, FFN 688")
+    parser.add_argument("--separate-projections", action="store_true",
+                        help="q, k, v and gate, up as separate Linears (default: fused, as serving engines run them)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     args.context = args.context or (32 if args.tiny else 1024)
@@ -754,7 +768,7 @@ def main():
     if args.layers < 1 or args.context < 1 or args.rounds < 1:
         parser.error("--layers, --context and --rounds must be at least 1")
     dtype, device = DTYPES[args.dtype], torch.device(args.device)
-    cfg = Config(**(TINY if args.tiny else LLAMA2_7B), layers=args.layers)
+    cfg = Config(**(TINY if args.tiny else LLAMA2_7B), layers=args.layers, fused=not args.separate_projections)
     if device.type == "cpu":
         torch.set_num_threads(1)
         args.variants = ["dense"]  # the others need the GPU
