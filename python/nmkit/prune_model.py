@@ -534,8 +534,8 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
     layer_list = find_blocks(model, blocks)
     format = _check_format(format, dtype)
     _check_options(method, damp, candidates)
-    if solver not in SOLVERS:
-        raise ValueError(f"unknown solver {solver!r} (expected auto, cpu or torch)")
+    device = _model_device(model) if device is None else torch.device(device)
+    solver = _resolve_solver(solver, method, format, candidates, device)
     keep, drop = _compile("include", include), _compile("exclude", exclude)
     if out is not None:
         try:
@@ -560,9 +560,6 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
             if not torch.isfinite(linear.weight.detach()).all():
                 # the C++ names the entry
                 _prune_linear(name, linear, None, format, "magnitude", damp, candidates, dtype)
-    model_device = _model_device(model)
-    device = model_device if device is None else torch.device(device)
-    solver = _resolve_solver(solver, method, format, candidates, device)
     calibrated = method != "magnitude"
     if calibrated:
         if calibration is None:
