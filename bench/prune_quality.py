@@ -117,6 +117,8 @@ def main():
     parser.add_argument("--eval-sentences", type=int, default=128)
     parser.add_argument("--damp", type=float, default=0.01)
     parser.add_argument("--candidates", default="diagonal")
+    parser.add_argument("--solver", default="auto", choices=["auto", "cpu", "torch"],
+                        help="prune_model's solver (torch: OBS into N:M in PyTorch, the C++ one's results)")
     parser.add_argument("--out", help="also write the markdown table here")
     args = parser.parse_args()
 
@@ -143,7 +145,7 @@ def main():
             model = copy.deepcopy(dense)
             start = time.perf_counter()
             weights = nmkit.torch.prune_model(model, batches, format, method=method, damp=args.damp,
-                                              candidates=args.candidates, progress=False)
+                                              candidates=args.candidates, solver=args.solver, progress=False)
             seconds = time.perf_counter() - start
             assert len(weights) == 36, sorted(weights)
             r = compare(reference, embed(model, tokenizer, evaluation))
