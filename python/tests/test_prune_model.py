@@ -499,9 +499,19 @@ class TorchSolver(unittest.TestCase):
                     nmt.prune_model(model, calibration(1), **{"format": "2:4", "progress": False, **kwargs})
                 for key, tensor in model.state_dict().items():
                     torch.testing.assert_close(tensor, before[key], rtol=0, atol=0, msg=key)
-        with self.assertRaisesRegex(ValueError, "breaks|violated|more than"):
-            nmkit._nmkit.compress_selected(np.ones((4, 8), np.float32), np.ones((4, 8), np.float32),
-                                           np.ones((4, 8), bool), "2:4", "f32")
+        ones, kept = np.ones((4, 8), np.float32), np.tile(np.array([1, 1, 0, 0], bool), (4, 2))
+        for args, error, message in [
+            ((ones, ones, np.ones((4, 8), bool), "2:4"), ValueError, "violated at row 0"),
+            ((ones, np.ones((4, 4), np.float32), kept, "2:4"), ValueError, "differ in shape"),
+            ((ones, ones, kept, "tile:2x2:0.5"), NotImplementedError, "N:M and V:N:M masks"),
+            ((ones, np.full((4, 8), np.nan, np.float32), kept, "2:4"), ValueError, "values"),
+        ]:
+            with self.subTest(message):
+                with self.assertRaisesRegex(error, message):
+                    nmkit._nmkit.compress_selected(*args, "f32")
+        got = nmkit._nmkit.compress_selected(ones, 2 * ones, kept, "2:4", "f32")
+        np.testing.assert_array_equal(got.to_dense(), 2 * kept)
+        self.assertEqual(got.energy, 0.5)
 
 
 class _Stop(Exception):
