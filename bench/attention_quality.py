@@ -47,10 +47,7 @@ import sys
 import time
 from unittest import mock
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch loads its OpenMP runtime (see bench/prune_quality.py)
-os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+import quality_env  # noqa: E402,F401 - offline, one thread: before torch and nmkit load
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402

@@ -26,10 +26,7 @@ import pathlib
 import sys
 import time
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch and nmkit load their OpenMP / OpenBLAS runtimes
-os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+import quality_env  # noqa: E402,F401 - offline, one thread: before torch and nmkit load
 
 import torch  # noqa: E402
 

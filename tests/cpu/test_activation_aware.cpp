@@ -200,22 +200,34 @@ TEST(ObsCandidates, SaliencyOfSmallSetsMatchesTheFormula) {
   EXPECT_NEAR(group_saliency(h, 3, w, {0, 1}, ObsCandidates::diagonal), 0.5 * (1.0 / 2.0 + 4.0 / 1.0), 1e-12);
 }
 
-// (H + 0.01 mean(diag H) I)^-1, leading width x width block, by Gauss-Jordan (the first group's inverse Hessian).
-std::vector<double> leading_inverse_block(const LayerStatistics& s, int width) {
-  const int k = static_cast<int>(s.in_features);
-  std::vector<double> a = s.xtx, inv(static_cast<std::size_t>(k * k), 0.0);
+// (H + 0.01 mean(diag H) I) restricted to the columns first.. and inverted by Gauss-Jordan: the inverse Hessian
+// of the columns OBS has not yet made final (row-major, (k - first)^2).
+std::vector<double> trailing_inverse(const LayerStatistics& s, int64_t first) {
+  const int64_t k = s.in_features, n = k - first;
   double mean = 0.0;
-  for (int j = 0; j < k; ++j) mean += a[j * k + j] / k;
-  for (int j = 0; j < k; ++j) a[j * k + j] += 0.01 * mean, inv[j * k + j] = 1.0;
-  for (int c = 0; c < k; ++c) {
-    const double p = a[c * k + c];
-    for (int j = 0; j < k; ++j) a[c * k + j] /= p, inv[c * k + j] /= p;
-    for (int r = 0; r < k; ++r)
-      if (r != c) {
-        const double f = a[r * k + c];
-        for (int j = 0; j < k; ++j) a[r * k + j] -= f * a[c * k + j], inv[r * k + j] -= f * inv[c * k + j];
+  for (int64_t j = 0; j < k; ++j) mean += s.xtx[j * k + j] / k;
+  std::vector<double> a(static_cast<std::size_t>(n * n)), inv(static_cast<std::size_t>(n * n), 0.0);
+  for (int64_t p = 0; p < n; ++p) {
+    for (int64_t q = 0; q < n; ++q) a[p * n + q] = s.xtx[(first + p) * k + first + q];
+    a[p * n + p] += 0.01 * mean;
+    inv[p * n + p] = 1.0;
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    const double pivot = a[c * n + c];
+    for (int64_t q = 0; q < n; ++q) a[c * n + q] /= pivot, inv[c * n + q] /= pivot;
+    for (int64_t p = 0; p < n; ++p)
+      if (p != c) {
+        const double f = a[p * n + c];
+        for (int64_t q = 0; q < n; ++q) a[p * n + q] -= f * a[c * n + q], inv[p * n + q] -= f * inv[c * n + q];
       }
   }
+  return inv;
+}
+
+// The leading width x width block of the full inverse: the first group's inverse Hessian.
+std::vector<double> leading_inverse_block(const LayerStatistics& s, int width) {
+  const int64_t k = s.in_features;
+  const std::vector<double> inv = trailing_inverse(s, 0);
   std::vector<double> g(static_cast<std::size_t>(width * width));
   for (int i = 0; i < width; ++i)
     for (int j = 0; j < width; ++j) g[i * width + j] = inv[i * k + j];
@@ -235,28 +247,12 @@ TEST(ObsCandidates, SweepMatchesColumnByColumnObsWithExplicitInverses) {
     for (int64_t g = 0; g < kCols; g += 4)
       for (int64_t j : {(r + g / 4) % 4, (r + g / 4 + 1 + r % 3) % 4}) allowed.set(r, g + j, true);  // 2 distinct
 
-  double mean = 0.0;
-  for (int64_t j = 0; j < kCols; ++j) mean += s.xtx[j * kCols + j] / kCols;
   std::vector<double> want(static_cast<std::size_t>(kRows * kCols));
   for (int64_t r = 0; r < kRows; ++r)
     for (int64_t c = 0; c < kCols; ++c) want[r * kCols + c] = w.at(r, c);
   for (int64_t i = 0; i < kCols; ++i) {
-    const int64_t n = kCols - i;  // G = (H_damped restricted to columns i..)^-1 by Gauss-Jordan
-    std::vector<double> a(static_cast<std::size_t>(n * n)), g(static_cast<std::size_t>(n * n), 0.0);
-    for (int64_t p = 0; p < n; ++p) {
-      for (int64_t q = 0; q < n; ++q) a[p * n + q] = s.xtx[(i + p) * kCols + i + q];
-      a[p * n + p] += 0.01 * mean;
-      g[p * n + p] = 1.0;
-    }
-    for (int64_t c = 0; c < n; ++c) {
-      const double pivot = a[c * n + c];
-      for (int64_t q = 0; q < n; ++q) a[c * n + q] /= pivot, g[c * n + q] /= pivot;
-      for (int64_t p = 0; p < n; ++p)
-        if (p != c) {
-          const double f = a[p * n + c];
-          for (int64_t q = 0; q < n; ++q) a[p * n + q] -= f * a[c * n + q], g[p * n + q] -= f * g[c * n + q];
-        }
-    }
+    const int64_t n = kCols - i;
+    const std::vector<double> g = trailing_inverse(s, i);
     for (int64_t r = 0; r < kRows; ++r) {
       if (allowed.at(r, i)) continue;
       const double e = want[r * kCols + i] / g[0];
