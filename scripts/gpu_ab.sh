@@ -9,7 +9,9 @@
 #   bash scripts/gpu_ab.sh "<nmkit_bench arguments>" ["<more arguments>" ...]
 # Builds build/gpu (this tree) and build/gpu-ab (this tree without .ab.patch), runs NMKIT_AB_TESTS (a gtest filter,
 # default none) on this tree's build, then each argument string with both benches, this tree first. The bench is
-# NMKIT_AB_BENCH (default nmkit_bench; e.g. nmkit_attention_bench). Results go to $OUT (or ./gpu_out):
+# NMKIT_AB_BENCH (default nmkit_bench; e.g. nmkit_attention_bench); an argument string that starts with "@<bench> "
+# runs that bench instead (both are built), so one call can A/B a change that touches two kernels. Results go to
+# $OUT (or ./gpu_out):
 # <n>.this.txt and <n>.ref.txt, and the rows of each pair are printed side by side last.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -20,6 +22,13 @@ if [ $# -eq 0 ] || [ ! -s .ab.patch ]; then
 fi
 OUT=${OUT:-$PWD/gpu_out}
 BENCH=${NMKIT_AB_BENCH:-nmkit_bench}
+# Every bench an argument string names with "@<bench> " is built too.
+benches=("$BENCH")
+for args in "$@"; do
+  [[ "$args" =~ ^@([a-z_]+)\  ]] || continue
+  named=${BASH_REMATCH[1]}
+  [[ " ${benches[*]} " == *" $named "* ]] || benches+=("$named")
+done
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 configure() {
@@ -35,9 +44,9 @@ configure . build/gpu
 configure "$REF_SRC" build/gpu-ab
 # Both builds at once: half the cores each.
 jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
-cmake --build build/gpu -j "$jobs" --target "$BENCH" nmkit_gpu_tests >/tmp/nmkit_build.log 2>&1 &
+cmake --build build/gpu -j "$jobs" --target "${benches[@]}" nmkit_gpu_tests >/tmp/nmkit_build.log 2>&1 &
 this_build=$!
-cmake --build build/gpu-ab -j "$jobs" --target "$BENCH" >/tmp/nmkit_build_ab.log 2>&1
+cmake --build build/gpu-ab -j "$jobs" --target "${benches[@]}" >/tmp/nmkit_build_ab.log 2>&1
 ref_rc=$?
 wait $this_build
 this_rc=$?
@@ -50,10 +59,12 @@ fi
 n=0
 for args in "$@"; do
   n=$((n + 1))
+  bench=$BENCH
+  if [[ "$args" =~ ^@([a-z_]+)\ (.*)$ ]]; then bench=${BASH_REMATCH[1]}; args=${BASH_REMATCH[2]}; fi
   read -ra bench_args <<<"$args"
-  timeout 300 "build/gpu/bench/$BENCH" "${bench_args[@]}" >"$OUT/$n.this.txt" 2>&1
-  timeout 300 "build/gpu-ab/bench/$BENCH" "${bench_args[@]}" >"$OUT/$n.ref.txt" 2>&1
-  echo; echo "=== $n: $args (this tree, then the reference)"
+  timeout 300 "build/gpu/bench/$bench" "${bench_args[@]}" >"$OUT/$n.this.txt" 2>&1
+  timeout 300 "build/gpu-ab/bench/$bench" "${bench_args[@]}" >"$OUT/$n.ref.txt" 2>&1
+  echo; echo "=== $n: $bench $args (this tree, then the reference)"
   # Table rows: nmkit_bench's start with the suite name, nmkit_attention_bench's with the sequence length.
   rows='^([a-z0-9]+ +[0-9]+x|[0-9]+ +[0-9]+ +[01] )'
   paste -d '\n' <(grep -E "$rows" "$OUT/$n.this.txt" | sed 's/^/this /') \
