@@ -239,11 +239,18 @@ int run(const Options& o) {
   out["hold_queue"] = o.hold_queue;
   // The run fails if any nmkit (or --variant) output failed its check (rows JSON: nmkit_rel_error, null where
   // NaN).
+  // The JSON is rewritten after every row ("complete": false until the end), so that a run cut by a time limit
+  // still leaves the rows it measured.
+  out["complete"] = false;
+  const auto save = [&] {
+    if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
+  };
   const auto finish = [&] {
+    out["complete"] = true;
     if (QueueHold::instance().timed_out())
       std::fprintf(stderr, "warning: a queue hold gave up waiting for the host: some rounds were timed as queued\n");
     out["hold_timed_out"] = QueueHold::instance().timed_out();
-    if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
+    save();
     int wrong = 0;
     const auto is_wrong = [](const json& err) { return !err.is_number() || !(err.get<double>() < kBaselineTolerance); };
     for (const json& row : out["rows"])
@@ -427,12 +434,13 @@ int run(const Options& o) {
       kernel << plan.config();
       char shape_text[64];
       std::snprintf(shape_text, sizeof shape_text, "%ldx%ldx%ld", s.r, s.k, s.c);
-      std::printf("%-7s %-20s %-5s %10.1f %10s %8s %10.1f %7.2fx %9s %9.1e  %s n%d%s\n", s.suite.c_str(), shape_text,
+      const std::string split = plan.config().split > 1 ? " split " + std::to_string(plan.config().split) : "";
+      std::printf("%-7s %-20s %-5s %10.1f %10s %8s %10.1f %7.2fx %9s %9.1e  %s n%d%s%s\n", s.suite.c_str(), shape_text,
                   dtype_name(dtype), tflops(dense_ms),
                   lt_ms ? std::to_string(tflops(*lt_ms)).substr(0, 6).c_str() : "-",
                   lt_ms ? (std::to_string(dense_ms / *lt_ms).substr(0, 4) + "x").c_str() : "-", tflops(nmkit_ms),
                   dense_ms / nmkit_ms, lt_ms ? (std::to_string(*lt_ms / nmkit_ms).substr(0, 4) + "x").c_str() : "-",
-                  err, kernel_name(plan.config().kernel), plan.config().block_n,
+                  err, kernel_name(plan.config().kernel), plan.config().block_n, split.c_str(),
                   lt_ms && !lt_searched ? "  (cuSPARSELt: its default configuration, the searched one failed)" : "");
       if (power) {
         std::string line = "        sustained " + sustained_text("cuBLAS", *dense_power, flop);
@@ -496,6 +504,7 @@ int run(const Options& o) {
         if (variant_power) row["variant_sustained"] = sustained_json(*variant_power);
       }
       out["rows"].push_back(row);
+      save();
       if (!(err < kBaselineTolerance))
         std::fprintf(stderr, "nmkit output WRONG for %s %s (rel. error %.2g)\n", shape_text, dtype_name(dtype), err);
       if (variant_err && !(*variant_err < kBaselineTolerance))
