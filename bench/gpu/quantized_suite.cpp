@@ -315,6 +315,7 @@ void run_quantized_suite(const QuantizedSuiteOptions& o, cublasLtHandle_t lt, vo
                   ratio_text(sparse_ms, nmkit_ms).c_str(), rate(quant_ms), ratio_text(cublas_ms, quant_ms).c_str(), err,
                   kernel.str().c_str());
       if (!notes.empty()) std::printf("      %s\n", notes.c_str());
+      std::fflush(stdout);  // each row as it is measured, also when a time limit stops the run
       const auto number_or_null = [](std::optional<double> v) { return v && std::isfinite(*v) ? json(*v) : json(); };
       rows.push_back({{"suite", s.suite},
                       {"r", s.r},
