@@ -270,13 +270,13 @@ int run(const Options& o) {
     t.variant = variant_settings;
     t.stream_ctas = o.tile_stream_ctas, t.compare_kernel = o.tile_compare, t.kernel = o.tile_kernel;
     out["tile_run_host_overhead_us"] =
-        run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
+        run_tile_suite(t, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"], save);
     return finish();
   }
   if (o.suite == "8bit") {
     QuantizedSuiteOptions q{shapes, {}, o.warmup, o.iters, o.cusparselt};
     for (const std::string& name : o.quant_types) q.types.push_back(parse_quant_type(name));
-    run_quantized_suite(q, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
+    run_quantized_suite(q, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"], save);
     return finish();
   }
   if (o.suite == "vnm") {
@@ -284,7 +284,7 @@ int run(const Options& o) {
     if (o.vnm_b_layout != "row") v.b_layouts.push_back(Layout::col_major);
     if (o.vnm_b_layout != "col") v.b_layouts.push_back(Layout::row_major);
     out["vnm_run_host_overhead_us"] =
-        run_vnm_suite(v, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"]);
+        run_vnm_suite(v, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"], save);
     return finish();
   }
   // Sustained runs (--power-ms): the clock each library holds under load, and the power it draws.

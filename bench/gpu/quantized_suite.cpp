@@ -179,7 +179,8 @@ std::vector<Shape> quantized_suite_shapes() {
 }
 
 void run_quantized_suite(const QuantizedSuiteOptions& o, cublasLtHandle_t lt, void* workspace,
-                         std::size_t workspace_bytes, std::size_t l2_bytes, cudaStream_t stream, json& rows) {
+                         std::size_t workspace_bytes, std::size_t l2_bytes, cudaStream_t stream, json& rows,
+                         const RowDone& row_done) {
 #if defined(NMKIT_HAVE_CUSPARSELT)
   cusparseLtHandle_t sparse_handle;
   const bool have_lt = o.cusparselt && cusparseLtInit(&sparse_handle) == CUSPARSE_STATUS_SUCCESS;
@@ -333,6 +334,7 @@ void run_quantized_suite(const QuantizedSuiteOptions& o, cublasLtHandle_t lt, vo
                       {"nmkit_rel_error", number_or_null(err)},
                       {"nmkit_quantize_rel_error", number_or_null(quant_err)},
                       {"nmkit_kernel", kernel.str()}});
+      row_done();
     }
   }
 #if defined(NMKIT_HAVE_CUSPARSELT)

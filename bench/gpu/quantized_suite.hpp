@@ -22,8 +22,10 @@ struct QuantizedSuiteOptions {
 // Default shapes: the llm suite's weights at T = 128, 512, 2048 and 4096 (the serving range the issue names).
 std::vector<Shape> quantized_suite_shapes();
 
-// Prints one table row per (type, shape) and appends JSON rows (nmkit_rel_error among them) to `rows`.
+// Prints one table row per (type, shape) and appends JSON rows (nmkit_rel_error among them) to `rows`, calling
+// `row_done` after each.
 void run_quantized_suite(const QuantizedSuiteOptions& o, cublasLtHandle_t lt, void* workspace,
-                         std::size_t workspace_bytes, std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
+                         std::size_t workspace_bytes, std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows,
+                         const RowDone& row_done);
 
 }  // namespace nmkit::bench

@@ -231,7 +231,7 @@ gpu::TileLaunch tile_variant_launch(const VariantSettings& settings, gpu::TileLa
 }  // namespace
 
 double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
-                      std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
+                      std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows, const RowDone& row_done) {
   cusparseHandle_t sparse;
   CHECK_CUSPARSE(cusparseCreate(&sparse));
   CHECK_CUSPARSE(cusparseSetStream(sparse, stream));
@@ -427,6 +427,7 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
               rows.back()["cusparse_blocked_ell_ms"] = ell->ms,
               rows.back()["cusparse_blocked_ell_rel_error"] = ell->rel_error,
               rows.back()["nmkit_vs_cusparse_blocked_ell"] = ell->ms / nmkit_ms;
+            row_done();
           }
     }
   cusparseDestroy(sparse);

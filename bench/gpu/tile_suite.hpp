@@ -34,9 +34,9 @@ struct TileSuiteOptions {
   std::string kernel = "automatic";  // the measured plan's kernel (automatic: the plan's choice)
 };
 
-// One row per (dtype, shape, tile side, density, distribution of tiles over rows: uniform or skewed); returns
-// the host time of one TileSpmmPlan::run() in microseconds.
+// One row per (dtype, shape, tile side, density, distribution of tiles over rows: uniform or skewed), `row_done`
+// called after each; returns the host time of one TileSpmmPlan::run() in microseconds.
 double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
-                      std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
+                      std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows, const RowDone& row_done);
 
 }  // namespace nmkit::bench

@@ -54,7 +54,7 @@ std::vector<int32_t> random_gather(const gpu::DeviceNm24& condensed, int64_t col
 }  // namespace
 
 double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
-                     std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows) {
+                     std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows, const RowDone& row_done) {
   if (o.shared_columns) std::printf("\nevery V-block selects the same columns (--vnm-shared-columns)\n");
   std::printf("\n%-7s %-20s %-5s %-9s %-4s %9s %9s %8s %9s %8s %9s %9s  %s\n", "suite", "R x K x C", "dtype", "V:N:M",
               "B", "cuBLAS", "nmkit", "vs cuBL", "ideal", "vs cuBL", "full 2:4", "rel.err",
@@ -199,6 +199,7 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
                             {"nmkit_config", config.str()},
                             {"full_2_4_ms", full_ms[b_layout]},
                             {"full_2_4_speedup_vs_cublas", dense_ms / full_ms[b_layout]}});
+            row_done();
           }
         }
     }

@@ -24,9 +24,9 @@ struct VnmSuiteOptions {
   bool shared_columns = false;
 };
 
-// Prints one table row per (dtype, shape, V, M, B layout) and appends JSON rows to `rows`; returns the host
-// time of one VnmSpmmPlan::run() in microseconds.
+// Prints one table row per (dtype, shape, V, M, B layout) and appends JSON rows to `rows`, calling `row_done`
+// after each; returns the host time of one VnmSpmmPlan::run() in microseconds.
 double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* workspace, std::size_t workspace_bytes,
-                     std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows);
+                     std::size_t l2_bytes, cudaStream_t stream, nlohmann::json& rows, const RowDone& row_done);
 
 }  // namespace nmkit::bench
