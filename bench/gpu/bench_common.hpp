@@ -97,12 +97,12 @@ class QueueHold {
   volatile int32_t* device_flags_ = nullptr;  // the same memory, as the device sees it
 };
 
-// --variant's KEY=VALUE[,KEY=VALUE...]: the options of a second nmkit plan, timed beside the plan by shape in the
-// same rounds. Each suite maps the keys it knows onto its plan options and names any other.
 // Called by a suite after each row it appends to the run's JSON: the caller saves the file, so that a run cut by a
 // time limit keeps the rows it measured.
 using RowDone = std::function<void()>;
 
+// --variant's KEY=VALUE[,KEY=VALUE...]: the options of a second nmkit plan, timed beside the plan by shape in the
+// same rounds. Each suite maps the keys it knows onto its plan options and names any other.
 using VariantSettings = std::vector<std::pair<std::string, std::string>>;
 
 inline VariantSettings parse_variant(const std::string& text) {

@@ -237,14 +237,14 @@ int run(const Options& o) {
                   std::to_string(kLaunchesPerRound) + " launches" +
                   (o.hold_queue ? ", each round queued behind a held stream" : "");
   out["hold_queue"] = o.hold_queue;
-  // The run fails if any nmkit (or --variant) output failed its check (rows JSON: nmkit_rel_error, null where
-  // NaN).
   // The JSON is rewritten after every row ("complete": false until the end), so that a run cut by a time limit
   // still leaves the rows it measured.
   out["complete"] = false;
   const auto save = [&] {
     if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
   };
+  // The run fails if any nmkit (or --variant) output failed its check (rows JSON: nmkit_rel_error, null where
+  // NaN).
   const auto finish = [&] {
     out["complete"] = true;
     if (QueueHold::instance().timed_out())
