@@ -12,7 +12,8 @@
 # NMKIT_AB_BENCH (default nmkit_bench; e.g. nmkit_attention_bench); an argument string that starts with "@<bench> "
 # runs that bench instead (both are built), so one call can A/B a change that touches two kernels. Results go to
 # $OUT (or ./gpu_out):
-# <n>.this.txt and <n>.ref.txt, and the rows of each pair are printed side by side last.
+# <n>.this.txt and <n>.ref.txt (and .json from nmkit_bench), and the rows of each pair are printed side by side last;
+# bench/ab_medians.py gives each row's median over repeated pairs.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source scripts/gpu_env.sh
@@ -37,9 +38,18 @@ configure() {
     { tail -30 "/tmp/nmkit_configure_$(basename "$2").log"; exit 1; }
 }
 REF_SRC=/tmp/nmkit_ab_ref
-rm -rf "$REF_SRC" && mkdir -p "$REF_SRC"
-tar --exclude=./.git --exclude=./build --exclude=./gpu_out -cf - . | tar -xf - -C "$REF_SRC"
-(cd "$REF_SRC" && patch -p1 -R -s <.ab.patch) || { echo "gpu_ab: .ab.patch does not come out of this tree" >&2; exit 1; }
+# The reference tree is kept between calls on a warm machine while this tree and the patch are unchanged, so that
+# its build is not redone: patching gives its files new times.
+tree() { tar --exclude=./.git --exclude=./build --exclude=./gpu_out --sort=name "$@" -cf - .; }
+stamp=$({ cat .ab.patch; tree --exclude=./.deps --mtime=@0 --owner=0 --group=0; } | sha1sum | cut -d' ' -f1)
+if [ "$(cat "$REF_SRC/.ab_stamp" 2>/dev/null)" != "$stamp" ]; then
+  rm -rf "$REF_SRC" && mkdir -p "$REF_SRC"
+  tree | tar -xf - -C "$REF_SRC"
+  (cd "$REF_SRC" && patch -p1 -R -s <.ab.patch) || { echo "gpu_ab: .ab.patch does not come out of this tree" >&2; exit 1; }
+  echo "$stamp" >"$REF_SRC/.ab_stamp"
+else
+  echo "gpu_ab: reusing the reference tree (and its build) of an earlier call"
+fi
 configure . build/gpu
 configure "$REF_SRC" build/gpu-ab
 # Both builds at once: half the cores each.
@@ -62,8 +72,10 @@ for args in "$@"; do
   bench=$BENCH
   if [[ "$args" =~ ^@([a-z_]+)\ (.*)$ ]]; then bench=${BASH_REMATCH[1]}; args=${BASH_REMATCH[2]}; fi
   read -ra bench_args <<<"$args"
-  timeout 300 "build/gpu/bench/$bench" "${bench_args[@]}" >"$OUT/$n.this.txt" 2>&1
-  timeout 300 "build/gpu-ab/bench/$bench" "${bench_args[@]}" >"$OUT/$n.ref.txt" 2>&1
+  this_json=() ref_json=()
+  if [ "$bench" = nmkit_bench ]; then this_json=(--json "$OUT/$n.this.json") ref_json=(--json "$OUT/$n.ref.json"); fi
+  timeout 300 "build/gpu/bench/$bench" "${bench_args[@]}" "${this_json[@]}" >"$OUT/$n.this.txt" 2>&1
+  timeout 300 "build/gpu-ab/bench/$bench" "${bench_args[@]}" "${ref_json[@]}" >"$OUT/$n.ref.txt" 2>&1
   echo; echo "=== $n: $bench $args (this tree, then the reference)"
   # Table rows: nmkit_bench's start with the suite name, nmkit_attention_bench's with the sequence length.
   rows='^([a-z0-9]+ +[0-9]+x|[0-9]+ +[0-9]+ +[01] )'
