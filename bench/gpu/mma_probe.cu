@@ -36,8 +36,8 @@ using namespace nmkit;
 
 constexpr int kWarpgroups = 2;  // the SpMM kernels' consumers
 constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kRowBytes = 128;        // one 128-byte-swizzled K-major row: a k-tile
-constexpr int kATileRows = 64;        // one warpgroup's rows
+constexpr int kRowBytes = 128;  // one 128-byte-swizzled K-major row: a k-tile
+constexpr int kATileRows = 64;  // one warpgroup's rows
 constexpr int kMaxN = 256;
 constexpr int kABytes = kATileRows * kRowBytes;
 constexpr int kBBytes = kMaxN * kRowBytes;
@@ -56,10 +56,12 @@ template <Element kElement>
 __device__ uint32_t random_word(uint32_t seed) {
   const uint32_t r = mix(seed), e = mix(seed ^ 0x9e3779b9u);
   if constexpr (kElement == Element::f16) {  // exponent 13 or 14 (bias 15)
-    const uint32_t lo = (r & 0x83ffu) | ((13u + (e & 1u)) << 10), hi = ((r >> 16) & 0x83ffu) | ((13u + ((e >> 1) & 1u)) << 10);
+    const uint32_t lo = (r & 0x83ffu) | ((13u + (e & 1u)) << 10),
+                   hi = ((r >> 16) & 0x83ffu) | ((13u + ((e >> 1) & 1u)) << 10);
     return lo | (hi << 16);
   } else if constexpr (kElement == Element::bf16) {  // exponent 125 or 126 (bias 127)
-    const uint32_t lo = (r & 0x807fu) | ((125u + (e & 1u)) << 7), hi = ((r >> 16) & 0x807fu) | ((125u + ((e >> 1) & 1u)) << 7);
+    const uint32_t lo = (r & 0x807fu) | ((125u + (e & 1u)) << 7),
+                   hi = ((r >> 16) & 0x807fu) | ((125u + ((e >> 1) & 1u)) << 7);
     return lo | (hi << 16);
   } else if constexpr (kElement == Element::e4m3) {  // exponent 5 or 6 (bias 7)
     uint32_t word = 0;
@@ -96,14 +98,20 @@ struct Variant {
   using Mma16 = std::conditional_t<kElement == Element::bf16, ptx::MmaBF16, ptx::MmaF16>;
   using Mma8 = std::conditional_t<kElement == Element::s8, ptx::MmaS8, ptx::MmaE4M3>;
 
-  __device__ static void mma(Accumulator (&d)[kAccumulators], uint64_t desc_a, const uint32_t (&a)[4],
-                             uint64_t desc_b, uint32_t e) {
-    if constexpr (kRegisterA && kSparse) ptx::WgmmaSpRS<kN, Mma16>::template mma<0>(d, a, desc_b, e, 1);
-    else if constexpr (kRegisterA) ptx::WgmmaRS<kN, Mma16>::template mma<0>(d, a, desc_b, 1);
-    else if constexpr (kElementBytes == 2 && kSparse) ptx::WgmmaSpSS<kN, Mma16>::template mma<0>(d, desc_a, desc_b, e, 1);
-    else if constexpr (kElementBytes == 2) ptx::WgmmaSS<kN, Mma16>::mma(d, desc_a, desc_b, 1);
-    else if constexpr (kSparse) ptx::WgmmaSpSS8<kN, Mma8>::template mma<0>(d, desc_a, desc_b, e, 1);
-    else ptx::WgmmaSS8<kN, Mma8>::mma(d, desc_a, desc_b, 1);
+  __device__ static void mma(Accumulator (&d)[kAccumulators], uint64_t desc_a, const uint32_t (&a)[4], uint64_t desc_b,
+                             uint32_t e) {
+    if constexpr (kRegisterA && kSparse)
+      ptx::WgmmaSpRS<kN, Mma16>::template mma<0>(d, a, desc_b, e, 1);
+    else if constexpr (kRegisterA)
+      ptx::WgmmaRS<kN, Mma16>::template mma<0>(d, a, desc_b, 1);
+    else if constexpr (kElementBytes == 2 && kSparse)
+      ptx::WgmmaSpSS<kN, Mma16>::template mma<0>(d, desc_a, desc_b, e, 1);
+    else if constexpr (kElementBytes == 2)
+      ptx::WgmmaSS<kN, Mma16>::mma(d, desc_a, desc_b, 1);
+    else if constexpr (kSparse)
+      ptx::WgmmaSpSS8<kN, Mma8>::template mma<0>(d, desc_a, desc_b, e, 1);
+    else
+      ptx::WgmmaSS8<kN, Mma8>::mma(d, desc_a, desc_b, 1);
   }
 };
 
@@ -116,7 +124,8 @@ template <class V>
 __global__ void __launch_bounds__(kThreads, 1) mma_loop(int k_tiles, uint32_t seed, CtaCount* counts) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  unsigned char* smem =
+      reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   constexpr Element kElement = V::kType;
   auto* words = reinterpret_cast<uint32_t*>(smem);
   for (int i = threadIdx.x; i < (kWarpgroups * kABytes + kBBytes) / 4; i += kThreads)
@@ -227,18 +236,28 @@ int main(int argc, char** argv) {
 
   std::vector<Result> results;
   // 16-bit, A in shared memory (the SpMM kernels), n256 as their 128 x 256 tiles.
-  results.push_back(measure<Variant<Element::f16, false, false, 256>>("f16 SS m64n256k16", "f16 SS n256", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::f16, true, false, 256>>("f16 SS sp m64n256k32", "f16 SS n256", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::bf16, false, false, 256>>("bf16 SS m64n256k16", "bf16 SS n256", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::bf16, true, false, 256>>("bf16 SS sp m64n256k32", "bf16 SS n256", sms, ms, power, stream));
+  results.push_back(
+      measure<Variant<Element::f16, false, false, 256>>("f16 SS m64n256k16", "f16 SS n256", sms, ms, power, stream));
+  results.push_back(
+      measure<Variant<Element::f16, true, false, 256>>("f16 SS sp m64n256k32", "f16 SS n256", sms, ms, power, stream));
+  results.push_back(
+      measure<Variant<Element::bf16, false, false, 256>>("bf16 SS m64n256k16", "bf16 SS n256", sms, ms, power, stream));
+  results.push_back(measure<Variant<Element::bf16, true, false, 256>>("bf16 SS sp m64n256k32", "bf16 SS n256", sms, ms,
+                                                                      power, stream));
   // 8-bit, the fp8 / int8 2:4 kernels' instructions.
-  results.push_back(measure<Variant<Element::e4m3, false, false, 256>>("e4m3 SS m64n256k32", "e4m3 SS n256", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::e4m3, true, false, 256>>("e4m3 SS sp m64n256k64", "e4m3 SS n256", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::s8, false, false, 256>>("s8 SS m64n256k32", "s8 SS n256", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::s8, true, false, 256>>("s8 SS sp m64n256k64", "s8 SS n256", sms, ms, power, stream));
+  results.push_back(
+      measure<Variant<Element::e4m3, false, false, 256>>("e4m3 SS m64n256k32", "e4m3 SS n256", sms, ms, power, stream));
+  results.push_back(measure<Variant<Element::e4m3, true, false, 256>>("e4m3 SS sp m64n256k64", "e4m3 SS n256", sms, ms,
+                                                                      power, stream));
+  results.push_back(
+      measure<Variant<Element::s8, false, false, 256>>("s8 SS m64n256k32", "s8 SS n256", sms, ms, power, stream));
+  results.push_back(
+      measure<Variant<Element::s8, true, false, 256>>("s8 SS sp m64n256k64", "s8 SS n256", sms, ms, power, stream));
   // A from registers, n128: attention's P·V at d = 128.
-  results.push_back(measure<Variant<Element::bf16, false, true, 128>>("bf16 RS m64n128k16", "bf16 RS n128", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::bf16, true, true, 128>>("bf16 RS sp m64n128k32", "bf16 RS n128", sms, ms, power, stream));
+  results.push_back(
+      measure<Variant<Element::bf16, false, true, 128>>("bf16 RS m64n128k16", "bf16 RS n128", sms, ms, power, stream));
+  results.push_back(measure<Variant<Element::bf16, true, true, 128>>("bf16 RS sp m64n128k32", "bf16 RS n128", sms, ms,
+                                                                     power, stream));
 
   std::printf("%-24s %10s %8s %7s %13s %13s %13s\n", "variant", "TFLOP/s", "SM MHz", "W", "FLOP/clk/SM",
               "sp/dense rate", "sp/dense clk");

@@ -34,13 +34,22 @@ TEST(Nm24Heuristics, BlockNFollowsWhatBindsTheShape) {
   // Many tiles, math bound: the widest tile, whose wgmma run fastest.
   EXPECT_EQ(sm90_block_n(8192, 8192, 8192, kH200Sms, kColMajorBlockN), 256);
   EXPECT_EQ(sm90_block_n(11008, 4096, 4096, kH200Sms, kRowMajorBlockN), 256);
-  // Decode: reading A binds every width alike, so the narrowest that covers C wins.
+  // Decode: the k-tile rounds or reading A bind every width alike, so the narrowest that covers C wins.
   EXPECT_EQ(sm90_block_n(4096, 4096, 16, kH200Sms, kColMajorBlockN), 16);
+  EXPECT_EQ(sm90_block_n(4096, 4096, 16, kH200Sms, kColMajorBlockN, SplitK::by_shape), 16);
   EXPECT_EQ(sm90_block_n(4096, 4096, 8, kH200Sms, kRowMajorBlockN), 64);
   // 32 row tiles and C = 100: four 32-wide columns fill one wave of the SMs, where 128 would leave 100 idle.
   EXPECT_EQ(sm90_block_n(4096, 4096, 100, kH200Sms, kColMajorBlockN), 32);
   // The same shape on a single SM: one wide tile per row tile wastes the least math on padding.
   EXPECT_EQ(sm90_block_n(4096, 4096, 100, 1, kColMajorBlockN), 128);
+  // 86 row tiles at C = 256 (measured on the H200: n256 39 us, n128 45 us, n64 55 us): three waves of narrow tiles
+  // each pay the k-tile rounds, one wave of n256 does not.
+  EXPECT_EQ(sm90_block_n(11008, 4096, 256, kH200Sms, kColMajorBlockN), 256);
+  EXPECT_EQ(sm90_block_n(11008, 4096, 128, kH200Sms, kColMajorBlockN), 128);  // one wave already (23 us)
+  EXPECT_EQ(sm90_block_n(11008, 4096, 512, kH200Sms, kColMajorBlockN), 192);  // two waves of n192 (68 us)
+  // 32 row tiles at C = 128, K = 11008: n64 split in two (64 CTAs; 35.6 us) beats 128 n32 tiles (40.0 us).
+  EXPECT_EQ(sm90_block_n(4096, 11008, 128, kH200Sms, kColMajorBlockN, SplitK::by_shape), 64);
+  EXPECT_EQ(sm90_block_n(4096, 11008, 128, kH200Sms, kColMajorBlockN), 32);
 }
 
 TEST(Nm24Heuristics, GatherRasterKeepsTheGroupsRowsOfAInHalfOfL2) {
@@ -65,10 +74,10 @@ TEST(Nm24Heuristics, ScheduleStagesUnlessTheRegisterEpilogueRuns) {
 }
 
 TEST(Nm24Heuristics, SplitKFillsGridsUnderAWave) {
-  // 4096 x 4096 at T = 16: 32 tiles on 132 SMs, four CTAs each.
-  EXPECT_EQ(sm90_split(32, 64, kH200Sms), 4);
-  EXPECT_EQ(sm90_split(10, 64, kH200Sms), kMaxAutoSplit);  // clusters that pack the GPCs
-  EXPECT_EQ(sm90_split(10, 12, kH200Sms), 3);              // at least kMinSplitKTiles k-tiles each
+  // 4096 x 4096 at T = 16: 32 tiles on 132 SMs, clusters of two (four measured slower).
+  EXPECT_EQ(sm90_split(32, 64, kH200Sms), 2);
+  EXPECT_EQ(sm90_split(10, 64, kH200Sms), kMaxAutoSplit);
+  EXPECT_EQ(sm90_split(10, 8, kH200Sms), 2);  // at least kMinSplitKTiles k-tiles each
   EXPECT_EQ(sm90_split(10, 7, kH200Sms), 1);
   EXPECT_EQ(sm90_split(66, 1024, kH200Sms), 1);  // half a wave already
   EXPECT_EQ(sm90_split(65, 1024, kH200Sms), 2);

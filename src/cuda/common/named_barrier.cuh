@@ -8,7 +8,6 @@ enum class NamedBarrier : int {
   stages_drained = 2,  // the whole CTA: a gathering producer's copies have landed, the stages may be reused
   warpgroup = 3,       // + w: consumer warpgroup w alone (its epilogue's output buffers)
   gemm_turn = 6,       // + w: attention, consumer warpgroup w may issue its wgmma groups (Turns)
-  epilogue_turn = 8,   // + w: sparse SpMM, consumer warpgroup w may store its part of a tile (Turns)
 };
 
 template <NamedBarrier kBarrier, int kThreads>

@@ -2,6 +2,7 @@
 #include "nmkit/gpu/detail/nm24_heuristics.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "nmkit/gpu/detail/nm24_layout.hpp"
 #include "nmkit/matrix.hpp"
@@ -13,6 +14,12 @@ constexpr double kSmMathRate = 6.5e12;          // dense-equivalent FLOP/s of on
 constexpr double kMemoryBandwidth = 4.0e12;     // bytes/s from HBM
 constexpr double kPackedBytesPerWeight = 1.25;  // 2:4 fp16: half the values plus metadata
 constexpr double kTieTolerance = 0.01;
+// A CTA's pipeline round when its math is short (the producer's wait, copies and arrive, the consumers' release):
+// narrow n-tiles on the H200 ran 0.27-0.29 us a k-tile whatever their width (models suite, small_grid_variants.txt).
+constexpr double kKTileRoundSeconds = 0.27e-6;
+// Split-K's measured gain: clusters of 2 took 0.82-0.89 of the unsplit time, not half (the rounds slow down as more
+// CTAs share the memory system, and the cluster sums its tiles).
+constexpr double kSplitTimeRatio = 0.85;
 
 // On the V:N:M suite 64 rows per group gained up to 14 % at 2:32, and lost 6-12 % where 64 row tiles of A
 // overflowed L2 (36864x12288x4096 at 2:8).
@@ -24,20 +31,27 @@ constexpr int kRegisterEpiloguePart = 64;
 
 }  // namespace
 
-int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices) {
-  const int64_t row_tiles = ceil_div(rows, kPackRowAlign);
+int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices,
+                 SplitK split_k, int k_tile) {
+  const int64_t row_tiles = ceil_div(rows, kPackRowAlign), k_tiles = ceil_div(cols, int64_t{k_tile});
   const double weight_time =
       static_cast<double>(rows) * static_cast<double>(cols) * kPackedBytesPerWeight / kMemoryBandwidth;
+  const double rounds_time = static_cast<double>(k_tiles) * kKTileRoundSeconds;
   int best = choices.front().block_n;
   double best_cost = 1e300;
   for (const BlockNChoice& c : choices) {
     const int64_t tiles = row_tiles * ceil_div(n, c.block_n);
+    const int split =
+        split_k == SplitK::by_shape && c.block_n <= kMaxSplitBlockN ? sm90_split(tiles, k_tiles, sm_count) : 1;
     const double tile_math = 2.0 * kPackRowAlign * c.block_n * static_cast<double>(cols) / (kSmMathRate * c.efficiency);
-    const double cost = std::max(static_cast<double>(ceil_div(tiles, sm_count)) * tile_math, weight_time);
-    // Ties (typically when reading A is the bound) go to the narrowest tile that still covers C: less math on
-    // padding and less shared-memory traffic for the same time.
+    const double tile_time = std::max(tile_math, rounds_time) * (split > 1 ? kSplitTimeRatio : 1.0);
+    const double cost =
+        std::max(static_cast<double>(ceil_div(tiles * split, int64_t{sm_count})) * tile_time, weight_time);
+    // Ties (typically when reading A or the rounds bind) go to the narrowest tile that still covers C, else to the
+    // narrowest: less math on padding and less shared-memory traffic for the same time.
     const bool tie = cost <= best_cost * (1 + kTieTolerance) && cost >= best_cost * (1 - kTieTolerance);
-    if ((!tie && cost < best_cost) || (tie && c.block_n >= n && c.block_n < best))
+    const auto rank = [n](int block_n) { return std::pair{block_n < n, block_n}; };
+    if ((!tie && cost < best_cost) || (tie && rank(c.block_n) < rank(best)))
       best_cost = std::min(cost, best_cost), best = c.block_n;
   }
   return best;

@@ -259,17 +259,21 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   require(options.block_n == 0 || b_col_major || options.block_n % 64 == 0, ErrorCode::unsupported,
           "nm24 plan: with B row-major the sm90 kernel's block_n is 64, 128, 192 or 256, got " +
               std::to_string(options.block_n));
+  const nm24::SplitK split_by_shape = b_col_major && options.schedule == Sm90Schedule::automatic && options.split == 0
+                                          ? nm24::SplitK::by_shape
+                                          : nm24::SplitK::off;
   const std::span<const nm24::BlockNChoice> choices = b_col_major
                                                           ? std::span<const nm24::BlockNChoice>(nm24::kColMajorBlockN)
                                                           : std::span<const nm24::BlockNChoice>(nm24::kRowMajorBlockN);
   const nm24::TileShape t =
       kernel == Nm24Kernel::sm90_wgmma_sp
-          ? nm24::sm90_tile_shape(options.block_n != 0 ? options.block_n
-                                                       : nm24::sm90_block_n(desc.rows, desc.cols, desc.n,
-                                                                            nm24::device_facts().sm_count, choices))
+          ? nm24::sm90_tile_shape(options.block_n != 0
+                                      ? options.block_n
+                                      : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::device_facts().sm_count,
+                                                           choices, split_by_shape))
           : nm24::sm80_tile_shape();
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
-  const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && b_col_major && t.block_n <= 64;
+  const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && b_col_major && t.block_n <= nm24::kMaxSplitBlockN;
   nm24::choose_sm90_schedule(desc, options, ceil_div(desc.cols, int64_t{kPackKAlign}), split_k_built, plan.config_);
   nm24::log_plan("nm24", "", desc.rows, desc.cols, desc.n, plan.config_);
   return plan;

@@ -65,14 +65,18 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
           "8-bit plan: there is no portable 8-bit kernel; the Hopper one runs it");
   Nm24x8SpmmPlan plan;
   plan.desc_ = desc;
-  // The 2:4 kernel's tiles and costs: 8 bits double the math rate and halve the bytes of both, so the choice stands.
-  const int block_n = options.block_n != 0 ? options.block_n
-                                           : nm24::sm90_block_n(desc.rows, desc.cols, desc.n,
-                                                                nm24::device_facts().sm_count, nm24::kColMajorBlockN);
+  // The 2:4 kernel's tiles and costs: 8 bits double the math rate and halve the bytes of both, so the choice stands;
+  // a pipeline round moves a k-tile of 128 codes.
+  const nm24::SplitK split_by_shape =
+      options.schedule == Sm90Schedule::automatic && options.split == 0 ? nm24::SplitK::by_shape : nm24::SplitK::off;
+  const int block_n = options.block_n != 0
+                          ? options.block_n
+                          : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::device_facts().sm_count,
+                                               nm24::kColMajorBlockN, split_by_shape, x8::kPackKAlign);
   const nm24::TileShape t = nm24::sm90_8bit_tile_shape(block_n);
   plan.config_ = {Nm24Kernel::sm90_wgmma_sp, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   nm24::choose_sm90_schedule(spmm, options, ceil_div(desc.cols, int64_t{x8::kPackKAlign}),
-                             /*split_k_built=*/t.block_n <= 64, plan.config_);
+                             /*split_k_built=*/t.block_n <= nm24::kMaxSplitBlockN, plan.config_);
   nm24::log_plan("8-bit", quant_type_name(desc.type), desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }

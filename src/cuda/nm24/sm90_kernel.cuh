@@ -56,7 +56,6 @@ constexpr int kSwizzleRowBytes = 128;
 template <class Element>
 constexpr int kTileK = kSwizzleRowBytes / static_cast<int>(sizeof(Element));
 constexpr int kConsumers = 2;  // warpgroups doing math
-using EpilogueTurns = cuda::Turns<cuda::NamedBarrier::epilogue_turn>;
 using cuda::kWarpgroupThreads;
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kRowsPerConsumer = kBlockM / kConsumers;  // 64: one m64 wgmma
@@ -663,24 +662,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   ptx::setmaxnreg_inc<kConsumerRegisters>();
   using TileConsumer = Consumer<Element, kBlockN, kSource, kBTiles>;
   TileConsumer consumer(pipeline, smem, tid);
-  // A persistent CTA stores the two halves of each tile in turn (EpilogueTurns): the warpgroups drift apart by one
-  // store, and each one's store runs under the other's main loop, which the stages it holds keep fed, instead of
-  // both storing while the tensor cores idle. Decided by the launch's constants, not held in registers through the
-  // main loops (a flag or the tile index held there made ptxas spill the gathering consumers); a persistent grid
-  // gives every CTA at least one tile.
-  const auto epilogue_turns = [&] { return register_epilogue && p.persistent_ctas > 0; };
-  if (epilogue_turns()) EpilogueTurns::start(warpgroup);
   // A tile's fp32 outputs to D: from registers, through the cluster's sum (split-K) or through the stages.
   const auto store_tile = [&](const float(&acc)[TileConsumer::kAccumulators], int64_t m0, int64_t n0) {
     if (register_epilogue) {
       // The last stage goes back before the stores: the producer fills the ring with the next tile meanwhile.
       consumer.release_in_flight_stage();
       consumer.in_flight_stage = -1;
-      if (epilogue_turns()) EpilogueTurns::wait(warpgroup);
       if constexpr (Shape::kRegisterEpilogue && sizeof(Out) == 2)
         store_from_registers<Out, kBlockN, kBTiles>(p, &d_map, acc, smem.outputs, m0, n0, warpgroup,
                                                     tid % kWarpgroupThreads);
-      if (epilogue_turns()) EpilogueTurns::pass(warpgroup);
       return;
     }
     if constexpr (kSplitK) {  // the cluster's partial tiles summed through distributed shared memory
@@ -703,7 +693,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       store_tile(consumer.acc, m0, n0);
     }
   }
-  if (epilogue_turns()) EpilogueTurns::finish(warpgroup);
   // The consumers' work is done: the next kernel in the stream may be scheduled (where it was launched overlapping
   // this one), its CTAs taking the SMs that this grid's CTAs free. Said here rather than after the producer's loop,
   // where ptxas moved the producer's address arithmetic off the uniform datapath (decode 5 % slower), or at the

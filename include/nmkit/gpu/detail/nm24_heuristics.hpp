@@ -27,9 +27,17 @@ inline constexpr BlockNChoice kRowMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128
 inline constexpr BlockNChoice kGatherOneTileBlockN[] = {{256, 1.0}, {128, 0.75}, {64, 0.45}};
 inline constexpr BlockNChoice kGatherTwoTilesBlockN[] = {{128, 1.0}, {64, 0.6}};
 
-// The width whose waves of tiles finish soonest, each tile costing the larger of its math and its share of the
-// weight's bytes (decode shapes are bound by reading A); ties go to the narrowest width that covers C.
-int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices);
+// Whether the n-tile choice may count on split-K (the plan then splits by sm90_split): the 2:4 and 8-bit kernels
+// with B col-major build it for n-tiles up to kMaxSplitBlockN, where no schedule or split was pinned.
+enum class SplitK : bool { off, by_shape };
+inline constexpr int kMaxSplitBlockN = 64;
+
+// The width whose waves of tiles finish soonest. A tile costs the larger of its math and its k-tile rounds (the
+// pipeline's per-round floor, which binds narrow tiles), split-K dividing that among its CTAs; the whole product
+// costs at least reading the weight. Ties go to the narrowest width that covers C. k_tile: the elements of K a
+// pipeline round moves (64 for 16-bit, 128 for 8-bit codes).
+int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices,
+                 SplitK split_k = SplitK::off, int k_tile = 64);
 
 // Row tiles per raster group of the 2:4 kernel: a wave then reuses ~16 row tiles of A and ~8 column tiles of B
 // from L2 instead of streaming A from HBM per column tile.
@@ -44,11 +52,11 @@ int sm90_gather_group_rows(int64_t cols, int64_t l2_bytes);
 Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, int sm_count);
 
 // Split-K for grids under a wave: CTAs per tile (a cluster, each a share of the k_tiles) so that `tiles` tiles fill
-// the SMs; 1 where the tiles already take half of them, and never below kMinSplitKTiles k-tiles per CTA. By shape
-// at most kMaxAutoSplit: a cluster's CTAs share a GPC, and clusters of 4 one CTA per SM pack the H200's 16-18 SM
-// GPCs where clusters of 7 or 8 leave SMs idle and spill into a second wave.
+// more of the SMs; 1 where the tiles already take half of them, and never below kMinSplitKTiles k-tiles per CTA. By
+// shape at most kMaxAutoSplit: on the H200's models-suite shapes (32 row tiles) clusters of 2 ran 1.15-1.25x faster
+// than clusters of 4, which were no faster than no split (bench/results/h200/small_grid_variants.txt).
 inline constexpr int kMaxClusterCtas = 8;  // the portable cluster size: the largest split-K of any Hopper kernel
-inline constexpr int kMaxAutoSplit = 4;
+inline constexpr int kMaxAutoSplit = 2;
 inline constexpr int kMinSplitKTiles = 4;
 int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);
 
