@@ -11,9 +11,9 @@
 # default none) on this tree's build, then each argument string with both benches, this tree first. The bench is
 # NMKIT_AB_BENCH (default nmkit_bench; e.g. nmkit_attention_bench); an argument string that starts with "@<bench> "
 # runs that bench instead (both are built), so one call can A/B a change that touches two kernels. Results go to
-# $OUT (or ./gpu_out):
-# <n>.this.txt and <n>.ref.txt (and .json from nmkit_bench), and the rows of each pair are printed side by side last;
-# bench/ab_medians.py gives each row's median over repeated pairs.
+# $OUT (or ./gpu_out): the rows of each pair are printed side by side, then (nmkit_bench) each row's medians over
+# the pairs (bench/ab_medians.py, also in ab_medians.txt). The runs' own files (<n>.this.txt, <n>.ref.txt, .json) are packed
+# into ab_runs.tgz after every pair: the device tool returns only a few files.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source scripts/gpu_env.sh
@@ -31,6 +31,7 @@ for args in "$@"; do
   [[ " ${benches[*]} " == *" $named "* ]] || benches+=("$named")
 done
 mkdir -p "$OUT"
+RUNS=$(mktemp -d /tmp/nmkit_ab_runs.XXXXXX)  # the runs' files, packed into $OUT/ab_runs.tgz
 export PATH=/usr/local/cuda/bin:$PATH
 configure() {
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${NMKIT_CUDA_ARCHS:-90a;80}" \
@@ -73,12 +74,17 @@ for args in "$@"; do
   if [[ "$args" =~ ^@([a-z_]+)\ (.*)$ ]]; then bench=${BASH_REMATCH[1]}; args=${BASH_REMATCH[2]}; fi
   read -ra bench_args <<<"$args"
   this_json=() ref_json=()
-  if [ "$bench" = nmkit_bench ]; then this_json=(--json "$OUT/$n.this.json") ref_json=(--json "$OUT/$n.ref.json"); fi
-  timeout 300 "build/gpu/bench/$bench" "${bench_args[@]}" "${this_json[@]}" >"$OUT/$n.this.txt" 2>&1
-  timeout 300 "build/gpu-ab/bench/$bench" "${bench_args[@]}" "${ref_json[@]}" >"$OUT/$n.ref.txt" 2>&1
+  if [ "$bench" = nmkit_bench ]; then this_json=(--json "$RUNS/$n.this.json") ref_json=(--json "$RUNS/$n.ref.json"); fi
+  timeout 300 "build/gpu/bench/$bench" "${bench_args[@]}" "${this_json[@]}" >"$RUNS/$n.this.txt" 2>&1
+  timeout 300 "build/gpu-ab/bench/$bench" "${bench_args[@]}" "${ref_json[@]}" >"$RUNS/$n.ref.txt" 2>&1
+  tar czf "$OUT/ab_runs.tgz" -C "$RUNS" .  # after every pair: a call cut by its limit keeps the pairs it ran
   echo; echo "=== $n: $bench $args (this tree, then the reference)"
   # Table rows: nmkit_bench's start with the suite name, nmkit_attention_bench's with the sequence length.
   rows='^([a-z0-9]+ +[0-9]+x|[0-9]+ +[0-9]+ +[01] )'
-  paste -d '\n' <(grep -E "$rows" "$OUT/$n.this.txt" | sed 's/^/this /') \
-                <(grep -E "$rows" "$OUT/$n.ref.txt" | sed 's/^/ref  /') | cut -c1-200
+  paste -d '\n' <(grep -E "$rows" "$RUNS/$n.this.txt" | sed 's/^/this /') \
+                <(grep -E "$rows" "$RUNS/$n.ref.txt" | sed 's/^/ref  /') | cut -c1-200
 done
+if ls "$RUNS"/*.this.json >/dev/null 2>&1; then
+  echo; python3 bench/ab_medians.py "$RUNS" | tee "$OUT/ab_medians.txt"
+fi
+exit 0
