@@ -17,8 +17,8 @@ constexpr double kTieTolerance = 0.01;
 // A CTA's pipeline round when its math is short (the producer's wait, copies and arrive, the consumers' release):
 // narrow n-tiles on the H200 ran 0.27-0.29 us a k-tile whatever their width (models suite, small_grid_variants.txt).
 constexpr double kKTileRoundSeconds = 0.27e-6;
-// Split-K's measured gain: clusters of 2 took 0.82-0.89 of the unsplit time, not half (the rounds slow down as more
-// CTAs share the memory system, and the cluster sums its tiles).
+// Split-K's measured gain: clusters of 2 took 0.82-0.89 of the unsplit time, not half (per round, fixed costs
+// included, a split CTA took 0.36-0.46 us).
 constexpr double kSplitTimeRatio = 0.85;
 
 // On the V:N:M suite 64 rows per group gained up to 14 % at 2:32, and lost 6-12 % where 64 row tiles of A
