@@ -71,23 +71,29 @@ def wrapper_macro(macro, struct, n, comment, signature, instruction, operands, i
     return " \\\n".join(lines) + "\n"
 
 
-def emit(header, macro, asm_macro, widths, make, types=TYPES):
-    out = [header]
-    out.append(f"""
+def emit_parts(header, asm_macro, widths, parts):
+    """A generated file: the header, the asm guard, then for each (macro, make, types) of `parts` and each width its
+    `#define`, one instance per element type and its `#undef`."""
+    out = [header, f"""
 // The instruction exists only in sm_90a code; other passes compile an empty body.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define {asm_macro}(...) asm volatile(__VA_ARGS__)
 #else
 #define {asm_macro}(...)
 #endif
-""")
-    for n in widths:
-        out.append("\n" + make(n).replace("ASM_MACRO(", asm_macro + "("))
-        for element, ptx_type in types.items():
-            out.append(f'{macro}_N{n}({element}, "{ptx_type}")\n')
-        out.append(f"#undef {macro}_N{n}\n")
+"""]
+    for macro, make, types in parts:
+        for n in widths:
+            out.append("\n" + make(n).replace("ASM_MACRO(", asm_macro + "("))
+            for element, ptx_type in types.items():
+                out.append(f'{macro}_N{n}({element}, "{ptx_type}")\n')
+            out.append(f"#undef {macro}_N{n}\n")
     out.append(f"\n#undef {asm_macro}\n\n}}  // namespace nmkit::ptx\n")
     print("".join(out), end="")
+
+
+def emit(header, macro, asm_macro, widths, make, types=TYPES):
+    emit_parts(header, asm_macro, widths, [(macro, make, types)])
 
 
 SCALE_D_COMMENT = "  /* scale_d = 0 ignores the accumulators' previous contents (D = A*B), 1 accumulates."
@@ -165,27 +171,9 @@ def sparse8():
     # fp8 takes the immediate scales of A and B (1: no negation); the integer form has none.
     fp8_operands = lambda r: f"%{r}, %{r + 1}, %{r + 2}, 0, p, 1, 1"
     s8_operands = lambda r: f"%{r}, %{r + 1}, %{r + 2}, 0, p"
-    parts = []
-    for macro, accumulator, dtype, operands, types in [
-            ("NMKIT_WGMMA_SP8_SS", ("float", "+f"), "f32", fp8_operands, TYPES_FP8),
-            ("NMKIT_WGMMA_SPS8_SS", ("int32_t", "+r"), "s32", s8_operands, TYPES_S8)]:
-        parts.append((macro, make(macro, accumulator, dtype, operands), types))
-    out = [SPARSE_8BIT_HEADER, """
-// The instruction exists only in sm_90a code; other passes compile an empty body.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define NMKIT_WGMMA_SP8_ASM(...) asm volatile(__VA_ARGS__)
-#else
-#define NMKIT_WGMMA_SP8_ASM(...)
-#endif
-"""]
-    for macro, make_n, types in parts:
-        for n in WIDTHS:
-            out.append("\n" + make_n(n).replace("ASM_MACRO(", "NMKIT_WGMMA_SP8_ASM("))
-            for element, ptx_type in types.items():
-                out.append(f'{macro}_N{n}({element}, "{ptx_type}")\n')
-            out.append(f"#undef {macro}_N{n}\n")
-    out.append("\n#undef NMKIT_WGMMA_SP8_ASM\n\n}  // namespace nmkit::ptx\n")
-    print("".join(out), end="")
+    emit_parts(SPARSE_8BIT_HEADER, "NMKIT_WGMMA_SP8_ASM", WIDTHS, [
+        ("NMKIT_WGMMA_SP8_SS", make("NMKIT_WGMMA_SP8_SS", ("float", "+f"), "f32", fp8_operands), TYPES_FP8),
+        ("NMKIT_WGMMA_SPS8_SS", make("NMKIT_WGMMA_SPS8_SS", ("int32_t", "+r"), "s32", s8_operands), TYPES_S8)])
 
 
 DENSE_8BIT_HEADER = '''#pragma once
@@ -216,26 +204,12 @@ def dense8():
             f"wgmma.mma_async.sync.aligned.m64n{n}k32.{dtype}", operands,
             ['"l"(desc_a)', '"l"(desc_b)', '"r"(scale_d)'], None, accumulator)
 
-    out = [DENSE_8BIT_HEADER, """
-// The instruction exists only in sm_90a code; other passes compile an empty body.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define NMKIT_WGMMA8_ASM(...) asm volatile(__VA_ARGS__)
-#else
-#define NMKIT_WGMMA8_ASM(...)
-#endif
-"""]
     # fp8 takes the immediate scales of A and B (1: no negation); the integer form has none.
-    for macro, accumulator, dtype, operands, types in [
-            ("NMKIT_WGMMA8_SS", ("float", "+f"), "f32", lambda r: f"%{r}, %{r + 1}, p, 1, 1", TYPES_FP8),
-            ("NMKIT_WGMMAS8_SS", ("int32_t", "+r"), "s32", lambda r: f"%{r}, %{r + 1}, p", TYPES_S8)]:
-        make_n = make(macro, accumulator, dtype, operands)
-        for n in DENSE_8BIT_WIDTHS:
-            out.append("\n" + make_n(n).replace("ASM_MACRO(", "NMKIT_WGMMA8_ASM("))
-            for element, ptx_type in types.items():
-                out.append(f'{macro}_N{n}({element}, "{ptx_type}")\n')
-            out.append(f"#undef {macro}_N{n}\n")
-    out.append("\n#undef NMKIT_WGMMA8_ASM\n\n}  // namespace nmkit::ptx\n")
-    print("".join(out), end="")
+    fp8_operands = lambda r: f"%{r}, %{r + 1}, p, 1, 1"
+    s8_operands = lambda r: f"%{r}, %{r + 1}, p"
+    emit_parts(DENSE_8BIT_HEADER, "NMKIT_WGMMA8_ASM", DENSE_8BIT_WIDTHS, [
+        ("NMKIT_WGMMA8_SS", make("NMKIT_WGMMA8_SS", ("float", "+f"), "f32", fp8_operands), TYPES_FP8),
+        ("NMKIT_WGMMAS8_SS", make("NMKIT_WGMMAS8_SS", ("int32_t", "+r"), "s32", s8_operands), TYPES_S8)])
 
 
 RS_HEADER = '''#pragma once
