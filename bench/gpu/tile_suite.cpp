@@ -157,8 +157,9 @@ void print_timeline(const gpu::TileSpmmPlan& plan, const gpu::DeviceTiles& a, co
                     cudaStream_t stream) {
   using T = gpu::TileTimeline;
   const gpu::SpmmDesc& desc = plan.desc();
-  const int64_t units = ceil_div(desc.rows, int64_t{gpu::kTileBlockRows}) * ceil_div(desc.n, int64_t{plan.block_n()});
-  const int64_t ctas = units * plan.split();  // at least the grid
+  const int64_t units =
+      ceil_div(desc.rows, int64_t{gpu::kTileBlockRows}) * ceil_div(desc.n, int64_t{plan.launch().block_n});
+  const int64_t ctas = units * plan.launch().split;  // at least the grid
   DeviceArray buffer(ctas * T::kWords * sizeof(uint64_t));
   NMKIT_CUDA_CHECK(cudaMemsetAsync(buffer.ptr, 0, ctas * T::kWords * sizeof(uint64_t), stream));
   gpu::run_tile_plan_with_timeline(plan, stream, a, b, nullptr, d, nullptr, static_cast<uint64_t*>(buffer.ptr));
@@ -369,8 +370,8 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
             char kernel_text[64];
             if (kernel_run == gpu::TileKernel::sm90_wgmma)
               std::snprintf(kernel_text, sizeof kernel_text, "%s n%d split %d%s%s", gpu::kernel_name(kernel_run),
-                            plan.block_n(), plan.split(), plan.persistent() ? " persistent" : "",
-                            plan.deferred_store() ? " deferred" : "");
+                            plan.launch().block_n, plan.launch().split, plan.launch().persistent ? " persistent" : "",
+                            tile_plan_defers_store(plan) ? " deferred" : "");
             else if (kernel_run == gpu::TileKernel::stream_mma || kernel_run == gpu::TileKernel::warp_stream_mma)
               std::snprintf(kernel_text, sizeof kernel_text, "%s %ld CTAs", gpu::kernel_name(kernel_run),
                             static_cast<long>(plan.stream_ctas(weights[0])));
@@ -406,10 +407,10 @@ double run_tile_suite(const TileSuiteOptions& o, cublasLtHandle_t lt, void* work
                             {"speedup_vs_cublas", dense_ms / nmkit_ms},
                             {"nmkit_rel_error", err},
                             {"kernel", gpu::kernel_name(kernel_run)},
-                            {"block_n", plan.block_n()},
-                            {"split", plan.split()},
-                            {"persistent", plan.persistent()},
-                            {"deferred_store", plan.deferred_store()}});
+                            {"block_n", plan.launch().block_n},
+                            {"split", plan.launch().split},
+                            {"persistent", plan.launch().persistent},
+                            {"deferred_store", tile_plan_defers_store(plan)}});
             if (kernel_run == gpu::TileKernel::stream_mma || kernel_run == gpu::TileKernel::warp_stream_mma)
               rows.back()["stream_ctas"] = plan.stream_ctas(weights[0]);
             if (variant && !compared) rows.back()["variant"] = variant_label;

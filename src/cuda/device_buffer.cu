@@ -3,7 +3,7 @@
 #include <string>
 
 #include "common/check.cuh"
-#include "nmkit/gpu/device_buffer.hpp"
+#include "nmkit/gpu/detail/device_buffer.hpp"
 
 namespace nmkit::gpu {
 

@@ -157,7 +157,7 @@ TEST(TileGpu, HopperKernelAgainstTheOracle) {
   for (const Problem& problem : layout_and_epilogue_problems(136, 1024, 40)) {  // split K, every epilogue
     if (problem.b_layout == Layout::row_major) continue;                        // the plan refuses; tested below
     const Case t{problem, 64, 64, 0.5, TileKernel::sm90_wgmma};
-    EXPECT_GT(TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma).split(), 1) << describe(t);
+    EXPECT_GT(TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma).launch().split, 1) << describe(t);
     EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
   }
   for (const Problem& problem : layout_and_epilogue_problems(136, 200, 96)) {
@@ -208,8 +208,8 @@ TEST(TileGpu, HopperPersistentCtasTakeSeveralUnits) {
             TileKernel::sm90_wgmma};
         t.launch.persistent = persistent;
         const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma, t.launch);
-        EXPECT_EQ(plan.split(), 1);
-        EXPECT_EQ(plan.persistent(), persistent);
+        EXPECT_EQ(plan.launch().split, 1);
+        EXPECT_EQ(plan.launch().persistent, persistent);
         EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t) << (persistent ? " persistent" : "");
       }
 }
@@ -259,15 +259,16 @@ TEST(TileGpu, HopperDeferredStoreOverManyUnitsPerCta) {
                TileKernel::sm90_wgmma};
         const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma, t.launch);
         const int64_t d_stride = d_layout == Layout::col_major ? s[0] : s[2];
-        ASSERT_EQ(plan.deferred_store(), deferred && d_stride % 8 == 0) << describe(t);
-        ASSERT_TRUE(plan.persistent() && plan.split() == 1 && plan.block_n() == 256) << describe(t);
+        ASSERT_EQ(tile_plan_defers_store(plan), deferred && d_stride % 8 == 0) << describe(t);
+        ASSERT_TRUE(plan.launch().persistent && plan.launch().split == 1 && plan.launch().block_n == 256)
+            << describe(t);
         EXPECT_LE(run_case(t, seed += 10), tolerance(dtype)) << describe(t) << (deferred ? " deferred" : " chunked");
       }
   // Where the staged value would not be D's final value the plan keeps the chunked epilogue.
   const auto deferred_for = [](float beta, Activation activation, DType out) {
     const SpmmDesc desc{4096, 256,  4096,  DType::f16, out, Layout::col_major, Layout::col_major,
                         1.0f, beta, false, activation};
-    return TileSpmmPlan::create(desc, 64, 64, TileKernel::sm90_wgmma).deferred_store();
+    return tile_plan_defers_store(TileSpmmPlan::create(desc, 64, 64, TileKernel::sm90_wgmma));
   };
   EXPECT_TRUE(deferred_for(0.0f, Activation::relu, DType::f16));
   EXPECT_FALSE(deferred_for(0.5f, Activation::none, DType::f16));
@@ -305,7 +306,7 @@ TEST(TileGpu, HopperUnitOrdersOverManyUnitsPerCta) {
                         deferred ? 0.0f : 0.5f,
                         true,
                         Activation::relu};
-        ASSERT_EQ(TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma).deferred_store(), deferred);
+        ASSERT_EQ(tile_plan_defers_store(TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma)), deferred);
         EXPECT_LE(run_with(unpack_tiles(packed), t, seed, TileKernel::sm90_wgmma), tolerance(DType::f16))
             << describe(t) << " side " << side << (skewed ? " skewed" : " balanced") << (deferred ? " deferred" : "");
       }
@@ -343,8 +344,8 @@ TEST(TileGpu, HopperClaimedUnitsAcrossLaunchesAndStreams) {
                       false,
                       Activation::none};
       const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma);
-      ASSERT_TRUE(plan.persistent());
-      ASSERT_EQ(plan.deferred_store(), deferred);
+      ASSERT_TRUE(plan.launch().persistent);
+      ASSERT_EQ(tile_plan_defers_store(plan), deferred);
       const std::size_t d_bytes = static_cast<std::size_t>(r * n) * 2;
       DeviceBuffer other(d_bytes);
       cudaStream_t streams[2];
@@ -386,7 +387,7 @@ TEST(TileGpu, HopperSmallTokenBlocksAcrossUnitsAndSplits) {
                TileKernel::sm90_wgmma};
         t.launch = {block_n, mode == 2 ? 2 : 1, mode == 0, mode == 0};  // the deferred store where it applies
         const TileSpmmPlan plan = TileSpmmPlan::create(t.desc(), side, side, TileKernel::sm90_wgmma, t.launch);
-        ASSERT_EQ(plan.block_n(), block_n);
+        ASSERT_EQ(plan.launch().block_n, block_n);
         EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype))
             << describe(t) << " block_n " << block_n << " mode " << mode;
       }
@@ -408,9 +409,9 @@ TEST(TileGpu, HopperTimelineMarksEveryCtaAndKeepsTheResult) {
            TileKernel::sm90_wgmma};
     t.launch.persistent = persistent;
     const TileSpmmPlan probe = TileSpmmPlan::create(t.desc(), 64, 64, TileKernel::sm90_wgmma, t.launch);
-    const int64_t units = ceil_div(t.r, int64_t{kTileBlockRows}) * ceil_div(t.c, int64_t{probe.block_n()});
-    const int64_t grid =
-        persistent ? std::min<int64_t>(units, query_cuda_devices().devices.at(0).sm_count) : units * probe.split();
+    const int64_t units = ceil_div(t.r, int64_t{kTileBlockRows}) * ceil_div(t.c, int64_t{probe.launch().block_n});
+    const int64_t grid = persistent ? std::min<int64_t>(units, query_cuda_devices().devices.at(0).sm_count)
+                                    : units * probe.launch().split;
     std::vector<uint64_t> words(grid * T::kWords, 0);
     DeviceBuffer timeline(words.size() * sizeof(uint64_t));
     timeline.copy_from_host(words.data(), timeline.size());
@@ -682,7 +683,7 @@ TEST(TileGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
     const TileLaunch launch{.overlap_launch = overlap};
     const TileSpmmPlan p1 = TileSpmmPlan::create({kR1, kK, kN}, 32, 32, TileKernel::automatic, launch),
                        p2 = TileSpmmPlan::create({kR2, kR1, kN}, 32, 32, TileKernel::automatic, launch);
-    EXPECT_EQ(p1.overlap_launch(), sm90_here() && overlap);
+    EXPECT_EQ(p1.launch().overlap_launch, sm90_here() && overlap);
     if (sm90_here()) EXPECT_EQ(p1.kernel_for(d1), TileKernel::warp_stream_mma);
     expect_chained_layers(
         SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, kN,

@@ -16,7 +16,7 @@
 #include "nmkit/prune/magnitude.hpp"
 #include "nmkit/prune/prune_model.hpp"
 #if defined(NMKIT_WITH_CUDA)
-#include "nmkit/gpu/device_buffer.hpp"
+#include "nmkit/gpu/detail/device_buffer.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 #endif
 

@@ -8,7 +8,7 @@
 #include <iosfwd>
 #include <vector>
 #include "nmkit/format/nm.hpp"
-#include "nmkit/gpu/device_buffer.hpp"
+#include "nmkit/gpu/detail/device_buffer.hpp"
 #include "nmkit/matrix.hpp"
 
 struct CUstream_st;

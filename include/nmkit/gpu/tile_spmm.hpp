@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "nmkit/format/tile.hpp"
-#include "nmkit/gpu/device_buffer.hpp"
+#include "nmkit/gpu/detail/device_buffer.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 
 namespace nmkit::gpu {
@@ -83,23 +83,18 @@ class TileSpmmPlan {
   TileKernel kernel_for(const DeviceTiles& a) const noexcept;  // what run() launches for `a`
   int tile_rows() const noexcept { return tile_rows_; }
   int tile_cols() const noexcept { return tile_cols_; }
-  int block_n() const noexcept { return block_n_; }  // block_n() .. overlap_launch(): the resolved TileLaunch
-  int split() const noexcept { return split_; }
-  bool persistent() const noexcept { return persistent_; }
-  bool overlap_launch() const noexcept { return overlap_launch_; }
-  // sm90: D staged and stored by TMA while the next unit runs (16-bit D, beta 0, no GELU, split 1, block_n >= 64).
-  bool deferred_store() const noexcept { return deferred_store_; }
-  int64_t stream_ctas(const DeviceTiles& a) const;  // the stream kernels' CTAs per 32-token block for `a`
+  const TileLaunch& launch() const noexcept { return launch_; }  // resolved (split 1, not persistent off sm90)
+  int64_t stream_ctas(const DeviceTiles& a) const;               // the stream kernels' CTAs per 32-token block for `a`
   std::size_t workspace_bytes() const noexcept { return workspace_ ? workspace_->size() : 0; }
 
  private:
+  friend bool tile_plan_defers_store(const TileSpmmPlan& plan) noexcept;  // detail/tile_schedule.hpp
   SpmmDesc desc_;
+  TileLaunch launch_;  // stream_ctas: the stream kernels' most CTAs per token block (0: no stream kernel)
   TileKernel kernel_ = TileKernel::sm80_mma;
-  int tile_rows_ = 0, tile_cols_ = 0, block_n_ = 0, split_ = 1;
-  bool persistent_ = false, deferred_store_ = false, overlap_launch_ = false;
   TileKernel stream_kernel_ = TileKernel::automatic;  // the stream kernel the workspace serves (automatic: none)
-  int stream_max_ctas_ = 0;
-  bool stream_forced_ = false;
+  int tile_rows_ = 0, tile_cols_ = 0;
+  bool deferred_store_ = false, stream_forced_ = false;
   std::shared_ptr<const DeviceBuffer> workspace_;
   std::size_t partial_floats() const;
   bool takes_warp_stream_schedule(const DeviceTiles& a) const noexcept;

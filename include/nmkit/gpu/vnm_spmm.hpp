@@ -4,7 +4,7 @@
 //   VnmSpmmPlan::create(desc, a.v(), a.m()).run(stream, a, b, c, d, bias);        // desc.b_layout: as packed
 #include <optional>
 #include "nmkit/format/vnm.hpp"
-#include "nmkit/gpu/device_buffer.hpp"
+#include "nmkit/gpu/detail/device_buffer.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 
 namespace nmkit::gpu {

@@ -12,7 +12,7 @@
 #include <ostream>
 
 #include "../common/check.cuh"
-#include "nmkit/gpu/device_buffer.hpp"
+#include "nmkit/gpu/detail/device_buffer.hpp"
 #include "nm24_common.cuh"
 #include "sm90_epilogue.cuh"
 

@@ -42,6 +42,8 @@ const DeviceTileSchedules& tile_schedules(const DeviceTiles& a) noexcept {
   return a.schedules_ ? *a.schedules_ : kNone;
 }
 
+bool tile_plan_defers_store(const TileSpmmPlan& plan) noexcept { return plan.deferred_store_; }
+
 const char* kernel_name(TileKernel k) noexcept {
   switch (k) {
     case TileKernel::automatic:
@@ -147,17 +149,21 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
               " through the weight's split copy) and 32, 64 or 128 columns, got " + std::to_string(tile_rows) + "x" +
               std::to_string(tile_cols));
   plan.kernel_ = kernel;
-  plan.overlap_launch_ = launch.overlap_launch && nm24::device_is_sm90();
+  plan.launch_ = {.block_n = 0,
+                  .split = 1,
+                  .persistent = false,
+                  .stream_ctas = 0,
+                  .overlap_launch = launch.overlap_launch && nm24::device_is_sm90()};
   plan.stream_kernel_ = kernel == TileKernel::stream_mma || kernel == TileKernel::warp_stream_mma ? kernel
                         : warp_stream_by_weight ? TileKernel::warp_stream_mma
                                                 : TileKernel::automatic;
   if (plan.stream_kernel_ != TileKernel::automatic) {
     // The workspace: a partial tile row per CTA end and token block, then a counter per tile row and token block
     // (zero; each launch leaves them zero).
-    plan.stream_max_ctas_ = launch.stream_ctas ? launch.stream_ctas
-                            : plan.stream_kernel_ == TileKernel::warp_stream_mma
-                                ? tile::warp_stream_max_ctas()
-                                : tile::stream_max_ctas(tile_rows, tile_cols);
+    plan.launch_.stream_ctas = launch.stream_ctas ? launch.stream_ctas
+                               : plan.stream_kernel_ == TileKernel::warp_stream_mma
+                                   ? tile::warp_stream_max_ctas()
+                                   : tile::stream_max_ctas(tile_rows, tile_cols);
     plan.stream_forced_ = launch.stream_ctas != 0;
     const std::size_t partial_bytes = plan.partial_floats() * sizeof(float);
     const int stream_tile_rows =
@@ -180,9 +186,9 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
         tile::sm90_tile_config(desc.rows, desc.cols, desc.n, std::max(tile_cols, kSm90MinTileSide), sm_count, waves),
         launch,
         sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride));
-    plan.block_n_ = config.block_n, plan.split_ = config.split;
-    plan.persistent_ = config.persistent, plan.deferred_store_ = config.deferred_store;
-    if (plan.persistent_) tile::unit_claim_pool();  // allocated now rather than in a run (a stream capture, say)
+    plan.launch_.block_n = config.block_n, plan.launch_.split = config.split;
+    plan.launch_.persistent = config.persistent, plan.deferred_store_ = config.deferred_store;
+    if (config.persistent) tile::unit_claim_pool();  // allocated now rather than in a run (a stream capture, say)
   }
   return plan;
 }
@@ -198,7 +204,7 @@ bool TileSpmmPlan::takes_warp_stream_schedule(const DeviceTiles& a) const noexce
   const DeviceTiles* w = warp_stream_weight(a);
   if (stream_kernel_ != TileKernel::warp_stream_mma || stream_forced_ || !w) return false;
   const int64_t ctas = tile_schedules(*w).warp_stream_ctas;
-  return ctas > 0 && ctas <= stream_max_ctas_;
+  return ctas > 0 && ctas <= launch_.stream_ctas;
 }
 
 TileKernel TileSpmmPlan::kernel_for(const DeviceTiles& a) const noexcept {
@@ -210,16 +216,16 @@ int64_t TileSpmmPlan::stream_ctas(const DeviceTiles& a) const {
   const bool warp_stream = kernel_for(a) == TileKernel::warp_stream_mma;
   const DeviceTiles* w = warp_stream ? warp_stream_weight(a) : &a;  // the weight the kernel reads
   const int64_t nnz_tiles = w ? w->nnz_tiles() : a.nnz_tiles();
-  if (stream_forced_) return std::clamp<int64_t>(stream_max_ctas_, 1, std::max<int64_t>(nnz_tiles, 1));
-  if (!warp_stream) return tile::stream_ctas(nnz_tiles, stream_max_ctas_);
+  if (stream_forced_) return std::clamp<int64_t>(launch_.stream_ctas, 1, std::max<int64_t>(nnz_tiles, 1));
+  if (!warp_stream) return tile::stream_ctas(nnz_tiles, launch_.stream_ctas);
   return takes_warp_stream_schedule(a) ? tile_schedules(*w).warp_stream_ctas
-                                       : tile::warp_stream_ctas(nnz_tiles, tile_cols_, stream_max_ctas_);
+                                       : tile::warp_stream_ctas(nnz_tiles, tile_cols_, launch_.stream_ctas);
 }
 
 std::size_t TileSpmmPlan::partial_floats() const {
   return stream_kernel_ == TileKernel::warp_stream_mma
-             ? tile::warp_stream_partial_floats(stream_max_ctas_, desc_.n)
-             : tile::stream_partial_floats(tile_rows_, stream_max_ctas_, desc_.n);
+             ? tile::warp_stream_partial_floats(launch_.stream_ctas, desc_.n)
+             : tile::stream_partial_floats(tile_rows_, launch_.stream_ctas, desc_.n);
 }
 
 namespace {
@@ -243,7 +249,8 @@ const DeviceTiles* sm90_weight(const DeviceTiles& a) noexcept {
 
 // The deferred store's tensor map needs a 16-byte aligned D; otherwise this run keeps the chunked epilogue.
 tile::Sm90TileConfig sm90_config(const TileSpmmPlan& plan, const void* d) {
-  return {plan.block_n(), plan.split(), plan.persistent(), plan.deferred_store() && nm24::aligned16(d)};
+  const TileLaunch& launch = plan.launch();
+  return {launch.block_n, launch.split, launch.persistent, tile_plan_defers_store(plan) && nm24::aligned16(d)};
 }
 }  // namespace
 
@@ -270,7 +277,7 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
       // Overlapping launches order themselves by the stream; the legacy default stream's implicit order with
       // other streams is not theirs to keep.
       if (kernel == TileKernel::warp_stream_mma)
-        tile::launch_warp_stream<Element, Out>(p, work, stream, overlap_launch_ && stream != nullptr);
+        tile::launch_warp_stream<Element, Out>(p, work, stream, launch_.overlap_launch && stream != nullptr);
       else
         tile::launch_stream<Element, Out>(p, work, stream);
     });

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "nmkit/gpu/detail/nm24_pack_8bit.hpp"
-#include "nmkit/gpu/device_buffer.hpp"
+#include "nmkit/gpu/detail/device_buffer.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 
 namespace nmkit::gpu::detail {

@@ -39,6 +39,9 @@ struct DeviceTileSchedules {
   }
 };
 const DeviceTileSchedules& tile_schedules(const DeviceTiles& a) noexcept;
+// Whether the plan's sm90 kernel stores D by TMA while the next unit runs (16-bit D, beta 0, no GELU, split 1,
+// block_n >= 64); a run keeps the chunked epilogue where D is not 16-byte aligned.
+bool tile_plan_defers_store(const TileSpmmPlan& plan) noexcept;
 
 // Throws Error unless row_ptr, col_index and data are consistent with the shape (what upload checks).
 void check_packed_tiles(const PackedTiles& p);

@@ -1,5 +1,5 @@
 #pragma once
-// Owning device memory for host code that must not include CUDA headers (CLI, bindings, tests).
+// Owning device memory: the device weights' storage, and scratch for the CLI and tests, which include no CUDA headers.
 #include <cstddef>
 #include <vector>
 
