@@ -20,7 +20,8 @@ random weights of std K^-1/2; no embedding and no LM head: the input is hidden s
 and 8 x 512 tokens (causal, the keys and values written to a cache as a serving prefill does) and decode of one new
 token at batch 1, 16 and 64 against a static KV cache of --context tokens (random keys and values: their values
 do not change the work), written in place at a position held in a device tensor and attended through a mask made
-from it, so that a step is one CUDA graph. --quick: prefill 8 x 512 and decode at batch 16, fewer rounds.
+from it, so that a step is one CUDA graph. --quick: prefill 8 x 512 and decode at batch 16, fewer rounds, and
+--prune-once (every layer its own device copy of the first layer's weights, one layer pruned on the CPU).
 
 Variants, the same stack with other linear layers: dense (F.linear, cuBLAS); nmkit 2:4, vnm:128:2:8 and
 tile:64x64:<--tile-density> (nmkit.torch.SparseLinear, each weight pruned by magnitude); torch 2:4 (PyTorch's
@@ -503,14 +504,20 @@ class Bench:
         log(f"{cfg.layers} layers (hidden {cfg.hidden}, {cfg.heads} heads of {cfg.head_dim}, FFN {cfg.ffn}), "
             f"{args.dtype}, context {args.context}; variants: {', '.join(v.name for v in self.variants)}")
         self.weights = random_weights(cfg, dtype, device, args.seed)
+        if args.prune_once:  # every layer its own device copy of the first layer's values
+            self.weights = [self.weights[0]] + [{name: w.clone() for name, w in self.weights[0].items()}
+                                                for _ in range(cfg.layers - 1)]
         self.dense_bytes = sum(w.nbytes for layer in self.weights for w in layer.values())
         formats = sorted({v.format for v in self.variants if v.format})
         self.pruned = {}
         if formats and WHY_NO_NMKIT:
             log(f"pruning skipped: {WHY_NO_NMKIT}")
         elif formats:
-            self.pruned = prune_all(self.weights, formats, dtype)
-            log(f"pruned {cfg.layers * len(cfg.projections())} weights into {', '.join(formats)} on the CPU")
+            distinct = self.weights[:1] if args.prune_once else self.weights
+            self.pruned = prune_all(distinct, formats, dtype)
+            if args.prune_once:  # the same host weights; build_linears uploads a copy per layer
+                self.pruned = {spec: layers * cfg.layers for spec, layers in self.pruned.items()}
+            log(f"pruned {len(distinct) * len(cfg.projections())} weights into {', '.join(formats)} on the CPU")
         positions = max(64, args.context + 1, *(w.tokens for w in self.loads))  # 64: the checks' sequences
         self.rope = Rope(cfg, positions, dtype, device)
         self.norms = [(torch.ones(cfg.hidden, dtype=dtype, device=device),) * 2 for _ in range(cfg.layers)]
@@ -746,7 +753,11 @@ def main():
     parser.add_argument("--warmup-s", type=float, help="seconds of warm-up per workload (1; 0.3 with --quick, "
                         "0 on the CPU)")
     parser.add_argument("--sample-ms", type=float, default=20.0, help="GPU time a timed sample aims at")
-    parser.add_argument("--quick", action="store_true", help="prefill 8 x 512 and decode at batch 16 only")
+    parser.add_argument("--quick", action="store_true", help="prefill 8 x 512 and decode at batch 16 only; "
+                        "implies --prune-once")
+    parser.add_argument("--prune-once", action="store_true",
+                        help="every layer holds its own copy of the first layer's weights, so that only one layer "
+                        "is pruned on the CPU (the kernels' work does not depend on the values)")
     parser.add_argument("--variants", nargs="+", default=["nm24", "vnm", "tile", "torch24", "dfss", "fp8"],
                         choices=["dense", "nm24", "vnm", "tile", "torch24", "dfss", "fp8"],
                         help="besides dense, which is always timed")
@@ -761,6 +772,7 @@ def main():
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     args.context = args.context or (32 if args.tiny else 1024)
+    args.prune_once = args.prune_once or args.quick
     args.max_error = args.max_error or (5e-2 if args.dtype == "bf16" else 2e-2)
     args.rounds = args.rounds or (3 if args.device == "cpu" else 5 if args.quick else 15)
     if args.warmup_s is None:

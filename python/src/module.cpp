@@ -174,8 +174,14 @@ void bind_formats(nb::module_& m) {
       .def(
           "to_dense",
           [](const SparseWeight& w) {
-            const DenseMatrix d = decompress(w.matrix);
-            return to_numpy(d.to_float(), d.rows, d.cols);
+            std::vector<float> values;
+            int64_t rows = 0, cols = 0;
+            {
+              nb::gil_scoped_release released;  // seconds for a large weight; other threads' pruning goes on
+              const DenseMatrix d = decompress(w.matrix);
+              values = d.to_float(), rows = d.rows, cols = d.cols;
+            }
+            return to_numpy(std::move(values), rows, cols);
           },
           "The weight expanded to a dense float32 array (pruned entries are zero).")
       .def(
@@ -219,8 +225,14 @@ void bind_formats(nb::module_& m) {
       .def(
           "to_dense",
           [](const QuantizedWeight& w) {
-            const DenseMatrix d = decompress(w.matrix);
-            return to_numpy(d.to_float(), d.rows, d.cols);
+            std::vector<float> values;
+            int64_t rows = 0, cols = 0;
+            {
+              nb::gil_scoped_release released;  // seconds for a large weight; other threads' pruning goes on
+              const DenseMatrix d = decompress(w.matrix);
+              values = d.to_float(), rows = d.rows, cols = d.cols;
+            }
+            return to_numpy(std::move(values), rows, cols);
           },
           "The weight dequantized (code * scale) and expanded to a dense float32 array (pruned entries are zero).")
       .def(

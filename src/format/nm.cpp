@@ -16,12 +16,6 @@ std::string where(int64_t row, int64_t group) {
 
 }  // namespace
 
-int NmMatrix::index_bits() const noexcept { return index_bits_for(m); }
-
-unsigned NmMatrix::index(int64_t value_index) const noexcept {
-  return read_packed(indices, static_cast<std::size_t>(value_index), index_bits());
-}
-
 void check_nm_pattern(int n, int m) {
   require(m >= 2 && m <= 32, ErrorCode::invalid_argument, "N:M needs 2 <= M <= 32, got M=" + std::to_string(m));
   require(n >= 1 && n < m, ErrorCode::invalid_argument,

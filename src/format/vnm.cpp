@@ -9,6 +9,7 @@
 #include "slots.hpp"
 
 namespace nmkit {
+static_assert(kVnmMIndexBits <= kMaxPackedBits, "read_packed reads at most two bytes a value");
 namespace {
 
 std::string block_name(int64_t row_block, int64_t group) {

@@ -175,19 +175,22 @@ Mask select_nm(const ScoreMatrix& score, int n, int m) {
   check_nm_pattern(n, m);
   Mask mask = Mask::none(score.rows, score.cols);
   const int64_t groups = ceil_div(score.cols, m);
+  // The N best of each group by repeated selection (ties: the lower column): N and M are small, and a sort per
+  // group would dominate the pruning's time.
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < score.rows; ++r) {
-    std::vector<int> order(static_cast<std::size_t>(m));
+  for (int64_t r = 0; r < score.rows; ++r)
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t c0 = g * m;
       const int width = static_cast<int>(std::min<int64_t>(m, score.cols - c0));
-      order.resize(static_cast<std::size_t>(width));
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(),
-                       [&](int x, int y) { return score.at(r, c0 + x) > score.at(r, c0 + y); });
-      for (int i = 0; i < std::min(n, width); ++i) mask.set(r, c0 + order[i], true);
+      uint64_t taken = 0;  // M <= 32 (check_nm_pattern)
+      for (int i = 0; i < std::min(n, width); ++i) {
+        int best = -1;
+        for (int j = 0; j < width; ++j)
+          if (!((taken >> j) & 1u) && (best < 0 || score.at(r, c0 + j) > score.at(r, c0 + best))) best = j;
+        taken |= uint64_t{1} << best;
+        mask.set(r, c0 + best, true);
+      }
     }
-  }
   return mask;
 }
 

@@ -10,11 +10,13 @@ namespace nmkit {
 
 constexpr std::size_t packed_bytes(std::size_t count, int bits) noexcept { return (count * bits + 7) / 8; }
 
+// Widths up to 9 bits: a value then spans at most two bytes, read as one little-endian window.
+inline constexpr int kMaxPackedBits = 9;
 inline unsigned read_packed(const std::vector<uint8_t>& stream, std::size_t index, int bits) noexcept {
-  unsigned value = 0;
-  std::size_t bit = index * bits;
-  for (int b = 0; b < bits; ++b, ++bit) value |= ((stream[bit / 8] >> (bit % 8)) & 1u) << b;
-  return value;
+  const std::size_t bit = index * bits, byte = bit / 8;
+  unsigned window = stream[byte];
+  if (byte + 1 < stream.size()) window |= unsigned{stream[byte + 1]} << 8;
+  return (window >> (bit % 8)) & ((1u << bits) - 1u);
 }
 
 // The stream must already hold packed_bytes(count, bits) zero-initialised bytes.

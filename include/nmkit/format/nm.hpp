@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "nmkit/format/bit_packing.hpp"
 #include "nmkit/matrix.hpp"
 
 namespace nmkit {
@@ -19,8 +20,10 @@ struct NmMatrix {
 
   int64_t groups() const noexcept { return ceil_div(cols, m); }
   int64_t value_count() const noexcept { return rows * groups() * n; }
-  int index_bits() const noexcept;
-  unsigned index(int64_t value_index) const noexcept;
+  int index_bits() const noexcept { return index_bits_for(m); }
+  unsigned index(int64_t value_index) const noexcept {
+    return read_packed(indices, static_cast<std::size_t>(value_index), index_bits());
+  }
   // Dense column of value (row r, group g, slot s); >= cols in the K padding.
   int64_t column_of(int64_t r, int64_t g, int s) const noexcept { return g * m + index((r * groups() + g) * n + s); }
   DType dtype() const noexcept { return values.dtype(); }
