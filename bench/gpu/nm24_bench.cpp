@@ -44,7 +44,14 @@ using namespace nmkit;
 using json = nlohmann::json;
 using namespace nmkit::bench;
 
-std::vector<Shape> suite_shapes(const std::string& suite) {
+// The models suite's rows: `models` names the models kept (model_shapes.hpp's names; empty: all), `tokens` the token
+// counts (empty: kModelTokens), so that its ~300 rows per dtype can be run a part at a time.
+struct ModelsFilter {
+  std::vector<std::string> models;
+  std::vector<int64_t> tokens;
+};
+
+std::vector<Shape> suite_shapes(const std::string& suite, const ModelsFilter& filter = {}) {
   std::vector<Shape> out;
   if (suite == "bert" || suite == "all")
     for (int64_t r : {768, 1024})
@@ -58,9 +65,17 @@ std::vector<Shape> suite_shapes(const std::string& suite) {
       out.push_back({r, k, c, "llm"});
   if (suite == "decode" || suite == "all")
     for (int64_t c : {1, 16, 128}) out.push_back({11008, 4096, c, "decode"});
-  if (suite == "models")  // every linear of the listed models at every token count (model_shapes.hpp)
+  if (suite == "models") {  // every linear of the listed models at every token count (model_shapes.hpp)
+    for (const std::string& name : filter.models)
+      if (std::none_of(kModelLinears.begin(), kModelLinears.end(), [&](const ModelLinear& l) { return l.model == name; }))
+        throw Error(ErrorCode::invalid_argument, "--models: no model '" + name + "' (model_shapes.hpp names them)");
+    const std::vector<int64_t> tokens =
+        filter.tokens.empty() ? std::vector<int64_t>(kModelTokens.begin(), kModelTokens.end()) : filter.tokens;
     for (const ModelLinear& layer : kModelLinears)
-      for (int64_t c : kModelTokens) out.push_back({layer.r, layer.k, c, "models"});
+      if (filter.models.empty() || std::find(filter.models.begin(), filter.models.end(), layer.model) !=
+                                       filter.models.end())
+        for (int64_t c : tokens) out.push_back({layer.r, layer.k, c, "models"});
+  }
   if (suite == "tile")  // seed 003: a 4096 x 4096 weight, a small batch and a large one
     for (int64_t c : {32, 4096}) out.push_back({4096, 4096, c, "tile"});
   if (suite == "8bit")  // fp8 / int8 2:4 against cuBLASLt and cuSPARSELt at 8 bits
@@ -91,6 +106,7 @@ struct Options {
   bool vnm_shared_columns = false;
   std::string vnm_shapes = "acceptance";
   std::vector<std::string> shapes;
+  ModelsFilter models;
   std::string dtype = "both";
   std::vector<std::string> quant_types{"e4m3", "int8"};  // 8bit suite
   std::string json_path;
@@ -191,10 +207,15 @@ int run(const Options& o) {
     throw Error(ErrorCode::invalid_argument, "--variant applies to the 2:4 and tile suites, not --suite " + o.suite);
   const gpu::Nm24Options variant_options =
       o.suite == "tile" || variant_settings.empty() ? gpu::Nm24Options{} : nm24_variant_options(variant_settings);
+  if (o.suite != "models" && (!o.models.models.empty() || !o.models.tokens.empty()))
+    throw Error(ErrorCode::invalid_argument, "--models and --tokens apply to --suite models, not --suite " + o.suite);
+  for (int64_t t : o.models.tokens)
+    require(t >= 1, ErrorCode::invalid_argument, "--tokens: token counts must be >= 1, got " + std::to_string(t));
   std::vector<Shape> shapes = suite_shapes(
       o.shapes.empty()
           ? o.suite
-          : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" || o.suite == "8bit" ? "none" : o.suite));
+          : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" || o.suite == "8bit" ? "none" : o.suite),
+      o.models);
   if (o.suite == "vnm" && o.shapes.empty() && o.vnm_shapes == "ksweep") {  // the seed's Figure 9: K varies
     shapes.clear();
     for (int64_t k : {1024, 2048, 4096, 8192, 16384}) shapes.push_back({4096, k, 4096, "vnm"});
@@ -536,6 +557,12 @@ int main(int argc, char** argv) {
                  "bert | llm | decode | all | models (2:4; models: every linear of Llama-2/3 and BERT at T = 1..8192) "
                  "| vnm (V:N:M) | tile | 8bit (fp8 / int8 2:4)")
       ->capture_default_str();
+  app.add_option("--models", o.models.models,
+                 "models suite: only these models (llama-2-7b, llama-2-13b, llama-3-8b, llama-3-70b, "
+                 "\"llama-3-70b tp8\", bert-base, bert-large)")
+      ->delimiter(',');
+  app.add_option("--tokens", o.models.tokens, "models suite: only these token counts (default 1, 8, ..., 8192)")
+      ->delimiter(',');
   app.add_option("--quant", o.quant_types, "8bit suite: e4m3 and/or int8")->delimiter(',')->capture_default_str();
   app.add_option("--v", o.vnm_v, "vnm suite: V values")->delimiter(',')->capture_default_str();
   app.add_option("--tile-sides", o.tile_sides, "tile suite: square tile sides")->delimiter(',')->capture_default_str();
