@@ -67,13 +67,14 @@ std::vector<Shape> suite_shapes(const std::string& suite, const ModelsFilter& fi
     for (int64_t c : {1, 16, 128}) out.push_back({11008, 4096, c, "decode"});
   if (suite == "models") {  // every linear of the listed models at every token count (model_shapes.hpp)
     for (const std::string& name : filter.models)
-      if (std::none_of(kModelLinears.begin(), kModelLinears.end(), [&](const ModelLinear& l) { return l.model == name; }))
+      if (std::none_of(kModelLinears.begin(), kModelLinears.end(),
+                       [&](const ModelLinear& l) { return l.model == name; }))
         throw Error(ErrorCode::invalid_argument, "--models: no model '" + name + "' (model_shapes.hpp names them)");
     const std::vector<int64_t> tokens =
         filter.tokens.empty() ? std::vector<int64_t>(kModelTokens.begin(), kModelTokens.end()) : filter.tokens;
     for (const ModelLinear& layer : kModelLinears)
-      if (filter.models.empty() || std::find(filter.models.begin(), filter.models.end(), layer.model) !=
-                                       filter.models.end())
+      if (filter.models.empty() ||
+          std::find(filter.models.begin(), filter.models.end(), layer.model) != filter.models.end())
         for (int64_t c : tokens) out.push_back({layer.r, layer.k, c, "models"});
   }
   if (suite == "tile")  // seed 003: a 4096 x 4096 weight, a small batch and a large one

@@ -321,14 +321,16 @@ def _model_device(model) -> torch.device:
 
 
 def _prune_linear(name, linear, stats, format, method, damp, candidates,
-                  dtype=None, solver="cpu") -> SparseWeight | QuantizedWeight:
+                  dtype=None, solver="cpu") -> tuple:
+    """The pruned weight (SparseWeight or QuantizedWeight) and, where the solver left it there, the same weight dense
+    on the Linear's device (else None: the caller expands the compressed one)."""
     try:
         if solver == "torch":
             return _prune_linear_torch(linear, stats, format, damp, _storage_dtype(linear.weight, dtype))
         weight = linear.weight.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
         xtx = None if stats is None else stats.xtx.cpu().numpy()
         return _nmkit.prune_with_statistics(weight, xtx, 0 if stats is None else stats.tokens, format, method, damp,
-                                            candidates, _storage_dtype(linear.weight, dtype))
+                                            candidates, _storage_dtype(linear.weight, dtype)), None
     except (ValueError, NotImplementedError, RuntimeError) as e:
         raise type(e)(f"{name}: {e}") from None
 
@@ -400,15 +402,26 @@ def _obs_nm_torch(weight: torch.Tensor, xtx: torch.Tensor, n: int, m: int, damp:
     return w.float(), kept
 
 
-def _prune_linear_torch(linear, stats, format, damp, storage: str) -> SparseWeight | QuantizedWeight:
+# Value storages whose rounding torch reproduces exactly (round to nearest even, gradual underflow).
+_TORCH_STORAGE = {"f32": torch.float32, "fp32": torch.float32, "float32": torch.float32, "f16": torch.float16,
+                  "fp16": torch.float16, "float16": torch.float16, "half": torch.float16, "bf16": torch.bfloat16,
+                  "bfloat16": torch.bfloat16}
+
+
+def _prune_linear_torch(linear, stats, format, damp, storage: str) -> tuple:
     n, m = _nm_pattern(format)
     weight = linear.weight.detach().to(dtype=torch.float32)
     if not torch.isfinite(stats.xtx).all():
         raise ValueError("the calibration statistics (X^T X) are not finite: the layer's calibration inputs hold NaN "
                          "or infinity")
     values, kept = _obs_nm_torch(weight, stats.xtx, n, m, damp)
-    return _nmkit.compress_selected(weight.cpu().contiguous().numpy(), values.cpu().numpy(), kept.cpu().numpy(),
-                                    format, storage)
+    compressed = _nmkit.compress_selected(weight.cpu().contiguous().numpy(), values.cpu().numpy(),
+                                          kept.cpu().numpy(), format, storage)
+    # The dense pruned weight without a round trip through the host: values are zero where not kept, and rounding
+    # them to the storage dtype is what compressing did (8-bit storages are dequantized by to_dense instead).
+    stored = _TORCH_STORAGE.get(storage)
+    on_device = None if stored is None else values.to(stored).to(device=linear.weight.device)
+    return compressed, on_device
 
 
 def _state_entries(model, weights: dict) -> list:
@@ -635,9 +648,10 @@ def prune_model(model: torch.nn.Module, calibration, format: str, method: str = 
                                 warnings.warn(f"{name}: the calibration never ran it; kept dense", RuntimeWarning,
                                               stacklevel=2)
                                 continue
-                            weight = _prune_linear(name, linear, stats.get(name), format, method, damp,
-                                                   candidates, dtype, solver)
-                            pruned = torch.from_numpy(weight.to_dense())
+                            weight, pruned = _prune_linear(name, linear, stats.get(name), format, method, damp,
+                                                           candidates, dtype, solver)
+                            if pruned is None:
+                                pruned = torch.from_numpy(weight.to_dense())
                             linear.weight.copy_(pruned.to(device=linear.weight.device, dtype=linear.weight.dtype))
                             weights[name] = weight
                     except BaseException:

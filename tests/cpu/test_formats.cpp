@@ -1,6 +1,9 @@
 // Round trips, pattern checks and storage accounting of the three formats.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+#include <random>
 #include <tuple>
 
 #include "nmkit/error.hpp"
@@ -17,6 +20,29 @@ using test::random_matrix;
 
 constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
 constexpr std::pair<int64_t, int64_t> kShapes[] = {{1, 1}, {3, 5}, {7, 33}, {16, 64}, {17, 100}, {40, 131}};
+
+// ---------------------------------------------------------------- bit streams
+
+// Every width the formats pack (1..kMaxPackedBits), values written in a scrambled order over a stream of noise, then
+// each overwritten once: every value reads back and no neighbour's bits move.
+TEST(BitPacking, WritesAndReadsEveryWidthWithoutTouchingNeighbours) {
+  std::mt19937 rng(7);
+  for (int bits = 1; bits <= kMaxPackedBits; ++bits) {
+    constexpr std::size_t kCount = 301;  // an odd count: the stream's last value ends inside a byte
+    std::vector<uint8_t> stream(packed_bytes(kCount, bits));
+    for (uint8_t& byte : stream) byte = static_cast<uint8_t>(rng());
+    std::vector<unsigned> want(kCount);
+    std::vector<std::size_t> order(kCount);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int pass = 0; pass < 2; ++pass)
+      for (std::size_t i : order) {
+        want[i] = static_cast<unsigned>(rng()) & ((1u << bits) - 1u);
+        write_packed(stream, i, bits, want[i] | (1u << bits));  // a bit above the width must be dropped
+      }
+    for (std::size_t i = 0; i < kCount; ++i) ASSERT_EQ(read_packed(stream, i, bits), want[i]) << bits << " bits, " << i;
+  }
+}
 
 // ---------------------------------------------------------------- N:M
 TEST(NmFormat, RoundTripEveryDtypeShapeAndPattern) {

@@ -10,7 +10,7 @@ namespace nmkit {
 
 constexpr std::size_t packed_bytes(std::size_t count, int bits) noexcept { return (count * bits + 7) / 8; }
 
-// Widths up to 9 bits: a value then spans at most two bytes, read as one little-endian window.
+// Widths up to 9 bits: a value then spans at most two bytes, read and written as one little-endian window.
 inline constexpr int kMaxPackedBits = 9;
 inline unsigned read_packed(const std::vector<uint8_t>& stream, std::size_t index, int bits) noexcept {
   const std::size_t bit = index * bits, byte = bit / 8;
@@ -19,16 +19,12 @@ inline unsigned read_packed(const std::vector<uint8_t>& stream, std::size_t inde
   return (window >> (bit % 8)) & ((1u << bits) - 1u);
 }
 
-// The stream must already hold packed_bytes(count, bits) zero-initialised bytes.
+// The stream must already hold packed_bytes(count, bits) bytes; the value's bits replace what was there.
 inline void write_packed(std::vector<uint8_t>& stream, std::size_t index, int bits, unsigned value) noexcept {
-  std::size_t bit = index * bits;
-  for (int b = 0; b < bits; ++b, ++bit) {
-    const uint8_t m = static_cast<uint8_t>(1u << (bit % 8));
-    if ((value >> b) & 1u)
-      stream[bit / 8] |= m;
-    else
-      stream[bit / 8] &= static_cast<uint8_t>(~m);
-  }
+  const std::size_t bit = index * bits, byte = bit / 8;
+  const unsigned shift = bit % 8, mask = ((1u << bits) - 1u) << shift, shifted = (value << shift) & mask;
+  stream[byte] = static_cast<uint8_t>((stream[byte] & ~mask) | shifted);
+  if (shift + bits > 8) stream[byte + 1] = static_cast<uint8_t>((stream[byte + 1] & ~(mask >> 8)) | (shifted >> 8));
 }
 
 // Bits needed to address one of `m` positions: ceil(log2 m), at least 1.
