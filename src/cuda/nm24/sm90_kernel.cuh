@@ -121,9 +121,10 @@ struct BSourceTraits {
   static constexpr bool kGather = kSource == BSource::gather_rows || kSource == BSource::gather_cols;
   // B row-major lands MN-major (64-column atoms of 64 k-rows) and is read by wgmma with B transposed.
   static constexpr bool kMnMajor = kSource == BSource::gather_rows || kSource == BSource::tma_rows;
-  // The gather loops need more registers than the single TMA-issuing thread.
-  static constexpr int kProducerRegisters = kGather ? 88 : 40;
-  static constexpr int kConsumerRegisters = kGather ? 208 : 232;
+  // The gather loops need more registers than the single TMA-issuing thread; gathering along K (element by element)
+  // the most: at 88 its producer spilled.
+  static constexpr int kProducerRegisters = kSource == BSource::gather_cols ? 96 : kGather ? 88 : 40;
+  static constexpr int kConsumerRegisters = kSource == BSource::gather_cols ? 200 : kGather ? 208 : 232;
   // Arrivals that complete a full barrier: the thread posting the transaction bytes, plus every producer
   // thread once its share of a gathered tile is written.
   static constexpr int kFullArrivals = kGather ? 1 + kWarpgroupThreads : 1;
