@@ -1,5 +1,7 @@
 """A linear layer through PyTorch, side by side in one process: dense F.linear (cuBLAS), PyTorch's 2:4 tensor
-(to_sparse_semi_structured: cuSPARSELt on Hopper) and nmkit.torch.SparseLinear on the same pruned weight.
+(to_sparse_semi_structured: cuSPARSELt on Hopper) and nmkit.torch.SparseLinear on the same pruned weight, and
+SparseLinear on the weight pruned to vnm:128:2:8 instead (checked against F.linear on that weight; pruned once per
+shape, in f32, and rounded to each dtype).
 
     PYTHONPATH=build/gpu/python python3 bench/torch_linear.py [--json out.json] [--iters 50] [--rounds 7]
     PYTHONPATH=build/gpu/python python3 bench/torch_linear.py --fp8 [--tokens 16,128,512,2048,4096]
@@ -128,10 +130,16 @@ def summarise(samples, graphs, replays, checked, baseline):
     return out
 
 
+VNM = "vnm:128:2:8"
+_vnm_pruned = {}  # (R, K): the V:N:M weight in f32, pruned once (its CPU column search takes seconds)
+
+
 def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s):
     torch.manual_seed(0)
     dense = torch.nn.Linear(cols, rows, bias=False, device="cuda", dtype=dtype)
-    w16 = nmkit.prune(dense.weight.detach().float().cpu().numpy(), "2:4", "f16" if dtype == torch.float16 else "bf16")
+    storage = "f16" if dtype == torch.float16 else "bf16"
+    w = dense.weight.detach().float().cpu().numpy()
+    w16 = nmkit.prune(w, "2:4", storage)
     pruned = torch.from_numpy(w16.to_dense()).to("cuda", dtype)
     copies = copies_beyond_l2(rows * cols * pruned.element_size() // 2)  # the 2:4 values
     pruned_copies = [pruned] + [pruned.clone() for _ in range(copies - 1)]
@@ -141,18 +149,31 @@ def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s):
     want = F.linear(x.float(), pruned.float())
     libraries = {"cuBLAS (F.linear)": rotating([lambda w=w: F.linear(x, w) for w in pruned_copies]),
                  "nmkit SparseLinear": rotating([lambda layer=layer: layer(x) for layer in layers])}
+    references = {name: want for name in libraries}
     errors = {}
+    vnm_name, vnm_layers = f"nmkit SparseLinear {VNM}", []
+    try:
+        if (rows, cols) not in _vnm_pruned:
+            _vnm_pruned[(rows, cols)] = nmkit.prune(w, VNM, "f32")
+        wv = _vnm_pruned[(rows, cols)].astype(storage)
+        vnm_layers = [nmt.SparseLinear(wv, device="cuda")
+                      for _ in range(copies_beyond_l2(rows * cols * pruned.element_size() // 4))]  # 2 of 8 kept
+        libraries[vnm_name] = rotating([lambda layer=layer: layer(x) for layer in vnm_layers])
+        references[vnm_name] = F.linear(x.float(), torch.from_numpy(wv.to_dense()).to("cuda"))
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        errors[vnm_name] = f"{type(e).__name__}: {e}"
     try:
         # cuSPARSELt explicitly: PyTorch's default CUTLASS backend refuses Hopper.
         semis = [torch.sparse.SparseSemiStructuredTensorCUSPARSELT.from_dense(w) for w in pruned_copies]
         libraries["torch 2:4 (semi-structured)"] = rotating([lambda semi=semi: F.linear(x, semi) for semi in semis])
+        references["torch 2:4 (semi-structured)"] = want
     except Exception as e:  # noqa: BLE001 - the baseline is optional; say why it is missing
         errors["torch 2:4 (semi-structured)"] = f"{type(e).__name__}: {e}"
     checked = {}
     with torch.no_grad():
         for name, call in list(libraries.items()):
             try:
-                checked[name] = relative_error(call(), want)
+                checked[name] = relative_error(call(), references[name])
             except Exception as e:  # noqa: BLE001
                 errors[name] = f"{type(e).__name__}: {e}"
                 del libraries[name]
@@ -163,6 +184,8 @@ def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s):
     result["libraries"] = summarise(samples, graphs, replays, {n: {"rel_err": e} for n, e in checked.items()},
                                     result["baseline"])
     result["nmkit_kernel"] = layer.kernel(tokens)
+    if vnm_layers:
+        result["nmkit_kernel_vnm"] = vnm_layers[0].kernel(tokens)
     return result
 
 
@@ -294,7 +317,7 @@ def main():
     args = parser.parse_args()
     dtypes = {"f16": [torch.float16], "bf16": [torch.bfloat16], "both": [torch.float16, torch.bfloat16]}[args.dtype]
     results = []
-    width = 48 if args.fp8 else 30
+    width = 48 if args.fp8 else 32
     print(f"{'shape RxKxT':22} {'dtype':8} {'library':{width}} {'GPU ms':>9} {'host us':>8} {'x dense':>8} "
           f"{'rel.err':>8} {'graph ms':>9} {'x dense':>8}" + (f" {'rel.err q':>9}" if args.fp8 else ""))
 
