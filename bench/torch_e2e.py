@@ -503,10 +503,11 @@ class Bench:
         self.loads = workloads(args.tiny, args.quick)
         log(f"{cfg.layers} layers (hidden {cfg.hidden}, {cfg.heads} heads of {cfg.head_dim}, FFN {cfg.ffn}), "
             f"{args.dtype}, context {args.context}; variants: {', '.join(v.name for v in self.variants)}")
-        self.weights = random_weights(cfg, dtype, device, args.seed)
         if args.prune_once:  # every layer its own device copy of the first layer's values
-            self.weights = [self.weights[0]] + [{name: w.clone() for name, w in self.weights[0].items()}
-                                                for _ in range(cfg.layers - 1)]
+            first = random_weights(dataclasses.replace(cfg, layers=1), dtype, device, args.seed)[0]
+            self.weights = [first] + [{name: w.clone() for name, w in first.items()} for _ in range(cfg.layers - 1)]
+        else:
+            self.weights = random_weights(cfg, dtype, device, args.seed)
         self.dense_bytes = sum(w.nbytes for layer in self.weights for w in layer.values())
         formats = sorted({v.format for v in self.variants if v.format})
         self.pruned = {}

@@ -84,7 +84,7 @@ def capture(call, iters):
 def copies_beyond_l2(smallest_weight_bytes):
     """How many copies of a layer's weight a timed loop rotates through: enough that the smallest library's copies
     hold at least 3x the L2 cache, so that no call finds its weight there."""
-    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
+    l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     return max(1, math.ceil(3 * l2_bytes / smallest_weight_bytes))
 
 

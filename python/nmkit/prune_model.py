@@ -402,10 +402,8 @@ def _obs_nm_torch(weight: torch.Tensor, xtx: torch.Tensor, n: int, m: int, damp:
     return w.float(), kept
 
 
-# Value storages whose rounding torch reproduces exactly (round to nearest even, gradual underflow).
-_TORCH_STORAGE = {"f32": torch.float32, "fp32": torch.float32, "float32": torch.float32, "f16": torch.float16,
-                  "fp16": torch.float16, "float16": torch.float16, "half": torch.float16, "bf16": torch.bfloat16,
-                  "bfloat16": torch.bfloat16}
+# A SparseWeight's value dtypes, whose rounding torch reproduces exactly (round to nearest even, gradual underflow).
+_TORCH_STORAGE = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
 def _prune_linear_torch(linear, stats, format, damp, storage: str) -> tuple:
@@ -419,7 +417,7 @@ def _prune_linear_torch(linear, stats, format, damp, storage: str) -> tuple:
                                           kept.cpu().numpy(), format, storage)
     # The dense pruned weight without a round trip through the host: values are zero where not kept, and rounding
     # them to the storage dtype is what compressing did (8-bit storages are dequantized by to_dense instead).
-    stored = _TORCH_STORAGE.get(storage)
+    stored = _TORCH_STORAGE.get(compressed.dtype) if isinstance(compressed, SparseWeight) else None
     on_device = None if stored is None else values.to(stored).to(device=linear.weight.device)
     return compressed, on_device
 

@@ -179,7 +179,9 @@ void bind_formats(nb::module_& m) {
             {
               nb::gil_scoped_release released;  // seconds for a large weight; other threads' pruning goes on
               const DenseMatrix d = decompress(w.matrix);
-              values = d.to_float(), rows = d.rows, cols = d.cols;
+              values = d.to_float();
+              rows = d.rows;
+              cols = d.cols;
             }
             return to_numpy(std::move(values), rows, cols);
           },
@@ -230,7 +232,9 @@ void bind_formats(nb::module_& m) {
             {
               nb::gil_scoped_release released;  // seconds for a large weight; other threads' pruning goes on
               const DenseMatrix d = decompress(w.matrix);
-              values = d.to_float(), rows = d.rows, cols = d.cols;
+              values = d.to_float();
+              rows = d.rows;
+              cols = d.cols;
             }
             return to_numpy(std::move(values), rows, cols);
           },

@@ -16,6 +16,8 @@ std::string where(int64_t row, int64_t group) {
 
 }  // namespace
 
+static_assert(index_bits_for(32) <= kMaxPackedBits, "N:M indices (M <= 32) are read two bytes at a time");
+
 void check_nm_pattern(int n, int m) {
   require(m >= 2 && m <= 32, ErrorCode::invalid_argument, "N:M needs 2 <= M <= 32, got M=" + std::to_string(m));
   require(n >= 1 && n < m, ErrorCode::invalid_argument,

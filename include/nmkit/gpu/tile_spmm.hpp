@@ -66,8 +66,7 @@ struct TileLaunch {
   int split = 0;               // sm90: CTAs of a cluster that share a block's K, 1..8
   bool persistent = true;      // sm90: one CTA per SM slot, walking the work units (split 1 only)
   int stream_ctas = 0;         // stream kernels: CTAs per 32-token block, 1..2^20
-  bool overlap_launch = true;  // warp-stream on sm_90: start before the kernel before run() ends, which must
-                               // then not write the weight (programmatic dependent launch)
+  bool overlap_launch = true;  // warp-stream on sm_90: start as the kernel before ends (it must not write the weight)
 };
 
 class TileSpmmPlan {
@@ -83,8 +82,9 @@ class TileSpmmPlan {
   TileKernel kernel_for(const DeviceTiles& a) const noexcept;  // what run() launches for `a`
   int tile_rows() const noexcept { return tile_rows_; }
   int tile_cols() const noexcept { return tile_cols_; }
-  const TileLaunch& launch() const noexcept { return launch_; }  // resolved (split 1, not persistent off sm90)
-  int64_t stream_ctas(const DeviceTiles& a) const;               // the stream kernels' CTAs per 32-token block for `a`
+  // The launch resolved (off sm90: block_n 0, split 1, not persistent); stream_ctas: the most per token block.
+  const TileLaunch& launch() const noexcept { return launch_; }
+  int64_t stream_ctas(const DeviceTiles& a) const;  // the stream kernels' CTAs per 32-token block for `a`
   std::size_t workspace_bytes() const noexcept { return workspace_ ? workspace_->size() : 0; }
 
  private:
