@@ -19,11 +19,10 @@ constexpr int kCols = kVnmSelectedColumns;
 struct TopTwo {
   float first = 0.0f;
   float second = 0.0f;
+  // Branch-free (the same result for finite values), so that the loops over a block's rows vectorise.
   void push(float x) noexcept {
-    if (x > first)
-      second = first, first = x;
-    else if (x > second)
-      second = x;
+    second = std::max(second, std::min(first, x));
+    first = std::max(first, x);
   }
   double keep(int n) const noexcept { return n == 1 ? first : double{first} + second; }
 };
