@@ -99,6 +99,22 @@ NumpyMatrix to_numpy(std::vector<float> values, int64_t rows, int64_t cols) {
   return NumpyMatrix(owned->data(), {static_cast<size_t>(rows), static_cast<size_t>(cols)}, owner);
 }
 
+// A weight (SparseWeight or QuantizedWeight, dequantized) expanded to a dense float32 array, without the GIL: seconds
+// for a large weight, during which other threads' pruning goes on.
+template <class Weight>
+NumpyMatrix dense_array(const Weight& w) {
+  std::vector<float> values;
+  int64_t rows = 0, cols = 0;
+  {
+    nb::gil_scoped_release released;
+    const DenseMatrix d = decompress(w.matrix);
+    values = d.to_float();
+    rows = d.rows;
+    cols = d.cols;
+  }
+  return to_numpy(std::move(values), rows, cols);
+}
+
 NumpyVector to_numpy(std::vector<float> values) {
   auto* owned = new std::vector<float>(std::move(values));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
@@ -171,21 +187,8 @@ void bind_formats(nb::module_& m) {
       .def_prop_ro(
           "energy", [](const SparseWeight& w) { return w.energy; },
           "Kept L1 over total L1 of the weight it was pruned from (None when not pruned by nmkit).")
-      .def(
-          "to_dense",
-          [](const SparseWeight& w) {
-            std::vector<float> values;
-            int64_t rows = 0, cols = 0;
-            {
-              nb::gil_scoped_release released;  // seconds for a large weight; other threads' pruning goes on
-              const DenseMatrix d = decompress(w.matrix);
-              values = d.to_float();
-              rows = d.rows;
-              cols = d.cols;
-            }
-            return to_numpy(std::move(values), rows, cols);
-          },
-          "The weight expanded to a dense float32 array (pruned entries are zero).")
+      .def("to_dense", &dense_array<SparseWeight>,
+           "The weight expanded to a dense float32 array (pruned entries are zero).")
       .def(
           "astype",
           [](const SparseWeight& w, const std::string& dtype) {
@@ -224,21 +227,8 @@ void bind_formats(nb::module_& m) {
       .def_prop_ro(
           "scales", [](const QuantizedWeight& w) { return to_numpy(w.matrix.scales); }, nb::rv_policy::move,
           "The per-row scales, float32 (R,): a row's largest |value| over the code type's largest (0 for a zero row).")
-      .def(
-          "to_dense",
-          [](const QuantizedWeight& w) {
-            std::vector<float> values;
-            int64_t rows = 0, cols = 0;
-            {
-              nb::gil_scoped_release released;  // seconds for a large weight; other threads' pruning goes on
-              const DenseMatrix d = decompress(w.matrix);
-              values = d.to_float();
-              rows = d.rows;
-              cols = d.cols;
-            }
-            return to_numpy(std::move(values), rows, cols);
-          },
-          "The weight dequantized (code * scale) and expanded to a dense float32 array (pruned entries are zero).")
+      .def("to_dense", &dense_array<QuantizedWeight>,
+           "The weight dequantized (code * scale) and expanded to a dense float32 array (pruned entries are zero).")
       .def(
           "validate", [](const QuantizedWeight& w) { validate(w.matrix); },
           "Checks every invariant (N:M's, the codes and the scales); raises ValueError naming the first violation.")
