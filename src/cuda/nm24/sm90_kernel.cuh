@@ -78,12 +78,17 @@ constexpr uint32_t kAWarpgroupBytes = kRowsPerConsumer / 8 * 2 * kCoreMatrixByte
 constexpr uint32_t kACoreKStride = kCoreMatrixBytes, kACoreRowStride = 2 * kCoreMatrixBytes;
 static_assert(kBlockM == kPackRowAlign && kBlockK == kPackKAlign, "a CTA tile is one packed tile");
 
-// Stage layout: [kBTiles B tiles (kBlockN x 64 halves each, swizzled)][A values][A metadata]; stages
-// 1024-aligned. kBTiles = 2 when the CTA's rows are two V:N:M row blocks (V = 64) that gather different rows.
-template <int kBlockN, int kBTiles = 1>
+// Stage layout, for kKTiles k-tiles a stage: [kKTiles x kBTiles B tiles (kBlockN x 64 halves each, swizzled)]
+// [kKTiles A value tiles][kKTiles A metadata tiles]; stages 1024-aligned. kBTiles = 2 when the CTA's rows are two
+// V:N:M row blocks (V = 64) that gather different rows.
+template <int kBlockN, int kBTiles = 1, int kKTilesPerStage = 1>
 struct Sm90Shape {
-  static constexpr int kBBytes = kBlockN * kSwizzleRowBytes;
-  static constexpr int kStageBytes = kBTiles * kBBytes + kAValueBytes + kAMetaBytes;
+  static constexpr int kKTiles = kKTilesPerStage;
+  static constexpr int kBBytes = kBlockN * kSwizzleRowBytes;  // one B tile of one k-tile
+  static constexpr int kKTileBytes = kBTiles * kBBytes + kAValueBytes + kAMetaBytes;
+  static constexpr int kAValuesOffset = kKTiles * kBTiles * kBBytes;
+  static constexpr int kAMetaOffset = kAValuesOffset + kKTiles * kAValueBytes;
+  static constexpr int kStageBytes = kKTiles * kKTileBytes;
   // The register epilogue's buffers, two 64 x 64 16-bit output parts per consumer warpgroup, after the stages
   // (n-tiles of whole 64-column parts only; the others always take the staged epilogue): a warpgroup stages one
   // part while the copy engine still reads the other. They cost n256 its fifth stage, which measured neutral
@@ -134,6 +139,15 @@ struct BSourceTraits {
                     (kConsumers + 1) * cuda::launch_registers(kThreads),
                 "setmaxnreg budgets must fit the registers allocated at launch");
 };
+
+// K-tiles per stage. A CTA of a narrow n-tile does little math per k-tile, and its time is then the producer's
+// rounds: each round's barrier wait, byte count, copy issues and ring step (~0.2 us, "What a copy round costs" in
+// docs/performance.md) whatever the bytes. Two k-tiles a stage halve the rounds. The gathering sources keep one: their
+// whole warpgroup copies B, and their rounds are bound by those copies.
+template <int kBlockN, BSource kSource>
+constexpr int kStageKTiles = !BSourceTraits<kSource>::kGather && kBlockN <= 64 ? 2 : 1;
+template <int kBlockN, BSource kSource, int kBTiles>
+using StageShape = Sm90Shape<kBlockN, kBTiles, kStageKTiles<kBlockN, kSource>>;
 
 constexpr int kMnAtomHalves = 64;            // MN-major swizzle atom: 64 halves (128 B) along N
 constexpr int kMnAtomBytes = kBlockK * 128;  // one atom column of a 64-row k-tile
@@ -336,9 +350,8 @@ __device__ __forceinline__ void scale_dot_products(const Accumulator (&dots)[kAc
 
 // The CTA's shared memory: kStages stages on a 1024-byte boundary (the swizzle atom), then the register epilogue's
 // output parts, then the pipeline's barriers.
-template <int kBlockN, int kBTiles>
+template <class Shape>
 struct SharedStorage {
-  using Shape = Sm90Shape<kBlockN, kBTiles>;
   unsigned char* stages;
   unsigned char* outputs;
   uint64_t* barriers;
@@ -354,7 +367,7 @@ struct SharedStorage {
 // A tile (values and metadata, two bulk copies) and the B tile(s) from kSource.
 template <class Element, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 struct Producer {
-  using Shape = Sm90Shape<kBlockN, kBTiles>;
+  using Shape = StageShape<kBlockN, kSource, kBTiles>;
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
   static constexpr int kABytes = kAValueBytes + kAMetaBytes;
@@ -362,7 +375,7 @@ struct Producer {
   const Params& p;
   const CUtensorMap* b_map;
   const Pipeline& pipeline;
-  const SharedStorage<kBlockN, kBTiles>& smem;
+  const SharedStorage<Shape>& smem;
   int thread;   // in the producer warpgroup
   int k_tiles;  // of the whole of K (the packed A's row-tile stride)
   CtaWork<kSplitK> work;
@@ -393,25 +406,43 @@ struct Producer {
   }
 
  private:
-  // One thread: B by TMA and A by two bulk copies per k-tile, all counted by the stage's transaction bytes.
+  // One thread: per stage, B by TMA (a box per k-tile) and A by two bulk copies (its k-tiles are contiguous in the
+  // packed layout), all counted by the stage's transaction bytes. A tile's last stage may hold fewer k-tiles.
   __device__ void load_tile(int64_t n0, const unsigned char* a_values, const unsigned char* a_meta) {
-    for (int64_t kt = work.k_begin; kt < work.k_end; ++kt, ring.advance()) {
-      const int s = ring.at.stage;
-      unsigned char* stage = smem.stage(s);
-      uint64_t* full = pipeline.full(s);
-      ring.acquire(pipeline);
-      pipeline.expect_bytes(s, Shape::kStageBytes);
+    // Stages and barriers as shared-space addresses, so that a round does not rebuild generic pointers.
+    const uint32_t stages = ptx::smem_address(smem.stages), full_barriers = ptx::smem_address(pipeline.full(0));
+    int64_t kt = work.k_begin;
+    for (; kt + Shape::kKTiles <= work.k_end; kt += Shape::kKTiles)
+      load_stage<Shape::kKTiles>(n0, a_values, a_meta, kt, stages, full_barriers);
+    if constexpr (Shape::kKTiles == 2)
+      if (kt < work.k_end) load_stage<1>(n0, a_values, a_meta, kt, stages, full_barriers);
+    static_assert(Shape::kKTiles <= 2, "a tile's last stage holds one k-tile or a whole stage");
+  }
+
+  // k-tiles kt .. kt + kCount - 1 into the next stage.
+  template <int kCount>
+  __device__ void load_stage(int64_t n0, const unsigned char* a_values, const unsigned char* a_meta, int64_t kt,
+                             uint32_t stages, uint32_t full_barriers) {
+    const int s = ring.at.stage;
+    const uint32_t stage = stages + s * Shape::kStageBytes, full = full_barriers + s * sizeof(uint64_t);
+    ring.acquire(pipeline);
+    ptx::mbarrier_arrive_expect_tx(full, kCount * Shape::kKTileBytes);
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) {
+      const uint32_t b_tile = stage + j * Shape::kBBytes;
       if constexpr (kSource == BSource::tma) {
-        ptx::tma_load_2d(stage, b_map, full, static_cast<int32_t>(kt * kTileK<Element>), static_cast<int32_t>(n0));
-      } else {  // atom a: columns n0 + 64a .. + 63 of k-rows kt * 64 .. + 63
+        ptx::tma_load_2d(b_tile, b_map, full, static_cast<int32_t>((kt + j) * kTileK<Element>),
+                         static_cast<int32_t>(n0));
+      } else {  // atom a: columns n0 + 64a .. + 63 of k-rows (kt + j) * 64 .. + 63
 #pragma unroll
         for (int a = 0; a < kBlockN / kMnAtomHalves; ++a)
-          ptx::tma_load_2d(stage + a * kMnAtomBytes, b_map, full, static_cast<int32_t>(n0 + a * kMnAtomHalves),
-                           static_cast<int32_t>(kt * kBlockK));
+          ptx::tma_load_2d(b_tile + a * kMnAtomBytes, b_map, full, static_cast<int32_t>(n0 + a * kMnAtomHalves),
+                           static_cast<int32_t>((kt + j) * kBlockK));
       }
-      ptx::bulk_load(stage + Shape::kBBytes, a_values + kt * kAValueBytes, kAValueBytes, full);
-      ptx::bulk_load(stage + Shape::kBBytes + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, full);
     }
+    ptx::bulk_load(stage + Shape::kAValuesOffset, a_values + kt * kAValueBytes, kCount * kAValueBytes, full);
+    ptx::bulk_load(stage + Shape::kAMetaOffset, a_meta + kt * kAMetaBytes, kCount * kAMetaBytes, full);
+    ring.advance();
   }
 
   // Every producer thread gathers its share of B; thread 0 also posts the A copies.
@@ -443,10 +474,10 @@ struct Producer {
       uint64_t* full = pipeline.full(s);
       ring.acquire(pipeline);
       if (thread == 0) {
-        unsigned char* a_dst = stage + kBTiles * Shape::kBBytes;
+        static_assert(Shape::kKTiles == 1, "a gathered stage is one k-tile");
         pipeline.expect_bytes(s, kABytes);
-        ptx::bulk_load(a_dst, a_values + kt * kAValueBytes, kAValueBytes, full);
-        ptx::bulk_load(a_dst + kAValueBytes, a_meta + kt * kAMetaBytes, kAMetaBytes, full);
+        ptx::bulk_load(stage + Shape::kAValuesOffset, a_values + kt * kAValueBytes, kAValueBytes, full);
+        ptx::bulk_load(stage + Shape::kAMetaOffset, a_meta + kt * kAMetaBytes, kAMetaBytes, full);
       }
 #pragma unroll
       for (int t = 0; t < kBTiles; ++t) {
@@ -469,12 +500,12 @@ struct Producer {
 // before it back once that group is done. Warp w of warpgroup c owns slab 4c + w of the tile.
 template <class Element, int kBlockN, BSource kSource, int kBTiles>
 struct Consumer {
-  using Shape = Sm90Shape<kBlockN, kBTiles>;
+  using Shape = StageShape<kBlockN, kSource, kBTiles>;
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
   using Wgmma = typename ElementTraits<Element>::template Wgmma<kBlockN>;
   using Accumulator = typename ElementTraits<Element>::Accumulator;
-  using MetadataWords = uint32_t[kKBlocksPerTile];  // one register per k32 step
+  using MetadataWords = uint32_t[Shape::kKTiles * kKBlocksPerTile];  // one register per k32 step of a stage
   static constexpr int kAccumulators = Wgmma::kAccumulators;
 
   const Pipeline& pipeline;
@@ -486,7 +517,7 @@ struct Consumer {
   cuda::RingPosition<Shape::kStages> ring{};
   int in_flight_stage = -1;  // the stage the group still in flight reads, handed back once the next one is issued
 
-  __device__ Consumer(const Pipeline& pipeline, const SharedStorage<kBlockN, kBTiles>& smem, int tid)
+  __device__ Consumer(const Pipeline& pipeline, const SharedStorage<Shape>& smem, int tid)
       : pipeline(pipeline),
         stages_base(ptx::smem_address(smem.stages)),
         warpgroup(tid / kWarpgroupThreads),
@@ -503,13 +534,24 @@ struct Consumer {
     // reloaded only after wait_group<1> retired the group that read it). Renaming them is not left to ptxas: with
     // a branch in this loop (an experiment with two k-tiles per stage) it reused the registers of the group in
     // flight and the products came out wrong.
+    // A tile's last stage holds the k-tiles left over (fewer than a stage's): it is consumed after the loop, with
+    // the buffer that the group in flight does not read.
+    constexpr int kPerStage = Shape::kKTiles;
     MetadataWords metadata_even, metadata_odd;
-    int kt = 0;
-    for (; kt + 2 <= k_tiles; kt += 2) {
-      consume_stage(metadata_even);
-      consume_stage(metadata_odd);
+    const int stages = k_tiles / kPerStage, rest = k_tiles % kPerStage;
+    int st = 0;
+    for (; st + 2 <= stages; st += 2) {
+      consume_stage<kPerStage>(metadata_even);
+      consume_stage<kPerStage>(metadata_odd);
     }
-    if (kt < k_tiles) consume_stage(metadata_even);
+    if (st < stages) {
+      consume_stage<kPerStage>(metadata_even);
+      if constexpr (kPerStage == 2)
+        if (rest > 0) consume_stage<1>(metadata_odd);
+    } else if constexpr (kPerStage == 2) {
+      if (rest > 0) consume_stage<1>(metadata_even);
+    }
+    static_assert(kPerStage <= 2, "a stage's rest is at most one k-tile");
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(acc);
   }
@@ -520,13 +562,15 @@ struct Consumer {
   }
 
  private:
-  // One k-tile: wait for its stage, issue its group, and hand the previous stage back once that group is done.
+  // One stage of kCount k-tiles: wait for it, issue its group, and hand the previous stage back once that group is
+  // done.
+  template <int kCount>
   __device__ void consume_stage(MetadataWords& meta) {
     const int s = ring.stage;
     pipeline.wait_full(ring);
     // cp.async writes through the generic proxy: order them before this thread's wgmma reads.
     if constexpr (kSource == BSource::gather_rows) ptx::fence_proxy_async_shared();
-    mma_stage(stages_base + s * Shape::kStageBytes, meta);
+    mma_stage<kCount>(stages_base + s * Shape::kStageBytes, meta);
     // Keep this k-tile's group in flight; the previous one is done, so its stage goes back to the producer.
     ptx::wgmma_wait_group<1>();
     release_in_flight_stage();
@@ -534,28 +578,34 @@ struct Consumer {
     ring.advance();
   }
 
-  // A stage's k-tile as one wgmma group: its metadata registers and its A and B descriptors, all written before the
-  // group's first wgmma (ptxas serialises wgmma whose input registers are defined between them, C7513), then two k32
-  // steps.
+  // A stage's first kCount k-tiles as one wgmma group: its metadata registers and its A and B descriptors, all
+  // written before the group's first wgmma (ptxas serialises wgmma whose input registers are defined between them,
+  // C7513), then two k32 steps per k-tile.
+  template <int kCount>
   __device__ void mma_stage(uint32_t stage, MetadataWords& meta) {
-    const uint32_t a_stage = stage + kBTiles * Shape::kBBytes;
-    const uint32_t b_tile = stage + (kBTiles == 1 ? 0 : warpgroup) * Shape::kBBytes;
-    uint64_t a_desc[kKBlocksPerTile], b_desc[kKBlocksPerTile];
+    constexpr int kSteps = kCount * kKBlocksPerTile;
+    uint64_t a_desc[kSteps], b_desc[kSteps];
 #pragma unroll
-    for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
-      const int fragment = slab_in_tile * kTileKBlocks + kk;
-      meta[kk] = ptx::ld_shared_b32(a_stage + kAValueBytes + (fragment * kLanes + lane) * 4);
-      a_desc[kk] = ptx::make_smem_desc_k_major_interleave(
-          a_stage + kk * kKBlockValueBytes + warpgroup * kAWarpgroupBytes, kACoreKStride, kACoreRowStride);
-      if constexpr (Traits::kMnMajor)  // k32 step kk starts 32 rows of 128 B further
-        b_desc[kk] = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
-      else  // k32 step kk starts 64 bytes into each swizzled row
-        b_desc[kk] = ptx::advance_smem_desc(ptx::make_smem_desc_k_major_sw128(b_tile), kk * kKStepBytes);
+    for (int j = 0; j < kCount; ++j) {
+      const uint32_t a_values = stage + Shape::kAValuesOffset + j * kAValueBytes;
+      const uint32_t a_meta = stage + Shape::kAMetaOffset + j * kAMetaBytes;
+      const uint32_t b_tile = stage + (j * kBTiles + (kBTiles == 1 ? 0 : warpgroup)) * Shape::kBBytes;
+#pragma unroll
+      for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
+        const int step = j * kKBlocksPerTile + kk, fragment = slab_in_tile * kTileKBlocks + kk;
+        meta[step] = ptx::ld_shared_b32(a_meta + (fragment * kLanes + lane) * 4);
+        a_desc[step] = ptx::make_smem_desc_k_major_interleave(
+            a_values + kk * kKBlockValueBytes + warpgroup * kAWarpgroupBytes, kACoreKStride, kACoreRowStride);
+        if constexpr (Traits::kMnMajor)  // k32 step kk starts 32 rows of 128 B further
+          b_desc[step] = ptx::make_smem_desc_mn_major_sw128(b_tile + kk * kFragmentK * 128, kMnAtomBytes, kKGroupBytes);
+        else  // k32 step kk starts 64 bytes into each swizzled row
+          b_desc[step] = ptx::advance_smem_desc(ptx::make_smem_desc_k_major_sw128(b_tile), kk * kKStepBytes);
+      }
     }
     ptx::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kKBlocksPerTile; ++kk)
-      Wgmma::template mma<Traits::kMnMajor ? 1 : 0>(acc, a_desc[kk], b_desc[kk], meta[kk], 1);
+    for (int step = 0; step < kSteps; ++step)
+      Wgmma::template mma<Traits::kMnMajor ? 1 : 0>(acc, a_desc[step], b_desc[step], meta[step], 1);
     ptx::wgmma_commit_group();
   }
 };
@@ -617,20 +667,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
                        const __grid_constant__ CUtensorMap d_map, const CodeScales scales) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = Sm90Shape<kBlockN, kBTiles>;
+  using Shape = StageShape<kBlockN, kSource, kBTiles>;
   using Traits = BSourceTraits<kSource>;
   static_assert(kBTiles == 1 || (kBTiles == kConsumers && Traits::kGather), "one B tile per consumer, or one for both");
   static_assert(!Traits::kMnMajor || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
   static_assert(Shape::kBarrierBytes == cuda::StagePipeline<Shape::kStages>::kBarrierBytes, "the barriers fit");
   // Split-K's producer also tracks its k-range, beyond 40 registers; its narrow tiles leave the consumers spare ones.
-  constexpr int kProducerRegisters = kSplitK ? 56 : Traits::kProducerRegisters;
-  constexpr int kConsumerRegisters = kSplitK ? 224 : Traits::kConsumerRegisters;
+  constexpr int kProducerRegisters = kSplitK ? 88 : Traits::kProducerRegisters;
+  constexpr int kConsumerRegisters = kSplitK ? 208 : Traits::kConsumerRegisters;
   static_assert(
       kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * cuda::launch_registers(kThreads),
       "setmaxnreg budgets must fit the registers allocated at launch");
 
   extern __shared__ unsigned char smem_raw[];
-  const SharedStorage<kBlockN, kBTiles> smem(smem_raw);
+  const SharedStorage<Shape> smem(smem_raw);
   const cuda::StagePipeline<Shape::kStages> pipeline(smem.barriers);
 
   const int tid = threadIdx.x, warpgroup = tid / kWarpgroupThreads;
@@ -727,7 +777,7 @@ void launch(const Params& p, const LaunchOn& on, const CodeScales& scales = {}) 
   static_assert(!kEightBit<Element> || kSource == BSource::tma, "8-bit B is K-major: staged by TMA");
   require(!kEightBit<Element> || (scales.rows != nullptr && scales.tokens != nullptr), ErrorCode::invalid_argument,
           "sm90 sparse kernel: 8-bit operands need their row and token scales");
-  constexpr int kSmem = Sm90Shape<kBlockN, kBTiles>::kSmemBytes;
+  constexpr int kSmem = StageShape<kBlockN, kSource, kBTiles>::kSmemBytes;
   auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kSplitK>;
   // Once per instantiation and process (thread-safe static), not on every run().
   static const bool smem_set = [&] {
@@ -773,10 +823,10 @@ void launch(const Params& p, const LaunchOn& on, const CodeScales& scales = {}) 
   NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map, scales));
 }
 
-template <int kBlockN, int kBTiles = 1>
+template <int kBlockN, BSource kSource, int kBTiles = 1>
 TileShape shape_of() {
-  using Shape = Sm90Shape<kBlockN, kBTiles>;
-  return {kBlockM, kBlockN, kBlockK, Shape::kStages, kThreads, Shape::kSmemBytes};
+  using Shape = StageShape<kBlockN, kSource, kBTiles>;
+  return {kBlockM, kBlockN, kBlockK * Shape::kKTiles, Shape::kStages, kThreads, Shape::kSmemBytes};  // K per stage
 }
 
 }  // namespace

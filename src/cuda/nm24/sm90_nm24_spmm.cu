@@ -53,17 +53,17 @@ TileShape sm90_tile_shape(int block_n) {
   using sm90::shape_of;
   switch (block_n) {
     case 256:
-      return shape_of<256>();
+      return shape_of<256, BSource::tma>();
     case 192:
-      return shape_of<192>();
+      return shape_of<192, BSource::tma>();
     case 128:
-      return shape_of<128>();
+      return shape_of<128, BSource::tma>();
     case 64:
-      return shape_of<64>();
+      return shape_of<64, BSource::tma>();
     case 32:
-      return shape_of<32>();
+      return shape_of<32, BSource::tma>();
     case 16:
-      return shape_of<16>();
+      return shape_of<16, BSource::tma>();
   }
   throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
 }

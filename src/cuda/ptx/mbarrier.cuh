@@ -17,11 +17,13 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
       "mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))));
 }
 
-// Arrives and adds `bytes` to the transaction count that async copies will complete.
+// Arrives and adds `bytes` to the transaction count that async copies will complete. `bar` as a shared-space
+// address: a loop that keeps its stages' addresses in 32 bits does not rebuild generic pointers every round.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes));
+}
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
-               "r"(bytes));
+  mbarrier_arrive_expect_tx(static_cast<uint32_t>(__cvta_generic_to_shared(bar)), bytes);
 }
 
 // The try_wait spin loop around one form of the instruction (scoped labels, so it can be inlined many times).

@@ -5,13 +5,19 @@
 
 namespace nmkit::ptx {
 
-__device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tensor_map, uint64_t* bar, int32_t inner,
+// smem_dst and bar as shared-space addresses (the overload below takes generic pointers).
+__device__ __forceinline__ void tma_load_2d(uint32_t smem_dst, const void* tensor_map, uint32_t bar, int32_t inner,
                                             int32_t outer) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
-          static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
-      "l"(tensor_map), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(inner), "r"(outer)
+          smem_dst),
+      "l"(tensor_map), "r"(bar), "r"(inner), "r"(outer)
       : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* tensor_map, uint64_t* bar, int32_t inner,
+                                            int32_t outer) {
+  tma_load_2d(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst)), tensor_map,
+              static_cast<uint32_t>(__cvta_generic_to_shared(bar)), inner, outer);
 }
 
 __device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* tensor_map, uint64_t* bar, int32_t c0,
@@ -42,11 +48,16 @@ namespace nmkit::ptx {
 
 // Contiguous bulk copy global -> shared completing on an mbarrier (PTX ISA §9.7.9.25.4.1, cp.async.bulk).
 // bytes, source and destination must be multiples of 16.
+// smem_dst and bar as shared-space addresses (the overload below takes generic pointers).
+__device__ __forceinline__ void bulk_load(uint32_t smem_dst, const void* gmem_src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_dst),
+      "l"(gmem_src), "r"(bytes), "r"(bar)
+      : "memory");
+}
 __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
-               "l"(gmem_src), "r"(bytes), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
-               : "memory");
+  bulk_load(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst)), gmem_src, bytes,
+            static_cast<uint32_t>(__cvta_generic_to_shared(bar)));
 }
 
 }  // namespace nmkit::ptx

@@ -46,11 +46,11 @@ void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, const Lau
 
 TileShape sm90_gather_tile_shape(int block_n, int b_tiles) {
   using sm90::shape_of;
-  if (b_tiles == 1 && block_n == 256) return shape_of<256, 1>();
-  if (b_tiles == 1 && block_n == 128) return shape_of<128, 1>();
-  if (b_tiles == 1 && block_n == 64) return shape_of<64, 1>();
-  if (b_tiles == 2 && block_n == 128) return shape_of<128, 2>();
-  if (b_tiles == 2 && block_n == 64) return shape_of<64, 2>();
+  if (b_tiles == 1 && block_n == 256) return shape_of<256, BSource::gather_rows, 1>();
+  if (b_tiles == 1 && block_n == 128) return shape_of<128, BSource::gather_rows, 1>();
+  if (b_tiles == 1 && block_n == 64) return shape_of<64, BSource::gather_rows, 1>();
+  if (b_tiles == 2 && block_n == 128) return shape_of<128, BSource::gather_rows, 2>();
+  if (b_tiles == 2 && block_n == 64) return shape_of<64, BSource::gather_rows, 2>();
   throw Error(ErrorCode::invalid_argument, "sm90 vnm: no kernel with block_n " + std::to_string(block_n) + " and " +
                                                std::to_string(b_tiles) + " B tiles per stage");
 }
