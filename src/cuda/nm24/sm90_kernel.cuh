@@ -1,7 +1,8 @@
 #pragma once
 // The Hopper sparse kernel behind the 2:4 and V:N:M SpMMs: wgmma.mma_async.sp (sm_90a), one producer
-// warpgroup and two consumer warpgroups. Per k-tile the producer stages, on one mbarrier, the packed A tile
-// (values and metadata, contiguous in the tile-major packed layout) by two bulk copies, and B:
+// warpgroup and two consumer warpgroups. Per stage (one k-tile, or two for n-tiles up to 64: kStageKTiles) the
+// producer stages, on one mbarrier, the packed A tiles (values and metadata, contiguous in the tile-major packed
+// layout) by two bulk copies, and B:
 //   - 2:4 (BSource::tma): by TMA, K-major with the 128-byte swizzle that both TMA and the wgmma descriptor
 //     understand (B col-major, the linear-layer layout x[T, K] row-major);
 //   - 2:4 with B row-major (BSource::tma_rows): by TMA in 64-column boxes, MN-major, read with B transposed;
@@ -115,7 +116,7 @@ struct Sm90Shape {
 
 // Where a stage's B tiles come from.
 enum class BSource {
-  tma,          // 2:4, B col-major: one TMA box per stage (K-major, 128-byte swizzle)
+  tma,          // 2:4, B col-major: one TMA box per k-tile (K-major, 128-byte swizzle)
   tma_rows,     // 2:4, B row-major: one TMA box per 64 columns of the n-tile (MN-major, 128-byte swizzle)
   gather_rows,  // V:N:M, B row-major: the producer warpgroup cp.asyncs each gathered row (MN-major, swizzled)
   gather_cols,  // V:N:M, B col-major: the producer warpgroup gathers elements along K (K-major, swizzled)
@@ -363,8 +364,8 @@ struct SharedStorage {
   __device__ unsigned char* stage(int s) const { return stages + s * Shape::kStageBytes; }
 };
 
-// The producer warpgroup: for every k-tile of the CTA's tiles, waits for a free stage and fills it with the packed
-// A tile (values and metadata, two bulk copies) and the B tile(s) from kSource.
+// The producer warpgroup: for every stage's k-tiles of the CTA's tiles, waits for a free stage and fills it with the
+// packed A tiles (values and metadata, two bulk copies) and the B tile(s) from kSource.
 template <class Element, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 struct Producer {
   using Shape = StageShape<kBlockN, kSource, kBTiles>;
@@ -424,7 +425,8 @@ struct Producer {
   __device__ void load_stage(int64_t n0, const unsigned char* a_values, const unsigned char* a_meta, int64_t kt,
                              uint32_t stages, uint32_t full_barriers) {
     const int s = ring.at.stage;
-    const uint32_t stage = stages + s * Shape::kStageBytes, full = full_barriers + s * sizeof(uint64_t);
+    const uint32_t stage = stages + s * Shape::kStageBytes,
+                   full = full_barriers + s * static_cast<uint32_t>(sizeof(uint64_t));
     ring.acquire(pipeline);
     ptx::mbarrier_arrive_expect_tx(full, kCount * Shape::kKTileBytes);
 #pragma unroll
@@ -496,8 +498,8 @@ struct Producer {
   }
 };
 
-// A consumer warpgroup's main loop: per k-tile, wait for the stage, issue its wgmma.sp group, and hand the stage
-// before it back once that group is done. Warp w of warpgroup c owns slab 4c + w of the tile.
+// A consumer warpgroup's main loop: per stage, wait for it, issue its k-tiles as one wgmma.sp group, and hand the
+// stage before it back once that group is done. Warp w of warpgroup c owns slab 4c + w of the tile.
 template <class Element, int kBlockN, BSource kSource, int kBTiles>
 struct Consumer {
   using Shape = StageShape<kBlockN, kSource, kBTiles>;
