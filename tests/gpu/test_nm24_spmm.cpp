@@ -90,17 +90,19 @@ TEST(Nm24Gpu, EveryHopperTileWidth) {
 
 // n-tiles up to 64 stage two k-tiles at a time: a CTA's k-tiles in whole stages and a last stage of one, alone (K of
 // one k-tile), after an odd number of stages or an even one, with K tails, and split-K ranges of odd lengths.
-TEST(Nm24Gpu, NarrowTilesStageTwoKTilesWithAnyRest) {
+// Split-K stages two k-tiles a stage: k-ranges of odd length leave a last stage of one k-tile.
+TEST(Nm24Gpu, SplitKStagesTwoKTilesWithAnyRest) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
   uint32_t seed = 900;
   for (int block_n : {64, 32, 16})
-    for (auto [r, k, c, split] : {std::tuple<int64_t, int64_t, int64_t, int>{128, 64, 16, 1},
-                                  {256, 136, 40, 1},
-                                  {200, 320, 64, 1},
-                                  {384, 448, 7, 1},
+    for (auto [r, k, c, split] : {std::tuple<int64_t, int64_t, int64_t, int>{128, 136, 16, 2},
+                                  {256, 320, 40, 2},
+                                  {200, 448, 64, 3},
+                                  {384, 448, 7, 2},
                                   {256, 448, 16, 3},
-                                  {128, 960, 33, 2}}) {
+                                  {128, 960, 33, 2},
+                                  {128, 64, 16, 1}}) {
       Case t{{r, k, c, DType::bf16, DType::bf16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false,
               Activation::none},
              Nm24Kernel::sm90_wgmma_sp};

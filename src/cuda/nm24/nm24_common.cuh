@@ -197,7 +197,8 @@ struct TileShape {
   int block_m, block_n, block_k, stages, threads, smem_bytes;
 };
 TileShape sm80_tile_shape();
-TileShape sm90_tile_shape(int block_n);
+// The sm90 kernel's tile for block_n; a split-K launch (n-tiles of 16, 32 or 64) stages two k-tiles a stage.
+TileShape sm90_tile_shape(int block_n, bool split_k = false);
 bool sm90_compiled();  // whether this build holds sm_90a code for the wgmma.sp kernel
 
 // Plan helpers shared by the nm24 and vnm plans (plan.cu); the shape heuristics are in nm24_heuristics.hpp.
@@ -239,6 +240,8 @@ void log_plan(const char* family, const std::string& what, int64_t rows, int64_t
 // split_k_built: the kernel of this description has a split-K instantiation.
 void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int64_t k_tiles, bool split_k_built,
                           KernelConfig& config);
+// A tile shape into config (a split-K schedule changes the stages of the n-tile chosen before it).
+void take_tile_shape(const TileShape& t, KernelConfig& config);
 void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
 // A plan's configuration for desc.n other than the one it was made for (Nm24SpmmPlan::for_tokens): false where the
 // Hopper kernel can no longer take desc and the caller must plan the portable kernel instead.
@@ -265,6 +268,6 @@ TileShape sm90_gather_tile_shape(int block_n, int b_tiles);
 template <class Element, class Out>
 void launch_sm90_8bit(const Params& p, const float* row_scales, const float* token_scales, int block_n,
                       const LaunchOn& on);
-TileShape sm90_8bit_tile_shape(int block_n);
+TileShape sm90_8bit_tile_shape(int block_n, bool split_k = false);
 
 }  // namespace nmkit::gpu::nm24

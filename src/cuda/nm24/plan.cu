@@ -128,6 +128,11 @@ void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int6
   if (chosen == Sm90Schedule::persistent) config.persistent_ctas = sms;
 }
 
+void take_tile_shape(const TileShape& t, KernelConfig& config) {
+  config.block_m = t.block_m, config.block_n = t.block_n, config.block_k = t.block_k, config.stages = t.stages;
+  config.threads = t.threads, config.smem_bytes = t.smem_bytes;
+}
+
 void log_plan(const char* family, const std::string& what, int64_t rows, int64_t cols, int64_t n,
               const KernelConfig& config) {
   static const bool enabled = std::getenv("NMKIT_LOG_CONFIG") != nullptr;
@@ -275,6 +280,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && b_col_major && t.block_n <= nm24::kMaxSplitBlockN;
   nm24::choose_sm90_schedule(desc, options, ceil_div(desc.cols, int64_t{kPackKAlign}), split_k_built, plan.config_);
+  if (plan.config_.split > 1) nm24::take_tile_shape(nm24::sm90_tile_shape(t.block_n, /*split_k=*/true), plan.config_);
   nm24::log_plan("nm24", "", desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }

@@ -1,6 +1,6 @@
 #pragma once
 // The Hopper sparse kernel behind the 2:4 and V:N:M SpMMs: wgmma.mma_async.sp (sm_90a), one producer
-// warpgroup and two consumer warpgroups. Per stage (one k-tile, or two for n-tiles up to 64: kStageKTiles) the
+// warpgroup and two consumer warpgroups. Per stage (one k-tile, or two for split-K: kStageKTiles) the
 // producer stages, on one mbarrier, the packed A tiles (values and metadata, contiguous in the tile-major packed
 // layout) by two bulk copies, and B:
 //   - 2:4 (BSource::tma): by TMA, K-major with the 128-byte swizzle that both TMA and the wgmma descriptor
@@ -141,14 +141,15 @@ struct BSourceTraits {
                 "setmaxnreg budgets must fit the registers allocated at launch");
 };
 
-// K-tiles per stage. A CTA of a narrow n-tile does little math per k-tile, and its time is then the producer's
-// rounds: each round's barrier wait, byte count, copy issues and ring step (~0.2 us, "What a copy round costs" in
-// docs/performance.md) whatever the bytes. Two k-tiles a stage halve the rounds. The gathering sources keep one: their
-// whole warpgroup copies B, and their rounds are bound by those copies.
-template <int kBlockN, BSource kSource>
-constexpr int kStageKTiles = !BSourceTraits<kSource>::kGather && kBlockN <= 64 ? 2 : 1;
-template <int kBlockN, BSource kSource, int kBTiles>
-using StageShape = Sm90Shape<kBlockN, kBTiles, kStageKTiles<kBlockN, kSource>>;
+// K-tiles per stage. A split-K CTA (a grid under one wave, narrow n-tiles, B by TMA) does little math per k-tile, and
+// its time is then the producer's rounds: each round's barrier wait, byte count, copy issues and ring step (~0.2 us,
+// "What a copy round costs" in docs/performance.md) whatever the bytes. Two k-tiles a stage halve the rounds: 1.2-1.4x
+// on such grids. Grids without split-K keep one k-tile a stage: two measured 5-8 % slower at 86 CTAs of n16
+// (11008x4096, T <= 16), and no faster on wider tiles.
+template <bool kSplitK>
+constexpr int kStageKTiles = kSplitK ? 2 : 1;
+template <int kBlockN, int kBTiles, bool kSplitK>
+using StageShape = Sm90Shape<kBlockN, kBTiles, kStageKTiles<kSplitK>>;
 
 constexpr int kMnAtomHalves = 64;            // MN-major swizzle atom: 64 halves (128 B) along N
 constexpr int kMnAtomBytes = kBlockK * 128;  // one atom column of a 64-row k-tile
@@ -368,7 +369,7 @@ struct SharedStorage {
 // packed A tiles (values and metadata, two bulk copies) and the B tile(s) from kSource.
 template <class Element, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 struct Producer {
-  using Shape = StageShape<kBlockN, kSource, kBTiles>;
+  using Shape = StageShape<kBlockN, kBTiles, kSplitK>;
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
   static constexpr int kABytes = kAValueBytes + kAMetaBytes;
@@ -500,9 +501,9 @@ struct Producer {
 
 // A consumer warpgroup's main loop: per stage, wait for it, issue its k-tiles as one wgmma.sp group, and hand the
 // stage before it back once that group is done. Warp w of warpgroup c owns slab 4c + w of the tile.
-template <class Element, int kBlockN, BSource kSource, int kBTiles>
+template <class Element, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 struct Consumer {
-  using Shape = StageShape<kBlockN, kSource, kBTiles>;
+  using Shape = StageShape<kBlockN, kBTiles, kSplitK>;
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
   using Wgmma = typename ElementTraits<Element>::template Wgmma<kBlockN>;
@@ -669,7 +670,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
                        const __grid_constant__ CUtensorMap d_map, const CodeScales scales) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = StageShape<kBlockN, kSource, kBTiles>;
+  using Shape = StageShape<kBlockN, kBTiles, kSplitK>;
   using Traits = BSourceTraits<kSource>;
   static_assert(kBTiles == 1 || (kBTiles == kConsumers && Traits::kGather), "one B tile per consumer, or one for both");
   static_assert(!Traits::kMnMajor || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
@@ -713,7 +714,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   ptx::setmaxnreg_inc<kConsumerRegisters>();
-  using TileConsumer = Consumer<Element, kBlockN, kSource, kBTiles>;
+  using TileConsumer = Consumer<Element, kBlockN, kSource, kBTiles, kSplitK>;
   TileConsumer consumer(pipeline, smem, tid);
   // A tile's fp32 outputs to D: from registers, through the cluster's sum (split-K) or through the stages.
   const auto store_tile = [&](const float(&acc)[TileConsumer::kAccumulators], int64_t m0, int64_t n0) {
@@ -779,7 +780,7 @@ void launch(const Params& p, const LaunchOn& on, const CodeScales& scales = {}) 
   static_assert(!kEightBit<Element> || kSource == BSource::tma, "8-bit B is K-major: staged by TMA");
   require(!kEightBit<Element> || (scales.rows != nullptr && scales.tokens != nullptr), ErrorCode::invalid_argument,
           "sm90 sparse kernel: 8-bit operands need their row and token scales");
-  constexpr int kSmem = StageShape<kBlockN, kSource, kBTiles>::kSmemBytes;
+  constexpr int kSmem = StageShape<kBlockN, kBTiles, kSplitK>::kSmemBytes;
   auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kSplitK>;
   // Once per instantiation and process (thread-safe static), not on every run().
   static const bool smem_set = [&] {
@@ -825,9 +826,9 @@ void launch(const Params& p, const LaunchOn& on, const CodeScales& scales = {}) 
   NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map, scales));
 }
 
-template <int kBlockN, BSource kSource, int kBTiles = 1>
+template <int kBlockN, BSource kSource, int kBTiles = 1, bool kSplitK = false>
 TileShape shape_of() {
-  using Shape = StageShape<kBlockN, kSource, kBTiles>;
+  using Shape = StageShape<kBlockN, kBTiles, kSplitK>;
   return {kBlockM, kBlockN, kBlockK * Shape::kKTiles, Shape::kStages, kThreads, Shape::kSmemBytes};  // K per stage
 }
 
