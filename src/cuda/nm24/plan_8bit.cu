@@ -77,7 +77,8 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
   plan.config_ = {Nm24Kernel::sm90_wgmma_sp, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
   nm24::choose_sm90_schedule(spmm, options, ceil_div(desc.cols, int64_t{x8::kPackKAlign}),
                              /*split_k_built=*/t.block_n <= nm24::kMaxSplitBlockN, plan.config_);
-  if (plan.config_.split > 1) nm24::take_tile_shape(nm24::sm90_8bit_tile_shape(block_n, /*split_k=*/true), plan.config_);
+  if (plan.config_.split > 1)
+    nm24::take_tile_shape(nm24::sm90_8bit_tile_shape(block_n, /*split_k=*/true), plan.config_);
   nm24::log_plan("8-bit", quant_type_name(desc.type), desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }

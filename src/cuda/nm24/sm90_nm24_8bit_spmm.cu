@@ -39,7 +39,8 @@ void launch_sm90_8bit(const Params& p, const float* row_scales, const float* tok
 }
 
 TileShape sm90_8bit_tile_shape(int block_n, bool split_k) {
-  TileShape t = sm90_tile_shape(block_n, split_k);  // the same stages: a k-tile of codes is as many bytes as one of halves
+  TileShape t =
+      sm90_tile_shape(block_n, split_k);  // the same stages: a k-tile of codes is as many bytes as one of halves
   t.block_k = t.block_k / sm90::kBlockK * sm90::kTileK<int8_t>;  // the stage's k-tiles, of 128 codes each
   return t;
 }
