@@ -17,9 +17,10 @@ constexpr double kTieTolerance = 0.01;
 // A CTA's pipeline round when its math is short (the producer's wait, copies and arrive, the consumers' release):
 // narrow n-tiles on the H200 ran 0.27-0.29 us a k-tile whatever their width (models suite, small_grid_variants.txt).
 constexpr double kKTileRoundSeconds = 0.27e-6;
-// Split-K's measured gain: clusters of 2 took 0.82-0.89 of the unsplit time, not half (per round, fixed costs
-// included, a split CTA took 0.36-0.46 us).
-constexpr double kSplitTimeRatio = 0.85;
+// Split-K's measured gain over no split, fixed costs included: clusters of 2 (two k-tiles a stage) ~0.66 of the
+// unsplit time (0.85 with one k-tile a stage, times 0.70-0.83 for the second k-tile: H200), clusters of 4 ~0.82 of
+// clusters of 2 at 8 row tiles (H100, small_grid_variants). Not half: a split CTA's rounds cost more than a plain one's.
+constexpr double split_time_ratio(int split) { return split >= 4 ? 0.55 : split > 1 ? 0.66 : 1.0; }
 
 // On the V:N:M suite 64 rows per group gained up to 14 % at 2:32, and lost 6-12 % where 64 row tiles of A
 // overflowed L2 (36864x12288x4096 at 2:8).
@@ -44,7 +45,7 @@ int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<
     const int split =
         split_k == SplitK::by_shape && c.block_n <= kMaxSplitBlockN ? sm90_split(tiles, k_tiles, sm_count) : 1;
     const double tile_math = 2.0 * kPackRowAlign * c.block_n * static_cast<double>(cols) / (kSmMathRate * c.efficiency);
-    const double tile_time = std::max(tile_math, rounds_time) * (split > 1 ? kSplitTimeRatio : 1.0);
+    const double tile_time = std::max(tile_math, rounds_time) * split_time_ratio(split);
     const double cost =
         std::max(static_cast<double>(ceil_div(tiles * split, int64_t{sm_count})) * tile_time, weight_time);
     // Ties (typically when reading A or the rounds bind) go to the narrowest tile that still covers C, else to the
@@ -75,7 +76,9 @@ Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, 
 
 int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count) {
   if (tiles <= 0 || 2 * tiles >= sm_count) return 1;
-  const int64_t split = std::min({int64_t{kMaxAutoSplit}, sm_count / tiles, k_tiles / kMinSplitKTiles});
+  // Clusters of kMaxAutoSplit only where they all fit in half the SMs; otherwise clusters of 2.
+  const int64_t by_grid = 2 * kMaxAutoSplit * tiles <= sm_count ? kMaxAutoSplit : 2;
+  const int64_t split = std::min(by_grid, k_tiles / kMinSplitKTiles);
   return static_cast<int>(std::max<int64_t>(split, 1));
 }
 
