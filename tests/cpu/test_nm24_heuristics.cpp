@@ -76,10 +76,11 @@ TEST(Nm24Heuristics, ScheduleStagesUnlessTheRegisterEpilogueRuns) {
 TEST(Nm24Heuristics, SplitKFillsGridsUnderAWave) {
   // 4096 x 4096 at T = 16: 32 tiles on 132 SMs, clusters of two (four measured slower).
   EXPECT_EQ(sm90_split(32, 64, kH200Sms), 2);
-  EXPECT_EQ(sm90_split(10, 64, kH200Sms), kMaxAutoSplit);
-  EXPECT_EQ(sm90_split(8, 64, kH200Sms), 4);   // 1024 rows: clusters of 4, 32 CTAs
+  EXPECT_EQ(sm90_split(1, 128, kH200Sms), 8);  // one row tile (128 rows): a cluster of 8
+  EXPECT_EQ(sm90_split(8, 64, kH200Sms), 8);   // 1024 rows: 64 CTAs
+  EXPECT_EQ(sm90_split(9, 64, kH200Sms), 4);   // clusters of 8 would take more than half the SMs
   EXPECT_EQ(sm90_split(16, 64, kH200Sms), 4);  // 64 CTAs
-  EXPECT_EQ(sm90_split(17, 64, kH200Sms), 2);  // clusters of 4 would take more than half the SMs
+  EXPECT_EQ(sm90_split(17, 64, kH200Sms), 2);
   EXPECT_EQ(sm90_split(10, 12, kH200Sms), 3);  // at least kMinSplitKTiles k-tiles each
   EXPECT_EQ(sm90_split(10, 8, kH200Sms), 2);
   EXPECT_EQ(sm90_split(10, 7, kH200Sms), 1);

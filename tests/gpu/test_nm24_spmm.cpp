@@ -102,6 +102,8 @@ TEST(Nm24Gpu, SplitKStagesTwoKTilesWithAnyRest) {
                                   {384, 448, 7, 2},
                                   {256, 448, 16, 3},
                                   {128, 960, 33, 2},
+                                  {256, 1000, 24, 4},
+                                  {128, 1000, 16, 8},
                                   {128, 64, 16, 1}}) {
       Case t{{r, k, c, DType::bf16, DType::bf16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false,
               Activation::none},

@@ -19,7 +19,8 @@ constexpr double kTieTolerance = 0.01;
 constexpr double kKTileRoundSeconds = 0.27e-6;
 // Split-K's measured gain over no split, fixed costs included: clusters of 2 (two k-tiles a stage) ~0.66 of the
 // unsplit time (0.85 with one k-tile a stage, times 0.70-0.83 for the second k-tile: H200), clusters of 4 ~0.82 of
-// clusters of 2 at 8 row tiles (H100, small_grid_variants). Not half: a split CTA's rounds cost more than a plain one's.
+// clusters of 2 at 8 row tiles, clusters of 8 ~0.80 (H100, small_grid_variants). Not half: a split CTA's rounds
+// cost more than a plain one's.
 constexpr double split_time_ratio(int split) { return split >= 4 ? 0.55 : split > 1 ? 0.66 : 1.0; }
 
 // On the V:N:M suite 64 rows per group gained up to 14 % at 2:32, and lost 6-12 % where 64 row tiles of A
@@ -76,8 +77,9 @@ Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, 
 
 int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count) {
   if (tiles <= 0 || 2 * tiles >= sm_count) return 1;
-  // Clusters of kMaxAutoSplit only where they all fit in half the SMs; otherwise clusters of 2.
-  const int64_t by_grid = 2 * kMaxAutoSplit * tiles <= sm_count ? kMaxAutoSplit : 2;
+  // The largest cluster (2, 4, ... kMaxAutoSplit) whose CTAs all fit in half the SMs, clusters of 2 at least.
+  int64_t by_grid = 2;
+  while (2 * by_grid <= kMaxAutoSplit && 2 * (2 * by_grid) * tiles <= sm_count) by_grid *= 2;
   const int64_t split = std::min(by_grid, k_tiles / kMinSplitKTiles);
   return static_cast<int>(std::max<int64_t>(split, 1));
 }

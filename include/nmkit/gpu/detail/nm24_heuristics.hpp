@@ -53,12 +53,12 @@ Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, 
 
 // Split-K for grids under a wave: CTAs per tile (a cluster, each a share of the k_tiles) so that `tiles` tiles fill
 // more of the SMs; 1 where the tiles already take half of them, and never below kMinSplitKTiles k-tiles per CTA.
-// Clusters of 2, or of kMaxAutoSplit where those all fit in half the SMs (at most 16 row tiles on 132 SMs): at 8
-// and 16 row tiles clusters of 4 took 0.71-0.95 of the time of clusters of 2 (H100, small_grid_variants.txt);
-// at 32 row tiles (128 CTAs) they ran no faster than no split; clusters of 8 gained no more than 4 at 8 row tiles
-// and lost 27-38 % at 16.
+// Clusters of 2, or the largest of 4 and 8 whose CTAs all fit in half the SMs (on 132 SMs: 8 up to 8 row tiles, 4
+// up to 16): at 8 and 16 row tiles clusters of 4 took 0.71-0.95 of the time of clusters of 2, at 8 row tiles
+// clusters of 8 0.69-0.85 (H100, small_grid_variants.txt); where they took more than half the SMs, clusters of 4
+// (32 row tiles) ran no faster than no split and clusters of 8 (16 row tiles) lost 27-38 % to clusters of 2.
 inline constexpr int kMaxClusterCtas = 8;  // the portable cluster size: the largest split-K of any Hopper kernel
-inline constexpr int kMaxAutoSplit = 4;
+inline constexpr int kMaxAutoSplit = 8;
 inline constexpr int kMinSplitKTiles = 4;
 int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);
 
