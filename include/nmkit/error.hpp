@@ -31,8 +31,14 @@ inline void require(bool condition, ErrorCode code, const std::string& message) 
   if (!condition) throw Error(code, message);
 }
 
+// A literal message: no std::string is made unless the check fails (checks on every run() stay allocation-free).
+inline void require(bool condition, ErrorCode code, const char* message) {
+  if (!condition) throw Error(code, message);
+}
+
 // The same with a message built only on failure: for checks inside per-element loops, where building the
-// message every time would cost more than the check (validating an 8M-value matrix took 1.8 s that way).
+// message every time would cost more than the check (validating an 8M-value matrix took 1.8 s that way), and on
+// every run() of a plan.
 template <class MakeMessage>
 requires std::is_invocable_r_v<std::string, MakeMessage>
 inline void require(bool condition, ErrorCode code, MakeMessage&& make_message) {

@@ -208,10 +208,12 @@ struct SparseLinear::Impl {
 
   // The checks every run makes before it reads a pointer.
   void check_run(const void* x, const void* y, const float* given_bias, const char* who) const {
-    require(x != nullptr && y != nullptr, ErrorCode::invalid_argument, std::string(who) + ": x and y must not be null");
-    require(bias == (given_bias != nullptr), ErrorCode::invalid_argument,
-            bias ? std::string(who) + ": the layer has a bias, but none was given"
-                 : std::string(who) + ": a bias was given to a layer made without one");
+    require(x != nullptr && y != nullptr, ErrorCode::invalid_argument,
+            [&] { return std::string(who) + ": x and y must not be null"; });
+    require(bias == (given_bias != nullptr), ErrorCode::invalid_argument, [&] {
+      return bias ? std::string(who) + ": the layer has a bias, but none was given"
+                  : std::string(who) + ": a bias was given to a layer made without one";
+    });
   }
 };
 
@@ -221,10 +223,11 @@ DeviceWeight upload(const SparseMatrix& weight) {
   return std::visit(
       overloaded{
           [](const NmMatrix& a) -> DeviceWeight {
-            require(a.n == 2 && a.m == 4, ErrorCode::unsupported,
-                    "SparseLinear: an " + std::to_string(a.n) + ":" + std::to_string(a.m) +
-                        " weight has no GPU kernel; the sparse tensor cores take 2:4 (or vnm:V:2:M for sparser "
-                        "patterns)");
+            require(a.n == 2 && a.m == 4, ErrorCode::unsupported, [&] {
+              return "SparseLinear: an " + std::to_string(a.n) + ":" + std::to_string(a.m) +
+                     " weight has no GPU kernel; the sparse tensor cores take 2:4 (or vnm:V:2:M for sparser "
+                     "patterns)";
+            });
             return DeviceNm24::upload(pack_nm24(a));
           },
           [](const VnmMatrix& a) -> DeviceWeight {
@@ -245,23 +248,27 @@ SparseLinear::~SparseLinear() = default;
 
 SparseLinear SparseLinear::create(const SparseMatrix& weight, Activation activation, bool bias) {
   const DType dtype = dtype_of(weight);
-  require(dtype == DType::f16 || dtype == DType::bf16, ErrorCode::unsupported,
-          std::string("SparseLinear: the GPU kernels take f16 or bf16 weights, got ") + dtype_name(dtype));
+  require(dtype == DType::f16 || dtype == DType::bf16, ErrorCode::unsupported, [&] {
+    return std::string("SparseLinear: the GPU kernels take f16 or bf16 weights, got ") + dtype_name(dtype);
+  });
   auto impl = std::make_unique<Impl>(Impl{upload(weight), format_name(weight), dtype, activation, bias, {}, {}});
   return SparseLinear(std::move(impl));
 }
 
 SparseLinear SparseLinear::create(const QuantizedNmMatrix& weight, DType dtype, Activation activation, bool bias) {
   const std::string type = quant_type_name(weight.type());
-  require(weight.n == 2 && weight.m == 4, ErrorCode::unsupported,
-          "SparseLinear: an 8-bit (" + type + ") " + std::to_string(weight.n) + ":" + std::to_string(weight.m) +
-              " weight has no GPU kernel; the 8-bit kernel takes 2:4");
-  require(dtype == DType::f16 || dtype == DType::bf16, ErrorCode::unsupported,
-          std::string("SparseLinear: an 8-bit weight runs on f16 or bf16 x and y, got ") + dtype_name(dtype));
-  require(weight.cols % kQuantizedColumnAlign == 0, ErrorCode::unsupported,
-          "SparseLinear: an 8-bit weight needs in_features (K) a multiple of 16 (the 8-bit kernel reads x's codes "
-          "by TMA rows), got " +
-              std::to_string(weight.cols));
+  require(weight.n == 2 && weight.m == 4, ErrorCode::unsupported, [&] {
+    return "SparseLinear: an 8-bit (" + type + ") " + std::to_string(weight.n) + ":" + std::to_string(weight.m) +
+           " weight has no GPU kernel; the 8-bit kernel takes 2:4";
+  });
+  require(dtype == DType::f16 || dtype == DType::bf16, ErrorCode::unsupported, [&] {
+    return std::string("SparseLinear: an 8-bit weight runs on f16 or bf16 x and y, got ") + dtype_name(dtype);
+  });
+  require(weight.cols % kQuantizedColumnAlign == 0, ErrorCode::unsupported, [&] {
+    return "SparseLinear: an 8-bit weight needs in_features (K) a multiple of 16 (the 8-bit kernel reads x's codes "
+           "by TMA rows), got " +
+           std::to_string(weight.cols);
+  });
   const PackedNm24x8 packed = pack_nm24(weight);  // validates the weight, on the host
   // The plan for one token before the upload: a code type, device or build the kernel lacks is named here.
   Nm24x8Plans first{
@@ -275,7 +282,7 @@ SparseLinear SparseLinear::create(const QuantizedNmMatrix& weight, DType dtype, 
 
 std::size_t SparseLinear::workspace_bytes(int64_t tokens) const {
   require(tokens >= 0, ErrorCode::invalid_argument,
-          "SparseLinear::workspace_bytes: tokens must be >= 0, got " + std::to_string(tokens));
+          [&] { return "SparseLinear::workspace_bytes: tokens must be >= 0, got " + std::to_string(tokens); });
   // x's codes, then its scales: K % 16 == 0 keeps the scales 16-byte aligned behind T * K bytes of codes.
   if (impl_->quantized()) return static_cast<std::size_t>(tokens * impl_->cols()) + tokens * sizeof(float);
   return static_cast<std::size_t>(impl_->transposed_tokens(tokens) * impl_->cols()) * dtype_size(impl_->dtype);
@@ -283,7 +290,7 @@ std::size_t SparseLinear::workspace_bytes(int64_t tokens) const {
 
 void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias) {
   require(tokens >= 0, ErrorCode::invalid_argument,
-          "SparseLinear::run: tokens must be >= 0, got " + std::to_string(tokens));
+          [&] { return "SparseLinear::run: tokens must be >= 0, got " + std::to_string(tokens); });
   if (tokens == 0) return;
   impl_->check_run(x, y, bias, "SparseLinear::run");
   const std::size_t bytes = workspace_bytes(tokens);
@@ -292,7 +299,7 @@ void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, co
 
 void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, Workspace workspace) {
   require(tokens >= 0, ErrorCode::invalid_argument,
-          "SparseLinear::run: tokens must be >= 0, got " + std::to_string(tokens));
+          [&] { return "SparseLinear::run: tokens must be >= 0, got " + std::to_string(tokens); });
   if (tokens == 0) return;
   impl_->check_run(x, y, bias, "SparseLinear::run");
   const std::size_t bytes = workspace_bytes(tokens);
@@ -307,10 +314,11 @@ void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, co
 
 void SparseLinear::run_quantized(Stream stream, const uint8_t* x_codes, const float* x_scales, void* y, int64_t tokens,
                                  const float* bias) {
-  require(impl_->quantized() != nullptr, ErrorCode::invalid_argument,
-          "SparseLinear::run_quantized: the layer's weight is " + impl_->format + ", not 8-bit; run() takes its x");
+  require(impl_->quantized() != nullptr, ErrorCode::invalid_argument, [&] {
+    return "SparseLinear::run_quantized: the layer's weight is " + impl_->format + ", not 8-bit; run() takes its x";
+  });
   require(tokens >= 0, ErrorCode::invalid_argument,
-          "SparseLinear::run_quantized: tokens must be >= 0, got " + std::to_string(tokens));
+          [&] { return "SparseLinear::run_quantized: tokens must be >= 0, got " + std::to_string(tokens); });
   if (tokens == 0) return;
   impl_->check_run(x_codes, y, bias, "SparseLinear::run_quantized");
   impl_->run_quantized(tokens, stream, x_codes, x_scales, y, bias);
@@ -318,7 +326,7 @@ void SparseLinear::run_quantized(Stream stream, const uint8_t* x_codes, const fl
 
 std::string SparseLinear::kernel(int64_t tokens) {
   require(tokens > 0, ErrorCode::invalid_argument,
-          "SparseLinear::kernel: tokens must be > 0, got " + std::to_string(tokens));
+          [&] { return "SparseLinear::kernel: tokens must be > 0, got " + std::to_string(tokens); });
   if (const DeviceNm24x8* w = impl_->quantized()) {
     auto& bucket = std::get<Nm24x8Plans>(impl_->bucket_plan(tokens, Layout::col_major));
     std::ostringstream os;

@@ -36,8 +36,9 @@ void transpose_16bit(Stream stream, const void* src, void* dst, int64_t rows, in
           ErrorCode::invalid_argument, "transpose_16bit: needs rows, cols >= 0 and non-null buffers");
   if (rows == 0 || cols == 0) return;
   const int64_t grid_x = (cols + kTile - 1) / kTile, grid_y = (rows + kTile - 1) / kTile;
-  require(grid_y <= 65535, ErrorCode::unsupported,
-          "transpose_16bit: at most " + std::to_string(65535 * kTile) + " rows, got " + std::to_string(rows));
+  require(grid_y <= 65535, ErrorCode::unsupported, [&] {
+    return "transpose_16bit: at most " + std::to_string(65535 * kTile) + " rows, got " + std::to_string(rows);
+  });
   transpose_16bit_kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)),
                            dim3(kTile, kRowsPerPass), 0, stream>>>(static_cast<const uint16_t*>(src),
                                                                    static_cast<uint16_t*>(dst), rows, cols);

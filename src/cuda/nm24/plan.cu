@@ -28,40 +28,52 @@ DeviceFacts device_facts() {
 }
 
 void check_desc(const SpmmDesc& desc, const char* who) {
-  require(desc.rows >= 1 && desc.cols >= 1 && desc.n >= 0, ErrorCode::invalid_argument,
-          std::string(who) + ": shape must be R >= 1, K >= 1, C >= 0, got " + std::to_string(desc.rows) + "x" +
-              std::to_string(desc.cols) + "x" + std::to_string(desc.n));
+  require(desc.rows >= 1 && desc.cols >= 1 && desc.n >= 0, ErrorCode::invalid_argument, [&] {
+    return std::string(who) + ": shape must be R >= 1, K >= 1, C >= 0, got " + std::to_string(desc.rows) + "x" +
+           std::to_string(desc.cols) + "x" + std::to_string(desc.n);
+  });
   require(desc.dtype == DType::f16 || desc.dtype == DType::bf16, ErrorCode::unsupported,
-          std::string(who) + ": A and B must be f16 or bf16, got " + dtype_name(desc.dtype));
-  require(desc.out_dtype == desc.dtype || desc.out_dtype == DType::f32, ErrorCode::unsupported,
-          std::string(who) + ": output dtype must be the input dtype or f32, got " + dtype_name(desc.out_dtype));
+          [&] { return std::string(who) + ": A and B must be f16 or bf16, got " + dtype_name(desc.dtype); });
+  require(desc.out_dtype == desc.dtype || desc.out_dtype == DType::f32, ErrorCode::unsupported, [&] {
+    return std::string(who) + ": output dtype must be the input dtype or f32, got " + dtype_name(desc.out_dtype);
+  });
 }
 
 void check_options(const Nm24Options& options, const char* who) {
   const int n = options.block_n;
   require(n == 0 || n == 256 || n == 192 || n == 128 || n == 64 || n == 32 || n == 16, ErrorCode::invalid_argument,
-          std::string(who) + ": block_n must be 256, 192, 128, 64, 32 or 16 (0: by shape), got " + std::to_string(n));
-  require(options.split >= 0 && options.split <= kMaxClusterCtas, ErrorCode::invalid_argument,
-          std::string(who) + ": split must be 1..8 CTAs per tile (0: by shape), got " + std::to_string(options.split));
-  require(options.raster_rows >= 0 && options.raster_rows <= kMaxRasterRows, ErrorCode::invalid_argument,
-          std::string(who) + ": raster_rows must be a row-tile count in 1..1024 (0: by shape), got " +
-              std::to_string(options.raster_rows));
+          [&] {
+            return std::string(who) + ": block_n must be 256, 192, 128, 64, 32 or 16 (0: by shape), got " +
+                   std::to_string(n);
+          });
+  require(options.split >= 0 && options.split <= kMaxClusterCtas, ErrorCode::invalid_argument, [&] {
+    return std::string(who) + ": split must be 1..8 CTAs per tile (0: by shape), got " + std::to_string(options.split);
+  });
+  require(options.raster_rows >= 0 && options.raster_rows <= kMaxRasterRows, ErrorCode::invalid_argument, [&] {
+    return std::string(who) + ": raster_rows must be a row-tile count in 1..1024 (0: by shape), got " +
+           std::to_string(options.raster_rows);
+  });
   require(options.kernel != Nm24Kernel::sm80_mma_sp ||
               (n == 0 && options.schedule == Sm90Schedule::automatic && options.raster_rows == 0 && options.split <= 1),
-          ErrorCode::unsupported,
-          std::string(who) + ": block_n, the schedule, the raster and split-K can only be chosen for the sm90 kernel");
+          ErrorCode::unsupported, [&] {
+            return std::string(who) +
+                   ": block_n, the schedule, the raster and split-K can only be chosen for the sm90 kernel";
+          });
 }
 
 void check_operands(const SpmmDesc& desc, const void* b, const void* c, const void* d, const float* bias,
                     const char* who) {
-  require(b != nullptr && d != nullptr, ErrorCode::invalid_argument, std::string(who) + ": B and D must not be null");
-  require(desc.beta == 0.0f || c != nullptr, ErrorCode::invalid_argument, std::string(who) + ": beta != 0 needs C");
+  require(b != nullptr && d != nullptr, ErrorCode::invalid_argument,
+          [&] { return std::string(who) + ": B and D must not be null"; });
+  require(desc.beta == 0.0f || c != nullptr, ErrorCode::invalid_argument,
+          [&] { return std::string(who) + ": beta != 0 needs C"; });
   require(!desc.bias || bias != nullptr, ErrorCode::invalid_argument,
-          std::string(who) + ": the plan has a bias but none was given");
+          [&] { return std::string(who) + ": the plan has a bias but none was given"; });
   const std::size_t out_size = dtype_size(desc.out_dtype);
   require(reinterpret_cast<uintptr_t>(d) % out_size == 0 && reinterpret_cast<uintptr_t>(c) % out_size == 0 &&
               reinterpret_cast<uintptr_t>(b) % 2 == 0,
-          ErrorCode::invalid_argument, std::string(who) + ": B, C and D must be aligned to their element size");
+          ErrorCode::invalid_argument,
+          [&] { return std::string(who) + ": B, C and D must be aligned to their element size"; });
 }
 
 Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, const void* c, void* d,
@@ -108,22 +120,25 @@ void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int6
   // no other schedule was pinned.
   const bool split_by_shape = split_k_built && options.schedule == Sm90Schedule::automatic;
   config.split = options.split > 0 ? options.split : split_by_shape ? sm90_split(tiles, k_tiles, sms) : 1;
-  require(config.split == 1 || split_k_built, ErrorCode::unsupported,
-          "plan: split-K is built for the 2:4 and fp8 kernels with B col-major and n-tiles of 16, 32 or 64 (not the "
-          "V:N:M gather); this plan has block_n " +
-              std::to_string(config.block_n));
-  require(config.split <= k_tiles, ErrorCode::unsupported,
-          "nm24 plan: split-K of " + std::to_string(config.split) + " needs as many k-tiles of 64, K has " +
-              std::to_string(k_tiles));
+  require(config.split == 1 || split_k_built, ErrorCode::unsupported, [&] {
+    return "plan: split-K is built for the 2:4 and fp8 kernels with B col-major and n-tiles of 16, 32 or 64 (not the "
+           "V:N:M gather); this plan has block_n " +
+           std::to_string(config.block_n);
+  });
+  require(config.split <= k_tiles, ErrorCode::unsupported, [&] {
+    return "nm24 plan: split-K of " + std::to_string(config.split) + " needs as many k-tiles of 64, K has " +
+           std::to_string(k_tiles);
+  });
   require(config.split == 1 || options.schedule == Sm90Schedule::automatic || options.schedule == Sm90Schedule::staged,
           ErrorCode::unsupported, "nm24 plan: split-K runs the staged schedule only");
   if (config.split > 1) return;
   const Sm90Schedule fitting = sm90_schedule(tiles, config.block_n, final_in_registers, sms);
   const Sm90Schedule chosen = options.schedule == Sm90Schedule::automatic ? fitting : options.schedule;
-  require(chosen == Sm90Schedule::staged || fitting != Sm90Schedule::staged, ErrorCode::unsupported,
-          std::string("nm24 plan: the ") + schedule_name(chosen) +
-              " schedule needs a 16-bit D with a stride that is a multiple of 8, beta 0, no GELU and block_n a "
-              "multiple of 64");
+  require(chosen == Sm90Schedule::staged || fitting != Sm90Schedule::staged, ErrorCode::unsupported, [&] {
+    return std::string("nm24 plan: the ") + schedule_name(chosen) +
+           " schedule needs a 16-bit D with a stride that is a multiple of 8, beta 0, no GELU and block_n a "
+           "multiple of 64";
+  });
   config.register_epilogue = chosen != Sm90Schedule::staged;
   if (chosen == Sm90Schedule::persistent) config.persistent_ctas = sms;
 }
@@ -261,9 +276,10 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
       kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
       "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, and K % 8 == 0 (B col-major) "
       "or C % 8 == 0 (B row-major)");
-  require(options.block_n == 0 || b_col_major || options.block_n % 64 == 0, ErrorCode::unsupported,
-          "nm24 plan: with B row-major the sm90 kernel's block_n is 64, 128, 192 or 256, got " +
-              std::to_string(options.block_n));
+  require(options.block_n == 0 || b_col_major || options.block_n % 64 == 0, ErrorCode::unsupported, [&] {
+    return "nm24 plan: with B row-major the sm90 kernel's block_n is 64, 128, 192 or 256, got " +
+           std::to_string(options.block_n);
+  });
   const nm24::SplitK split_by_shape = b_col_major && options.schedule == Sm90Schedule::automatic && options.split == 0
                                           ? nm24::SplitK::by_shape
                                           : nm24::SplitK::off;
@@ -286,7 +302,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
 }
 
 Nm24SpmmPlan Nm24SpmmPlan::for_tokens(int64_t n) const {
-  require(n >= 0, ErrorCode::invalid_argument, "nm24 plan: C must be >= 0, got " + std::to_string(n));
+  require(n >= 0, ErrorCode::invalid_argument, [&] { return "nm24 plan: C must be >= 0, got " + std::to_string(n); });
   Nm24SpmmPlan plan = *this;
   plan.desc_.n = n;
   if (!nm24::sm90_config_takes_tokens(plan.desc_, plan.config_)) {
@@ -371,9 +387,11 @@ Nm24SpmmPlan Nm24SpmmPlan::autotune(const SpmmDesc& desc) {
 void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d,
                        const float* bias) const {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype, ErrorCode::invalid_argument,
-          "nm24 run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
-              dtype_name(a.dtype()) + ", the plan was made for " + std::to_string(desc_.rows) + "x" +
-              std::to_string(desc_.cols) + " " + dtype_name(desc_.dtype));
+          [&] {
+            return "nm24 run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
+                   dtype_name(a.dtype()) + ", the plan was made for " + std::to_string(desc_.rows) + "x" +
+                   std::to_string(desc_.cols) + " " + dtype_name(desc_.dtype);
+          });
   if (desc_.n == 0) return;
   nm24::check_operands(desc_, b, c, d, bias, "nm24 run");
 

@@ -54,11 +54,13 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
   nm24::check_desc(spmm, "8-bit plan");
   nm24::check_options(options, "8-bit plan");
   // int8 sums are exact in int32 while K / 2 kept products of at most 127^2 stay below 2^31.
-  require(desc.type != QuantType::int8 || desc.cols <= kInt8MaxK, ErrorCode::unsupported,
-          "8-bit plan: int8 takes K up to " + std::to_string(kInt8MaxK) + " (exact int32 sums), got " +
-              std::to_string(desc.cols));
-  require(desc.cols % kTmaRowElements == 0, ErrorCode::unsupported,
-          "8-bit plan: K must be a multiple of 16 (x's rows are read by TMA), got " + std::to_string(desc.cols));
+  require(desc.type != QuantType::int8 || desc.cols <= kInt8MaxK, ErrorCode::unsupported, [&] {
+    return "8-bit plan: int8 takes K up to " + std::to_string(kInt8MaxK) + " (exact int32 sums), got " +
+           std::to_string(desc.cols);
+  });
+  require(desc.cols % kTmaRowElements == 0, ErrorCode::unsupported, [&] {
+    return "8-bit plan: K must be a multiple of 16 (x's rows are read by TMA), got " + std::to_string(desc.cols);
+  });
   require(nm24::sm90_compiled() && nm24::device_is_sm90(), ErrorCode::unsupported,
           "8-bit plan: the 8-bit kernels need an sm_90 device and a build with sm_90a");
   require(options.kernel != Nm24Kernel::sm80_mma_sp, ErrorCode::unsupported,
@@ -85,10 +87,11 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
 
 void Nm24x8SpmmPlan::run(Stream stream, const DeviceNm24x8& a, const uint8_t* x, const float* x_scales, const void* c,
                          void* d, const float* bias) const {
-  require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.type() == desc_.type, ErrorCode::invalid_argument,
-          "8-bit run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
-              quant_type_name(a.type()) + ", the plan was made for " + std::to_string(desc_.rows) + "x" +
-              std::to_string(desc_.cols) + " " + quant_type_name(desc_.type));
+  require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.type() == desc_.type, ErrorCode::invalid_argument, [&] {
+    return "8-bit run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
+           quant_type_name(a.type()) + ", the plan was made for " + std::to_string(desc_.rows) + "x" +
+           std::to_string(desc_.cols) + " " + quant_type_name(desc_.type);
+  });
   if (desc_.n == 0) return;
   const SpmmDesc spmm = as_spmm_desc(desc_);
   require(x != nullptr && x_scales != nullptr && nm24::aligned16(x), ErrorCode::invalid_argument,

@@ -16,7 +16,7 @@ void launch_sm90_8bit(const Params& p, const float* row_scales, const float* tok
   constexpr BSource kTma = BSource::tma;
   const bool split = on.split > 1;
   require(!split || block_n <= 64, ErrorCode::invalid_argument,
-          "sm90 8-bit: split-K runs n-tiles of 16, 32 or 64, got " + std::to_string(block_n));
+          [&] { return "sm90 8-bit: split-K runs n-tiles of 16, 32 or 64, got " + std::to_string(block_n); });
   switch (block_n) {
     case 256:
       return launch<Element, Out, 256, kTma, 1>(p, on, scales);

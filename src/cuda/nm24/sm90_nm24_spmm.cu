@@ -30,7 +30,7 @@ void launch_sm90(const Params& p, int block_n, const LaunchOn& on) {
   constexpr BSource kTma = BSource::tma;
   const bool split = on.split > 1;
   require(!split || block_n <= 64, ErrorCode::invalid_argument,
-          "sm90 nm24: split-K runs n-tiles of 16, 32 or 64, got " + std::to_string(block_n));
+          [&] { return "sm90 nm24: split-K runs n-tiles of 16, 32 or 64, got " + std::to_string(block_n); });
   switch (block_n) {
     case 256:
       return launch<Element, Out, 256, kTma, 1>(p, on);

@@ -134,9 +134,10 @@ void launch_type(cudaStream_t stream, const void* x, int64_t tokens, int64_t col
 void quantize_tokens(Stream stream, const void* x, DType x_dtype, int64_t tokens, int64_t cols, QuantType type,
                      uint8_t* codes, float* scales) {
   require(x_dtype == DType::f16 || x_dtype == DType::bf16, ErrorCode::unsupported,
-          std::string("quantize_tokens: x must be f16 or bf16, got ") + dtype_name(x_dtype));
-  require(tokens >= 0 && cols >= 0, ErrorCode::invalid_argument,
-          "quantize_tokens: needs tokens, cols >= 0, got " + std::to_string(tokens) + " x " + std::to_string(cols));
+          [&] { return std::string("quantize_tokens: x must be f16 or bf16, got ") + dtype_name(x_dtype); });
+  require(tokens >= 0 && cols >= 0, ErrorCode::invalid_argument, [&] {
+    return "quantize_tokens: needs tokens, cols >= 0, got " + std::to_string(tokens) + " x " + std::to_string(cols);
+  });
   require(tokens < (int64_t{1} << 31), ErrorCode::unsupported, "quantize_tokens: at most 2^31 - 1 tokens");
   if (tokens == 0) return;
   require(scales != nullptr && (cols == 0 || (x != nullptr && codes != nullptr)), ErrorCode::invalid_argument,

@@ -118,17 +118,19 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
                                   const TileLaunch& launch) {
   const int block_n = launch.block_n, split = launch.split;
   nm24::check_desc(desc, "tile plan");
-  require(tile_kernel_supports(tile_rows, tile_cols), ErrorCode::unsupported,
-          "tile plan: the kernels run tile sides 16, 32, 64 or 128, got " + std::to_string(tile_rows) + "x" +
-              std::to_string(tile_cols));
-  require(block_n == 0 || block_n == 32 || block_n == 64 || block_n == 128 || block_n == 256,
-          ErrorCode::invalid_argument,
-          "tile plan: block_n must be 0 (by shape), 32, 64, 128 or 256, got " + std::to_string(block_n));
+  require(tile_kernel_supports(tile_rows, tile_cols), ErrorCode::unsupported, [&] {
+    return "tile plan: the kernels run tile sides 16, 32, 64 or 128, got " + std::to_string(tile_rows) + "x" +
+           std::to_string(tile_cols);
+  });
+  require(
+      block_n == 0 || block_n == 32 || block_n == 64 || block_n == 128 || block_n == 256, ErrorCode::invalid_argument,
+      [&] { return "tile plan: block_n must be 0 (by shape), 32, 64, 128 or 256, got " + std::to_string(block_n); });
   require(split >= 0 && split <= 8, ErrorCode::invalid_argument,
-          "tile plan: split must be 0 (by shape) or 1..8, got " + std::to_string(split));
-  require(launch.stream_ctas >= 0 && launch.stream_ctas <= kMaxStreamCtas, ErrorCode::invalid_argument,
-          "tile plan: stream_ctas must be 0 (by device) or 1.." + std::to_string(kMaxStreamCtas) + ", got " +
-              std::to_string(launch.stream_ctas));
+          [&] { return "tile plan: split must be 0 (by shape) or 1..8, got " + std::to_string(split); });
+  require(launch.stream_ctas >= 0 && launch.stream_ctas <= kMaxStreamCtas, ErrorCode::invalid_argument, [&] {
+    return "tile plan: stream_ctas must be 0 (by device) or 1.." + std::to_string(kMaxStreamCtas) + ", got " +
+           std::to_string(launch.stream_ctas);
+  });
   TileSpmmPlan plan;
   plan.desc_ = desc, plan.tile_rows_ = tile_rows, plan.tile_cols_ = tile_cols;
   // Tile sides below 64 run the sm90 kernel on the weight's widened copy (widen_tiles).
@@ -143,11 +145,12 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
   const bool warp_stream_by_weight = kernel == TileKernel::automatic && sm90_possible && warp_stream_tiles &&
                                      desc.n <= tile::kStreamBlockN && tile::warp_stream_fits_device();
   if (kernel == TileKernel::automatic) kernel = tile::automatic_tile_kernel(sm90_possible, desc.n);
-  require(kernel != TileKernel::warp_stream_mma || warp_stream_tiles, ErrorCode::unsupported,
-          "tile plan: the warp-stream kernel takes tiles 32, 64 or 128 rows high (taller than " +
-              std::to_string(tile::kWarpStreamTileRows) +
-              " through the weight's split copy) and 32, 64 or 128 columns, got " + std::to_string(tile_rows) + "x" +
-              std::to_string(tile_cols));
+  require(kernel != TileKernel::warp_stream_mma || warp_stream_tiles, ErrorCode::unsupported, [&] {
+    return "tile plan: the warp-stream kernel takes tiles 32, 64 or 128 rows high (taller than " +
+           std::to_string(tile::kWarpStreamTileRows) +
+           " through the weight's split copy) and 32, 64 or 128 columns, got " + std::to_string(tile_rows) + "x" +
+           std::to_string(tile_cols);
+  });
   plan.kernel_ = kernel;
   plan.launch_ = {.block_n = 0,
                   .split = 1,
@@ -232,12 +235,13 @@ namespace {
 void check_weight(const SpmmDesc& desc_, int tile_rows_, int tile_cols_, const DeviceTiles& a) {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype && a.tile_rows() == tile_rows_ &&
               a.tile_cols() == tile_cols_,
-          ErrorCode::invalid_argument,
-          "tile run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
-              dtype_name(a.dtype()) + " in " + std::to_string(a.tile_rows()) + "x" + std::to_string(a.tile_cols()) +
-              " tiles, the plan was made for " + std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " +
-              dtype_name(desc_.dtype) + " in " + std::to_string(tile_rows_) + "x" + std::to_string(tile_cols_) +
-              " tiles");
+          ErrorCode::invalid_argument, [&] {
+            return "tile run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
+                   dtype_name(a.dtype()) + " in " + std::to_string(a.tile_rows()) + "x" +
+                   std::to_string(a.tile_cols()) + " tiles, the plan was made for " + std::to_string(desc_.rows) + "x" +
+                   std::to_string(desc_.cols) + " " + dtype_name(desc_.dtype) + " in " + std::to_string(tile_rows_) +
+                   "x" + std::to_string(tile_cols_) + " tiles";
+          });
 }
 
 // The weight the Hopper kernel reads for `a`: itself, or for sides below 64 its widened copy (made at upload on an
@@ -262,10 +266,11 @@ void TileSpmmPlan::run(Stream stream, const DeviceTiles& a, const void* b, const
   const TileKernel kernel = kernel_for(a);
   if (kernel == TileKernel::stream_mma || kernel == TileKernel::warp_stream_mma) {
     const DeviceTiles* weight = kernel == TileKernel::warp_stream_mma ? warp_stream_weight(a) : &a;
-    require(weight != nullptr, ErrorCode::unsupported,
-            "tile run: the warp-stream kernel needs the weight in tiles 32 rows high, and this weight of " +
-                std::to_string(a.tile_rows()) +
-                "-row tiles has no split copy (made at upload where the device fits the kernel)");
+    require(weight != nullptr, ErrorCode::unsupported, [&] {
+      return "tile run: the warp-stream kernel needs the weight in tiles 32 rows high, and this weight of " +
+             std::to_string(a.tile_rows()) +
+             "-row tiles has no split copy (made at upload where the device fits the kernel)";
+    });
     const tile::TileParams p = tile_params(desc_, *weight, b, c, d, bias);
     auto* partials = static_cast<float*>(workspace_->data());  // then the counters (create() sizes both)
     tile::StreamWork work{partials, reinterpret_cast<int32_t*>(partials + partial_floats()),

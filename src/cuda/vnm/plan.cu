@@ -19,8 +19,9 @@ int b_tiles_per_stage(int v) { return kPackRowAlign / gather_block_rows(v); }
 
 DeviceVnm DeviceVnm::from_parts(DeviceNm24 condensed, const std::vector<int32_t>& gather, int64_t cols, int v, int m) {
   check_vnm_pattern(v, 2, m);
-  require(vnm_kernel_supports_v(v), ErrorCode::unsupported,
-          "DeviceVnm: the gathering kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
+  require(vnm_kernel_supports_v(v), ErrorCode::unsupported, [&] {
+    return "DeviceVnm: the gathering kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v);
+  });
   const int64_t table_blocks = condensed.rows_padded() / gather_block_rows(v);
   require(cols >= 1 && condensed.cols() == 4 * ceil_div(cols, m) &&
               gather.size() == static_cast<std::size_t>(table_blocks * condensed.cols_padded()),
@@ -62,8 +63,9 @@ namespace {
 
 // The condensed form's kernel: sm90 wgmma.sp gathering B while staging it, or the portable mma.sp kernel.
 KernelConfig gather_config(const SpmmDesc& desc, int v, int m, const Nm24Options& options) {
-  require(vnm_kernel_supports_v(v), ErrorCode::unsupported,
-          "vnm plan: the gathering kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v));
+  require(vnm_kernel_supports_v(v), ErrorCode::unsupported, [&] {
+    return "vnm plan: the gathering kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v);
+  });
   const int64_t condensed_cols = 4 * ceil_div(desc.cols, m);
   const int b_tiles = b_tiles_per_stage(v);
   // sm90: one or two gathered B tiles per stage (the wgmma's 64 rows must share their B rows, so V >= 64);
@@ -118,7 +120,7 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, const Nm24Op
 }
 
 VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n) const {
-  require(n >= 0, ErrorCode::invalid_argument, "vnm plan: C must be >= 0, got " + std::to_string(n));
+  require(n >= 0, ErrorCode::invalid_argument, [&] { return "vnm plan: C must be >= 0, got " + std::to_string(n); });
   VnmSpmmPlan plan = *this;
   plan.desc_.n = n;
   if (plan.full_) plan.full_ = plan.full_->for_tokens(n);
@@ -146,14 +148,16 @@ const KernelConfig& VnmSpmmPlan::config_for(const DeviceVnm& a) const {
 void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d,
                       const float* bias) const {
   require(a.rows() == desc_.rows && a.cols() == desc_.cols && a.dtype() == desc_.dtype && a.v() == v_ && a.m() == m_,
-          ErrorCode::invalid_argument,
-          "vnm run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
-              dtype_name(a.dtype()) + " " + std::to_string(a.v()) + ":2:" + std::to_string(a.m()) +
-              ", the plan was made for " + std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " +
-              dtype_name(desc_.dtype) + " " + std::to_string(v_) + ":2:" + std::to_string(m_));
-  require(a.form() == form_ || form_ == VnmForm::automatic, ErrorCode::invalid_argument,
-          std::string("vnm run: the weight is in the ") + vnm_form_name(a.form()) +
-              " form, the plan was made for the " + vnm_form_name(form_) + " form");
+          ErrorCode::invalid_argument, [&] {
+            return "vnm run: weight is " + std::to_string(a.rows()) + "x" + std::to_string(a.cols()) + " " +
+                   dtype_name(a.dtype()) + " " + std::to_string(a.v()) + ":2:" + std::to_string(a.m()) +
+                   ", the plan was made for " + std::to_string(desc_.rows) + "x" + std::to_string(desc_.cols) + " " +
+                   dtype_name(desc_.dtype) + " " + std::to_string(v_) + ":2:" + std::to_string(m_);
+          });
+  require(a.form() == form_ || form_ == VnmForm::automatic, ErrorCode::invalid_argument, [&] {
+    return std::string("vnm run: the weight is in the ") + vnm_form_name(a.form()) +
+           " form, the plan was made for the " + vnm_form_name(form_) + " form";
+  });
   if (a.form() == VnmForm::full_2_4) {
     require(full_.has_value(), ErrorCode::invalid_argument, "vnm run: a full_2_4 weight needs M % 4 == 0");
     return full_->run(stream, a.condensed(), b, c, d, bias);
