@@ -24,13 +24,13 @@ DeviceBuffer::~DeviceBuffer() { cudaFree(ptr_); }
 
 void DeviceBuffer::copy_from_host(const void* src, std::size_t bytes) {
   require(bytes <= bytes_, ErrorCode::invalid_argument,
-          "DeviceBuffer: copying " + std::to_string(bytes) + " bytes into " + std::to_string(bytes_));
+          [&] { return "DeviceBuffer: copying " + std::to_string(bytes) + " bytes into " + std::to_string(bytes_); });
   NMKIT_CUDA_CHECK(cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice));
 }
 
 void DeviceBuffer::copy_to_host(void* dst, std::size_t bytes) const {
   require(bytes <= bytes_, ErrorCode::invalid_argument,
-          "DeviceBuffer: copying " + std::to_string(bytes) + " bytes out of " + std::to_string(bytes_));
+          [&] { return "DeviceBuffer: copying " + std::to_string(bytes) + " bytes out of " + std::to_string(bytes_); });
   NMKIT_CUDA_CHECK(cudaMemcpy(dst, ptr_, bytes, cudaMemcpyDeviceToHost));
 }
 

@@ -135,13 +135,15 @@ void prune_scores_nm24(Stream stream, const ScoresView& v, DeviceNm24& p) {
   const int64_t ld = v.ld == 0 ? v.cols : v.ld;
   require(v.scores != nullptr || v.rows == 0 || v.cols == 0, ErrorCode::invalid_argument,
           "prune_scores_nm24: scores must not be null");
-  require(v.rows == p.rows() && v.cols == p.cols(), ErrorCode::invalid_argument,
-          "prune_scores_nm24: scores are " + std::to_string(v.rows) + "x" + std::to_string(v.cols) + ", P holds " +
-              std::to_string(p.rows()) + "x" + std::to_string(p.cols()));
-  require(ld >= v.cols, ErrorCode::invalid_argument,
-          "prune_scores_nm24: ld " + std::to_string(ld) + " is less than cols " + std::to_string(v.cols));
+  require(v.rows == p.rows() && v.cols == p.cols(), ErrorCode::invalid_argument, [&] {
+    return "prune_scores_nm24: scores are " + std::to_string(v.rows) + "x" + std::to_string(v.cols) + ", P holds " +
+           std::to_string(p.rows()) + "x" + std::to_string(p.cols());
+  });
+  require(ld >= v.cols, ErrorCode::invalid_argument, [&] {
+    return "prune_scores_nm24: ld " + std::to_string(ld) + " is less than cols " + std::to_string(v.cols);
+  });
   require(p.dtype() == DType::f16 || p.dtype() == DType::bf16, ErrorCode::unsupported,
-          std::string("prune_scores_nm24: P holds f16 or bf16, not ") + dtype_name(p.dtype()));
+          [&] { return std::string("prune_scores_nm24: P holds f16 or bf16, not ") + dtype_name(p.dtype()); });
   const int64_t kblocks = p.cols_padded() / kFragmentK, fragments = p.rows_padded() / kSlabRows * kblocks;
   auto* values = static_cast<uint32_t*>(p.values());
   auto* metadata = static_cast<uint32_t*>(p.metadata());

@@ -36,10 +36,11 @@ void check_strides(const AttentionStrides& s, bool variable_lengths, const char*
   const bool batch_ok = variable_lengths || (s.batch > 0 && s.batch % 8 == 0 && s.batch < kMaxStride);
   require(batch_ok && s.head > 0 && s.head % 8 == 0 && s.head < kMaxStride && s.token > 0 && s.token % 8 == 0 &&
               s.token < kMaxStride,
-          ErrorCode::invalid_argument,
-          std::string(kWho) + ": " + name +
-              " strides must be positive multiples of 8 elements (16 bytes) below 2^38, " + "got batch " +
-              str(s.batch) + ", head " + str(s.head) + ", token " + str(s.token));
+          ErrorCode::invalid_argument, [&] {
+            return std::string(kWho) + ": " + name +
+                   " strides must be positive multiples of 8 elements (16 bytes) below 2^38, " + "got batch " +
+                   str(s.batch) + ", head " + str(s.head) + ", token " + str(s.token);
+          });
 }
 
 template <class Element>
@@ -114,27 +115,33 @@ AttentionPlan AttentionPlan::create(const AttentionDesc& desc) {
   AttentionDesc d = desc;
   if (d.kv_heads == 0) d.kv_heads = d.heads;
   require(d.batch >= 1 && d.heads >= 1 && d.kv_heads >= 1 && d.seq_q >= 0 && d.seq_k >= 0, ErrorCode::invalid_argument,
-          std::string(kWho) + ": batch, heads and kv_heads must be >= 1 and lengths >= 0, got batch " + str(d.batch) +
-              ", heads " + str(d.heads) + ", kv_heads " + str(d.kv_heads) + ", seq_q " + str(d.seq_q) + ", seq_k " +
-              str(d.seq_k));
-  require(d.heads % d.kv_heads == 0, ErrorCode::invalid_argument,
-          std::string(kWho) + ": kv_heads (" + str(d.kv_heads) + ") must divide heads (" + str(d.heads) + ")");
+          [&] {
+            return std::string(kWho) + ": batch, heads and kv_heads must be >= 1 and lengths >= 0, got batch " +
+                   str(d.batch) + ", heads " + str(d.heads) + ", kv_heads " + str(d.kv_heads) + ", seq_q " +
+                   str(d.seq_q) + ", seq_k " + str(d.seq_k);
+          });
+  require(d.heads % d.kv_heads == 0, ErrorCode::invalid_argument, [&] {
+    return std::string(kWho) + ": kv_heads (" + str(d.kv_heads) + ") must divide heads (" + str(d.heads) + ")";
+  });
   require(d.head_dim == 64 || d.head_dim == 128, ErrorCode::invalid_argument,
-          std::string(kWho) + ": head_dim must be 64 or 128, got " + str(d.head_dim));
+          [&] { return std::string(kWho) + ": head_dim must be 64 or 128, got " + str(d.head_dim); });
   require(d.dtype == DType::f16 || d.dtype == DType::bf16, ErrorCode::invalid_argument,
-          std::string(kWho) + ": dtype must be f16 or bf16, got " + dtype_name(d.dtype));
+          [&] { return std::string(kWho) + ": dtype must be f16 or bf16, got " + dtype_name(d.dtype); });
   require(!d.scale || (std::isfinite(*d.scale) && *d.scale > 0.0f), ErrorCode::invalid_argument,
-          std::string(kWho) + ": scale must be finite and positive");
+          [&] { return std::string(kWho) + ": scale must be finite and positive"; });
   if (d.variable_lengths) {
     require(d.total_q >= d.seq_q && d.total_k >= d.seq_k && d.total_q >= 1 && d.total_k >= 1,
-            ErrorCode::invalid_argument,
-            std::string(kWho) + ": variable lengths need total_q >= seq_q, total_k >= seq_k, both >= 1, got total_q " +
-                str(d.total_q) + ", total_k " + str(d.total_k));
+            ErrorCode::invalid_argument, [&] {
+              return std::string(kWho) +
+                     ": variable lengths need total_q >= seq_q, total_k >= seq_k, both >= 1, got total_q " +
+                     str(d.total_q) + ", total_k " + str(d.total_k);
+            });
   }
   // 32-bit token and grid arithmetic in the kernel.
   constexpr int64_t kMaxTokens = int64_t{1} << 30;
   require(std::max({d.seq_q, d.seq_k, d.total_q, d.total_k}) < kMaxTokens && d.heads < 65536 && d.batch < 65536,
-          ErrorCode::invalid_argument, std::string(kWho) + ": at most 2^30 tokens, 65535 heads and sequences");
+          ErrorCode::invalid_argument,
+          [&] { return std::string(kWho) + ": at most 2^30 tokens, 65535 heads and sequences"; });
   d.q = resolved(d.q, d.heads, d.variable_lengths ? d.total_q : d.seq_q, d.head_dim);
   d.k = resolved(d.k, d.kv_heads, d.variable_lengths ? d.total_k : d.seq_k, d.head_dim);
   d.v = resolved(d.v, d.kv_heads, d.variable_lengths ? d.total_k : d.seq_k, d.head_dim);
@@ -144,14 +151,16 @@ AttentionPlan AttentionPlan::create(const AttentionDesc& desc) {
   check_strides(d.v, d.variable_lengths, "v");
   require(d.o.head > 0 && d.o.token > 0 && (d.variable_lengths || d.o.batch > 0) && d.o.head % 2 == 0 &&
               d.o.token % 2 == 0 && d.o.batch % 2 == 0,
-          ErrorCode::invalid_argument,
-          std::string(kWho) + ": o strides must be positive and even (pairs of elements are stored together)");
+          ErrorCode::invalid_argument, [&] {
+            return std::string(kWho) + ": o strides must be positive and even (pairs of elements are stored together)";
+          });
 
   int device = 0, major = 0;
   NMKIT_CUDA_CHECK(cudaGetDevice(&device));
   NMKIT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  require(major == 9, ErrorCode::unsupported,
-          std::string(kWho) + ": the fused kernel needs a Hopper GPU (sm_90a), this device is sm_" + str(major) + "x");
+  require(major == 9, ErrorCode::unsupported, [&] {
+    return std::string(kWho) + ": the fused kernel needs a Hopper GPU (sm_90a), this device is sm_" + str(major) + "x";
+  });
 
   AttentionPlan plan;
   plan.desc_ = d;
@@ -167,13 +176,13 @@ float AttentionPlan::scale() const noexcept {
 void AttentionPlan::run(CUstream_st* stream, const AttentionTensors& t) const {
   const AttentionDesc& d = desc_;
   require(t.q && t.k && t.v && t.o, ErrorCode::invalid_argument,
-          std::string(kWho) + ": q, k, v and o must not be null");
+          [&] { return std::string(kWho) + ": q, k, v and o must not be null"; });
   require(aligned16(t.q) && aligned16(t.k) && aligned16(t.v), ErrorCode::invalid_argument,
-          std::string(kWho) + ": q, k and v must be 16-byte aligned");
+          [&] { return std::string(kWho) + ": q, k and v must be 16-byte aligned"; });
   require(reinterpret_cast<uintptr_t>(t.o) % 4 == 0 && reinterpret_cast<uintptr_t>(t.lse) % 4 == 0,
-          ErrorCode::invalid_argument, std::string(kWho) + ": o and lse must be 4-byte aligned");
+          ErrorCode::invalid_argument, [&] { return std::string(kWho) + ": o and lse must be 4-byte aligned"; });
   require(!d.variable_lengths || (t.cu_seqlens_q && t.cu_seqlens_k), ErrorCode::invalid_argument,
-          std::string(kWho) + ": variable lengths need cu_seqlens_q and cu_seqlens_k");
+          [&] { return std::string(kWho) + ": variable lengths need cu_seqlens_q and cu_seqlens_k"; });
   if (d.seq_q == 0) return;
   if (d.dtype == DType::f16)
     dispatch<__half>(d, t, scale(), stream);

@@ -48,7 +48,8 @@ CUtensorMap make_tensor_map_sw128(const void* base, const cuuint64_t (&dims)[kRa
   const CUresult r = encode_tiled()(&map, type, kRank, const_cast<void*>(base), dims, byte_strides, box,
                                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  require(r == CUDA_SUCCESS, ErrorCode::cuda_error, "cuTensorMapEncodeTiled failed with code " + std::to_string(r));
+  require(r == CUDA_SUCCESS, ErrorCode::cuda_error,
+          [&] { return "cuTensorMapEncodeTiled failed with code " + std::to_string(r); });
   return map;
 }
 

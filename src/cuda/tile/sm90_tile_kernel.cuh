@@ -713,9 +713,9 @@ void launch(const TileParams& params, int split, bool persistent, const Timeline
 template <class Element, class Out, class Timeline>
 void launch_with(const TileParams& p, const Sm90TileConfig& config, const Timeline& timeline, cudaStream_t stream) {
   require(p.tile_rows == 64 || p.tile_rows == 128, ErrorCode::invalid_argument,
-          "sm90 tile: tile rows must be 64 or 128, got " + std::to_string(p.tile_rows));
+          [&] { return "sm90 tile: tile rows must be 64 or 128, got " + std::to_string(p.tile_rows); });
   require(p.tile_cols == 64 || p.tile_cols == 128, ErrorCode::invalid_argument,
-          "sm90 tile: tile columns must be 64 or 128, got " + std::to_string(p.tile_cols));
+          [&] { return "sm90 tile: tile columns must be 64 or 128, got " + std::to_string(p.tile_cols); });
   require(config.split >= 1 && config.split <= kMaxSplit, ErrorCode::invalid_argument, "sm90 tile: split must be 1..8");
   // The deferred store trades pipeline stages for an epilogue off the consumers' critical path (the plan decides).
   require(!config.deferred_store ||

@@ -537,9 +537,10 @@ bool warp_stream_fits_device() {
 }
 
 int warp_stream_max_ctas() {
-  require(warp_stream_fits_device(), ErrorCode::unsupported,
-          "warp-stream tile: the kernel needs " + std::to_string(kSmemBytes / 1024) +
-              " KiB of shared memory per CTA, more than this device allows (H100 and H200 have 227 KiB)");
+  require(warp_stream_fits_device(), ErrorCode::unsupported, [&] {
+    return "warp-stream tile: the kernel needs " + std::to_string(kSmemBytes / 1024) +
+           " KiB of shared memory per CTA, more than this device allows (H100 and H200 have 227 KiB)";
+  });
   int per_sm = 0;
   NMKIT_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ready_kernel<__half, __half>(), kThreads, kSmemBytes));
@@ -561,8 +562,9 @@ void launch_warp_stream(const TileParams& p, const StreamWork& w, cudaStream_t s
   const dim3 grid(static_cast<unsigned>(w.ctas), static_cast<unsigned>(token_blocks));
   // The kernel's chunk indices (and a ring's worth past them) and columns are 32-bit.
   constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max() - 2 * kStages;
-  require(p.nnz_tiles * (p.tile_cols / kChunkCols) <= kMaxIndex && p.cols <= kMaxIndex, ErrorCode::unsupported,
-          "warp-stream tile: the kernel takes at most " + std::to_string(kMaxIndex) + " 32-column chunks and columns");
+  require(p.nnz_tiles * (p.tile_cols / kChunkCols) <= kMaxIndex && p.cols <= kMaxIndex, ErrorCode::unsupported, [&] {
+    return "warp-stream tile: the kernel takes at most " + std::to_string(kMaxIndex) + " 32-column chunks and columns";
+  });
   require(w.ctas >= 1 && (p.nnz_tiles == 0 || w.ctas <= p.nnz_tiles * (p.tile_cols / kChunkCols)),
           ErrorCode::invalid_argument, "warp-stream tile: the grid must not exceed the stored chunks");
   const cuda::OverlappableLaunch launch_config(grid, dim3(kThreads), kSmemBytes, stream, overlap);
