@@ -142,10 +142,10 @@ struct BSourceTraits {
 };
 
 // K-tiles per stage. A split-K CTA (a grid under one wave, narrow n-tiles, B by TMA) does little math per k-tile, and
-// its time is then the producer's rounds: each round's barrier wait, byte count, copy issues and ring step (~0.2 us,
-// "What a copy round costs" in docs/performance.md) whatever the bytes. Two k-tiles a stage halve the rounds: 1.2-1.4x
-// on such grids. Grids without split-K keep one k-tile a stage: two measured 5-8 % slower at 86 CTAs of n16
-// (11008x4096, T <= 16), and no faster on wider tiles.
+// its time is then the producer's rounds: each round's barrier wait, byte count, copy issues and ring step take ~0.2 us
+// whatever the bytes (nmkit_copy_probe). Two k-tiles a stage halve the rounds: 1.2-1.4x on such grids. Grids without
+// split-K keep one k-tile a stage: two measured 5-8 % slower at 86 CTAs of n16 (11008x4096, T <= 16), and no faster
+// on wider tiles.
 template <bool kSplitK>
 constexpr int kStageKTiles = kSplitK ? 2 : 1;
 template <int kBlockN, int kBTiles, bool kSplitK>
