@@ -240,8 +240,10 @@ void log_plan(const char* family, const std::string& what, int64_t rows, int64_t
 // split_k_built: the kernel of this description has a split-K instantiation.
 void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int64_t k_tiles, bool split_k_built,
                           KernelConfig& config);
-// A tile shape into config (a split-K schedule changes the stages of the n-tile chosen before it).
+// A tile shape into config (a split-K schedule changes the stages of the n-tile chosen before it); config_of: a
+// kernel's configuration before its schedule is chosen.
 void take_tile_shape(const TileShape& t, KernelConfig& config);
+KernelConfig config_of(Nm24Kernel kernel, const TileShape& t);
 void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
 // A plan's configuration for desc.n other than the one it was made for (Nm24SpmmPlan::for_tokens): false where the
 // Hopper kernel can no longer take desc and the caller must plan the portable kernel instead.

@@ -148,6 +148,13 @@ void take_tile_shape(const TileShape& t, KernelConfig& config) {
   config.threads = t.threads, config.smem_bytes = t.smem_bytes;
 }
 
+KernelConfig config_of(Nm24Kernel kernel, const TileShape& t) {
+  KernelConfig config;
+  config.kernel = kernel;
+  take_tile_shape(t, config);
+  return config;
+}
+
 void log_plan(const char* family, const std::string& what, int64_t rows, int64_t cols, int64_t n,
               const KernelConfig& config) {
   static const bool enabled = std::getenv("NMKIT_LOG_CONFIG") != nullptr;
@@ -293,7 +300,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
                                       : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::device_facts().sm_count,
                                                            choices, split_by_shape))
           : nm24::sm80_tile_shape();
-  plan.config_ = {kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  plan.config_ = nm24::config_of(kernel, t);
   const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && b_col_major && t.block_n <= nm24::kMaxSplitBlockN;
   nm24::choose_sm90_schedule(desc, options, ceil_div(desc.cols, int64_t{kPackKAlign}), split_k_built, plan.config_);
   if (plan.config_.split > 1) nm24::take_tile_shape(nm24::sm90_tile_shape(t.block_n, /*split_k=*/true), plan.config_);
@@ -307,7 +314,7 @@ Nm24SpmmPlan Nm24SpmmPlan::for_tokens(int64_t n) const {
   plan.desc_.n = n;
   if (!nm24::sm90_config_takes_tokens(plan.desc_, plan.config_)) {
     const nm24::TileShape t = nm24::sm80_tile_shape();
-    plan.config_ = {Nm24Kernel::sm80_mma_sp, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+    plan.config_ = nm24::config_of(Nm24Kernel::sm80_mma_sp, t);
   }
   return plan;
 }

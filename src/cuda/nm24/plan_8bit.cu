@@ -76,7 +76,7 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
                           : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::device_facts().sm_count,
                                                nm24::kColMajorBlockN, split_by_shape, x8::kPackKAlign);
   const nm24::TileShape t = nm24::sm90_8bit_tile_shape(block_n);
-  plan.config_ = {Nm24Kernel::sm90_wgmma_sp, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  plan.config_ = nm24::config_of(Nm24Kernel::sm90_wgmma_sp, t);
   nm24::choose_sm90_schedule(spmm, options, ceil_div(desc.cols, int64_t{x8::kPackKAlign}),
                              /*split_k_built=*/t.block_n <= nm24::kMaxSplitBlockN, plan.config_);
   if (plan.config_.split > 1)

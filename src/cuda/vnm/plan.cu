@@ -88,7 +88,7 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, const Nm24Options
   } else {
     t.smem_bytes *= b_tiles;  // one gathered B tile per row block of the CTA
   }
-  KernelConfig config{kernel, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+  KernelConfig config = nm24::config_of(kernel, t);
   nm24::choose_sm90_schedule(desc, options, ceil_div(condensed_cols, int64_t{kPackKAlign}), /*split_k_built=*/false,
                              config);
   // The gathering kernel's own raster where none was pinned.
@@ -127,8 +127,7 @@ VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n) const {
   if (plan.gather_ && !nm24::sm90_config_takes_tokens(plan.desc_, *plan.gather_)) {
     nm24::TileShape t = nm24::sm80_tile_shape();
     t.smem_bytes *= b_tiles_per_stage(v_);  // one gathered B tile per row block of the CTA
-    plan.gather_ =
-        KernelConfig{Nm24Kernel::sm80_mma_sp, t.block_m, t.block_n, t.block_k, t.stages, t.threads, t.smem_bytes};
+    plan.gather_ = nm24::config_of(Nm24Kernel::sm80_mma_sp, t);
   }
   // As create(): the form pack_vnm picks for this B layout.
   const bool full_form = resolve_vnm_form(form_, v_, m_, desc_.b_layout) == VnmForm::full_2_4;
