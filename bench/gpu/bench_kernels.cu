@@ -38,8 +38,8 @@ __global__ void fill_dense_kernel(T* out, int64_t count, uint64_t seed) {
 // The 6 ordered index pairs of a 2:4 group.
 __constant__ uint8_t kPairs[6][2] = {{0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}};
 
-// One thread per (slab, kblock, lane): values of the lane's 4 registers and its metadata register, zero
-// (with the padding pattern) past R and K. Lanes t and t + 2 of a quad draw the same metadata.
+// One thread per (slab, kblock, lane): values of the lane's 4 registers and, for lanes 4g + {0, 1}, its metadata
+// word, zero (with the padding pattern) past R and K.
 template <class T>
 __global__ void fill_packed_kernel(uint32_t* values, uint32_t* meta, int64_t rows, int64_t cols, int64_t slabs,
                                    int64_t kblocks, uint64_t seed) {
@@ -57,8 +57,7 @@ __global__ void fill_packed_kernel(uint32_t* values, uint32_t* meta, int64_t row
       const int pair = inside ? static_cast<int>(hash32(seed ^ (row * 0x100000001b3ull + group)) % 6) : 0;
       m |= static_cast<uint32_t>(kPairs[pair][0] | (kPairs[pair][1] << 2)) << (16 * upper + 4 * q);
     }
-  const int64_t at = gpu::packed_fragment_index(slab, kblock, kblocks) * 32 + lane;
-  meta[at] = m;
+  if (t < 2) meta[gpu::packed_meta_word(slab, kblock, kblocks, lane)] = m;
   // Values: register r = upper + 2 * high holds (row g + 8 upper, group 4 high + t, slots 0 and 1).
   for (int r = 0; r < 4; ++r) {
     const int upper = r % 2, high = r / 2;
@@ -81,8 +80,7 @@ __global__ void expand_packed_kernel(const uint32_t* values, const uint32_t* met
   const int lane = threadIdx.x % 32;
   const bool active = id < slabs * kblocks * 32;
   const int64_t block = id / 32, slab = block / kblocks, kblock = block % kblocks;
-  const int64_t at = active ? gpu::packed_fragment_index(slab, kblock, kblocks) * 32 + lane : 0;
-  const uint32_t my_meta = active ? meta[at] : 0;
+  const uint32_t my_meta = active ? meta[gpu::packed_meta_word(slab, kblock, kblocks, lane)] : 0;
   const int g = lane / 4, t = lane % 4;
   const uint32_t meta_low = __shfl_sync(0xffffffffu, my_meta, g * 4 + 0);   // groups 0..3
   const uint32_t meta_high = __shfl_sync(0xffffffffu, my_meta, g * 4 + 1);  // groups 4..7

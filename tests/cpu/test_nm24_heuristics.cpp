@@ -53,8 +53,8 @@ TEST(Nm24Heuristics, BlockNFollowsWhatBindsTheShape) {
 }
 
 TEST(Nm24Heuristics, GatherRasterKeepsTheGroupsRowsOfAInHalfOfL2) {
-  // A 128-row tile of condensed A is 128 x K' x 1.25 bytes: at K' = 4096, 64 of them (42 MB) overflow half of
-  // 50 MB and 32 (21 MB) fit.
+  // A 128-row tile of condensed A is 128 x K' x 1.125 bytes: at K' = 4096, 64 of them (38 MB) overflow half of
+  // 50 MB and 32 (19 MB) fit.
   EXPECT_EQ(sm90_gather_group_rows(4096, kH200L2), 32);
   EXPECT_EQ(sm90_gather_group_rows(1024, kH200L2), 64);
   // Never below the 2:4 kernel's group, however long K'.

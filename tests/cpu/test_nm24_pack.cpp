@@ -32,16 +32,21 @@ TEST(Nm24Pack, RoundTripsWithTails) {
 
 TEST(Nm24Pack, FragmentPositionsFollowTheInstruction) {
   // Row 9 (g = 1, upper half), logical columns 20..23 = group 5 of k-block 0: compressed columns 10, 11,
-  // which sit in lane 4*1 + 1 = 5, register 1 + 2*1 = 3; its metadata in lanes 5 and 7 (groups 4..7),
-  // bits [16 + 4, 16 + 8).
+  // which sit in lane 4*1 + 1 = 5, register 1 + 2*1 = 3; its metadata in lane 5's word (groups 4..7, read by lanes
+  // 5 and 7), word 2*1 + 1 = 3 of the fragment, bits [16 + 4, 16 + 8).
   DenseMatrix w = DenseMatrix::zeros(16, 32, DType::f16);
   w.set(9, 21, 1.0f), w.set(9, 23, 2.0f);
   const PackedNm24 p = pack_nm24(compress_nm(w, 2, 4));
   const uint32_t reg = p.values[static_cast<std::size_t>(packed_value_word(0, 0, p.cols_padded / kFragmentK, 5, 3))];
   EXPECT_EQ(reg & 0xffff, Half::from_float(1.0f).bits);
   EXPECT_EQ(reg >> 16, Half::from_float(2.0f).bits);
-  for (int lane : {5, 7}) EXPECT_EQ((p.metadata[lane] >> 20) & 0xf, 1u | (3u << 2)) << lane;
-  EXPECT_EQ((p.metadata[4] >> 20) & 0xf, 0x4u);  // lane 4 covers groups 0..3 of row 9: padding pattern (0, 1)
+  ASSERT_EQ(p.metadata.size(), static_cast<std::size_t>(kTileSlabs * kTileKBlocks * kMetaWordsPerFragment));
+  for (int lane : {5, 7}) {
+    const auto word = static_cast<std::size_t>(packed_meta_word(0, 0, p.cols_padded / kFragmentK, lane));
+    EXPECT_EQ(word, 3u) << lane;
+    EXPECT_EQ((p.metadata[word] >> 20) & 0xf, 1u | (3u << 2)) << lane;
+  }
+  EXPECT_EQ((p.metadata[2] >> 20) & 0xf, 0x4u);  // lane 4 covers groups 0..3 of row 9: padding pattern (0, 1)
 }
 
 TEST(Nm24Pack, ValuesSitInTheWgmmaSharedMemoryLayout) {

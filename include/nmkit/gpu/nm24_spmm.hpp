@@ -20,7 +20,7 @@ struct PackedNm24 {
   int64_t rows_padded = 0, cols_padded = 0;  // multiples of 128 and 64; padding is zero
   DType dtype = DType::f16;                  // f16 or bf16
   std::vector<uint32_t> values;              // (slabs x kblocks x 32 lanes x 4) words
-  std::vector<uint32_t> metadata;            // (fragments, 32 lanes)
+  std::vector<uint32_t> metadata;            // (fragments, 16 words: lanes 4g + {0, 1})
 };
 
 // Packs a 2:4 matrix (f16 or bf16, any R and K). Throws Error for other patterns or dtypes.

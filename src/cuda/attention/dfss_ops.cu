@@ -47,8 +47,7 @@ __device__ __forceinline__ float unpack_value(uint32_t word, int half) {
 }
 
 // One thread per metadata word of a 16 x 32 fragment (slab, kblock): rows g and g + 8 of the slab, the four groups
-// of half h of the k-block. It writes those 8 groups' value words and the metadata word (at lanes 4g + h and
-// 4g + h + 2, which the instruction reads alike).
+// of half h of the k-block. It writes those 8 groups' value words and the metadata word of lane 4g + h.
 template <class Score, class Element>
 __global__ void prune_scores_kernel(const Score* __restrict__ s, int64_t rows, int64_t cols, int64_t ld, float scale,
                                     bool causal, int64_t kblocks, int64_t fragments, uint32_t* __restrict__ values,
@@ -80,9 +79,7 @@ __global__ void prune_scores_kernel(const Score* __restrict__ s, int64_t rows, i
       meta |= nibble << (16 * upper + 4 * q);
     }
   }
-  const int64_t base = packed_fragment_index(slab, kblock, kblocks) * kLanes + 4 * g + half;
-  metadata[base] = meta;
-  metadata[base + 2] = meta;
+  metadata[packed_meta_word(slab, kblock, kblocks, 4 * g + half)] = meta;
 }
 
 // One warp per row: its kept scores are 8 words per k-block (lanes 4g + q, registers upper + 2h); lane l takes

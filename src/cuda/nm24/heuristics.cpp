@@ -10,9 +10,9 @@
 namespace nmkit::gpu::nm24 {
 namespace {
 
-constexpr double kSmMathRate = 6.5e12;          // dense-equivalent FLOP/s of one SM in the wgmma.sp kernel
-constexpr double kMemoryBandwidth = 4.0e12;     // bytes/s from HBM
-constexpr double kPackedBytesPerWeight = 1.25;  // 2:4 fp16: half the values plus metadata
+constexpr double kSmMathRate = 6.5e12;           // dense-equivalent FLOP/s of one SM in the wgmma.sp kernel
+constexpr double kMemoryBandwidth = 4.0e12;      // bytes/s from HBM
+constexpr double kPackedBytesPerWeight = 1.125;  // 2:4 fp16: half the values plus 4 bits a stored value
 constexpr double kTieTolerance = 0.01;
 // A CTA's pipeline round when its math is short (the producer's wait, copies and arrive, the consumers' release):
 // narrow n-tiles on the H200 ran 0.27-0.29 us a k-tile whatever their width (models suite, small_grid_variants.txt).

@@ -24,7 +24,7 @@ namespace nmkit::gpu::nm24 {
 // Everything a kernel needs; built by the plan, passed by value.
 struct Params {
   const uint32_t* a_values;  // packed values (packed_value_word)
-  const uint32_t* a_meta;    // packed metadata (slab, kblock, lane)
+  const uint32_t* a_meta;    // packed metadata (packed_meta_word)
   const void* b;             // K x C, ldb = K (col-major) or C (row-major)
   const void* c;             // R x C in D's layout, read when beta != 0
   void* d;                   // R x C
@@ -111,7 +111,7 @@ __device__ __forceinline__ AFragment load_a_fragment(const Params& p, int64_t sl
 #pragma unroll
   for (int r = 0; r < kRegistersPerFragment; ++r)
     a.values[r] = __ldg(p.a_values + packed_value_word(slab, kblock, p.kblocks, lane, r));
-  a.meta = __ldg(p.a_meta + packed_fragment_index(slab, kblock, p.kblocks) * kLanes + lane);
+  a.meta = __ldg(p.a_meta + packed_meta_word(slab, kblock, p.kblocks, lane));
   return a;
 }
 

@@ -34,10 +34,6 @@ uint16_t bits_of(const TypedBuffer& values, std::size_t i) {
   return b;
 }
 
-std::size_t slab_block(int64_t slab, int64_t kblock, int64_t kblocks) {
-  return static_cast<std::size_t>(packed_fragment_index(slab, kblock, kblocks));
-}
-
 }  // namespace
 
 PackedNm24 pack_nm24(const NmMatrix& a) {
@@ -56,7 +52,7 @@ PackedNm24 pack_nm24(const NmMatrix& a) {
   constexpr uint32_t kPaddingNibble = 0u | (1u << 2);
   uint32_t padding_word = 0;
   for (int i = 0; i < 8; ++i) padding_word |= kPaddingNibble << (4 * i);
-  p.metadata.assign(static_cast<std::size_t>(slabs * kblocks * kLanes), padding_word);
+  p.metadata.assign(static_cast<std::size_t>(slabs * kblocks * kMetaWordsPerFragment), padding_word);
 
   const int64_t groups = a.groups();
   for (int64_t r = 0; r < a.rows; ++r) {
@@ -65,7 +61,6 @@ PackedNm24 pack_nm24(const NmMatrix& a) {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t kblock = g * kGroup / kFragmentK;
       const int group_in_block = static_cast<int>(g % (kFragmentK / kGroup));
-      const std::size_t base = slab_block(slab, kblock, kblocks) * kLanes;
       uint32_t nibble = 0;
       for (int s = 0; s < kKept; ++s) {
         const int64_t vi = (r * groups + g) * kKept + s;
@@ -74,15 +69,13 @@ PackedNm24 pack_nm24(const NmMatrix& a) {
         reg |= static_cast<uint32_t>(bits_of(a.values, static_cast<std::size_t>(vi))) << (16 * pos.half);
         nibble |= a.index(vi) << (2 * s);
       }
-      // Metadata: lanes 4*gid + {0, 2} hold k-groups 0..3 of the block, lanes 4*gid + {1, 3} groups 4..7;
-      // bits [0, 16) for row gid, [16, 32) for row gid + 8.
+      // Metadata: lane 4 gid holds k-groups 0..3 of the block, lane 4 gid + 1 groups 4..7; bits [0, 16) for row
+      // gid, [16, 32) for row gid + 8.
       const int gid = row % 8, upper = row / 8;
-      const int lane_pair = group_in_block / kMetaGroupsPerLane;
+      const int lane = gid * 4 + group_in_block / kMetaGroupsPerLane;
       const int shift = 16 * upper + 4 * (group_in_block % kMetaGroupsPerLane);
-      for (int dup : {0, 2}) {
-        uint32_t& word = p.metadata[base + gid * 4 + lane_pair + dup];
-        word = (word & ~(0xfu << shift)) | (nibble << shift);
-      }
+      uint32_t& word = p.metadata[static_cast<std::size_t>(packed_meta_word(slab, kblock, kblocks, lane))];
+      word = (word & ~(0xfu << shift)) | (nibble << shift);
     }
   }
   return p;
@@ -93,7 +86,7 @@ NmMatrix unpack_nm24(const PackedNm24& p) {
   require(p.rows_padded % kPackRowAlign == 0 && p.cols_padded % kPackKAlign == 0 && p.rows <= p.rows_padded &&
               p.cols <= p.cols_padded &&
               p.values.size() == static_cast<std::size_t>(slabs * kblocks * kLanes * kRegistersPerFragment) &&
-              p.metadata.size() == static_cast<std::size_t>(slabs * kblocks * kLanes),
+              p.metadata.size() == static_cast<std::size_t>(slabs * kblocks * kMetaWordsPerFragment),
           ErrorCode::invalid_argument, "unpack_nm24: packed sizes are inconsistent");
   NmMatrix a;
   a.rows = p.rows, a.cols = p.cols, a.n = kKept, a.m = kGroup;
@@ -104,9 +97,9 @@ NmMatrix unpack_nm24(const PackedNm24& p) {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t slab = r / kSlabRows, kblock = g * kGroup / kFragmentK;
       const int row = static_cast<int>(r % kSlabRows), group_in_block = static_cast<int>(g % (kFragmentK / kGroup));
-      const std::size_t base = slab_block(slab, kblock, kblocks) * kLanes;
       const int gid = row % 8, upper = row / 8;
-      const uint32_t word = p.metadata[base + gid * 4 + group_in_block / kMetaGroupsPerLane];
+      const int lane = gid * 4 + group_in_block / kMetaGroupsPerLane;
+      const uint32_t word = p.metadata[static_cast<std::size_t>(packed_meta_word(slab, kblock, kblocks, lane))];
       const uint32_t nibble = (word >> (16 * upper + 4 * (group_in_block % kMetaGroupsPerLane))) & 0xf;
       for (int s = 0; s < kKept; ++s) {
         const int64_t vi = (r * groups + g) * kKept + s;

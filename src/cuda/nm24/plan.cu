@@ -249,10 +249,10 @@ DeviceNm24 DeviceNm24::allocate(int64_t rows, int64_t cols, DType dtype) {
   DeviceNm24 w;
   w.rows_ = rows, w.cols_ = cols, w.dtype_ = dtype;
   w.rows_padded_ = round_up(rows, kPackRowAlign), w.cols_padded_ = round_up(cols, kPackKAlign);
-  // Two bytes per stored value (half of the padded R x K) and one 4-bit index per stored value.
+  // Two bytes per stored value (half of the padded R x K); a 1 KiB metadata tile per 8 KiB value tile.
   const auto value_bytes = static_cast<std::size_t>(w.rows_padded_ * w.cols_padded_);
   w.values_ = DeviceBuffer(value_bytes);
-  w.metadata_ = DeviceBuffer(value_bytes / 4);
+  w.metadata_ = DeviceBuffer(value_bytes / kTileValueBytes * kTileMetaBytes);
   return w;
 }
 

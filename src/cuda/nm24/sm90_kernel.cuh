@@ -71,7 +71,21 @@ static_assert(kTileK<__half> == kBlockK, "16-bit k-tiles are the packed layout's
 
 constexpr int kTileFragments = kTileSlabs * kTileKBlocks;  // 16 fragments of 32 lanes
 constexpr int kAValueBytes = kTileValueBytes;              // 8 KiB per k-tile
-constexpr int kAMetaBytes = kTileFragments * kLanes * 4;   // 2 KiB per k-tile
+// A k-tile's metadata: 16-bit values store the words of half the lanes (packed_meta_word, 1 KiB), 8-bit values one
+// word per lane (nm24_layout_8bit.hpp, 2 KiB). A stage's metadata slot holds either, so that the stage shapes do not
+// depend on the element type.
+constexpr int kAMetaSlotBytes = kTileFragments * kLanes * 4;
+template <class Element>
+constexpr int kAMetaBytes = kEightBit<Element> ? kAMetaSlotBytes : kTileMetaBytes;
+static_assert(kAMetaBytes<__half> <= kAMetaSlotBytes && kAMetaBytes<uint8_t> <= kAMetaSlotBytes);
+// The metadata word of `lane` in fragment `fragment` of a staged k-tile.
+template <class Element>
+__device__ __forceinline__ int staged_meta_word(int fragment, int lane) {
+  if constexpr (kEightBit<Element>)
+    return fragment * kLanes + lane;
+  else
+    return fragment * kMetaWordsPerFragment + meta_word_of_lane(lane);
+}
 static_assert(kAValueBytes == kTileFragments * kLanes * kRegistersPerFragment * 4, "values: 4 registers per lane");
 // A warpgroup's m64 x k32 operand in the packed values: k-block kk of the tile, row groups 8w..8w+7 (the layout of
 // packed_value_word): kKBlockValueBytes apart per k-block, 8 row groups of two core matrices per warpgroup.
@@ -86,7 +100,7 @@ template <int kBlockN, int kBTiles = 1, int kKTilesPerStage = 1>
 struct Sm90Shape {
   static constexpr int kKTiles = kKTilesPerStage;
   static constexpr int kBBytes = kBlockN * kSwizzleRowBytes;  // one B tile of one k-tile
-  static constexpr int kKTileBytes = kBTiles * kBBytes + kAValueBytes + kAMetaBytes;
+  static constexpr int kKTileBytes = kBTiles * kBBytes + kAValueBytes + kAMetaSlotBytes;
   static constexpr int kAValuesOffset = kKTiles * kBTiles * kBBytes;
   static constexpr int kAMetaOffset = kAValuesOffset + kKTiles * kAValueBytes;
   static constexpr int kStageBytes = kKTiles * kKTileBytes;
@@ -372,7 +386,10 @@ struct Producer {
   using Shape = StageShape<kBlockN, kBTiles, kSplitK>;
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
-  static constexpr int kABytes = kAValueBytes + kAMetaBytes;
+  static constexpr int kMetaBytes = kAMetaBytes<Element>;
+  static constexpr int kABytes = kAValueBytes + kMetaBytes;
+  // What the copies of one k-tile bring into a stage (its metadata slot may be larger).
+  static constexpr int kKTileCopyBytes = kBTiles * Shape::kBBytes + kABytes;
 
   const Params& p;
   const CUtensorMap* b_map;
@@ -395,7 +412,7 @@ struct Producer {
       const auto [m0, n0] = order.origin(p, tile);
       const int64_t row_tile = m0 / kBlockM;
       const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
-      const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kAMetaBytes;
+      const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kMetaBytes;
       if constexpr (Traits::kGather)
         gather_tile(m0, n0, a_values, a_meta);
       else
@@ -429,7 +446,7 @@ struct Producer {
     const uint32_t stage = stages + s * Shape::kStageBytes,
                    full = full_barriers + s * static_cast<uint32_t>(sizeof(uint64_t));
     ring.acquire(pipeline);
-    ptx::mbarrier_arrive_expect_tx(full, kCount * Shape::kKTileBytes);
+    ptx::mbarrier_arrive_expect_tx(full, kCount * kKTileCopyBytes);
 #pragma unroll
     for (int j = 0; j < kCount; ++j) {
       const uint32_t b_tile = stage + j * Shape::kBBytes;
@@ -444,7 +461,8 @@ struct Producer {
       }
     }
     ptx::bulk_load(stage + Shape::kAValuesOffset, a_values + kt * kAValueBytes, kCount * kAValueBytes, full);
-    ptx::bulk_load(stage + Shape::kAMetaOffset, a_meta + kt * kAMetaBytes, kCount * kAMetaBytes, full);
+    // The k-tiles' metadata is contiguous in the packed layout: one copy fills their slots from the front.
+    ptx::bulk_load(stage + Shape::kAMetaOffset, a_meta + kt * kMetaBytes, kCount * kMetaBytes, full);
     ring.advance();
   }
 
@@ -480,7 +498,7 @@ struct Producer {
         static_assert(Shape::kKTiles == 1, "a gathered stage is one k-tile");
         pipeline.expect_bytes(s, kABytes);
         ptx::bulk_load(stage + Shape::kAValuesOffset, a_values + kt * kAValueBytes, kAValueBytes, full);
-        ptx::bulk_load(stage + Shape::kAMetaOffset, a_meta + kt * kAMetaBytes, kAMetaBytes, full);
+        ptx::bulk_load(stage + Shape::kAMetaOffset, a_meta + kt * kMetaBytes, kMetaBytes, full);
       }
 #pragma unroll
       for (int t = 0; t < kBTiles; ++t) {
@@ -591,12 +609,12 @@ struct Consumer {
 #pragma unroll
     for (int j = 0; j < kCount; ++j) {
       const uint32_t a_values = stage + Shape::kAValuesOffset + j * kAValueBytes;
-      const uint32_t a_meta = stage + Shape::kAMetaOffset + j * kAMetaBytes;
+      const uint32_t a_meta = stage + Shape::kAMetaOffset + j * kAMetaBytes<Element>;
       const uint32_t b_tile = stage + (j * kBTiles + (kBTiles == 1 ? 0 : warpgroup)) * Shape::kBBytes;
 #pragma unroll
       for (int kk = 0; kk < kKBlocksPerTile; ++kk) {
         const int step = j * kKBlocksPerTile + kk, fragment = slab_in_tile * kTileKBlocks + kk;
-        meta[step] = ptx::ld_shared_b32(a_meta + (fragment * kLanes + lane) * 4);
+        meta[step] = ptx::ld_shared_b32(a_meta + staged_meta_word<Element>(fragment, lane) * 4);
         a_desc[step] = ptx::make_smem_desc_k_major_interleave(
             a_values + kk * kKBlockValueBytes + warpgroup * kAWarpgroupBytes, kACoreKStride, kACoreRowStride);
         if constexpr (Traits::kMnMajor)  // k32 step kk starts 32 rows of 128 B further

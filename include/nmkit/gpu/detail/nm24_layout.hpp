@@ -16,10 +16,22 @@ inline constexpr int kTileSlabs = kPackRowAlign / kSlabRows;   // 8 slabs per 12
 inline constexpr int kTileKBlocks = kPackKAlign / kFragmentK;  // 2 k-blocks per 64-wide k-tile
 
 // Position of fragment (slab, kblock) in the packed metadata, tile-major: the 16 fragments of one 128 x 64 tile
-// are contiguous (2 KiB), so a kernel stages a tile's metadata with one bulk copy.
+// are contiguous, so a kernel stages a tile's metadata with one bulk copy.
 constexpr int64_t packed_fragment_index(int64_t slab, int64_t kblock, int64_t kblocks) noexcept {
   const int64_t row_tile = slab / kTileSlabs, k_tile = kblock / kTileKBlocks, k_tiles = kblocks / kTileKBlocks;
   return ((row_tile * k_tiles + k_tile) * kTileSlabs + slab % kTileSlabs) * kTileKBlocks + kblock % kTileKBlocks;
+}
+
+// Metadata: with sparsity selector 0 the sparse MMA reads the metadata register of lanes 4g and 4g + 1 of each quad
+// only (PTX ISA, "sparse matrix metadata"), so a fragment stores those 16 words, word 2g + t for lanes 4g + t and
+// 4g + t + 2 (1 KiB per 128 x 64 tile): bits [0, 16) row g, [16, 32) row g + 8; lane 4g holds k-groups 0..3 of the
+// k-block, lane 4g + 1 groups 4..7, a nibble per group.
+inline constexpr int kMetaWordsPerFragment = kLanes / 2;
+inline constexpr int kTileMetaBytes = kTileSlabs * kTileKBlocks * kMetaWordsPerFragment * 4;  // 1 KiB
+// The word of a fragment's metadata that lane `lane` passes to the sparse MMA.
+constexpr int meta_word_of_lane(int lane) noexcept { return lane / 4 * 2 + lane % 2; }
+constexpr int64_t packed_meta_word(int64_t slab, int64_t kblock, int64_t kblocks, int lane) noexcept {
+  return packed_fragment_index(slab, kblock, kblocks) * kMetaWordsPerFragment + meta_word_of_lane(lane);
 }
 
 // The packed values of a 128 x 64 tile (8 KiB, 32 stored values per row) are contiguous too, tile-major, and laid
