@@ -16,7 +16,10 @@ Without nmkit the dense and torch 2:4 rows still run.
 The model: --layers decoder layers of Llama's architecture at Llama-2-7B's shapes (hidden 4096, 32 heads of 128,
 SwiGLU FFN 11008, RMSNorm, rotary embeddings; projections without bias, q, k, v fused into one 12288x4096 Linear
 and gate, up into one 22016x4096, as serving engines run them; --separate-projections keeps all seven), seeded
-random weights of std K^-1/2; no embedding and no LM head: the input is hidden states. Workloads: prefill of 1 x 2048
+random weights of std K^-1/2; no embedding and no LM head: the input is hidden states. The elementwise work between
+the linears (--glue): fused on the GPU, as serving engines run it (PyTorch's fused RMSNorm; the residual add with the
+norm after it, the rotary embedding and the SwiGLU product each one torch.compile kernel), or eager, a kernel per step
+as Hugging Face's Llama writes it; the same in every variant. Workloads: prefill of 1 x 2048
 and 8 x 512 tokens (causal, the keys and values written to a cache as a serving prefill does) and decode of one new
 token at batch 1, 16 and 64 against a static KV cache of --context tokens (random keys and values: their values
 do not change the work), written in place at a position held in a device tensor and attended through a mask made
@@ -178,6 +181,50 @@ def rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return t * cos + torch.cat([-t[..., half:], t[..., :half]], dim=-1) * sin
 
 
+def rotate_pair(q, k, cos, sin):
+    return rotate(q, cos, sin), rotate(k, cos, sin)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return F.silu(gate) * up
+
+
+def add_norm(h: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple:
+    """The residual stream plus a sublayer's output, and its RMSNorm."""
+    h = h + delta
+    return h, F.rms_norm(h, (h.shape[-1],), weight, eps)
+
+
+def add_rms_norm_eager(h: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple:
+    h = h + delta
+    return h, rms_norm(h, weight, eps)
+
+
+class Glue:
+    """A layer's elementwise work around its linears and attention, the same in every variant. "eager": as Hugging
+    Face's Llama writes it, a kernel per step (its RMSNorm in fp32 takes eight). "fused": as serving engines run it,
+    PyTorch's fused RMSNorm, the residual add with the norm after it, the rotary embedding of q and k, and the SwiGLU
+    product each compiled into one kernel by torch.compile (Inductor)."""
+
+    KINDS = ("fused", "eager")
+
+    def __init__(self, kind: str, eps: float):
+        if kind not in self.KINDS:
+            raise ValueError(f"glue must be one of {self.KINDS}, got {kind!r}")
+        self.kind = kind
+        if kind == "eager":
+            self.norm = functools.partial(rms_norm, eps=eps)
+            self.rotate_pair, self.swiglu = rotate_pair, swiglu
+            self.add_norm = functools.partial(add_rms_norm_eager, eps=eps)
+        else:
+            # A kernel per shape the run meets (sizes 1 specialise: batch 1, decode's one token; each workload, the
+            # checks and the references): more than dynamo's default of 8, past which it would run them eagerly.
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            self.norm = lambda x, weight: F.rms_norm(x, (x.shape[-1],), weight, eps)
+            self.rotate_pair, self.swiglu = torch.compile(rotate_pair), torch.compile(swiglu)
+            self.add_norm = functools.partial(torch.compile(add_norm), eps=eps)
+
+
 @dataclasses.dataclass
 class KVCache:
     k: torch.Tensor  # [layers, batch, heads, length, head_dim]
@@ -237,9 +284,11 @@ class Stack:
     """The decoder layers: linears[i] maps a projection's name to its callable; norms[i] holds the two RMSNorm
     weights; `attention` names the prefill's causal attention (decode runs SDPA over the cache)."""
 
-    def __init__(self, cfg: Config, linears: list, norms: list, rope: Rope, attention: str = "sdpa"):
+    def __init__(self, cfg: Config, linears: list, norms: list, rope: Rope, attention: str = "sdpa",
+                 glue: Optional[Glue] = None):
         self.cfg, self.linears, self.norms, self.rope = cfg, linears, norms, rope
         self.causal = CAUSAL_ATTENTION[attention]
+        self.glue = glue or Glue("eager", cfg.eps)
 
     def _layer(self, h, i, cos, sin, attend):
         cfg, linear = self.cfg, self.linears[i]
@@ -248,19 +297,20 @@ class Stack:
         def heads(t):
             return t.view(batch, seq, cfg.heads, cfg.head_dim).transpose(1, 2)
 
-        x = rms_norm(h, self.norms[i][0], cfg.eps)
+        glue = self.glue
+        x = glue.norm(h, self.norms[i][0])
         if cfg.fused:
             q, k, v = linear["qkv_proj"](x).split(cfg.heads * cfg.head_dim, dim=-1)
         else:
             q, k, v = linear["q_proj"](x), linear["k_proj"](x), linear["v_proj"](x)
-        o = attend(i, rotate(heads(q), cos, sin), rotate(heads(k), cos, sin), heads(v))
-        h = h + linear["o_proj"](o.transpose(1, 2).reshape(batch, seq, cfg.heads * cfg.head_dim))
-        x = rms_norm(h, self.norms[i][1], cfg.eps)
+        o = attend(i, *glue.rotate_pair(heads(q), heads(k), cos, sin), heads(v))
+        h, x = glue.add_norm(h, linear["o_proj"](o.transpose(1, 2).reshape(batch, seq, cfg.heads * cfg.head_dim)),
+                             self.norms[i][1])
         if cfg.fused:
             gate, up = linear["gate_up_proj"](x).split(cfg.ffn, dim=-1)
         else:
             gate, up = linear["gate_proj"](x), linear["up_proj"](x)
-        return h + linear["down_proj"](F.silu(gate) * up)
+        return h + linear["down_proj"](glue.swiglu(gate, up))
 
     def prefill(self, x: torch.Tensor, cache: Optional[KVCache] = None) -> torch.Tensor:
         """x [B, S, hidden] at positions 0 to S - 1; writes their keys and values to `cache` when given."""
@@ -522,6 +572,7 @@ class Bench:
         positions = max(64, args.context + 1, *(w.tokens for w in self.loads))  # 64: the checks' sequences
         self.rope = Rope(cfg, positions, dtype, device)
         self.norms = [(torch.ones(cfg.hidden, dtype=dtype, device=device),) * 2 for _ in range(cfg.layers)]
+        self.glue = Glue(args.glue, cfg.eps)
         self.inputs = {w.name: Inputs(w, cfg, args.context, dtype, device, args.seed + i)
                        for i, w in enumerate(self.loads)}
         self.built, self.weight_info, self.forwards, self.rows, self.prefill_outputs = {}, {}, {}, {}, {}
@@ -544,7 +595,7 @@ class Bench:
             log(f"{variant.name}: not built ({type(e).__name__}: {e})")
             return
         self.weight_info[variant.key] = {**held, "fraction_of_dense": held["device_bytes"] / self.dense_bytes}
-        stack = Stack(self.cfg, linears, self.norms, self.rope, variant.attention)
+        stack = Stack(self.cfg, linears, self.norms, self.rope, variant.attention, self.glue)
         if variant.key == "dense":
             check_decode_matches_prefill(stack, self.cfg, self.dtype, self.device)
         for w in mine:
@@ -557,7 +608,8 @@ class Bench:
         reference, why = None, None
         try:
             reference = Stack(self.cfg, reference_linears(variant, self.weights, self.pruned, self.device),
-                              self.norms, self.rope, "dfss reference" if variant.attention == "dfss" else "sdpa")
+                              self.norms, self.rope, "dfss reference" if variant.attention == "dfss" else "sdpa",
+                              self.glue)
         except Exception as e:  # noqa: BLE001 - the reference may not fit, say; then nothing of it is timed
             why = f"not checked: {one_line(e)}"
         for w in mine:
@@ -719,7 +771,7 @@ def print_report(result: dict) -> None:
     print(f"\n{result['device']}, torch {result['torch']}, {args['dtype']}: {cfg['layers']} Llama layers (hidden "
           f"{cfg['hidden']}, {cfg['heads']} heads of {cfg['head_dim']}, FFN {cfg['ffn']}"
           f"{'; q/k/v and gate/up fused' if cfg.get('fused') else ''}), decode against {args['context']} cached "
-          f"tokens; {how}")
+          f"tokens; {args.get('glue', 'eager')} glue; {how}")
     names = {row["variant"]: row["name"] for row in result["rows"]}
     print(f"\n{'linear weights':30} {'device MB':>10} {'x dense':>8} {'format MB':>10}")
     for key, held in result["weights"].items():
@@ -770,10 +822,14 @@ def main():
     parser.add_argument("--tiny", action="store_true", help="hidden 256, 4 heads of 64, FFN 688")
     parser.add_argument("--separate-projections", action="store_true",
                         help="q, k, v and gate, up as separate Linears (default: fused, as serving engines run them)")
+    parser.add_argument("--glue", choices=Glue.KINDS, help="the layers' elementwise work: fused (the default on "
+                        "the GPU: PyTorch's fused RMSNorm and torch.compile kernels) or eager (a kernel per step, "
+                        "as Hugging Face's Llama; the default on the CPU)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     args.context = args.context or (32 if args.tiny else 1024)
     args.prune_once = args.prune_once or args.quick
+    args.glue = args.glue or ("eager" if args.device == "cpu" else "fused")
     args.max_error = args.max_error or (5e-2 if args.dtype == "bf16" else 2e-2)
     args.rounds = args.rounds or (3 if args.device == "cpu" else 5 if args.quick else 15)
     if args.warmup_s is None:
