@@ -189,15 +189,14 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def add_norm(h: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple:
+def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def add_norm(h: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float, norm=rms_norm) -> tuple:
     """The residual stream plus a sublayer's output, and its RMSNorm."""
     h = h + delta
-    return h, F.rms_norm(h, (h.shape[-1],), weight, eps)
-
-
-def add_rms_norm_eager(h: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple:
-    h = h + delta
-    return h, rms_norm(h, weight, eps)
+    return h, norm(h, weight, eps)
 
 
 class Glue:
@@ -215,14 +214,14 @@ class Glue:
         if kind == "eager":
             self.norm = functools.partial(rms_norm, eps=eps)
             self.rotate_pair, self.swiglu = rotate_pair, swiglu
-            self.add_norm = functools.partial(add_rms_norm_eager, eps=eps)
+            self.add_norm = functools.partial(add_norm, eps=eps)
         else:
             # A kernel per shape the run meets (sizes 1 specialise: batch 1, decode's one token; each workload, the
             # checks and the references): more than dynamo's default of 8, past which it would run them eagerly.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-            self.norm = lambda x, weight: F.rms_norm(x, (x.shape[-1],), weight, eps)
+            self.norm = functools.partial(fused_rms_norm, eps=eps)
             self.rotate_pair, self.swiglu = torch.compile(rotate_pair), torch.compile(swiglu)
-            self.add_norm = functools.partial(torch.compile(add_norm), eps=eps)
+            self.add_norm = torch.compile(functools.partial(add_norm, eps=eps, norm=fused_rms_norm))
 
 
 @dataclasses.dataclass
