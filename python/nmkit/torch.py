@@ -157,7 +157,7 @@ if hasattr(torch._C, "_cuda_getCurrentRawStream"):
 class SparseLinear(torch.nn.Module):
     """y = act(x W^T + bias) with W a pruned weight on nmkit's sparse kernels.
 
-    8-bit layers quantize x, and condensed V:N:M layers from 64 tokens transpose it, into scratch that each call
+    8-bit layers quantize x, and condensed V:N:M layers transpose it (and pad it), into scratch that each call
     takes from PyTorch's caching allocator (so the layers of a model share it, and CUDA graphs capture it). Plans
     are made per bucket of token counts at the first call of each: run the layer once at the token counts a
     CUDA graph will see before capturing it."""

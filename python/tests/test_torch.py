@@ -83,10 +83,14 @@ class CpuLayer:
         self.runs = self.scratch_runs = 0
 
     def workspace_bytes(self, tokens):
-        # What the C++ layer asks for: x's codes and scales (8-bit), x^T for condensed V:N:M from 64 tokens.
+        # What the C++ layer asks for: x's codes and scales (8-bit); for condensed V:N:M, x^T padded to a multiple of
+        # 8 tokens and, where it is padded, the padded product.
         if self.quantized:
             return tokens * self.cols + 4 * tokens
-        return tokens // 8 * 8 * self.cols * 2 if self.weight.format.startswith("vnm:") and tokens >= 64 else 0
+        if not self.weight.format.startswith("vnm:"):
+            return 0
+        padded = -(-tokens // 8) * 8
+        return 2 * padded * (self.cols + (self.rows if padded != tokens else 0))
 
     def run_on(self, x, y, tokens, bias, stream, workspace, workspace_bytes):
         if workspace_bytes < self.workspace_bytes(tokens) or not workspace or workspace % 16:
@@ -249,8 +253,8 @@ class CallsOnTheCpu(unittest.TestCase):
                 for layer in layers:
                     for tokens in (70, 3):
                         layer(torch.randn(tokens, 64, dtype=torch.float16))
-        # V:N:M transposes x from 64 tokens on, an 8-bit layer quantizes it at every call, 2:4 needs nothing.
-        self.assertEqual([(m.runs, m.scratch_runs) for m in made], [(2, 1), (2, 0), (2, 2)])
+        # V:N:M transposes x and an 8-bit layer quantizes it at every call, 2:4 needs nothing.
+        self.assertEqual([(m.runs, m.scratch_runs) for m in made], [(2, 2), (2, 0), (2, 2)])
 
     def test_strided_and_unaligned_inputs_are_copied_not_misread(self):
         with layers_on_the_cpu():

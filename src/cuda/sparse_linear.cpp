@@ -76,11 +76,10 @@ using Plan = std::variant<Nm24SpmmPlan, VnmSpmmPlan, TileSpmmPlan, Nm24x8Plans>;
 namespace {
 
 // A condensed V:N:M weight gathers its B rows: from x[T, K] (B col-major) element by element along K, which reads
-// all of x whatever the sparsity (0.05-0.93x cuBLAS at T = 4096), or from x^T (B row-major) by 16-byte copies of
-// rows (2.16x at 128:2:8). From this many tokens on, the layer transposes x first (a T x K copy, a few per cent of
-// the product) and runs the row gather on the first T - T % 8 tokens, the rest as below; under it, where reading
-// the weight binds, it gathers from x directly.
-constexpr int64_t kTransposeTokens = 64;
+// all of x whatever the sparsity (0.05-0.93x cuBLAS at T = 4096, 0.72x at T = 16), or from x^T (B row-major) by
+// 16-byte copies of rows (2.16x at 128:2:8 and T = 4096, 1.70x at T = 16: H100). So the layer always transposes x
+// first (a T x K copy, a few per cent of the product), its tokens padded with zeros to a multiple of 8; where it
+// padded, the product goes to the workspace and its first T rows are copied to y.
 constexpr int64_t kRowCopyTokens = 8;          // the row gather copies 16-byte pieces: C % 8 == 0
 constexpr uintptr_t kWorkspaceAlignment = 16;  // x^T's rows and the codes are read by 16-byte copies and TMA
 
@@ -171,15 +170,23 @@ struct SparseLinear::Impl {
     bucket.for_tokens(tokens).run(stream, std::get<DeviceNm24x8>(weight), codes, scales, nullptr, y, bias);
   }
 
-  // The tokens whose x a run transposes for the row gather (a multiple of 8; 0: none).
+  // The tokens of x^T that a run gathers rows from: T padded to a multiple of 8 (0: the weight reads x as it is).
   int64_t transposed_tokens(int64_t tokens) const {
     const auto* vnm = std::get_if<DeviceVnm>(&weight);
-    if (!vnm || vnm->form() != VnmForm::condensed || tokens < kTransposeTokens) return 0;
-    return tokens / kRowCopyTokens * kRowCopyTokens;
+    if (!vnm || vnm->form() != VnmForm::condensed) return 0;
+    return (tokens + kRowCopyTokens - 1) / kRowCopyTokens * kRowCopyTokens;
+  }
+  std::size_t workspace_bytes(int64_t tokens) const {
+    // x's codes, then its scales: K % 16 == 0 keeps the scales 16-byte aligned behind T * K bytes of codes.
+    if (quantized()) return static_cast<std::size_t>(tokens * cols()) + tokens * sizeof(float);
+    const int64_t transposed = transposed_tokens(tokens);
+    // x^T, then the padded product (16-byte aligned: its offset is a multiple of 8 elements).
+    const int64_t elements = transposed * cols() + (transposed != tokens ? transposed * rows() : 0);
+    return static_cast<std::size_t>(elements) * dtype_size(dtype);
   }
 
-  // One run on `scratch` (workspace_bytes of the tokens): x quantized into it (8-bit), or its first tokens
-  // transposed into it for the row gather and the rest (< 8) taken from x as it is.
+  // One run on `scratch` (workspace_bytes of the tokens): x quantized into it (8-bit), or transposed into it for the
+  // row gather (with the padded product behind it).
   void run_on(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, void* scratch) {
     if (const DeviceNm24x8* w = quantized()) {
       const auto code_bytes = static_cast<std::size_t>(tokens * cols());
@@ -191,11 +198,11 @@ struct SparseLinear::Impl {
     const int64_t transposed = transposed_tokens(tokens);
     if (transposed == 0) return run(tokens, Layout::col_major, stream, x, y, bias);
     const std::size_t element = dtype_size(dtype);
-    transpose_16bit(stream, x, scratch, transposed, cols());
-    run(transposed, Layout::row_major, stream, scratch, y, bias);
-    if (const int64_t rest = tokens - transposed; rest > 0)
-      run(rest, Layout::col_major, stream, static_cast<const char*>(x) + transposed * cols() * element,
-          static_cast<char*>(y) + transposed * rows() * element, bias);
+    transpose_16bit(stream, x, scratch, tokens, cols(), transposed);
+    if (transposed == tokens) return run(tokens, Layout::row_major, stream, scratch, y, bias);
+    void* padded_y = static_cast<char*>(scratch) + transposed * cols() * element;
+    run(transposed, Layout::row_major, stream, scratch, padded_y, bias);
+    copy_device(stream, y, padded_y, static_cast<std::size_t>(tokens * rows()) * element);
   }
 
   void* workspace(std::size_t bytes) {
@@ -283,9 +290,7 @@ SparseLinear SparseLinear::create(const QuantizedNmMatrix& weight, DType dtype, 
 std::size_t SparseLinear::workspace_bytes(int64_t tokens) const {
   require(tokens >= 0, ErrorCode::invalid_argument,
           [&] { return "SparseLinear::workspace_bytes: tokens must be >= 0, got " + std::to_string(tokens); });
-  // x's codes, then its scales: K % 16 == 0 keeps the scales 16-byte aligned behind T * K bytes of codes.
-  if (impl_->quantized()) return static_cast<std::size_t>(tokens * impl_->cols()) + tokens * sizeof(float);
-  return static_cast<std::size_t>(impl_->transposed_tokens(tokens) * impl_->cols()) * dtype_size(impl_->dtype);
+  return impl_->workspace_bytes(tokens);
 }
 
 void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias) {
@@ -338,7 +343,9 @@ std::string SparseLinear::kernel(int64_t tokens) {
   const int64_t run_tokens = transposed > 0 ? transposed : tokens;
   const Plan& plan = impl_->bucket_plan(run_tokens, transposed > 0 ? Layout::row_major : Layout::col_major);
   std::ostringstream os;
-  if (transposed > 0) os << "x transposed, ";
+  if (transposed > 0)
+    os << "x transposed" << (transposed > tokens ? " (padded to " + std::to_string(transposed) + " tokens)" : "")
+       << ", ";
   std::visit(overloaded{
                  [&](const Nm24SpmmPlan& p) { os << p.for_tokens(run_tokens).config(); },
                  [&](const VnmSpmmPlan& p) {
@@ -349,7 +356,6 @@ std::string SparseLinear::kernel(int64_t tokens) {
                  [&](const Nm24x8Plans&) {},  // taken above
              },
              plan);
-  if (transposed > 0 && transposed < tokens) os << "; the last " << tokens - transposed << " tokens from x";
   return os.str();
 }
 
