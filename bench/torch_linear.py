@@ -1,9 +1,10 @@
 """A linear layer through PyTorch, side by side in one process: dense F.linear (cuBLAS), PyTorch's 2:4 tensor
 (to_sparse_semi_structured: cuSPARSELt on Hopper) and nmkit.torch.SparseLinear on the same pruned weight, and
-SparseLinear on the weight pruned to vnm:128:2:8 instead (checked against F.linear on that weight; pruned once per
-shape, in f32, and rounded to each dtype).
+SparseLinear on the weight pruned to each --vnm pattern instead (vnm:128:2:8 by default; checked against F.linear on
+that weight; pruned once per shape, in f32, and rounded to each dtype).
 
     PYTHONPATH=build/gpu/python python3 bench/torch_linear.py [--json out.json] [--iters 50] [--rounds 7]
+        [--shapes "11008,4096,4096;4096,4096,16"] [--vnm vnm:128:2:8,vnm:128:2:16]
     PYTHONPATH=build/gpu/python python3 bench/torch_linear.py --fp8 [--tokens 16,128,512,2048,4096]
 
 --fp8 compares 8-bit layers on bf16 activations instead (FP8_SHAPES x --tokens): F.linear in bf16;
@@ -130,11 +131,17 @@ def summarise(samples, graphs, replays, checked, baseline):
     return out
 
 
-VNM = "vnm:128:2:8"
-_vnm_pruned = {}  # (R, K): the V:N:M weight in f32, pruned once (its CPU column search takes seconds)
+VNM_PATTERNS = ["vnm:128:2:8"]
+_vnm_pruned = {}  # (R, K, pattern): the V:N:M weight in f32, pruned once (its CPU column search takes seconds)
 
 
-def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s):
+def vnm_kept_fraction(pattern):
+    """The fraction of a weight's values a V:N:M pattern keeps: N of M."""
+    _, _, n, m = pattern.split(":")
+    return int(n) / int(m)
+
+
+def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s, vnm_patterns=VNM_PATTERNS):
     torch.manual_seed(0)
     dense = torch.nn.Linear(cols, rows, bias=False, device="cuda", dtype=dtype)
     storage = "f16" if dtype == torch.float16 else "bf16"
@@ -151,17 +158,19 @@ def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s):
                  "nmkit SparseLinear": rotating([lambda layer=layer: layer(x) for layer in layers])}
     references = {name: want for name in libraries}
     errors = {}
-    vnm_name, vnm_layers = f"nmkit SparseLinear {VNM}", []
-    try:
-        if (rows, cols) not in _vnm_pruned:
-            _vnm_pruned[(rows, cols)] = nmkit.prune(w, VNM, "f32")
-        wv = _vnm_pruned[(rows, cols)].astype(storage)
-        vnm_layers = [nmt.SparseLinear(wv, device="cuda")
-                      for _ in range(copies_beyond_l2(rows * cols * pruned.element_size() // 4))]  # 2 of 8 kept
-        libraries[vnm_name] = rotating([lambda layer=layer: layer(x) for layer in vnm_layers])
-        references[vnm_name] = F.linear(x.float(), torch.from_numpy(wv.to_dense()).to("cuda"))
-    except Exception as e:  # noqa: BLE001 - reported in the table
-        errors[vnm_name] = f"{type(e).__name__}: {e}"
+    vnm_layers = {}  # pattern: the layer's weight copies
+    for pattern in vnm_patterns:
+        name = f"nmkit SparseLinear {pattern}"
+        try:
+            if (rows, cols, pattern) not in _vnm_pruned:
+                _vnm_pruned[(rows, cols, pattern)] = nmkit.prune(w, pattern, "f32")
+            wv = _vnm_pruned[(rows, cols, pattern)].astype(storage)
+            kept_bytes = int(rows * cols * pruned.element_size() * vnm_kept_fraction(pattern))
+            vnm_layers[pattern] = [nmt.SparseLinear(wv, device="cuda") for _ in range(copies_beyond_l2(kept_bytes))]
+            libraries[name] = rotating([lambda layer=layer: layer(x) for layer in vnm_layers[pattern]])
+            references[name] = F.linear(x.float(), torch.from_numpy(wv.to_dense()).to("cuda"))
+        except Exception as e:  # noqa: BLE001 - reported in the table
+            errors[name] = f"{type(e).__name__}: {e}"
     try:
         # cuSPARSELt explicitly: PyTorch's default CUTLASS backend refuses Hopper.
         semis = [torch.sparse.SparseSemiStructuredTensorCUSPARSELT.from_dense(w) for w in pruned_copies]
@@ -184,8 +193,8 @@ def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s):
     result["libraries"] = summarise(samples, graphs, replays, {n: {"rel_err": e} for n, e in checked.items()},
                                     result["baseline"])
     result["nmkit_kernel"] = layer.kernel(tokens)
-    if vnm_layers:
-        result["nmkit_kernel_vnm"] = vnm_layers[0].kernel(tokens)
+    for pattern, copies_of_layer in vnm_layers.items():
+        result[f"nmkit_kernel_{pattern}"] = copies_of_layer[0].kernel(tokens)
     return result
 
 
@@ -314,6 +323,9 @@ def main():
     parser.add_argument("--dtype", choices=["f16", "bf16", "both"], default="both")
     parser.add_argument("--fp8", action="store_true", help="the 8-bit comparison (bf16 activations) instead")
     parser.add_argument("--tokens", default="16,128,512,2048,4096", help="--fp8: token counts, comma-separated")
+    parser.add_argument("--shapes", help="R,K,T triples separated by ';' instead of the default shapes")
+    parser.add_argument("--vnm", default=",".join(VNM_PATTERNS),
+                        help="V:N:M patterns timed beside 2:4, comma-separated (empty: none)")
     args = parser.parse_args()
     dtypes = {"f16": [torch.float16], "bf16": [torch.bfloat16], "both": [torch.float16, torch.bfloat16]}[args.dtype]
     results = []
@@ -342,9 +354,15 @@ def main():
                 results.append(r)
                 report(r)
     else:
+        shapes = ([tuple(int(v) for v in triple.split(",")) for triple in args.shapes.split(";")] if args.shapes
+                  else SHAPES)
+        if any(len(shape) != 3 for shape in shapes):
+            parser.error(f"--shapes wants R,K,T triples separated by ';', got {args.shapes!r}")
+        vnm_patterns = [p for p in args.vnm.split(",") if p]
         for dtype in dtypes:
-            for rows, cols, tokens in SHAPES:
-                results.append(bench_shape(rows, cols, tokens, dtype, args.iters, args.rounds, args.warmup_s))
+            for rows, cols, tokens in shapes:
+                results.append(bench_shape(rows, cols, tokens, dtype, args.iters, args.rounds, args.warmup_s,
+                                           vnm_patterns))
                 report(results[-1])
     if args.json:
         with open(args.json, "w") as f:
