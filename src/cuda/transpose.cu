@@ -11,22 +11,55 @@
 namespace nmkit::gpu {
 namespace {
 
-constexpr int kTile = 32;
-constexpr int kRowsPerPass = 8;  // a 32 x 8 thread block moves its 32 x 32 tile in four passes
+// A CTA moves a 64 x 64 tile of src; its 256 threads load and store 16-byte chunks of eight elements, so that a warp
+// access covers whole 128-byte lines of both matrices.
+constexpr int kTile = 64;
+constexpr int kChunk = 8;  // 16-bit elements per 16-byte access
+constexpr int kChunksPerLine = kTile / kChunk;
+constexpr int kThreads = 256;
+// Row padding of the tile in elements: a chunk's eight column reads then fall on at most two threads a bank.
+constexpr int kPad = 2;
 
-__global__ void __launch_bounds__(kTile* kRowsPerPass)
+// kVector: every chunk is 16-byte aligned in src and dst (cols % 8 == 0, dst_ld % 8 == 0, aligned bases), so a
+// chunk is either wholly inside each matrix or wholly outside; otherwise element by element.
+template <bool kVector>
+__global__ void __launch_bounds__(kThreads)
     transpose_16bit_kernel(const uint16_t* __restrict__ src, uint16_t* __restrict__ dst, int64_t rows, int64_t cols,
                            int64_t dst_ld) {
-  __shared__ uint16_t tile[kTile][kTile + 1];  // + 1: the column reads below fall in different banks
+  __shared__ uint16_t tile[kTile][kTile + kPad];
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTile, col0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  for (int i = threadIdx.y; i < kTile; i += kRowsPerPass) {
-    const int64_t r = row0 + i, c = col0 + threadIdx.x;
-    if (c < cols) tile[i][threadIdx.x] = r < rows ? src[r * cols + c] : uint16_t{0};  // zeros: dst's padding
+  // Chunk (r, c) of the tile: src row row0 + r, columns col0 + 8c ... + 7; rows past `rows` are dst's zero padding.
+  for (int i = threadIdx.x; i < kTile * kChunksPerLine; i += kThreads) {
+    const int r = i / kChunksPerLine, c = i % kChunksPerLine * kChunk;
+    const int64_t row = row0 + r, col = col0 + c;
+    alignas(16) uint16_t v[kChunk] = {};
+    if constexpr (kVector) {
+      if (row < rows && col < cols)
+        *reinterpret_cast<uint4*>(v) = __ldg(reinterpret_cast<const uint4*>(src + row * cols + col));
+    } else {
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e)
+        if (row < rows && col + e < cols) v[e] = src[row * cols + col + e];
+    }
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) tile[r][c + e] = v[e];
   }
   __syncthreads();
-  for (int i = threadIdx.y; i < kTile; i += kRowsPerPass) {
-    const int64_t r = col0 + i, c = row0 + threadIdx.x;  // dst row r is src column r
-    if (r < cols && c < dst_ld) dst[r * dst_ld + c] = tile[threadIdx.x][i];
+  // Chunk (k, c) of dst: dst row col0 + k (src column col0 + k), columns row0 + 8c ... + 7.
+  for (int i = threadIdx.x; i < kTile * kChunksPerLine; i += kThreads) {
+    const int k = i / kChunksPerLine, c = i % kChunksPerLine * kChunk;
+    const int64_t row = col0 + k, col = row0 + c;
+    if (row >= cols) continue;
+    alignas(16) uint16_t v[kChunk];
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) v[e] = tile[c + e][k];
+    if constexpr (kVector) {
+      if (col < dst_ld) *reinterpret_cast<uint4*>(dst + row * dst_ld + col) = *reinterpret_cast<const uint4*>(v);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e)
+        if (col + e < dst_ld) dst[row * dst_ld + col + e] = v[e];
+    }
   }
 }
 
@@ -40,9 +73,15 @@ void transpose_16bit(Stream stream, const void* src, void* dst, int64_t rows, in
   require(grid_y <= 65535, ErrorCode::unsupported, [&] {
     return "transpose_16bit: at most " + std::to_string(65535 * kTile) + " rows, got " + std::to_string(dst_ld);
   });
-  transpose_16bit_kernel<<<dim3(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y)),
-                           dim3(kTile, kRowsPerPass), 0, stream>>>(static_cast<const uint16_t*>(src),
-                                                                   static_cast<uint16_t*>(dst), rows, cols, dst_ld);
+  const auto aligned = [](const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; };
+  const bool vector = cols % kChunk == 0 && dst_ld % kChunk == 0 && aligned(src) && aligned(dst);
+  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
+  const auto* from = static_cast<const uint16_t*>(src);
+  auto* to = static_cast<uint16_t*>(dst);
+  if (vector)
+    transpose_16bit_kernel<true><<<grid, kThreads, 0, stream>>>(from, to, rows, cols, dst_ld);
+  else
+    transpose_16bit_kernel<false><<<grid, kThreads, 0, stream>>>(from, to, rows, cols, dst_ld);
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,7 +1,7 @@
 // SparseLinear: one layer object per weight, every format, against the CPU oracle over poisoned outputs, with the
 // plan cache exercised by several token counts (tails included) and its refusals; 8-bit 2:4 weights against the
 // quantized oracle (cpu/quantized_spmm.hpp) on x quantized per token, and their refusals (on the CPU where they
-// need no device).
+// need no device); and the transpose behind the V:N:M row gather.
 #include "nmkit/gpu/sparse_linear.hpp"
 
 #include <cmath>
@@ -16,6 +16,7 @@
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/detail/nm24_8bit_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
+#include "../../src/cuda/transpose.hpp"
 
 namespace nmkit::gpu {
 namespace {
@@ -283,6 +284,41 @@ TEST(SparseLinearGpu, TheCallersWorkspaceGivesTheLayersOwnResult) {
       refused({nullptr, bytes}, "is null");
       refused({static_cast<char*>(workspace.ptr) + 8, bytes}, "is 8-byte aligned");
     }
+}
+
+// The transpose behind the V:N:M row gather, exactly, over a poisoned destination: the 16-byte path (aligned, K % 8
+// == 0) and the element path (K % 8 != 0, an odd destination stride, a source one element off alignment), tile tails
+// in both dimensions and the zero padding of the tokens.
+TEST(TransposeGpu, OddShapesPaddingAndAlignment) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t rows, cols, dst_ld, src_offset;
+  };
+  const Case cases[] = {{1, 4096, 8, 0},   {17, 520, 24, 0}, {77, 1000, 80, 0}, {64, 64, 64, 0},
+                        {300, 77, 304, 0}, {5, 3, 7, 0},     {33, 96, 40, 1},   {130, 200, 130, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << c.rows << " x " << c.cols << " into stride " << c.dst_ld << ", source offset "
+                                    << c.src_offset);
+    std::vector<uint16_t> src(static_cast<std::size_t>(c.rows * c.cols + c.src_offset));
+    std::mt19937 rng(static_cast<uint32_t>(c.rows * 7919 + c.cols));
+    for (uint16_t& v : src) v = static_cast<uint16_t>(rng() | 1u);  // never zero: the padding must be written
+    const std::size_t dst_elements = static_cast<std::size_t>(c.cols * c.dst_ld);
+    DeviceBytes d_src(src.size() * 2), d_dst(dst_elements * 2);
+    check(cudaMemcpy(d_src.ptr, src.data(), src.size() * 2, cudaMemcpyHostToDevice), "copy src");
+    check(cudaMemset(d_dst.ptr, 0xff, dst_elements * 2), "poison dst");
+    transpose_16bit(nullptr, static_cast<const uint16_t*>(d_src.ptr) + c.src_offset, d_dst.ptr, c.rows, c.cols,
+                    c.dst_ld);
+    check(cudaDeviceSynchronize(), "transpose");
+    std::vector<uint16_t> dst(dst_elements);
+    check(cudaMemcpy(dst.data(), d_dst.ptr, dst_elements * 2, cudaMemcpyDeviceToHost), "copy dst");
+    int64_t wrong = 0;
+    for (int64_t k = 0; k < c.cols; ++k)
+      for (int64_t t = 0; t < c.dst_ld; ++t) {
+        const uint16_t want = t < c.rows ? src[static_cast<std::size_t>(c.src_offset + t * c.cols + k)] : 0;
+        wrong += dst[static_cast<std::size_t>(k * c.dst_ld + t)] != want;
+      }
+    EXPECT_EQ(wrong, 0);
+  }
 }
 
 // Refused before the device is needed: these run on machines without a GPU too.
