@@ -96,7 +96,11 @@ static_assert(kBlockM == kPackRowAlign && kBlockK == kPackKAlign, "a CTA tile is
 // Stage layout, for kKTiles k-tiles a stage: [kKTiles x kBTiles B tiles (kBlockN x 64 halves each, swizzled)]
 // [kKTiles A value tiles][kKTiles A metadata tiles]; stages 1024-aligned. kBTiles = 2 when the CTA's rows are two
 // V:N:M row blocks (V = 64) that gather different rows.
-template <int kBlockN, int kBTiles = 1, int kKTilesPerStage = 1>
+// kDeepPipeline (8-bit operands): a k-tile of codes is twice the math of one of halves for the same bytes, so a stage
+// is consumed in half the time and the ring must hide the copies' latency with the same bytes in flight. It trades
+// the register epilogue's second output buffer and the alignment slack (the dynamic shared memory is declared
+// 1024-aligned; the kernel checks it) for a stage: n256 takes 5 stages instead of 4.
+template <int kBlockN, int kBTiles = 1, int kKTilesPerStage = 1, bool kDeepPipeline = false>
 struct Sm90Shape {
   static constexpr int kKTiles = kKTilesPerStage;
   static constexpr int kBBytes = kBlockN * kSwizzleRowBytes;  // one B tile of one k-tile
@@ -111,14 +115,15 @@ struct Sm90Shape {
   static constexpr int kPartColumns = sm90_epilogue::kLineElements;  // one 128-byte line of 16-bit outputs
   static constexpr bool kRegisterEpilogue = kBlockN % kPartColumns == 0;
   static constexpr int kOutputPartBytes = kRowsPerConsumer * kPartColumns * 2;
-  static constexpr int kPartBuffers = 2;
+  static constexpr int kPartBuffers = kDeepPipeline ? 1 : 2;
+  static constexpr int kAlignSlack = kDeepPipeline ? 0 : kSwizzleAlign;
   static constexpr int kOutputBytes = kRegisterEpilogue ? kConsumers * kPartBuffers * kOutputPartBytes : 0;
   static constexpr int kMaxStages = 12;
   // What the stages may take of a CTA's 227 KiB: all but the alignment slack, the output parts and the barriers.
-  static constexpr int kPipelineBytes = kSharedMemoryLimit - kSwizzleAlign - kOutputBytes - 2 * kMaxStages * 8;
+  static constexpr int kPipelineBytes = kSharedMemoryLimit - kAlignSlack - kOutputBytes - 2 * kMaxStages * 8;
   static constexpr int kStages = kPipelineBytes / kStageBytes < kMaxStages ? kPipelineBytes / kStageBytes : kMaxStages;
   static constexpr int kBarrierBytes = 2 * kStages * 8;
-  static constexpr int kSmemBytes = kSwizzleAlign + kStages * kStageBytes + kOutputBytes + kBarrierBytes;
+  static constexpr int kSmemBytes = kAlignSlack + kStages * kStageBytes + kOutputBytes + kBarrierBytes;
   static_assert(kStageBytes % kSwizzleAlign == 0, "stages must keep the swizzle alignment");
   static_assert(kSmemBytes <= kSharedMemoryLimit, "the pipeline must fit in shared memory");
   static_assert(kStages >= 2, "the pipeline needs two stages");
@@ -162,8 +167,8 @@ struct BSourceTraits {
 // on wider tiles.
 template <bool kSplitK>
 constexpr int kStageKTiles = kSplitK ? 2 : 1;
-template <int kBlockN, int kBTiles, bool kSplitK>
-using StageShape = Sm90Shape<kBlockN, kBTiles, kStageKTiles<kSplitK>>;
+template <class Element, int kBlockN, int kBTiles, bool kSplitK>
+using StageShape = Sm90Shape<kBlockN, kBTiles, kStageKTiles<kSplitK>, kEightBit<Element> && !kSplitK>;
 
 constexpr int kMnAtomHalves = 64;            // MN-major swizzle atom: 64 halves (128 B) along N
 constexpr int kMnAtomBytes = kBlockK * 128;  // one atom column of a 64-row k-tile
@@ -383,7 +388,7 @@ struct SharedStorage {
 // packed A tiles (values and metadata, two bulk copies) and the B tile(s) from kSource.
 template <class Element, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 struct Producer {
-  using Shape = StageShape<kBlockN, kBTiles, kSplitK>;
+  using Shape = StageShape<Element, kBlockN, kBTiles, kSplitK>;
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
   static constexpr int kMetaBytes = kAMetaBytes<Element>;
@@ -521,7 +526,7 @@ struct Producer {
 // stage before it back once that group is done. Warp w of warpgroup c owns slab 4c + w of the tile.
 template <class Element, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 struct Consumer {
-  using Shape = StageShape<kBlockN, kBTiles, kSplitK>;
+  using Shape = StageShape<Element, kBlockN, kBTiles, kSplitK>;
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
   using Wgmma = typename ElementTraits<Element>::template Wgmma<kBlockN>;
@@ -635,11 +640,10 @@ struct Consumer {
 // 128-byte swizzled TMA boxes) into its two part buffers in turn, and one of its threads has the copy engine store
 // them: the consumers wait only until the engine has read the part before last, never for D's writes, and go on to
 // the next tile.
-template <class Out, int kBlockN, int kBTiles, int kAccumulators>
+template <class Out, class Shape, int kBlockN, int kBTiles, int kAccumulators>
 __device__ __forceinline__ void store_from_registers(const Params& p, const CUtensorMap* d_map,
                                                      const float (&acc)[kAccumulators], unsigned char* outputs,
                                                      int64_t m0, int64_t n0, int warpgroup, int thread_in_group) {
-  using Shape = Sm90Shape<kBlockN, kBTiles>;
   uint32_t pairs[kAccumulators / 2];
   sm90_epilogue::pack_outputs<Out>(p, acc, m0, warpgroup * kRowsPerConsumer, thread_in_group, pairs);
   constexpr int kPart = Shape::kPartColumns, kPartPairs = kPart / 4;  // a thread's pairs per part
@@ -688,7 +692,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
                        const __grid_constant__ CUtensorMap d_map, const CodeScales scales) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = StageShape<kBlockN, kBTiles, kSplitK>;
+  using Shape = StageShape<Element, kBlockN, kBTiles, kSplitK>;
   using Traits = BSourceTraits<kSource>;
   static_assert(kBTiles == 1 || (kBTiles == kConsumers && Traits::kGather), "one B tile per consumer, or one for both");
   static_assert(!Traits::kMnMajor || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
@@ -700,7 +704,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * cuda::launch_registers(kThreads),
       "setmaxnreg budgets must fit the registers allocated at launch");
 
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  if constexpr (Shape::kAlignSlack == 0)
+    if (ptx::smem_address(smem_raw) % kSwizzleAlign != 0) __trap();  // the stages' swizzle needs the alignment
   const SharedStorage<Shape> smem(smem_raw);
   const cuda::StagePipeline<Shape::kStages> pipeline(smem.barriers);
 
@@ -741,8 +747,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       consumer.release_in_flight_stage();
       consumer.in_flight_stage = -1;
       if constexpr (Shape::kRegisterEpilogue && sizeof(Out) == 2)
-        store_from_registers<Out, kBlockN, kBTiles>(p, &d_map, acc, smem.outputs, m0, n0, warpgroup,
-                                                    tid % kWarpgroupThreads);
+        store_from_registers<Out, Shape, kBlockN, kBTiles>(p, &d_map, acc, smem.outputs, m0, n0, warpgroup,
+                                                           tid % kWarpgroupThreads);
       return;
     }
     if constexpr (kSplitK) {  // the cluster's partial tiles summed through distributed shared memory
@@ -798,7 +804,7 @@ void launch(const Params& p, const LaunchOn& on, const CodeScales& scales = {}) 
   static_assert(!kEightBit<Element> || kSource == BSource::tma, "8-bit B is K-major: staged by TMA");
   require(!kEightBit<Element> || (scales.rows != nullptr && scales.tokens != nullptr), ErrorCode::invalid_argument,
           "sm90 sparse kernel: 8-bit operands need their row and token scales");
-  constexpr int kSmem = StageShape<kBlockN, kBTiles, kSplitK>::kSmemBytes;
+  constexpr int kSmem = StageShape<Element, kBlockN, kBTiles, kSplitK>::kSmemBytes;
   auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kSplitK>;
   // Once per instantiation and process (thread-safe static), not on every run().
   static const bool smem_set = [&] {
@@ -844,10 +850,11 @@ void launch(const Params& p, const LaunchOn& on, const CodeScales& scales = {}) 
   NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, map, d_map, scales));
 }
 
-template <int kBlockN, BSource kSource, int kBTiles = 1, bool kSplitK = false>
+template <int kBlockN, BSource kSource, int kBTiles = 1, bool kSplitK = false, class Element = __half>
 TileShape shape_of() {
-  using Shape = StageShape<kBlockN, kBTiles, kSplitK>;
-  return {kBlockM, kBlockN, kBlockK * Shape::kKTiles, Shape::kStages, kThreads, Shape::kSmemBytes};  // K per stage
+  using Shape = StageShape<Element, kBlockN, kBTiles, kSplitK>;
+  return {kBlockM,        kBlockN,  kTileK<Element> * Shape::kKTiles,
+          Shape::kStages, kThreads, Shape::kSmemBytes};  // K per stage
 }
 
 }  // namespace
