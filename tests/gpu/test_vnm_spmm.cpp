@@ -144,6 +144,29 @@ TEST(VnmGpu, EverySm90ScheduleAgreesWithTheOracle) {
   }
 }
 
+// Split-K of the row gather (B row-major, V = 128, n-tiles of 64): clusters of 2, 4 and 8, each CTA a share of the
+// condensed k-tiles, against the oracle with R and K tails (R = 1000; K = 1000 at 2:8 is 500 condensed columns, 8
+// k-tiles: clusters of 8 take one each), C = 8 and 72, f16 and bf16, bias and ReLU, D in both layouts. By shape, a
+// grid under a wave splits.
+TEST(VnmGpu, RowGatherSplitKAgreesWithTheOracle) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  uint32_t seed = 7000;
+  for (int split : {2, 4, 8})
+    for (int64_t c : {8, 72})
+      for (Layout d_layout : {Layout::col_major, Layout::row_major}) {
+        Problem problem = plain(1000, 1000, c, split == 4 ? DType::bf16 : DType::f16, Layout::row_major);
+        problem.d_layout = d_layout, problem.bias = true, problem.act = Activation::relu;
+        const Case t{problem, {128, 2, 8}, Nm24Kernel::sm90_wgmma_sp, 64, VnmForm::condensed};
+        EXPECT_LE(run_case(t, seed += 10, {.split = split}), tolerance(t.dtype)) << describe(t) << " split " << split;
+      }
+  const KernelConfig by_shape =
+      VnmSpmmPlan::create(plain(4096, 4096, 8, DType::f16, Layout::row_major).desc(), 128, 8, {}, VnmForm::condensed)
+          .config();
+  EXPECT_GT(by_shape.split, 1) << "a 4096-row weight at C = 8 is 32 CTAs unsplit";
+  EXPECT_EQ(by_shape.block_n, 64);
+}
+
 TEST(VnmGpu, BothFormsAgreeWithTheOracle) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 3000;

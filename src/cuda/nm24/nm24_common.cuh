@@ -263,7 +263,8 @@ void launch_sm90(const Params& p, int block_n, const LaunchOn& on);
 // {128, 64} (two, V = 64).
 template <class Element, class Out>
 void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, const LaunchOn& on);
-TileShape sm90_gather_tile_shape(int block_n, int b_tiles);
+// split_k: the split-K kernel's stages (row gather, n-tiles of 64, one B tile per stage).
+TileShape sm90_gather_tile_shape(int block_n, int b_tiles, bool split_k = false);
 // 8-bit 2:4 on sm90 (Element __nv_fp8_e4m3, __nv_fp8_e5m2 or int8_t; B col-major codes, K % 16 == 0, 16-byte
 // aligned): the dot products scaled by row_scales[row] * token_scales[token] before the epilogue. block_n as
 // launch_sm90's.

@@ -121,8 +121,8 @@ void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int6
   const bool split_by_shape = split_k_built && options.schedule == Sm90Schedule::automatic;
   config.split = options.split > 0 ? options.split : split_by_shape ? sm90_split(tiles, k_tiles, sms) : 1;
   require(config.split == 1 || split_k_built, ErrorCode::unsupported, [&] {
-    return "plan: split-K is built for the 2:4 and fp8 kernels with B col-major and n-tiles of 16, 32 or 64 (not the "
-           "V:N:M gather); this plan has block_n " +
+    return "plan: split-K is built for the 2:4 and fp8 kernels with B col-major and n-tiles of 16, 32 or 64, and for "
+           "the V:N:M row gather (B row-major, V a multiple of 128) with n-tiles of 64; this plan has block_n " +
            std::to_string(config.block_n);
   });
   require(config.split <= k_tiles, ErrorCode::unsupported, [&] {

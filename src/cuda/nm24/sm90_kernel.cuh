@@ -165,10 +165,11 @@ struct BSourceTraits {
 // whatever the bytes (nmkit_copy_probe). Two k-tiles a stage halve the rounds: 1.2-1.4x on such grids. Grids without
 // split-K keep one k-tile a stage: two measured 5-8 % slower at 86 CTAs of n16 (11008x4096, T <= 16), and no faster
 // on wider tiles.
-template <bool kSplitK>
-constexpr int kStageKTiles = kSplitK ? 2 : 1;
-template <class Element, int kBlockN, int kBTiles, bool kSplitK>
-using StageShape = Sm90Shape<kBlockN, kBTiles, kStageKTiles<kSplitK>, kEightBit<Element> && !kSplitK>;
+// A gathered stage is one k-tile whatever the split: the producer warpgroup's copies fill it k-tile by k-tile.
+template <BSource kSource, bool kSplitK>
+constexpr int kStageKTiles = kSplitK && !BSourceTraits<kSource>::kGather ? 2 : 1;
+template <class Element, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
+using StageShape = Sm90Shape<kBlockN, kBTiles, kStageKTiles<kSource, kSplitK>, kEightBit<Element> && !kSplitK>;
 
 constexpr int kMnAtomHalves = 64;            // MN-major swizzle atom: 64 halves (128 B) along N
 constexpr int kMnAtomBytes = kBlockK * 128;  // one atom column of a 64-row k-tile
@@ -335,10 +336,10 @@ struct CtaWork {
   }
 };
 
-// Split-K serves grids under a wave, whose tiles are narrow (decode-sized C), with B by TMA; it is instantiated for
-// those only (wider tiles would spill the accumulators around the cluster sum).
+// Split-K serves grids under a wave, whose tiles are narrow (decode-sized C), with B by TMA or gathered by rows; it is
+// instantiated for those only (wider tiles would spill the accumulators around the cluster sum).
 template <int kBlockN, BSource kSource>
-constexpr bool kSplitKTakes = kBlockN <= 64 && kSource == BSource::tma;
+constexpr bool kSplitKTakes = kBlockN <= 64 && (kSource == BSource::tma || kSource == BSource::gather_rows);
 
 // 8-bit products accumulate dot products of codes (fp32 for fp8, int32 for int8): each becomes dot * the scale of its
 // row * the scale of its token before the epilogue, which then applies alpha, bias, beta * C and the activation as for
@@ -388,7 +389,7 @@ struct SharedStorage {
 // packed A tiles (values and metadata, two bulk copies) and the B tile(s) from kSource.
 template <class Element, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 struct Producer {
-  using Shape = StageShape<Element, kBlockN, kBTiles, kSplitK>;
+  using Shape = StageShape<Element, kBlockN, kSource, kBTiles, kSplitK>;
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
   static constexpr int kMetaBytes = kAMetaBytes<Element>;
@@ -526,7 +527,7 @@ struct Producer {
 // stage before it back once that group is done. Warp w of warpgroup c owns slab 4c + w of the tile.
 template <class Element, int kBlockN, BSource kSource, int kBTiles, bool kSplitK>
 struct Consumer {
-  using Shape = StageShape<Element, kBlockN, kBTiles, kSplitK>;
+  using Shape = StageShape<Element, kBlockN, kSource, kBTiles, kSplitK>;
   using Traits = BSourceTraits<kSource>;
   using Pipeline = cuda::StagePipeline<Shape::kStages>;
   using Wgmma = typename ElementTraits<Element>::template Wgmma<kBlockN>;
@@ -692,7 +693,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90_sparse_kernel(const Params p, const __grid_constant__ CUtensorMap b_map,
                        const __grid_constant__ CUtensorMap d_map, const CodeScales scales) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = StageShape<Element, kBlockN, kBTiles, kSplitK>;
+  using Shape = StageShape<Element, kBlockN, kSource, kBTiles, kSplitK>;
   using Traits = BSourceTraits<kSource>;
   static_assert(kBTiles == 1 || (kBTiles == kConsumers && Traits::kGather), "one B tile per consumer, or one for both");
   static_assert(!Traits::kMnMajor || kBlockN % kMnAtomHalves == 0, "MN-major tiles are whole atoms");
@@ -752,7 +753,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       return;
     }
     if constexpr (kSplitK) {  // the cluster's partial tiles summed through distributed shared memory
-      static_assert(kSplitKTakes<kBlockN, kSource>, "split-K is instantiated for narrow TMA tiles only");
+      static_assert(kSplitKTakes<kBlockN, kSource>, "split-K is instantiated for narrow TMA and row-gather tiles only");
+      // The partial tile overwrites the stages: a gathering producer posts when its last copies have landed.
+      if constexpr (Traits::kGather) cuda::named_barrier_sync<cuda::NamedBarrier::stages_drained, kThreads>();
       sm90_epilogue::write_cluster_sum<Out, kBlockN>(p, reinterpret_cast<float*>(smem.stages), acc,
                                                      sm90_epilogue::BlockRows{{m0, m0 + kRowsPerConsumer}}, n0, tid);
       return;
@@ -804,7 +807,7 @@ void launch(const Params& p, const LaunchOn& on, const CodeScales& scales = {}) 
   static_assert(!kEightBit<Element> || kSource == BSource::tma, "8-bit B is K-major: staged by TMA");
   require(!kEightBit<Element> || (scales.rows != nullptr && scales.tokens != nullptr), ErrorCode::invalid_argument,
           "sm90 sparse kernel: 8-bit operands need their row and token scales");
-  constexpr int kSmem = StageShape<Element, kBlockN, kBTiles, kSplitK>::kSmemBytes;
+  constexpr int kSmem = StageShape<Element, kBlockN, kSource, kBTiles, kSplitK>::kSmemBytes;
   auto kernel = sm90_sparse_kernel<Element, Out, kBlockN, kSource, kBTiles, kSplitK>;
   // Once per instantiation and process (thread-safe static), not on every run().
   static const bool smem_set = [&] {
@@ -852,7 +855,7 @@ void launch(const Params& p, const LaunchOn& on, const CodeScales& scales = {}) 
 
 template <int kBlockN, BSource kSource, int kBTiles = 1, bool kSplitK = false, class Element = __half>
 TileShape shape_of() {
-  using Shape = StageShape<Element, kBlockN, kBTiles, kSplitK>;
+  using Shape = StageShape<Element, kBlockN, kSource, kBTiles, kSplitK>;
   return {kBlockM,        kBlockN,  kTileK<Element> * Shape::kKTiles,
           Shape::kStages, kThreads, Shape::kSmemBytes};  // K per stage
 }

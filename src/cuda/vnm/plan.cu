@@ -78,19 +78,25 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, const Nm24Options
           "vnm plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, V >= 64 and, for B "
           "row-major, C % 8 == 0");
   nm24::TileShape t = nm24::sm80_tile_shape();
+  // Split-K is built for the row gather's n-tiles of 64 with one B tile per stage (decode-sized C).
+  const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && desc.b_layout == Layout::row_major && b_tiles == 1;
   if (kernel == Nm24Kernel::sm90_wgmma_sp) {
     const auto choices = b_tiles == 1 ? std::span<const nm24::BlockNChoice>(nm24::kGatherOneTileBlockN)
                                       : std::span<const nm24::BlockNChoice>(nm24::kGatherTwoTilesBlockN);
-    const int block_n = options.block_n != 0 ? options.block_n
-                                             : nm24::sm90_block_n(desc.rows, condensed_cols, desc.n,
-                                                                  nm24::device_facts().sm_count, choices);
+    const bool split_by_shape = split_k_built && options.schedule == Sm90Schedule::automatic;
+    const int block_n = options.block_n != 0
+                            ? options.block_n
+                            : nm24::sm90_block_n(desc.rows, condensed_cols, desc.n, nm24::device_facts().sm_count,
+                                                 choices, split_by_shape ? nm24::SplitK::by_shape : nm24::SplitK::off);
     t = nm24::sm90_gather_tile_shape(block_n, b_tiles);
   } else {
     t.smem_bytes *= b_tiles;  // one gathered B tile per row block of the CTA
   }
   KernelConfig config = nm24::config_of(kernel, t);
-  nm24::choose_sm90_schedule(desc, options, ceil_div(condensed_cols, int64_t{kPackKAlign}), /*split_k_built=*/false,
-                             config);
+  nm24::choose_sm90_schedule(desc, options, ceil_div(condensed_cols, int64_t{kPackKAlign}),
+                             split_k_built && t.block_n <= nm24::kMaxSplitBlockN, config);
+  if (config.split > 1)
+    nm24::take_tile_shape(nm24::sm90_gather_tile_shape(t.block_n, b_tiles, /*split_k=*/true), config);
   // The gathering kernel's own raster where none was pinned.
   if (kernel == Nm24Kernel::sm90_wgmma_sp && config.raster_rows == 0)
     config.raster_rows = nm24::sm90_gather_group_rows(condensed_cols, nm24::device_facts().l2_bytes);

@@ -19,6 +19,8 @@ void launch_source(const Params& p, int block_n, int b_tiles, const LaunchOn& on
       case 128:
         return launch<Element, Out, 128, kSource, 1>(p, on);
       case 64:
+        if constexpr (kSource == BSource::gather_rows)
+          if (on.split > 1) return launch<Element, Out, 64, kSource, 1, true>(p, on);
         return launch<Element, Out, 64, kSource, 1>(p, on);
     }
   } else if (b_tiles == 2) {
@@ -44,8 +46,13 @@ void launch_sm90_gather(const Params& p, int block_n, Layout b_layout, const Lau
     launch_source<Element, Out, BSource::gather_cols>(p, block_n, b_tiles, on);
 }
 
-TileShape sm90_gather_tile_shape(int block_n, int b_tiles) {
+TileShape sm90_gather_tile_shape(int block_n, int b_tiles, bool split_k) {
   using sm90::shape_of;
+  if (split_k && b_tiles == 1 && block_n == 64) return shape_of<64, BSource::gather_rows, 1, true>();
+  require(!split_k, ErrorCode::invalid_argument, [&] {
+    return "sm90 vnm: split-K gathers n-tiles of 64 with one B tile per stage, got block_n " + std::to_string(block_n) +
+           " and " + std::to_string(b_tiles) + " B tiles";
+  });
   if (b_tiles == 1 && block_n == 256) return shape_of<256, BSource::gather_rows, 1>();
   if (b_tiles == 1 && block_n == 128) return shape_of<128, BSource::gather_rows, 1>();
   if (b_tiles == 1 && block_n == 64) return shape_of<64, BSource::gather_rows, 1>();

@@ -28,7 +28,8 @@ inline constexpr BlockNChoice kGatherOneTileBlockN[] = {{256, 1.0}, {128, 0.75},
 inline constexpr BlockNChoice kGatherTwoTilesBlockN[] = {{128, 1.0}, {64, 0.6}};
 
 // Whether the n-tile choice may count on split-K (the plan then splits by sm90_split): the 2:4 and 8-bit kernels
-// with B col-major build it for n-tiles up to kMaxSplitBlockN, where no schedule or split was pinned.
+// with B col-major build it for n-tiles up to kMaxSplitBlockN, the V:N:M row gather for n-tiles of 64 (its narrowest),
+// where no schedule or split was pinned.
 enum class SplitK : bool { off, by_shape };
 inline constexpr int kMaxSplitBlockN = 64;
 
