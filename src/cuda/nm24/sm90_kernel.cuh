@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -858,6 +859,28 @@ TileShape shape_of() {
   using Shape = StageShape<Element, kBlockN, kSource, kBTiles, kSplitK>;
   return {kBlockM,        kBlockN,  kTileK<Element> * Shape::kKTiles,
           Shape::kStages, kThreads, Shape::kSmemBytes};  // K per stage
+}
+
+// The tile shape of the kernel with B by TMA (col-major) and n-tile block_n, of 16-bit (Element __half) or 8-bit
+// operands; split_k: its split-K instantiation.
+template <class Element>
+TileShape tma_tile_shape(int block_n, bool split_k, const char* who) {
+  constexpr BSource kTma = BSource::tma;
+  switch (block_n) {
+    case 256:
+      return shape_of<256, kTma, 1, false, Element>();
+    case 192:
+      return shape_of<192, kTma, 1, false, Element>();
+    case 128:
+      return shape_of<128, kTma, 1, false, Element>();
+    case 64:
+      return split_k ? shape_of<64, kTma, 1, true, Element>() : shape_of<64, kTma, 1, false, Element>();
+    case 32:
+      return split_k ? shape_of<32, kTma, 1, true, Element>() : shape_of<32, kTma, 1, false, Element>();
+    case 16:
+      return split_k ? shape_of<16, kTma, 1, true, Element>() : shape_of<16, kTma, 1, false, Element>();
+  }
+  throw Error(ErrorCode::invalid_argument, std::string(who) + ": no kernel with block_n " + std::to_string(block_n));
 }
 
 }  // namespace

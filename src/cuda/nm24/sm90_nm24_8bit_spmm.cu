@@ -39,24 +39,7 @@ void launch_sm90_8bit(const Params& p, const float* row_scales, const float* tok
 }
 
 TileShape sm90_8bit_tile_shape(int block_n, bool split_k) {
-  using sm90::shape_of;
-  constexpr BSource kTma = BSource::tma;
-  using Code = int8_t;  // the stage shapes are the same for every 8-bit type
-  switch (block_n) {
-    case 256:
-      return shape_of<256, kTma, 1, false, Code>();
-    case 192:
-      return shape_of<192, kTma, 1, false, Code>();
-    case 128:
-      return shape_of<128, kTma, 1, false, Code>();
-    case 64:
-      return split_k ? shape_of<64, kTma, 1, true, Code>() : shape_of<64, kTma, 1, false, Code>();
-    case 32:
-      return split_k ? shape_of<32, kTma, 1, true, Code>() : shape_of<32, kTma, 1, false, Code>();
-    case 16:
-      return split_k ? shape_of<16, kTma, 1, true, Code>() : shape_of<16, kTma, 1, false, Code>();
-  }
-  throw Error(ErrorCode::invalid_argument, "sm90 8-bit: no kernel with block_n " + std::to_string(block_n));
+  return sm90::tma_tile_shape<int8_t>(block_n, split_k, "sm90 8-bit");  // the same stages for every 8-bit type
 }
 
 #define NMKIT_INSTANTIATE_8BIT(ELEMENT)                                                                             \

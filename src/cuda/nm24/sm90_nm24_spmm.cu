@@ -50,23 +50,7 @@ void launch_sm90(const Params& p, int block_n, const LaunchOn& on) {
 }
 
 TileShape sm90_tile_shape(int block_n, bool split_k) {
-  using sm90::shape_of;
-  constexpr BSource kTma = BSource::tma;
-  switch (block_n) {
-    case 256:
-      return shape_of<256, kTma>();
-    case 192:
-      return shape_of<192, kTma>();
-    case 128:
-      return shape_of<128, kTma>();
-    case 64:
-      return split_k ? shape_of<64, kTma, 1, true>() : shape_of<64, kTma>();
-    case 32:
-      return split_k ? shape_of<32, kTma, 1, true>() : shape_of<32, kTma>();
-    case 16:
-      return split_k ? shape_of<16, kTma, 1, true>() : shape_of<16, kTma>();
-  }
-  throw Error(ErrorCode::invalid_argument, "sm90 nm24: no kernel with block_n " + std::to_string(block_n));
+  return sm90::tma_tile_shape<__half>(block_n, split_k, "sm90 nm24");
 }
 
 template void launch_sm90<__half, __half>(const Params&, int, const LaunchOn&);
