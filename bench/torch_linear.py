@@ -29,6 +29,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import statistics
 import time
 
@@ -333,6 +334,14 @@ def main():
     print(f"{'shape RxKxT':22} {'dtype':8} {'library':{width}} {'GPU ms':>9} {'host us':>8} {'x dense':>8} "
           f"{'rel.err':>8} {'graph ms':>9} {'x dense':>8}" + (f" {'rel.err q':>9}" if args.fp8 else ""))
 
+    def save():
+        # After every row, so that a run cut short (a device call's time limit) keeps the rows it finished.
+        if args.json:
+            with open(args.json + ".part", "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                           "mode": "fp8" if args.fp8 else "16-bit", "results": results}, f, indent=1)
+            os.replace(args.json + ".part", args.json)  # a run killed mid-write keeps the last whole file
+
     def report(r):
         rows, cols, tokens = r["shape"]
         dense_graph = r["libraries"][r["baseline"]]["graph_ms"]
@@ -353,6 +362,7 @@ def main():
             for r in bench_fp8_weight(rows, cols, token_counts, args.iters, args.rounds, args.warmup_s):
                 results.append(r)
                 report(r)
+                save()
     else:
         shapes = ([tuple(int(v) for v in triple.split(",")) for triple in args.shapes.split(";")] if args.shapes
                   else SHAPES)
@@ -364,10 +374,7 @@ def main():
                 results.append(bench_shape(rows, cols, tokens, dtype, args.iters, args.rounds, args.warmup_s,
                                            vnm_patterns))
                 report(results[-1])
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "mode": "fp8" if args.fp8 else "16-bit", "results": results}, f, indent=1)
+                save()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 # speedup.png (and vnm.json, vnm.txt, vnm_*.png). Build logs stay in build/gpu and are printed on failure.
 # Environment: NMKIT_GPU_TESTS=<gtest filter> narrows the GPU tests; NMKIT_BENCH_VNM="<args>" also runs the
 # V:N:M suite (e.g. "--suite vnm --dtype both"; any nmkit_bench arguments, "--suite tile" too); NMKIT_BENCH_SKIP=1
-# skips the 2:4 benchmark; NMKIT_SANITIZE_TESTS / NMKIT_SANITIZE_TOOLS override the sanitizer's tests and tools;
+# skips the 2:4 benchmark; NMKIT_SANITIZE_TESTS / NMKIT_SANITIZE_TOOLS override the sanitizer's tests and tools,
+# NMKIT_SANITIZE_TIMEOUT (seconds, default 600) bounds each tool's run, so that a call's benchmarks still run after it;
 # NMKIT_GPU_TEST_TIMEOUT / NMKIT_BENCH_TIMEOUT (seconds) bound each GPU test suite and each extra benchmark run;
 # NMKIT_CMAKE_ARGS adds CMake arguments to the configure step; NMKIT_BENCH_TORCH="<args>" (any, e.g. "--dtype f16") also runs bench/torch_linear.py (the PyTorch layers);
 # NMKIT_BENCH_ATTENTION="<args>" (any, e.g. "--quick") also runs bench/torch_attention.py (SDPA against nmkit attention);
@@ -113,13 +114,15 @@ summary+=("nmkit demo (GPU 2:4 layer vs CPU oracle): $([ $demo_rc -eq 0 ] && ech
 if [ $quick -eq 0 ]; then
   for tool in ${NMKIT_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
     step "compute-sanitizer $tool"
-    timeout 600 compute-sanitizer --tool $tool --error-exitcode 9 \
-      $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_SANITIZE_TESTS:-Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.SplitK*:Nm24Gpu.EverySm90*:VnmGpu.EverySm90*:VnmGpu.EveryHopperTileWidth:VnmGpu.Fallbacks*:TileGpu.Skewed*:TileGpu.LayoutsAndEpilogues:TileGpu.HopperPersistent*:TileGpu.HopperTimeline*:QuantizeTokensGpu.*:Nm24x8Gpu.*:AttentionGpu.TailsAndUnequalLengths:AttentionGpu.VariableLengths:AttentionOpsGpu.*:SparseLinearGpu.TheCallersWorkspace*}" >/tmp/nmkit_san.log 2>&1
+    timeout "${NMKIT_SANITIZE_TIMEOUT:-600}" compute-sanitizer --tool $tool --error-exitcode 9 \
+      $BUILD/tests/nmkit_gpu_tests --gtest_filter="${NMKIT_SANITIZE_TESTS:-Nm24Gpu.ShapesWithTails*:Nm24Gpu.Unaligned*:Nm24Gpu.SplitK*:Nm24Gpu.EverySm90*:VnmGpu.EverySm90*:VnmGpu.EveryHopperTileWidth:VnmGpu.Fallbacks*:TileGpu.Skewed*:TileGpu.LayoutsAndEpilogues:TileGpu.HopperPersistent*:TileGpu.HopperTimeline*:QuantizeTokensGpu.*:Nm24x8Gpu.*:AttentionGpu.TailsAndUnequalLengths:AttentionGpu.VariableLengths:AttentionOpsGpu.*:SparseLinearGpu.TheCallersWorkspace*:TransposeGpu.*:VnmGpu.RowGatherSplitK*}" >/tmp/nmkit_san.log 2>&1
     rc=$?
     { echo "=== $tool (rc $rc)"; grep -v "^\[" /tmp/nmkit_san.log | head -80; } >>"$OUT/sanitizer.log"
     tail -3 /tmp/nmkit_san.log
     [ $rc -ne 0 ] && grep -m 12 -E "Error|Warning|hazard|at 0x|in .*nm24" /tmp/nmkit_san.log
-    summary+=("compute-sanitizer $tool: $([ $rc -eq 0 ] && echo clean || echo "FAILED (rc $rc)")")
+    verdict=$([ $rc -eq 0 ] && echo clean || echo "FAILED (rc $rc)")
+    [ $rc -eq 124 ] && verdict="not finished: cut at ${NMKIT_SANITIZE_TIMEOUT:-600} s"
+    summary+=("compute-sanitizer $tool: $verdict")
   done
 fi
 
