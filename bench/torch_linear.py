@@ -6,6 +6,7 @@ that weight; pruned once per shape, in f32, and rounded to each dtype).
     PYTHONPATH=build/gpu/python python3 bench/torch_linear.py [--json out.json] [--iters 50] [--rounds 7]
         [--shapes "11008,4096,4096;4096,4096,16"] [--vnm vnm:128:2:8,vnm:128:2:16]
     PYTHONPATH=build/gpu/python python3 bench/torch_linear.py --fp8 [--tokens 16,128,512,2048,4096]
+    PYTHONPATH=build/gpu/python python3 bench/torch_linear.py --profile --shapes 11008,4096,4096 ...
 
 --fp8 compares 8-bit layers on bf16 activations instead (FP8_SHAPES x --tokens): F.linear in bf16;
 torch._scaled_mm, dense fp8 e4m3 with a scale per output channel and x quantized per token (absmax / 448) by eager
@@ -24,6 +25,8 @@ Each library's calls rotate through copies of its weight whose bytes (the smalle
 model's layers each read their weight once per step: one weight called again and again stays in L2 (a 4096x4096
 bf16 weight is 32 MB, the H200's L2 60 MB), which no model sees and which favours the dense weight at few tokens.
 Each library's output is checked against F.linear on the pruned weight in fp32 first.
+--profile also lists, per library, the kernels one call runs and each one's GPU time per call (torch.profiler over
+`iters` calls after the rounds): where a layer's time goes beyond its product (a transpose, a copy, a quantizer).
 """
 import argparse
 import itertools
@@ -119,6 +122,24 @@ def measure(libraries, iters, rounds, warmup_s):
     return samples, graphs, replays
 
 
+def kernel_breakdown(call, iters):
+    """[(kernel, GPU us per call)] of the kernels (and copies) `iters` calls run, the longest first."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            call()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        if us is None:
+            us = e.cuda_time_total
+        if us > 0:
+            rows.append((e.key, us / iters))
+    return sorted(rows, key=lambda r: -r[1])
+
+
 def summarise(samples, graphs, replays, checked, baseline):
     """Per library: medians, the speed-up over `baseline` and the check's errors."""
     out = {}
@@ -142,7 +163,7 @@ def vnm_kept_fraction(pattern):
     return int(n) / int(m)
 
 
-def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s, vnm_patterns=VNM_PATTERNS):
+def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s, vnm_patterns=VNM_PATTERNS, profile=False):
     torch.manual_seed(0)
     dense = torch.nn.Linear(cols, rows, bias=False, device="cuda", dtype=dtype)
     storage = "f16" if dtype == torch.float16 else "bf16"
@@ -189,8 +210,11 @@ def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s, vnm_patterns
                 del libraries[name]
         # Warm up to the clocks sustained load runs at, all libraries in turn; then the interleaved rounds.
         samples, graphs, replays = measure(libraries, iters, rounds, warmup_s)
+        kernels = {name: kernel_breakdown(call, iters) for name, call in libraries.items()} if profile else None
     result = {"shape": [rows, cols, tokens], "dtype": str(dtype).split(".")[1], "errors": errors,
               "baseline": "cuBLAS (F.linear)", "weight_copies": copies}
+    if kernels:
+        result["kernels_us_per_call"] = kernels
     result["libraries"] = summarise(samples, graphs, replays, {n: {"rel_err": e} for n, e in checked.items()},
                                     result["baseline"])
     result["nmkit_kernel"] = layer.kernel(tokens)
@@ -327,6 +351,8 @@ def main():
     parser.add_argument("--shapes", help="R,K,T triples separated by ';' instead of the default shapes")
     parser.add_argument("--vnm", default=",".join(VNM_PATTERNS),
                         help="V:N:M patterns timed beside 2:4, comma-separated (empty: none)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also list the kernels of each library's call and their GPU time (torch.profiler)")
     args = parser.parse_args()
     dtypes = {"f16": [torch.float16], "bf16": [torch.bfloat16], "both": [torch.float16, torch.bfloat16]}[args.dtype]
     results = []
@@ -355,6 +381,8 @@ def main():
                 print(f"{'':41}{name} not captured: {lib['graph_error'][:100]}")
         for name, why in r["errors"].items():
             print(f"{rows}x{cols}x{tokens:<9} {r['dtype']:8} {name:{width}} not timed: {why[:120]}")
+        for name, kernels in r.get("kernels_us_per_call", {}).items():
+            print(f"  {name}: " + "; ".join(f"{us:.1f} us {kernel[:100]}" for kernel, us in kernels))
 
     if args.fp8:
         token_counts = [int(t) for t in args.tokens.split(",")]
@@ -372,7 +400,7 @@ def main():
         for dtype in dtypes:
             for rows, cols, tokens in shapes:
                 results.append(bench_shape(rows, cols, tokens, dtype, args.iters, args.rounds, args.warmup_s,
-                                           vnm_patterns))
+                                           vnm_patterns, args.profile))
                 report(results[-1])
                 save()
 

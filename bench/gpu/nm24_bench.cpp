@@ -204,8 +204,8 @@ int run(const Options& o) {
   if ((o.suite == "tile" || o.suite == "vnm" || o.suite == "8bit") && o.power_ms > 0)
     throw Error(ErrorCode::invalid_argument,
                 "--power-ms applies to the 2:4 suites (bert, llm, decode, all), not --suite " + o.suite);
-  if ((o.suite == "vnm" || o.suite == "8bit") && !variant_settings.empty())
-    throw Error(ErrorCode::invalid_argument, "--variant applies to the 2:4 and tile suites, not --suite " + o.suite);
+  if (o.suite == "vnm" && !variant_settings.empty())
+    throw Error(ErrorCode::invalid_argument, "--variant applies to the 2:4, 8bit and tile suites, not --suite vnm");
   const gpu::Nm24Options variant_options =
       o.suite == "tile" || variant_settings.empty() ? gpu::Nm24Options{} : nm24_variant_options(variant_settings);
   if (o.suite != "models" && (!o.models.models.empty() || !o.models.tokens.empty()))
@@ -298,6 +298,7 @@ int run(const Options& o) {
   if (o.suite == "8bit") {
     QuantizedSuiteOptions q{shapes, {}, o.warmup, o.iters, o.cusparselt};
     for (const std::string& name : o.quant_types) q.types.push_back(parse_quant_type(name));
+    if (!variant_settings.empty()) q.variant = variant_options, q.variant_text = o.variant;
     run_quantized_suite(q, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"], save);
     return finish();
   }
@@ -632,8 +633,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option(
       "--variant", o.variant,
-      "2:4 and tile suites: KEY=VALUE[,KEY=VALUE...]; also time a second nmkit plan with these options in "
-      "the same rounds (2:4: kernel, block_n, schedule, raster_rows, split, overlap_launch; tile: block_n, split, "
+      "2:4, 8bit and tile suites: KEY=VALUE[,KEY=VALUE...]; also time a second nmkit plan with these options in "
+      "the same rounds (2:4 and 8bit: kernel, block_n, schedule, raster_rows, split, overlap_launch; tile: block_n, "
+      "split, "
       "persistent, stream_ctas, overlap_launch)");
   app.add_flag("--launch-times", o.launch_times,
                "2:4 suites: also write every timed launch's ms per library to the JSON (launch_ms), in launch order");

@@ -247,7 +247,23 @@ void run_quantized_suite(const QuantizedSuiteOptions& o, cublasLtHandle_t lt, vo
       const double quant_err =
           check_output(nmkit_quantize, d_quant.ptr, ref_scaled.ptr, s.r * s.c, DType::bf16, stream);
       std::vector<std::function<void(int)>> launches{nmkit, nmkit_quantize};
-      std::optional<std::size_t> cublas_index, sparse_index;
+      std::optional<std::size_t> cublas_index, sparse_index, variant_index;
+
+      // --variant: the same product planned with other options (a tile or schedule experiment), same rounds.
+      std::optional<Nm24x8SpmmPlan> variant;
+      std::optional<double> variant_err;
+      std::optional<DeviceArray> d_variant;
+      if (o.variant) {
+        d_variant.emplace(out_count * 2);
+        variant = Nm24x8SpmmPlan::create(desc, *o.variant);
+        const auto variant_launch = [&](int i) {
+          variant->run(stream, w_nmkit[i], static_cast<const uint8_t*>(x_codes[i].ptr),
+                       static_cast<const float*>(x_scales[i].ptr), nullptr, d_variant->ptr);
+        };
+        variant_err = check_output(variant_launch, d_variant->ptr, ref_scaled.ptr, s.r * s.c, DType::bf16, stream);
+        variant_index = launches.size();
+        launches.push_back(variant_launch);
+      }
 
       // A baseline that cannot be set up (or, for fp8 and the 2:4 library, gives a wrong product) is named, not
       // timed; the rest of the row still runs.
@@ -315,6 +331,10 @@ void run_quantized_suite(const QuantizedSuiteOptions& o, cublasLtHandle_t lt, vo
                   ratio_text(cublas_ms, sparse_ms).c_str(), rate(nmkit_ms), ratio_text(cublas_ms, nmkit_ms).c_str(),
                   ratio_text(sparse_ms, nmkit_ms).c_str(), rate(quant_ms), ratio_text(cublas_ms, quant_ms).c_str(), err,
                   kernel.str().c_str());
+      if (variant_index)
+        std::printf("      variant (%s): %.1f TFLOP/s, %.3fx nmkit's time, rel. error %.1e, %s\n",
+                    o.variant_text.c_str(), rate(ms[*variant_index]), ms[*variant_index] / nmkit_ms, *variant_err,
+                    (std::ostringstream() << variant->config()).str().c_str());
       if (!notes.empty()) std::printf("      %s\n", notes.c_str());
       std::fflush(stdout);  // each row as it is measured, also when a time limit stops the run
       const auto number_or_null = [](std::optional<double> v) { return v && std::isfinite(*v) ? json(*v) : json(); };
@@ -334,6 +354,9 @@ void run_quantized_suite(const QuantizedSuiteOptions& o, cublasLtHandle_t lt, vo
                       {"nmkit_rel_error", number_or_null(err)},
                       {"nmkit_quantize_rel_error", number_or_null(quant_err)},
                       {"nmkit_kernel", kernel.str()}});
+      if (variant_index)
+        rows.back()["variant"] = o.variant_text, rows.back()["variant_ms"] = ms[*variant_index],
+        rows.back()["variant_rel_error"] = number_or_null(variant_err);
       row_done();
     }
   }

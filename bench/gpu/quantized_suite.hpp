@@ -5,10 +5,13 @@
 #include <cuda_runtime.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "bench_common.hpp"
 #include "nmkit/format/quantized.hpp"
+#include "nmkit/gpu/nm24_spmm.hpp"
 
 namespace nmkit::bench {
 
@@ -17,6 +20,9 @@ struct QuantizedSuiteOptions {
   std::vector<QuantType> types;  // of weights and activations alike
   int warmup = 5, iters = 30;
   bool cusparselt = true;  // where the benchmark was built with it
+  // --variant: a second 8-bit plan with these options (named by variant_text), timed in the same rounds.
+  std::optional<gpu::Nm24Options> variant;
+  std::string variant_text;
 };
 
 // Default shapes: the llm suite's weights at T = 128, 512, 2048 and 4096 (the serving range the issue names).
