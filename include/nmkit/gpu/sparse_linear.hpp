@@ -3,7 +3,8 @@
 // pruned in any GPU format (2:4, V:N:M, tiles) with x and y in W's dtype, or 2:4 with 8-bit values (e4m3, e5m2,
 // int8; a scale per row), x and y then f16 or bf16 and x quantized per token on the GPU before the 8-bit product.
 // Owns the weight and a plan per bucket of token counts (detail/token_buckets.hpp; per T for tiles). Condensed
-// V:N:M transposes x into a workspace from 64 tokens on, and an 8-bit weight quantizes x into one: the layer's own,
+// V:N:M transposes x into a workspace (its tokens padded to a multiple of 8), and an 8-bit weight quantizes x into
+// one: the layer's own,
 // grown at the first run of a larger T (run the largest T once before capturing a CUDA graph), or the caller's.
 //   SparseLinear layer = SparseLinear::create(prune_magnitude(w, parse_format_spec("2:4")).compressed);
 //   SparseLinear fp8 = SparseLinear::create(quantize_nm(nm, QuantType::e4m3), DType::bf16, Activation::gelu);
@@ -35,7 +36,7 @@ class SparseLinear {
   // Not thread-safe, one stream at a time (the workspaces are the layer's).
   void run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias = nullptr);
   // Device scratch a run of `tokens` uses: x's 8-bit codes and per-token scales (8-bit weights) or x transposed
-  // (condensed V:N:M from 64 tokens); 0 for the rest.
+  // (condensed V:N:M, and its padded product where tokens % 8 != 0); 0 for the rest.
   std::size_t workspace_bytes(int64_t tokens) const;
   // run() on scratch of the caller's: at least workspace_bytes(tokens) bytes, 16-byte aligned (null when that is
   // 0), used by this launch alone in `stream`'s order. Layers that run one after another on a stream can then share
