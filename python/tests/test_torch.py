@@ -83,14 +83,14 @@ class CpuLayer:
         self.runs = self.scratch_runs = 0
 
     def workspace_bytes(self, tokens):
-        # What the C++ layer asks for: x's codes and scales (8-bit); for condensed V:N:M, x^T padded to a multiple of
-        # 8 tokens and, where it is padded, the padded product.
+        # What the C++ layer asks for: x's codes and scales (8-bit); for condensed V:N:M, x^T, its rows padded to a
+        # multiple of 8 tokens.
         if self.quantized:
             return tokens * self.cols + 4 * tokens
         if not self.weight.format.startswith("vnm:"):
             return 0
         padded = -(-tokens // 8) * 8
-        return 2 * padded * (self.cols + (self.rows if padded != tokens else 0))
+        return 2 * padded * self.cols
 
     def run_on(self, x, y, tokens, bias, stream, workspace, workspace_bytes):
         if workspace_bytes < self.workspace_bytes(tokens) or not workspace or workspace % 16:

@@ -78,8 +78,8 @@ namespace {
 // A condensed V:N:M weight gathers its B rows: from x[T, K] (B col-major) element by element along K, which reads
 // all of x whatever the sparsity (0.05-0.93x cuBLAS at T = 4096, 0.72x at T = 16), or from x^T (B row-major) by
 // 16-byte copies of rows (2.16x at 128:2:8 and T = 4096, 1.70x at T = 16: H100). So the layer always transposes x
-// first (a T x K copy, a few per cent of the product), its tokens padded with zeros to a multiple of 8; where it
-// padded, the product goes to the workspace and its first T rows are copied to y.
+// first (a T x K copy, a few per cent of the product), each row of x^T padded with zeros to a multiple of 8 tokens
+// (the copies' 16-byte alignment: B's leading dimension, the product still T tokens wide).
 constexpr int64_t kRowCopyTokens = 8;          // the row gather copies 16-byte pieces: C % 8 == 0
 constexpr uintptr_t kWorkspaceAlignment = 16;  // x^T's rows and the codes are read by 16-byte copies and TMA
 
@@ -98,14 +98,18 @@ struct SparseLinear::Impl {
   std::vector<DeviceBuffer> workspaces;
 
   // The product y^T (R x T, col-major) = W (R x K) x^T (K x T): x as it is (B col-major) or transposed (B
-  // row-major); y row-major as it is.
+  // row-major, its rows padded to a multiple of 8 tokens); y row-major as it is.
   SpmmDesc desc(int64_t tokens, Layout b_layout) const {
     SpmmDesc d;
     d.rows = rows(), d.cols = cols(), d.n = tokens;
     d.dtype = d.out_dtype = dtype;
     d.b_layout = b_layout, d.d_layout = Layout::col_major;
     d.bias = bias, d.activation = activation;
+    if (b_layout == Layout::row_major) d.ldb = round_up_tokens(tokens);
     return d;
+  }
+  static int64_t round_up_tokens(int64_t tokens) {
+    return (tokens + kRowCopyTokens - 1) / kRowCopyTokens * kRowCopyTokens;
   }
   int64_t rows() const noexcept {
     return std::visit([](const auto& w) { return w.rows(); }, weight);
@@ -116,7 +120,7 @@ struct SparseLinear::Impl {
   const DeviceNm24x8* quantized() const noexcept { return std::get_if<DeviceNm24x8>(&weight); }
 
   // The plan made for `tokens`' bucket (detail::token_bucket; tiles plan per token count: their schedules and
-  // workspace are made for their C), made on first use.
+  // workspace are made for their C), made on first use; run() gives B's leading dimension for its T.
   Plan& bucket_plan(int64_t tokens, Layout b_layout) {
     const int64_t planned = std::holds_alternative<DeviceTiles>(weight) ? tokens : detail::token_bucket(tokens);
     const int64_t key = 2 * planned + (b_layout == Layout::row_major ? 1 : 0);
@@ -137,23 +141,24 @@ struct SparseLinear::Impl {
     return plans.emplace(key, std::move(made)).first->second;
   }
 
-  // Runs y = the product for `tokens` with its bucket's plan (the 2:4 and V:N:M plans take any C: for_tokens).
-  void run(int64_t tokens, Layout b_layout, Stream stream, const void* x, void* y, const float* bias) {
+  // Runs y = the product for `tokens` with its bucket's plan (the 2:4 and V:N:M plans take any C: for_tokens), B
+  // with leading dimension ldb (0: x as it is, dense).
+  void run(int64_t tokens, Layout b_layout, Stream stream, const void* x, void* y, const float* bias, int64_t ldb = 0) {
     const Plan& plan = bucket_plan(tokens, b_layout);
     std::visit(overloaded{
                    [&](const Nm24SpmmPlan& p) {
                      const DeviceNm24& w = std::get<DeviceNm24>(weight);
-                     if (p.desc().n == tokens)
+                     if (p.desc().n == tokens && p.desc().ldb == ldb)
                        p.run(stream, w, x, nullptr, y, bias);
                      else
-                       p.for_tokens(tokens).run(stream, w, x, nullptr, y, bias);
+                       p.for_tokens(tokens, ldb).run(stream, w, x, nullptr, y, bias);
                    },
                    [&](const VnmSpmmPlan& p) {
                      const DeviceVnm& w = std::get<DeviceVnm>(weight);
-                     if (p.desc().n == tokens)
+                     if (p.desc().n == tokens && p.desc().ldb == ldb)
                        p.run(stream, w, x, nullptr, y, bias);
                      else
-                       p.for_tokens(tokens).run(stream, w, x, nullptr, y, bias);
+                       p.for_tokens(tokens, ldb).run(stream, w, x, nullptr, y, bias);
                    },
                    [&](const TileSpmmPlan& p) { p.run(stream, std::get<DeviceTiles>(weight), x, nullptr, y, bias); },
                    [&](const Nm24x8Plans&) {
@@ -174,19 +179,16 @@ struct SparseLinear::Impl {
   int64_t transposed_tokens(int64_t tokens) const {
     const auto* vnm = std::get_if<DeviceVnm>(&weight);
     if (!vnm || vnm->form() != VnmForm::condensed) return 0;
-    return (tokens + kRowCopyTokens - 1) / kRowCopyTokens * kRowCopyTokens;
+    return round_up_tokens(tokens);
   }
   std::size_t workspace_bytes(int64_t tokens) const {
     // x's codes, then its scales: K % 16 == 0 keeps the scales 16-byte aligned behind T * K bytes of codes.
     if (quantized()) return static_cast<std::size_t>(tokens * cols()) + tokens * sizeof(float);
-    const int64_t transposed = transposed_tokens(tokens);
-    // x^T, then the padded product (16-byte aligned: its offset is a multiple of 8 elements).
-    const int64_t elements = transposed * cols() + (transposed != tokens ? transposed * rows() : 0);
-    return static_cast<std::size_t>(elements) * dtype_size(dtype);
+    return static_cast<std::size_t>(transposed_tokens(tokens) * cols()) * dtype_size(dtype);  // x^T
   }
 
   // One run on `scratch` (workspace_bytes of the tokens): x quantized into it (8-bit), or transposed into it for the
-  // row gather (with the padded product behind it).
+  // row gather.
   void run_on(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, void* scratch) {
     if (const DeviceNm24x8* w = quantized()) {
       const auto code_bytes = static_cast<std::size_t>(tokens * cols());
@@ -197,12 +199,8 @@ struct SparseLinear::Impl {
     }
     const int64_t transposed = transposed_tokens(tokens);
     if (transposed == 0) return run(tokens, Layout::col_major, stream, x, y, bias);
-    const std::size_t element = dtype_size(dtype);
     transpose_16bit(stream, x, scratch, tokens, cols(), transposed);
-    if (transposed == tokens) return run(tokens, Layout::row_major, stream, scratch, y, bias);
-    void* padded_y = static_cast<char*>(scratch) + transposed * cols() * element;
-    run(transposed, Layout::row_major, stream, scratch, padded_y, bias);
-    copy_device(stream, y, padded_y, static_cast<std::size_t>(tokens * rows()) * element);
+    run(tokens, Layout::row_major, stream, scratch, y, bias, transposed);
   }
 
   void* workspace(std::size_t bytes) {
@@ -340,17 +338,16 @@ std::string SparseLinear::kernel(int64_t tokens) {
     return os.str();
   }
   const int64_t transposed = impl_->transposed_tokens(tokens);
-  const int64_t run_tokens = transposed > 0 ? transposed : tokens;
-  const Plan& plan = impl_->bucket_plan(run_tokens, transposed > 0 ? Layout::row_major : Layout::col_major);
+  const int64_t ldb = transposed;
+  const Plan& plan = impl_->bucket_plan(tokens, transposed > 0 ? Layout::row_major : Layout::col_major);
   std::ostringstream os;
   if (transposed > 0)
-    os << "x transposed" << (transposed > tokens ? " (padded to " + std::to_string(transposed) + " tokens)" : "")
-       << ", ";
+    os << "x transposed" << (ldb > tokens ? " (rows padded to " + std::to_string(ldb) + " tokens)" : "") << ", ";
   std::visit(overloaded{
-                 [&](const Nm24SpmmPlan& p) { os << p.for_tokens(run_tokens).config(); },
+                 [&](const Nm24SpmmPlan& p) { os << p.for_tokens(tokens, ldb).config(); },
                  [&](const VnmSpmmPlan& p) {
                    const DeviceVnm& w = std::get<DeviceVnm>(impl_->weight);
-                   os << vnm_form_name(w.form()) << " " << p.for_tokens(run_tokens).config_for(w);
+                   os << vnm_form_name(w.form()) << " " << p.for_tokens(tokens, ldb).config_for(w);
                  },
                  [&](const TileSpmmPlan& p) { os << kernel_name(p.kernel_for(std::get<DeviceTiles>(impl_->weight))); },
                  [&](const Nm24x8Plans&) {},  // taken above

@@ -85,8 +85,4 @@ void transpose_16bit(Stream stream, const void* src, void* dst, int64_t rows, in
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 
-void copy_device(Stream stream, void* dst, const void* src, std::size_t bytes) {
-  NMKIT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
-}
-
 }  // namespace nmkit::gpu

@@ -1,5 +1,5 @@
 #pragma once
-// Device transposes and copies for host code without CUDA headers (src/cuda/sparse_linear.cpp).
+// The device transpose for host code without CUDA headers (src/cuda/sparse_linear.cpp).
 #include <cstddef>
 #include <cstdint>
 
@@ -10,8 +10,5 @@ namespace nmkit::gpu {
 // dst (cols x dst_ld, row-major) = src (rows x cols, row-major)^T, 16-bit elements, its columns rows .. dst_ld - 1
 // zero (dst_ld >= rows); asynchronous on `stream`. Throws Error(cuda_error) where the launch fails.
 void transpose_16bit(Stream stream, const void* src, void* dst, int64_t rows, int64_t cols, int64_t dst_ld);
-
-// dst[0, bytes) = src[0, bytes), device to device, asynchronous on `stream`.
-void copy_device(Stream stream, void* dst, const void* src, std::size_t bytes);
 
 }  // namespace nmkit::gpu

@@ -22,6 +22,19 @@ TEST(PlanChecks, Nm24RefusesBadDescriptions) {
                      "output dtype");
 }
 
+TEST(PlanChecks, LeadingDimensionsBelowTheDenseOneAreRefused) {
+  // ldb is at least K (B col-major) or C (B row-major); the tile kernels read a dense B only.
+  SpmmDesc col_major{64, 96, 40};
+  col_major.ldb = 95;
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(col_major), ErrorCode::invalid_argument, "at least K = 96");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create(col_major, 128, 8), ErrorCode::invalid_argument, "at least K = 96");
+  SpmmDesc row_major{64, 96, 40};
+  row_major.b_layout = Layout::row_major, row_major.ldb = 39;
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major), ErrorCode::invalid_argument, "at least C = 40");
+  row_major.ldb = 48;
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create(row_major, 64, 64), ErrorCode::unsupported, "dense B");
+}
+
 TEST(PlanChecks, Nm24RefusesOptionsNoKernelTakes) {
   const SpmmDesc desc{256, 256, 256};
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.block_n = 100}), ErrorCode::invalid_argument, "block_n");

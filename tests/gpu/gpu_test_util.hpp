@@ -62,14 +62,27 @@ struct Problem {
   float alpha, beta;
   bool bias;
   Activation act;
-  SpmmDesc desc() const { return {r, k, c, dtype, out, b_layout, d_layout, alpha, beta, bias, act}; }
+  int64_t ldb = 0;  // B's leading dimension (0: dense); the gap past each column or row of B holds NaN
+  SpmmDesc desc() const { return {r, k, c, dtype, out, b_layout, d_layout, alpha, beta, bias, act, ldb}; }
 };
 
 inline std::string describe(const Problem& t) {
   return std::to_string(t.r) + "x" + std::to_string(t.k) + "x" + std::to_string(t.c) + " " + dtype_name(t.dtype) +
          "->" + dtype_name(t.out) + " B " + layout_name(t.b_layout) + " D " + layout_name(t.d_layout) + " alpha " +
          std::to_string(t.alpha) + " beta " + std::to_string(t.beta) + (t.bias ? " bias" : "") + " act " +
-         activation_name(t.act);
+         activation_name(t.act) + (t.ldb != 0 ? " ldb " + std::to_string(t.ldb) : "");
+}
+
+// B (K x C in `layout`, dense values `b`) laid out with leading dimension ldb (0: dense) as `dtype` bytes, NaN in
+// the gap past each column (col-major) or row (row-major): a kernel that reads it poisons its output.
+inline std::vector<std::byte> encode_strided(const std::vector<float>& b, int64_t k, int64_t c, Layout layout,
+                                             int64_t ldb, DType dtype) {
+  const int64_t lines = layout == Layout::col_major ? c : k, line = layout == Layout::col_major ? k : c;
+  const int64_t ld = ldb == 0 ? line : ldb;
+  std::vector<float> strided(static_cast<std::size_t>(lines * ld), std::nanf(""));
+  for (int64_t i = 0; i < lines; ++i)
+    for (int64_t j = 0; j < line; ++j) strided[i * ld + j] = b[i * line + j];
+  return encode(strided, dtype);
 }
 
 // Relative Frobenius error allowed against the fp32 CPU oracle (inputs are exact in the dtype; the GPU
@@ -98,7 +111,7 @@ double error_against_oracle(const SparseMatrix& a, const Problem& t, uint32_t se
   const std::vector<float> b = rounded_random(t.k * t.c, t.dtype, seed + 1);
   const std::vector<float> c = rounded_random(t.r * t.c, t.out, seed + 2);
   const std::vector<float> bias = test::random_nonzero(t.r, seed + 3);
-  const auto b_bytes = encode(b, t.dtype), c_bytes = encode(c, t.out);
+  const auto b_bytes = encode_strided(b, t.k, t.c, t.b_layout, t.ldb, t.dtype), c_bytes = encode(c, t.out);
   const std::size_t d_bytes = t.r * t.c * dtype_size(t.out);
 
   DeviceBytes db(b_bytes.size()), dc(c_bytes.size()), dd(d_bytes), dbias(bias.size() * 4);

@@ -324,6 +324,31 @@ TEST(Nm24Gpu, TheRegisterEpilogueIsTakenOnlyWhereItApplies) {
   EXPECT_LE(err, tolerance(t.dtype));
 }
 
+TEST(Nm24Gpu, StridedBAgreesWithTheOracle) {
+  SKIP_WITHOUT_GPU();
+  // B with a leading dimension past its dense one (NaN in the gap): both layouts, every kernel here, a split-K
+  // decode product (C = 5); ldb a multiple of 8 over an odd K (B col-major) or C, and an odd ldb, which takes the
+  // portable kernel.
+  uint32_t seed = 9100;
+  for (Nm24Kernel kernel : kernels_here())
+    for (Layout bl : {Layout::col_major, Layout::row_major})
+      for (int64_t c : {int64_t{5}, int64_t{300}})
+        for (int64_t extra : {int64_t{3}, int64_t{20}}) {
+          const int64_t k = bl == Layout::col_major && extra == 3 ? 1001 : 1000;
+          Case t{{520, k, c, DType::f16, DType::f16, bl, Layout::col_major, 1.0f, 0.0f, true, Activation::gelu},
+                 kernel};
+          t.ldb = (bl == Layout::col_major ? k : c) + extra;
+          if (kernel == Nm24Kernel::sm90_wgmma_sp && t.ldb % 8 != 0) t.ldb += 8 - t.ldb % 8;
+          EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+          if (t.ldb % 8 != 0)
+            EXPECT_EQ(Nm24SpmmPlan::create(t.desc()).config().kernel, Nm24Kernel::sm80_mma_sp) << describe(t);
+        }
+  // for_tokens keeps the plan's choices for a new C and ldb, and checks ldb against C.
+  const Nm24SpmmPlan plan = Nm24SpmmPlan::create({4096, 1024, 64});
+  EXPECT_EQ(plan.for_tokens(60, 1032).desc().ldb, 1032);
+  EXPECT_NMKIT_ERROR(plan.for_tokens(60, 1000), ErrorCode::invalid_argument, "ldb");
+}
+
 TEST(Nm24Gpu, UnalignedLeadingDimensionsTakeThePortableKernel) {
   SKIP_WITHOUT_GPU();
   // K = 36 and C = 13: neither B layout gives the 16-byte rows TMA needs, so the plan must pick the portable kernel.

@@ -33,7 +33,7 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
     int64_t rows, cols;
   };
   // Tails in R and K; V:N:M in both forms (64:2:8 packs full 2:4 and runs the 2:4 kernel over K; 128:2:8 and 64:2:10
-  // gather from x transposed, its tokens padded to a multiple of 8); tiles of both kernel families (few tokens:
+  // gather from x transposed, its rows padded to a multiple of 8 tokens); tiles of both kernel families (few tokens:
   // warp-stream; many: Hopper).
   const Case cases[] = {{"2:4", 1000, 520},        {"vnm:64:2:8", 384, 1024},      {"vnm:128:2:8", 384, 1024},
                         {"vnm:64:2:10", 300, 520}, {"tile:64x64:0.25", 512, 1024}, {"tile:32x32:0.5", 200, 96}};
@@ -47,7 +47,7 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
         EXPECT_EQ(layer.out_features(), c.rows);
         EXPECT_EQ(layer.format(), format_name(w));
         // 33 twice: the cached plan; 17, 33 and 300 run their buckets' plans (20, 40, 320) with fewer tokens;
-        // condensed V:N:M transposes x, its tokens padded to 8 at 1, 24 at 17, 40 at 33 and 304 at 300.
+        // condensed V:N:M transposes x into rows of 8 tokens at 1, 24 at 17, 40 at 33 and 304 at 300.
         for (int64_t tokens : {1, 17, 33, 64, 300, 512, 33}) {
           const std::string kernel = layer.kernel(tokens);
           const bool gathers = std::string(c.format) == "vnm:128:2:8" || std::string(c.format) == "vnm:64:2:10";
@@ -67,8 +67,7 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
 
 TEST(SparseLinearGpu, AnyTokenCountTakesABoundedNumberOfPlans) {
   SKIP_WITHOUT_GPU();
-  // A serving loop: 1000 token counts drawn from 1..4096 plan once per bucket (48 buckets; a condensed V:N:M
-  // weight plans the buckets of its padded token counts), not once per count.
+  // A serving loop: 1000 token counts drawn from 1..4096 plan once per bucket (48 buckets), not once per count.
   for (const char* format : {"2:4", "vnm:128:2:8", "vnm:64:2:10"}) {
     SparseLinear layer = SparseLinear::create(pruned(256, 512, DType::f16, format, 3));
     std::mt19937 random(7);

@@ -167,6 +167,33 @@ TEST(VnmGpu, RowGatherSplitKAgreesWithTheOracle) {
   EXPECT_EQ(by_shape.block_n, 64);
 }
 
+TEST(VnmGpu, StridedBAgreesWithTheOracle) {
+  SKIP_WITHOUT_GPU();
+  // B with a leading dimension past its dense one (NaN in the gap), as SparseLinear runs the row gather on x^T
+  // padded to 8 tokens: odd C, the row gather (wide tiles and split-K at decode) and the column gather.
+  uint32_t seed = 9200;
+  for (Nm24Kernel kernel : kernels_here())
+    for (Layout bl : {Layout::col_major, Layout::row_major})
+      for (int64_t c : {int64_t{3}, int64_t{77}, int64_t{301}}) {
+        const int64_t k = 1000;
+        Problem problem = plain(1000, k, c, c == 77 ? DType::bf16 : DType::f16, bl);
+        problem.bias = true, problem.act = Activation::relu;
+        problem.ldb = bl == Layout::row_major ? (c + 7) / 8 * 8 : k + 13;
+        const Case t{problem, {128, 2, 8}, kernel, 0, VnmForm::condensed};
+        EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+        if (kernel == Nm24Kernel::sm90_wgmma_sp && bl == Layout::row_major && c == 3) {
+          EXPECT_EQ(VnmSpmmPlan::create(t.desc(), 128, 8, {}, VnmForm::condensed).config().kernel,
+                    Nm24Kernel::sm90_wgmma_sp);
+          Case split = t;
+          split.block_n = 64;
+          EXPECT_LE(run_case(split, seed += 10, {.split = 4}), tolerance(t.dtype)) << describe(split) << " split 4";
+        }
+      }
+  const VnmSpmmPlan plan = VnmSpmmPlan::create(plain(1024, 1024, 64, DType::f16, Layout::row_major).desc(), 128, 8);
+  EXPECT_EQ(plan.for_tokens(61, 64).config().kernel, plan.config().kernel);
+  EXPECT_NMKIT_ERROR(plan.for_tokens(61, 60), ErrorCode::invalid_argument, "ldb");
+}
+
 TEST(VnmGpu, BothFormsAgreeWithTheOracle) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 3000;

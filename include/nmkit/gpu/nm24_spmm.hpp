@@ -57,8 +57,9 @@ struct SpmmDesc {                       // the problem a plan is made for
   float alpha = 1.0f, beta = 0.0f;      // C is read when beta != 0; it has D's layout and dtype
   bool bias = false;                    // fp32 bias of length R, added per row
   Activation activation = Activation::none;
+  int64_t ldb = 0;  // B's leading dimension in elements: 0 for dense (K col-major, C row-major), else at least that
 };
-// sm90_wgmma_sp: Hopper, B col-major with K % 8 == 0 or row-major with C % 8 == 0; sm80_mma_sp: any shape.
+// sm90_wgmma_sp: Hopper, B col-major with ldb (K) % 8 == 0 or row-major with ldb (C) % 8 == 0; sm80_mma_sp: any.
 enum class Nm24Kernel : uint8_t { automatic, sm80_mma_sp, sm90_wgmma_sp };
 const char* kernel_name(Nm24Kernel k) noexcept;
 // How the sm90 kernel's tiles leave the CTA: staged (D through the stages' shared memory, one CTA per tile, any
@@ -99,9 +100,11 @@ class Nm24SpmmPlan {
   static Nm24SpmmPlan autotune(const SpmmDesc& desc);
   // The plan for C = n instead of desc().n, without device queries (a layer's token counts near its planned one):
   // the portable kernel where Hopper's cannot take n, the staged epilogue where D no longer allows registers.
-  Nm24SpmmPlan for_tokens(int64_t n) const;
-  // Device pointers: b (K x C), c (R x C, read when beta != 0), d (R x C), bias (R floats, when desc.bias); dense
-  // leading dimensions. Throws Error on a mismatched weight, null or misaligned pointers; never synchronises.
+  // ldb: B's leading dimension for it (0: dense).
+  Nm24SpmmPlan for_tokens(int64_t n, int64_t ldb = 0) const;
+  // Device pointers: b (K x C, leading dimension desc.ldb), c (R x C, read when beta != 0), d (R x C), bias (R
+  // floats, when desc.bias); C and D dense. Throws Error on a mismatched weight, null or misaligned pointers; never
+  // synchronises.
   void run(Stream stream, const DeviceNm24& a, const void* b, const void* c, void* d,
            const float* bias = nullptr) const;
   const SpmmDesc& desc() const noexcept { return desc_; }

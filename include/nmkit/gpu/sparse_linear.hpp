@@ -36,7 +36,7 @@ class SparseLinear {
   // Not thread-safe, one stream at a time (the workspaces are the layer's).
   void run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias = nullptr);
   // Device scratch a run of `tokens` uses: x's 8-bit codes and per-token scales (8-bit weights) or x transposed
-  // (condensed V:N:M, and its padded product where tokens % 8 != 0); 0 for the rest.
+  // (condensed V:N:M, its rows padded to a multiple of 8 tokens); 0 for the rest.
   std::size_t workspace_bytes(int64_t tokens) const;
   // run() on scratch of the caller's: at least workspace_bytes(tokens) bytes, 16-byte aligned (null when that is
   // 0), used by this launch alone in `stream`'s order. Layers that run one after another on a stream can then share

@@ -71,7 +71,8 @@ struct TileLaunch {
 
 class TileSpmmPlan {
  public:
-  // Validates desc, the tile shape, the kernel and launch; throws Error (invalid_argument, unsupported).
+  // Validates desc (B dense: desc.ldb 0), the tile shape, the kernel and launch; throws Error (invalid_argument,
+  // unsupported).
   static TileSpmmPlan create(const SpmmDesc& desc, int tile_rows, int tile_cols,
                              TileKernel kernel = TileKernel::automatic, const TileLaunch& launch = {});
   // As Nm24SpmmPlan::run; `a` must match shape, dtype and tiles. A workspace plan's runs must not overlap.

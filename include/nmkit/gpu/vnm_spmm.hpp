@@ -61,7 +61,7 @@ class VnmSpmmPlan {
   // either (pinned options must suit both). Throws Error (invalid_argument, unsupported).
   static VnmSpmmPlan create(const SpmmDesc& desc, int v, int m, const Nm24Options& options = {},
                             VnmForm form = VnmForm::automatic);
-  VnmSpmmPlan for_tokens(int64_t n) const;  // as Nm24SpmmPlan::for_tokens
+  VnmSpmmPlan for_tokens(int64_t n, int64_t ldb = 0) const;  // as Nm24SpmmPlan::for_tokens
   // Same contract as Nm24SpmmPlan::run; `a` must match the plan's shape, dtype, V and M.
   void run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
   const SpmmDesc& desc() const noexcept { return desc_; }

@@ -25,7 +25,7 @@ namespace nmkit::gpu::nm24 {
 struct Params {
   const uint32_t* a_values;  // packed values (packed_value_word)
   const uint32_t* a_meta;    // packed metadata (packed_meta_word)
-  const void* b;             // K x C, ldb = K (col-major) or C (row-major)
+  const void* b;             // K x C, col-major or row-major
   const void* c;             // R x C in D's layout, read when beta != 0
   void* d;                   // R x C
   const float* bias;         // R, or null
@@ -35,6 +35,9 @@ struct Params {
   Activation activation;
   bool d_col_major;
   bool b_col_major = true;  // B's layout (the sm90 kernel stages it K-major or MN-major accordingly)
+  // B's leading dimension (>= K col-major, >= C row-major; check_ldb bounds it to int32). 32 bits, where the bools
+  // leave room: a wider Params tipped ptxas into spilling the n192 and n256 consumers.
+  int32_t ldb = 0;
   // V:N:M (src/cuda/vnm): A is the condensed 2:4 matrix and condensed column k' of row block rb multiplies
   // B row b_gather[rb * gather_stride + k'] (kNoBRow: zeros). Null for 2:4, where column k reads B row k.
   const int32_t* b_gather = nullptr;
@@ -245,10 +248,16 @@ void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int6
 void take_tile_shape(const TileShape& t, KernelConfig& config);
 KernelConfig config_of(Nm24Kernel kernel, const TileShape& t);
 void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
-// A plan's configuration for desc.n other than the one it was made for (Nm24SpmmPlan::for_tokens): false where the
-// Hopper kernel can no longer take desc and the caller must plan the portable kernel instead.
-bool sm90_config_takes_tokens(const SpmmDesc& desc, KernelConfig& config);
+// A plan's configuration for desc.n and desc.ldb other than the ones it was made for (Nm24SpmmPlan::for_tokens):
+// false where the Hopper kernel can no longer take desc and the caller must plan the portable kernel instead.
+// b_element_gather: B is gathered element by element (V:N:M, B col-major), which takes any leading dimension.
+bool sm90_config_takes_tokens(const SpmmDesc& desc, KernelConfig& config, bool b_element_gather = false);
 LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream);
+// desc.ldb within its bounds (Error invalid_argument; unsupported past kMaxLeadingDim), and B's leading
+// dimension (desc.ldb, or the dense one).
+inline constexpr int64_t kMaxLeadingDim = INT32_MAX;
+void check_ldb(const SpmmDesc& desc, const char* who);
+int64_t b_leading_dim(const SpmmDesc& desc);
 // Whether B's leading dimension and address allow 16-byte loads.
 bool b_vector_loads(const SpmmDesc& desc, const void* b);
 

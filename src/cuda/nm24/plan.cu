@@ -37,6 +37,25 @@ void check_desc(const SpmmDesc& desc, const char* who) {
   require(desc.out_dtype == desc.dtype || desc.out_dtype == DType::f32, ErrorCode::unsupported, [&] {
     return std::string(who) + ": output dtype must be the input dtype or f32, got " + dtype_name(desc.out_dtype);
   });
+  check_ldb(desc, who);
+}
+
+void check_ldb(const SpmmDesc& desc, const char* who) {
+  const bool col_major = desc.b_layout == Layout::col_major;
+  require(desc.ldb == 0 || desc.ldb >= (col_major ? desc.cols : desc.n), ErrorCode::invalid_argument, [&] {
+    return std::string(who) + ": ldb must be 0 (dense) or at least " + (col_major ? "K" : "C") + " = " +
+           std::to_string(col_major ? desc.cols : desc.n) + " (B " + layout_name(desc.b_layout) + "), got " +
+           std::to_string(desc.ldb);
+  });
+  require(b_leading_dim(desc) <= kMaxLeadingDim, ErrorCode::unsupported, [&] {
+    return std::string(who) + ": B's leading dimension is at most 2^31 - 1 elements, got " +
+           std::to_string(b_leading_dim(desc));
+  });
+}
+
+int64_t b_leading_dim(const SpmmDesc& desc) {
+  if (desc.ldb != 0) return desc.ldb;
+  return desc.b_layout == Layout::col_major ? desc.cols : desc.n;
 }
 
 void check_options(const Nm24Options& options, const char* who) {
@@ -92,7 +111,8 @@ Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, con
           desc.beta,
           desc.activation,
           desc.d_layout == Layout::col_major,
-          desc.b_layout == Layout::col_major};
+          desc.b_layout == Layout::col_major,
+          static_cast<int32_t>(b_leading_dim(desc))};
 }
 
 // Overlapping launches of the sm90 sparse kernel are the default: the producers wait for the kernel before them at
@@ -163,9 +183,9 @@ void log_plan(const char* family, const std::string& what, int64_t rows, int64_t
             << " -> " << config << "\n";
 }
 
-bool sm90_config_takes_tokens(const SpmmDesc& desc, KernelConfig& config) {
+bool sm90_config_takes_tokens(const SpmmDesc& desc, KernelConfig& config, bool b_element_gather) {
   if (config.kernel != Nm24Kernel::sm90_wgmma_sp) return true;
-  if (desc.b_layout == Layout::row_major && desc.n % 8 != 0) return false;  // B's rows: 16-byte copies
+  if (!b_element_gather && b_leading_dim(desc) % 8 != 0) return false;  // B by TMA or 16-byte copies
   const int64_t d_stride = desc.d_layout == Layout::col_major ? desc.rows : desc.n;
   if (!sm90_epilogue::outputs_final_in_registers(desc.out_dtype != DType::f32, desc.beta, desc.activation, d_stride))
     config.register_epilogue = false, config.persistent_ctas = 0;
@@ -184,9 +204,10 @@ LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream) {
   return {stream, config.overlap_launch && stream != nullptr, config.split};
 }
 
+// B col-major also needs K % 8 == 0: a 16-byte chunk across K would read the gap past a column (any bits, NaN
+// too), which the zero padding of A does not cancel. Chunks across C feed only outputs past C.
 bool b_vector_loads(const SpmmDesc& desc, const void* b) {
-  const int64_t ldb = desc.b_layout == Layout::col_major ? desc.cols : desc.n;
-  return aligned16(b) && ldb % 8 == 0;
+  return aligned16(b) && b_leading_dim(desc) % 8 == 0 && (desc.b_layout == Layout::row_major || desc.cols % 8 == 0);
 }
 
 bool device_is_sm90() {
@@ -276,13 +297,12 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   // TMA reads B along its contiguous dimension: K for B col-major, C for B row-major (16-byte row strides).
   const bool b_col_major = desc.b_layout == Layout::col_major;
   const bool sm90_device = nm24::sm90_compiled() && nm24::device_is_sm90();
-  const bool sm90_possible = sm90_device && (b_col_major ? desc.cols % 8 == 0 : desc.n % 8 == 0);
+  const bool sm90_possible = sm90_device && nm24::b_leading_dim(desc) % 8 == 0;
   Nm24Kernel kernel = options.kernel;
   if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
-  require(
-      kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
-      "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, and K % 8 == 0 (B col-major) "
-      "or C % 8 == 0 (B row-major)");
+  require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
+          "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, and B's leading dimension "
+          "(ldb, else K for B col-major or C for B row-major) a multiple of 8");
   require(options.block_n == 0 || b_col_major || options.block_n % 64 == 0, ErrorCode::unsupported, [&] {
     return "nm24 plan: with B row-major the sm90 kernel's block_n is 64, 128, 192 or 256, got " +
            std::to_string(options.block_n);
@@ -308,10 +328,11 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   return plan;
 }
 
-Nm24SpmmPlan Nm24SpmmPlan::for_tokens(int64_t n) const {
+Nm24SpmmPlan Nm24SpmmPlan::for_tokens(int64_t n, int64_t ldb) const {
   require(n >= 0, ErrorCode::invalid_argument, [&] { return "nm24 plan: C must be >= 0, got " + std::to_string(n); });
   Nm24SpmmPlan plan = *this;
-  plan.desc_.n = n;
+  plan.desc_.n = n, plan.desc_.ldb = ldb;
+  nm24::check_ldb(plan.desc_, "nm24 plan");
   if (!nm24::sm90_config_takes_tokens(plan.desc_, plan.config_)) {
     const nm24::TileShape t = nm24::sm80_tile_shape();
     plan.config_ = nm24::config_of(Nm24Kernel::sm80_mma_sp, t);

@@ -111,7 +111,8 @@ void Nm24x8SpmmPlan::run(Stream stream, const DeviceNm24x8& a, const uint8_t* x,
                  desc_.beta,
                  desc_.activation,
                  desc_.d_layout == Layout::col_major,
-                 true};
+                 true,
+                 static_cast<int32_t>(desc_.cols)};  // x's codes: dense rows of K
   nm24::apply_sm90_schedule(config_, d, p);
   const nm24::LaunchOn on = nm24::sm90_launch_on(config_, stream);
   const auto launch = [&]<class Element>() {

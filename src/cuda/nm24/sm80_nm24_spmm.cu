@@ -64,7 +64,7 @@ __device__ void load_b_tile(const Params& p, Element* stage, int64_t k0, int64_t
   static_assert(!(kGather && kKMajor && kVector), "a gathered K-major chunk is not contiguous in B");
   using Tile = BTile<kKMajor>;
   const Element* b = static_cast<const Element*>(p.b);
-  const int64_t ldb = kKMajor ? p.cols : p.n;
+  const int64_t ldb = p.ldb;
   constexpr int kChunks = Tile::kRows * Tile::kChunksPerRow;
   for (int i = tid; i < kChunks; i += kThreads) {
     const int row = i / Tile::kChunksPerRow, chunk = i % Tile::kChunksPerRow;

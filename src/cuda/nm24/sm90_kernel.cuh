@@ -225,7 +225,7 @@ struct RowGather {
     first_row = (thread / 32) * kRowsPerWarp + (lane / kLanesPerAtomRow) * kRowsPerThread;
     const int64_t n = n0 + chunk * kChunkHalves;
     column = reinterpret_cast<const char*>(static_cast<const Element*>(p.b) + n);
-    row_bytes = static_cast<uint64_t>(p.n) * sizeof(Element);
+    row_bytes = static_cast<uint64_t>(p.ldb) * sizeof(Element);
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) row_offset[i] = static_cast<uint32_t>(swizzled(first_row + i, chunk));
     atoms_inside = 0;
@@ -281,7 +281,7 @@ __device__ __forceinline__ void gather_b_cols(const Params& p, unsigned char* ti
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int row = row0 + i * kWarps;
-      const uint16_t* x = b + (n0 + row) * p.cols;
+      const uint16_t* x = b + (n0 + row) * p.ldb;
       const bool inside = row < valid_rows;
       const uint32_t lo = inside && k0 >= 0 ? __ldg(x + k0) : 0u, hi = inside && k1 >= 0 ? __ldg(x + k1) : 0u;
       pair[i] = lo | (hi << 16);
@@ -785,21 +785,21 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// B (col-major K x C, column stride K) as a 2-D tensor {K, C}, boxes of one k-tile x box_rows, 128-byte swizzle.
+// B (col-major K x C, column stride ldb) as a 2-D tensor {K, C}, boxes of one k-tile x box_rows, 128-byte swizzle.
 // Out-of-range elements (K and C tails) are filled with zeros by the copy engine.
 template <class Element>
 CUtensorMap make_b_map(const Params& p, int box_rows) {
   return cuda::make_tensor_map_sw128<Element, 2>(p.b, {static_cast<cuuint64_t>(p.cols), static_cast<cuuint64_t>(p.n)},
-                                                 {static_cast<cuuint64_t>(p.cols) * sizeof(Element)},
+                                                 {static_cast<cuuint64_t>(p.ldb) * sizeof(Element)},
                                                  {kTileK<Element>, static_cast<cuuint32_t>(box_rows)});
 }
 
-// B row-major (K x C, row stride C) as a 2-D tensor {C, K}, boxes of 64 columns x kBlockK rows (one MN-major
+// B row-major (K x C, row stride ldb) as a 2-D tensor {C, K}, boxes of 64 columns x kBlockK rows (one MN-major
 // atom), 128-byte swizzle; C and K tails are filled with zeros. The row stride must be a multiple of 16 bytes.
 template <class Element>
 CUtensorMap make_b_rows_map(const Params& p) {
   return cuda::make_tensor_map_sw128<Element, 2>(p.b, {static_cast<cuuint64_t>(p.n), static_cast<cuuint64_t>(p.cols)},
-                                                 {static_cast<cuuint64_t>(p.n) * sizeof(Element)},
+                                                 {static_cast<cuuint64_t>(p.ldb) * sizeof(Element)},
                                                  {kMnAtomHalves, kBlockK});
 }
 

@@ -118,6 +118,8 @@ TileSpmmPlan TileSpmmPlan::create(const SpmmDesc& desc, int tile_rows, int tile_
                                   const TileLaunch& launch) {
   const int block_n = launch.block_n, split = launch.split;
   nm24::check_desc(desc, "tile plan");
+  require(nm24::b_leading_dim(desc) == (desc.b_layout == Layout::col_major ? desc.cols : desc.n),
+          ErrorCode::unsupported, "tile plan: the tile kernels read a dense B (ldb 0, or K col-major, C row-major)");
   require(tile_kernel_supports(tile_rows, tile_cols), ErrorCode::unsupported, [&] {
     return "tile plan: the kernels run tile sides 16, 32, 64 or 128, got " + std::to_string(tile_rows) + "x" +
            std::to_string(tile_cols);

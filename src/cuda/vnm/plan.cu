@@ -69,14 +69,14 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, const Nm24Options
   const int64_t condensed_cols = 4 * ceil_div(desc.cols, m);
   const int b_tiles = b_tiles_per_stage(v);
   // sm90: one or two gathered B tiles per stage (the wgmma's 64 rows must share their B rows, so V >= 64);
-  // B row-major is copied in 16-byte pieces of rows (C % 8 == 0), B col-major element by element.
+  // B row-major is copied in 16-byte pieces of rows (ldb % 8 == 0), B col-major element by element.
   const bool sm90_possible = nm24::sm90_compiled() && nm24::device_is_sm90() && b_tiles <= 2 &&
-                             (desc.b_layout == Layout::col_major || desc.n % 8 == 0);
+                             (desc.b_layout == Layout::col_major || nm24::b_leading_dim(desc) % 8 == 0);
   Nm24Kernel kernel = options.kernel;
   if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
   require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
           "vnm plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, V >= 64 and, for B "
-          "row-major, C % 8 == 0");
+          "row-major, its leading dimension (ldb, else C) a multiple of 8");
   nm24::TileShape t = nm24::sm80_tile_shape();
   // Split-K is built for the row gather's n-tiles of 64 with one B tile per stage (decode-sized C).
   const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && desc.b_layout == Layout::row_major && b_tiles == 1;
@@ -125,12 +125,14 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, const Nm24Op
   return plan;
 }
 
-VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n) const {
+VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n, int64_t ldb) const {
   require(n >= 0, ErrorCode::invalid_argument, [&] { return "vnm plan: C must be >= 0, got " + std::to_string(n); });
   VnmSpmmPlan plan = *this;
-  plan.desc_.n = n;
-  if (plan.full_) plan.full_ = plan.full_->for_tokens(n);
-  if (plan.gather_ && !nm24::sm90_config_takes_tokens(plan.desc_, *plan.gather_)) {
+  plan.desc_.n = n, plan.desc_.ldb = ldb;
+  nm24::check_ldb(plan.desc_, "vnm plan");
+  if (plan.full_) plan.full_ = plan.full_->for_tokens(n, ldb);
+  const bool element_gather = desc_.b_layout == Layout::col_major;
+  if (plan.gather_ && !nm24::sm90_config_takes_tokens(plan.desc_, *plan.gather_, element_gather)) {
     nm24::TileShape t = nm24::sm80_tile_shape();
     t.smem_bytes *= b_tiles_per_stage(v_);  // one gathered B tile per row block of the CTA
     plan.gather_ = nm24::config_of(Nm24Kernel::sm80_mma_sp, t);
