@@ -398,9 +398,9 @@ TEST(Nm24Gpu, BadInputsAreRejected) {
   row_major_b.b_layout = Layout::row_major;
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, {.kernel = Nm24Kernel::sm90_wgmma_sp, .block_n = 32}),
                      ErrorCode::unsupported, "64, 128, 192 or 256");
-  row_major_b.n = 60;  // TMA needs 16-byte row strides: C % 8 == 0
+  row_major_b.n = 60;  // TMA needs 16-byte row strides: C (B's leading dimension) % 8 == 0
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, {.kernel = Nm24Kernel::sm90_wgmma_sp}), ErrorCode::unsupported,
-                     "C % 8 == 0");
+                     "a multiple of 8");
   EXPECT_EQ(Nm24SpmmPlan::create(row_major_b).config().kernel, Nm24Kernel::sm80_mma_sp);
 
   const DenseMatrix w = test::random_matrix(64, 64, DType::f16, 5);
