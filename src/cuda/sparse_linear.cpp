@@ -80,7 +80,7 @@ namespace {
 // 16-byte copies of rows (2.16x at 128:2:8 and T = 4096, 1.70x at T = 16: H100). So the layer always transposes x
 // first (a T x K copy, a few per cent of the product), each row of x^T padded with zeros to a multiple of 8 tokens
 // (the copies' 16-byte alignment: B's leading dimension, the product still T tokens wide).
-constexpr int64_t kRowCopyTokens = 8;          // the row gather copies 16-byte pieces: C % 8 == 0
+constexpr int64_t kRowCopyTokens = 8;          // x^T's rows: whole 16-byte pieces for the row gather
 constexpr uintptr_t kWorkspaceAlignment = 16;  // x^T's rows and the codes are read by 16-byte copies and TMA
 
 }  // namespace
