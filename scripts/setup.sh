@@ -52,14 +52,7 @@ if [ "${NMKIT_SETUP_TORCH:-0}" = "1" ]; then
   elif [ ! -d "$torch_dir/torch-$torch_version.dist-info" ]; then
     echo "setup: installing torch==$torch_version into $torch_dir (NMKIT_SETUP_TORCH=1)"
     rm -rf "$torch_dir" "$torch_dir.partial"
-    # One retry from scratch: an install of this size has failed once mid-way (pip's OSError, no such file).
-    for attempt in 1 2; do
-      python3 -m pip install -q --disable-pip-version-check --no-cache-dir --target "$torch_dir.partial" \
-        "torch==$torch_version" && break
-      rm -rf "$torch_dir.partial"
-      [ $attempt -eq 2 ] && { echo "setup: installing torch==$torch_version failed twice" >&2; exit 1; }
-      echo "setup: installing torch==$torch_version failed; trying once more" >&2
-    done
+    python3 -m pip install -q --disable-pip-version-check --no-cache-dir --target "$torch_dir.partial" "torch==$torch_version"
     mv "$torch_dir.partial" "$torch_dir"
   fi
   if [ -d "$torch_dir" ]; then
