@@ -105,11 +105,8 @@ struct SparseLinear::Impl {
     d.dtype = d.out_dtype = dtype;
     d.b_layout = b_layout, d.d_layout = Layout::col_major;
     d.bias = bias, d.activation = activation;
-    if (b_layout == Layout::row_major) d.ldb = round_up_tokens(tokens);
+    if (b_layout == Layout::row_major) d.ldb = round_up(tokens, kRowCopyTokens);
     return d;
-  }
-  static int64_t round_up_tokens(int64_t tokens) {
-    return (tokens + kRowCopyTokens - 1) / kRowCopyTokens * kRowCopyTokens;
   }
   int64_t rows() const noexcept {
     return std::visit([](const auto& w) { return w.rows(); }, weight);
@@ -145,21 +142,16 @@ struct SparseLinear::Impl {
   // with leading dimension ldb (0: x as it is, dense).
   void run(int64_t tokens, Layout b_layout, Stream stream, const void* x, void* y, const float* bias, int64_t ldb = 0) {
     const Plan& plan = bucket_plan(tokens, b_layout);
+    // The bucket's plan where it was made for this T and ldb, else its for_tokens.
+    const auto run_plan = [&](const auto& p, const auto& w) {
+      if (p.desc().n == tokens && p.desc().ldb == ldb)
+        p.run(stream, w, x, nullptr, y, bias);
+      else
+        p.for_tokens(tokens, ldb).run(stream, w, x, nullptr, y, bias);
+    };
     std::visit(overloaded{
-                   [&](const Nm24SpmmPlan& p) {
-                     const DeviceNm24& w = std::get<DeviceNm24>(weight);
-                     if (p.desc().n == tokens && p.desc().ldb == ldb)
-                       p.run(stream, w, x, nullptr, y, bias);
-                     else
-                       p.for_tokens(tokens, ldb).run(stream, w, x, nullptr, y, bias);
-                   },
-                   [&](const VnmSpmmPlan& p) {
-                     const DeviceVnm& w = std::get<DeviceVnm>(weight);
-                     if (p.desc().n == tokens && p.desc().ldb == ldb)
-                       p.run(stream, w, x, nullptr, y, bias);
-                     else
-                       p.for_tokens(tokens, ldb).run(stream, w, x, nullptr, y, bias);
-                   },
+                   [&](const Nm24SpmmPlan& p) { run_plan(p, std::get<DeviceNm24>(weight)); },
+                   [&](const VnmSpmmPlan& p) { run_plan(p, std::get<DeviceVnm>(weight)); },
                    [&](const TileSpmmPlan& p) { p.run(stream, std::get<DeviceTiles>(weight), x, nullptr, y, bias); },
                    [&](const Nm24x8Plans&) {
                      throw Error(ErrorCode::invalid_argument, "SparseLinear: an 8-bit weight runs on 8-bit x");
@@ -179,7 +171,7 @@ struct SparseLinear::Impl {
   int64_t transposed_tokens(int64_t tokens) const {
     const auto* vnm = std::get_if<DeviceVnm>(&weight);
     if (!vnm || vnm->form() != VnmForm::condensed) return 0;
-    return round_up_tokens(tokens);
+    return round_up(tokens, kRowCopyTokens);
   }
   std::size_t workspace_bytes(int64_t tokens) const {
     // x's codes, then its scales: K % 16 == 0 keeps the scales 16-byte aligned behind T * K bytes of codes.
