@@ -46,10 +46,27 @@ TEST(Nm24Heuristics, BlockNFollowsWhatBindsTheShape) {
   // each pay the k-tile rounds, one wave of n256 does not.
   EXPECT_EQ(sm90_block_n(11008, 4096, 256, kH200Sms, kColMajorBlockN), 256);
   EXPECT_EQ(sm90_block_n(11008, 4096, 128, kH200Sms, kColMajorBlockN), 128);  // one wave already (23 us)
-  EXPECT_EQ(sm90_block_n(11008, 4096, 512, kH200Sms, kColMajorBlockN), 192);  // two waves of n192 (68 us)
+  // Three waves of n128 took 0.93 of two of n192 (H100, in the same rounds).
+  EXPECT_EQ(sm90_block_n(11008, 4096, 512, kH200Sms, kColMajorBlockN), 128);
   // 32 row tiles at C = 128, K = 11008: n64 split in two (64 CTAs; 35.6 us) beats 128 n32 tiles (40.0 us).
   EXPECT_EQ(sm90_block_n(4096, 11008, 128, kH200Sms, kColMajorBlockN, SplitK::by_shape), 64);
   EXPECT_EQ(sm90_block_n(4096, 11008, 128, kH200Sms, kColMajorBlockN), 32);
+}
+
+TEST(Nm24Heuristics, BlockNFollowsTheWidthsTimedInTheSameRounds) {
+  // Widths pinned against the plan's in one set of rounds (H100, notes/nm24.md item 38). Several waves of tiles on
+  // large weights: n256 took 0.80 of n192's time at 13824x5120x2048 and 0.955 of n128's at 11008x4096x2048.
+  EXPECT_EQ(sm90_block_n(13824, 5120, 2048, kH200Sms, kColMajorBlockN, SplitK::by_shape), 256);
+  EXPECT_EQ(sm90_block_n(11008, 4096, 2048, kH200Sms, kColMajorBlockN, SplitK::by_shape), 256);
+  // One wave of n192 beats two of n64 where one column tile covers C (n64 took 1.48x its time at T = 160).
+  EXPECT_EQ(sm90_block_n(11008, 4096, 160, kH200Sms, kColMajorBlockN, SplitK::by_shape), 192);
+  // Two waves of one column tile at T = 152 on 224 row tiles: n256 took 1.55x n192's time.
+  EXPECT_EQ(sm90_block_n(28672, 8192, 152, kH200Sms, kColMajorBlockN, SplitK::by_shape), 192);
+  // BERT-base's 768-row weights keep n192 (one wave of 132 tiles at T = 4096; n256 took 1.13-1.16x its time).
+  EXPECT_EQ(sm90_block_n(768, 3072, 4096, kH200Sms, kColMajorBlockN, SplitK::by_shape), 192);
+  EXPECT_EQ(sm90_block_n(768, 768, 4096, kH200Sms, kColMajorBlockN, SplitK::by_shape), 192);
+  // 8-bit codes (k-tiles of 128): one wave of n256 at 11008x4096x256 took 0.75 of three waves of n64.
+  EXPECT_EQ(sm90_block_n(11008, 4096, 256, kH200Sms, kColMajorBlockN, SplitK::by_shape, 128), 256);
 }
 
 TEST(Nm24Heuristics, GatherRasterKeepsTheGroupsRowsOfAInHalfOfL2) {

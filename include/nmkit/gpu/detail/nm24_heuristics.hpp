@@ -17,15 +17,19 @@ struct DeviceFacts {
 // its kernel (narrow tiles issue small, less efficient wgmma; the gathering producer pays per row).
 struct BlockNChoice {
   int block_n;
-  double efficiency;
+  double efficiency;             // where the tiles take one wave of the SMs or less
+  double multi_wave_efficiency;  // where they take more (each SM runs several tiles, persistent where it can)
 };
-// The n-tiles of each sm90 kernel, as measured on the H200. B row-major takes whole 64-column TMA boxes; the
-// gathering kernels lose more on narrow tiles than the 2:4 kernel (the producer's copies and fill are per row).
-inline constexpr BlockNChoice kColMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92},
-                                                   {64, 0.8},  {32, 0.6},   {16, 0.4}};
-inline constexpr BlockNChoice kRowMajorBlockN[] = {{256, 1.0}, {192, 0.97}, {128, 0.92}, {64, 0.8}};
-inline constexpr BlockNChoice kGatherOneTileBlockN[] = {{256, 1.0}, {128, 0.75}, {64, 0.45}};
-inline constexpr BlockNChoice kGatherTwoTilesBlockN[] = {{128, 1.0}, {64, 0.6}};
+// The n-tiles of each sm90 kernel. The 2:4 and 8-bit kernels' multi-wave values are fitted to widths timed against
+// one another in the same rounds (f16 and e4m3, 47 shapes at T = 136-8192, H100; notes/nm24.md item 38): over
+// several waves n192 and n128 fall well below n256's rate per column, while one wave of n192 still beats two of n64
+// (11008x4096 at T = 136-160). B row-major takes whole 64-column TMA boxes; the gathering kernels lose more on
+// narrow tiles than the 2:4 kernel (the producer's copies and fill are per row) and keep one value.
+inline constexpr BlockNChoice kColMajorBlockN[] = {{256, 1.0, 1.0}, {192, 0.97, 0.8}, {128, 0.92, 0.8},
+                                                   {64, 0.8, 0.6},  {32, 0.6, 0.4},   {16, 0.4, 0.2}};
+inline constexpr BlockNChoice kRowMajorBlockN[] = {{256, 1.0, 1.0}, {192, 0.97, 0.8}, {128, 0.92, 0.8}, {64, 0.8, 0.6}};
+inline constexpr BlockNChoice kGatherOneTileBlockN[] = {{256, 1.0, 1.0}, {128, 0.75, 0.75}, {64, 0.45, 0.45}};
+inline constexpr BlockNChoice kGatherTwoTilesBlockN[] = {{128, 1.0, 1.0}, {64, 0.6, 0.6}};
 
 // Whether the n-tile choice may count on split-K (the plan then splits by sm90_split): the 2:4 and 8-bit kernels
 // with B col-major build it for n-tiles up to kMaxSplitBlockN, the V:N:M row gather for n-tiles of 64 (its narrowest),
@@ -33,10 +37,10 @@ inline constexpr BlockNChoice kGatherTwoTilesBlockN[] = {{128, 1.0}, {64, 0.6}};
 enum class SplitK : bool { off, by_shape };
 inline constexpr int kMaxSplitBlockN = 64;
 
-// The width whose waves of tiles finish soonest. A tile costs the larger of its math and its k-tile rounds (the
-// pipeline's per-round floor, which binds narrow tiles), split-K dividing that among its CTAs; the whole product
-// costs at least reading the weight. Ties go to the narrowest width that covers C. k_tile: the elements of K a
-// pipeline round moves (64 for 16-bit, 128 for 8-bit codes).
+// The width whose waves of tiles finish soonest. A tile costs the larger of its math (at its width's one-wave or
+// multi-wave rate) and its k-tile rounds (the pipeline's per-round floor, which binds narrow tiles), split-K dividing
+// that among its CTAs; the whole product costs at least reading the weight. Ties go to the narrowest width that covers
+// C. k_tile: the elements of K a pipeline round moves (64 for 16-bit, 128 for 8-bit codes).
 int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<const BlockNChoice> choices,
                  SplitK split_k = SplitK::off, int k_tile = 64);
 
