@@ -6,13 +6,6 @@
 // dense one), and the clock the board holds under that load. Its ratio sparse / dense is the most any 2:4 kernel
 // can gain over a dense kernel of the same efficiency on this GPU.
 //
-// The "streamed" variants add what a GEMM's mainloop adds to that: a producer warpgroup copies each k-tile's
-// operand bytes (A's kept values, its metadata and a 256-column B tile, as the SpMM kernels stage them) from
-// L2-resident global memory into a ring of shared-memory stages with cp.async.bulk, and the consumers wait for
-// each stage's copy and release it as the SpMM kernels do. The wgmma still read the fixed operands (the values do
-// not change the rate), so the line is the rate of the instruction under the copies' shared-memory writes and the
-// pipeline's barriers: the ceiling of a streaming kernel, with no HBM reads and no epilogue.
-//
 // Each variant runs back to back for --ms of wall time (NVML samples the SM clock and the board power in the
 // second half; bench/gpu/power_probe.hpp); FLOP/s are dense-equivalent (2 x 64 x N x K per warpgroup and k-tile,
 // sparse or not). FLOP/clk/SM comes from the CTAs' own clock64 counts, so it needs no NVML.
@@ -29,8 +22,6 @@
 
 #include "../../src/cuda/common/check.cuh"
 #include "../../src/cuda/ptx/address.cuh"
-#include "../../src/cuda/ptx/mbarrier.cuh"
-#include "../../src/cuda/ptx/tma.cuh"
 #include "../../src/cuda/ptx/wgmma.cuh"
 #include "../../src/cuda/ptx/wgmma_rs.cuh"
 #include "../../src/cuda/ptx/wgmma_sp.cuh"
@@ -51,13 +42,6 @@ constexpr int kMaxN = 256;
 constexpr int kABytes = kATileRows * kRowBytes;
 constexpr int kBBytes = kMaxN * kRowBytes;
 constexpr int kSmemBytes = kWarpgroups * kABytes + kBBytes + 1024;  // + the 1024-byte alignment of swizzle atoms
-
-// The streamed variants: a producer warpgroup beside the consumers, and a ring of stages holding one k-tile's
-// operand bytes each (the SpMM kernels' 128 x 256 tile). The source is small enough to stay in L2.
-constexpr int kStreamThreads = kThreads + 128;
-constexpr int kMaxStreamStages = 5;
-constexpr int kStreamSourceBytes = 8 << 20;
-constexpr int kMaxDynamicSmem = 227 * 1024;
 
 enum class Element { f16, bf16, e4m3, s8 };
 
@@ -110,14 +94,6 @@ struct Variant {
   static constexpr int kBStepBytes = kKPerInstr * kElementBytes;
   static constexpr int kAStepBytes = kBStepBytes / (kSparse ? 2 : 1);  // A holds the kept half
   static constexpr int kAccumulators = kN / 2;
-  // What a 128-row CTA stages per k-tile: A (the kept half where sparse), 2:4 metadata (4 bits a group of four
-  // weights) and the B tile.
-  static constexpr int kStageBytes = kWarpgroups * kATileRows * kRowBytes / (kSparse ? 2 : 1) +
-                                     (kSparse ? kWarpgroups * kATileRows * kKTile / 8 : 0) + kN * kRowBytes;
-  // As many stages as fit beside the fixed operands (the SpMM kernels keep 4-5), and their barriers.
-  static constexpr int kStreamStages =
-      std::min(kMaxStreamStages, (kMaxDynamicSmem - kSmemBytes - 2 * kMaxStreamStages * 8) / kStageBytes);
-  static constexpr int kStreamSmemBytes = kSmemBytes + kStreamStages * kStageBytes + 2 * kStreamStages * 8;
   using Accumulator = std::conditional_t<kInt, int32_t, float>;
   using Mma16 = std::conditional_t<kElement == Element::bf16, ptx::MmaBF16, ptx::MmaF16>;
   using Mma8 = std::conditional_t<kElement == Element::s8, ptx::MmaS8, ptx::MmaE4M3>;
@@ -183,76 +159,6 @@ __global__ void __launch_bounds__(kThreads, 1) mma_loop(int k_tiles, uint32_t se
 #endif
 }
 
-// mma_loop with operands streamed through a pipeline (see the file comment). Warpgroups 0 and 1 consume, warpgroup 2
-// produces (one thread issues the copies).
-template <class V>
-__global__ void __launch_bounds__(kStreamThreads, 1)
-    mma_stream_loop(int k_tiles, uint32_t seed, const unsigned char* source, CtaCount* counts) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem =
-      reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  constexpr Element kElement = V::kType;
-  constexpr int kOperandBytes = kWarpgroups * kABytes + kBBytes;
-  unsigned char* ring = smem + kOperandBytes;
-  constexpr int kStreamStages = V::kStreamStages;
-  auto* full = reinterpret_cast<uint64_t*>(ring + kStreamStages * V::kStageBytes);
-  uint64_t* empty = full + kStreamStages;
-  auto* words = reinterpret_cast<uint32_t*>(smem);
-  for (int i = threadIdx.x; i < kOperandBytes / 4; i += kStreamThreads)
-    words[i] = random_word<kElement>(seed + i * 2654435761u + blockIdx.x);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStreamStages; ++s) ptx::mbarrier_init(&full[s], 1), ptx::mbarrier_init(&empty[s], kWarpgroups);
-    ptx::fence_barrier_init();
-  }
-  ptx::fence_proxy_async_shared();
-  __syncthreads();
-
-  const int warpgroup = threadIdx.x / 128;
-  if (warpgroup == kWarpgroups) {  // the producer
-    if (threadIdx.x % 128 != 0) return;
-    // Each CTA walks the source from its own offset, in 16-byte-aligned stage-sized chunks.
-    constexpr int64_t kChunks = (kStreamSourceBytes - V::kStageBytes) / 16;
-    int64_t chunk = (static_cast<int64_t>(blockIdx.x) * 7919) % kChunks;
-    for (int tile = 0; tile < k_tiles; ++tile) {
-      const int stage = tile % kStreamStages;
-      if (tile >= kStreamStages) ptx::mbarrier_wait(&empty[stage], (tile / kStreamStages - 1) & 1);
-      ptx::mbarrier_arrive_expect_tx(&full[stage], V::kStageBytes);
-      ptx::bulk_load(ring + stage * V::kStageBytes, source + chunk * 16, V::kStageBytes, &full[stage]);
-      chunk = (chunk + V::kStageBytes / 16 * 3) % kChunks;
-    }
-    return;
-  }
-
-  const uint64_t desc_a = ptx::make_smem_desc_k_major_sw128(ptx::smem_address(smem + warpgroup * kABytes));
-  const uint64_t desc_b = ptx::make_smem_desc_k_major_sw128(ptx::smem_address(smem + kWarpgroups * kABytes));
-  uint32_t a[4];
-  for (int i = 0; i < 4; ++i) a[i] = random_word<kElement>(seed ^ (threadIdx.x * 4 + i));
-  const uint32_t e = random_metadata(seed + threadIdx.x);
-  typename V::Accumulator d[V::kAccumulators] = {};
-  const bool releases = threadIdx.x % 128 == 0;
-
-  const unsigned long long start = clock64();
-  for (int tile = 0; tile < k_tiles; ++tile) {
-    const int stage = tile % kStreamStages;
-    ptx::mbarrier_wait(&full[stage], (tile / kStreamStages) & 1);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < V::kInstrPerTile; ++k)
-      V::mma(d, ptx::advance_smem_desc(desc_a, k * V::kAStepBytes), a,
-             ptx::advance_smem_desc(desc_b, k * V::kBStepBytes), e);
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<1>();  // the previous k-tile's group is done: its stage goes back to the producer
-    if (releases && tile > 0) ptx::mbarrier_arrive(&empty[(tile - 1) % kStreamStages]);
-  }
-  ptx::wgmma_wait_group<0>();
-  const unsigned long long cycles = clock64() - start;
-  float sum = 0;
-  for (int i = 0; i < V::kAccumulators; ++i) sum += static_cast<float>(d[i]);
-  if (threadIdx.x == 0) counts[blockIdx.x] = {cycles, sum};
-#endif
-}
-
 struct Result {
   std::string name;
   std::string family;  // the variants of a family compare sparse against dense
@@ -260,27 +166,15 @@ struct Result {
   double tflops = 0, sm_mhz = 0, watts = 0, flop_per_clk_per_sm = 0;
 };
 
-// kStreamed: mma_stream_loop (operands copied through a pipeline) instead of mma_loop.
-template <class V, bool kStreamed = false>
+template <class V>
 Result measure(const std::string& name, const std::string& family, int sms, double ms, bench::PowerProbe& power,
                cudaStream_t stream) {
   constexpr int kTilesPerLaunch = 4096;
-  constexpr int kSmem = kStreamed ? V::kStreamSmemBytes : kSmemBytes;
+  NMKIT_CUDA_CHECK(cudaFuncSetAttribute(mma_loop<V>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   CtaCount* counts = nullptr;
   NMKIT_CUDA_CHECK(cudaMalloc(&counts, sms * sizeof(CtaCount)));
-  unsigned char* source = nullptr;
-  if constexpr (kStreamed) {
-    NMKIT_CUDA_CHECK(cudaFuncSetAttribute(mma_stream_loop<V>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    NMKIT_CUDA_CHECK(cudaMalloc(&source, kStreamSourceBytes));
-    NMKIT_CUDA_CHECK(cudaMemset(source, 0x3c, kStreamSourceBytes));
-  } else {
-    NMKIT_CUDA_CHECK(cudaFuncSetAttribute(mma_loop<V>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  }
   const auto launch = [&](int set) {
-    if constexpr (kStreamed)
-      mma_stream_loop<V><<<sms, kStreamThreads, kSmem, stream>>>(kTilesPerLaunch, 0x1234u + set, source, counts);
-    else
-      mma_loop<V><<<sms, kThreads, kSmem, stream>>>(kTilesPerLaunch, 0x1234u + set, counts);
+    mma_loop<V><<<sms, kThreads, kSmemBytes, stream>>>(kTilesPerLaunch, 0x1234u + set, counts);
     NMKIT_CUDA_CHECK(cudaGetLastError());
   };
   for (int i = 0; i < 3; ++i) launch(i);
@@ -310,7 +204,6 @@ Result measure(const std::string& name, const std::string& family, int sms, doub
   std::vector<CtaCount> host(sms);
   NMKIT_CUDA_CHECK(cudaMemcpy(host.data(), counts, sms * sizeof(CtaCount), cudaMemcpyDeviceToHost));
   NMKIT_CUDA_CHECK(cudaFree(counts));
-  if (source) NMKIT_CUDA_CHECK(cudaFree(source));
   std::vector<double> cycles;
   for (const CtaCount& c : host) cycles.push_back(static_cast<double>(c.cycles));
   std::nth_element(cycles.begin(), cycles.begin() + sms / 2, cycles.end());
@@ -360,25 +253,16 @@ int main(int argc, char** argv) {
       measure<Variant<Element::s8, false, false, 256>>("s8 SS m64n256k32", "s8 SS n256", sms, ms, power, stream));
   results.push_back(
       measure<Variant<Element::s8, true, false, 256>>("s8 SS sp m64n256k64", "s8 SS n256", sms, ms, power, stream));
-  // The same instructions with their operands streamed through a pipeline: a streaming kernel's ceiling.
-  results.push_back(measure<Variant<Element::f16, false, false, 256>, true>("f16 SS m64n256k16 streamed",
-                                                                            "f16 streamed", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::f16, true, false, 256>, true>("f16 SS sp m64n256k32 streamed",
-                                                                           "f16 streamed", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::e4m3, false, false, 256>, true>("e4m3 SS m64n256k32 streamed",
-                                                                             "e4m3 streamed", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::e4m3, true, false, 256>, true>("e4m3 SS sp m64n256k64 streamed",
-                                                                            "e4m3 streamed", sms, ms, power, stream));
   // A from registers, n128: attention's P·V at d = 128.
   results.push_back(
       measure<Variant<Element::bf16, false, true, 128>>("bf16 RS m64n128k16", "bf16 RS n128", sms, ms, power, stream));
   results.push_back(measure<Variant<Element::bf16, true, true, 128>>("bf16 RS sp m64n128k32", "bf16 RS n128", sms, ms,
                                                                      power, stream));
 
-  std::printf("%-31s %10s %8s %7s %13s %13s %13s\n", "variant", "TFLOP/s", "SM MHz", "W", "FLOP/clk/SM",
+  std::printf("%-24s %10s %8s %7s %13s %13s %13s\n", "variant", "TFLOP/s", "SM MHz", "W", "FLOP/clk/SM",
               "sp/dense rate", "sp/dense clk");
   for (const Result& r : results) {
-    std::printf("%-31s %10.0f %8.0f %7.0f %13.0f", r.name.c_str(), r.tflops, r.sm_mhz, r.watts, r.flop_per_clk_per_sm);
+    std::printf("%-24s %10.0f %8.0f %7.0f %13.0f", r.name.c_str(), r.tflops, r.sm_mhz, r.watts, r.flop_per_clk_per_sm);
     const auto dense = std::find_if(results.begin(), results.end(),
                                     [&](const Result& o) { return o.family == r.family && !o.sparse; });
     if (r.sparse && dense != results.end())
