@@ -18,6 +18,18 @@ bool is_choice(int block_n, std::span<const BlockNChoice> choices) {
   return std::any_of(choices.begin(), choices.end(), [&](const BlockNChoice& c) { return c.block_n == block_n; });
 }
 
+TEST(Nm24Heuristics, EveryWidthHasARateInZeroToOne) {
+  for (const std::span<const BlockNChoice> choices :
+       {std::span<const BlockNChoice>(kColMajorBlockN), std::span<const BlockNChoice>(kRowMajorBlockN),
+        std::span<const BlockNChoice>(kGatherOneTileBlockN), std::span<const BlockNChoice>(kGatherTwoTilesBlockN)})
+    for (const BlockNChoice& c : choices) {
+      EXPECT_GT(c.one_wave_efficiency, 0.0) << c.block_n;
+      EXPECT_LE(c.one_wave_efficiency, 1.0) << c.block_n;
+      EXPECT_GT(c.multi_wave_efficiency, 0.0) << c.block_n;
+      EXPECT_LE(c.multi_wave_efficiency, 1.0) << c.block_n;
+    }
+}
+
 TEST(Nm24Heuristics, BlockNIsAlwaysOneOfTheKernelsTiles) {
   for (const auto choices :
        {std::span<const BlockNChoice>(kColMajorBlockN), std::span<const BlockNChoice>(kRowMajorBlockN),

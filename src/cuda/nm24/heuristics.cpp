@@ -45,11 +45,12 @@ int sm90_block_n(int64_t rows, int64_t cols, int64_t n, int sm_count, std::span<
     const int64_t tiles = row_tiles * ceil_div(n, c.block_n);
     const int split =
         split_k == SplitK::by_shape && c.block_n <= kMaxSplitBlockN ? sm90_split(tiles, k_tiles, sm_count) : 1;
-    const double efficiency = tiles > sm_count ? c.multi_wave_efficiency : c.efficiency;
+    // Split-K runs only where its CTAs still fit in one wave (sm90_split), so the CTAs decide the rate.
+    const int64_t ctas = tiles * split;
+    const double efficiency = ctas > sm_count ? c.multi_wave_efficiency : c.one_wave_efficiency;
     const double tile_math = 2.0 * kPackRowAlign * c.block_n * static_cast<double>(cols) / (kSmMathRate * efficiency);
     const double tile_time = std::max(tile_math, rounds_time) * split_time_ratio(split);
-    const double cost =
-        std::max(static_cast<double>(ceil_div(tiles * split, int64_t{sm_count})) * tile_time, weight_time);
+    const double cost = std::max(static_cast<double>(ceil_div(ctas, int64_t{sm_count})) * tile_time, weight_time);
     // Ties (typically when reading A or the rounds bind) go to the narrowest tile that still covers C, else to the
     // narrowest: less math on padding and less shared-memory traffic for the same time.
     const bool tie = cost <= best_cost * (1 + kTieTolerance) && cost >= best_cost * (1 - kTieTolerance);
