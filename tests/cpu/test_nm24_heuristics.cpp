@@ -66,8 +66,8 @@ TEST(Nm24Heuristics, BlockNFollowsWhatBindsTheShape) {
 }
 
 TEST(Nm24Heuristics, BlockNFollowsTheWidthsTimedInTheSameRounds) {
-  // Widths pinned against the plan's in one set of rounds (H100, notes/nm24.md item 38). Several waves of tiles on
-  // large weights: n256 took 0.80 of n192's time at 13824x5120x2048 and 0.955 of n128's at 11008x4096x2048.
+  // Widths pinned against the plan's in one set of rounds (H100). Several waves of tiles on large weights: n256
+  // took 0.80 of n192's time at 13824x5120x2048 and 0.955 of n128's at 11008x4096x2048.
   EXPECT_EQ(sm90_block_n(13824, 5120, 2048, kH200Sms, kColMajorBlockN, SplitK::by_shape), 256);
   EXPECT_EQ(sm90_block_n(11008, 4096, 2048, kH200Sms, kColMajorBlockN, SplitK::by_shape), 256);
   // One wave of n192 beats two of n64 where one column tile covers C (n64 took 1.48x its time at T = 160).
