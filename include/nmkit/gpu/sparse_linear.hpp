@@ -4,8 +4,8 @@
 // int8; a scale per row), x and y then f16 or bf16 and x quantized per token on the GPU before the 8-bit product.
 // Owns the weight and a plan per bucket of token counts (detail/token_buckets.hpp; per T for tiles). Condensed
 // V:N:M transposes x into a workspace (its tokens padded to a multiple of 8), and an 8-bit weight quantizes x into
-// one: the layer's own,
-// grown at the first run of a larger T (run the largest T once before capturing a CUDA graph), or the caller's.
+// one: the layer's own, grown at the first run of a larger T (run the largest T once before capturing a CUDA
+// graph), or the caller's.
 //   SparseLinear layer = SparseLinear::create(prune_magnitude(w, parse_format_spec("2:4")).compressed);
 //   SparseLinear fp8 = SparseLinear::create(quantize_nm(nm, QuantType::e4m3), DType::bf16, Activation::gelu);
 //   layer.run(stream, x, y, tokens, bias);   // asynchronous; the plan of `tokens`' bucket is made on first use

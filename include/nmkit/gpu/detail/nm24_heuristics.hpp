@@ -23,9 +23,9 @@ struct BlockNChoice {
 // The n-tiles of each sm90 kernel. The 2:4 and 8-bit kernels' multi-wave values are fitted to widths timed against
 // one another in the same rounds (f16 and e4m3, 47 shapes at T = 136-8192, H100): over several waves n192 and n128
 // fall well below n256's rate per column, while one wave of n192 still beats two of n64 (11008x4096 at
-// T = 136-160). B row-major takes whole 64-column TMA boxes; the gathering kernels lose more on
-// narrow tiles than the 2:4 kernel (the producer's copies and fill are per row) and use one rate for both (not
-// measured over several waves).
+// T = 136-160). B row-major takes whole 64-column TMA boxes; the gathering kernels lose more on narrow tiles than
+// the 2:4 kernel (the producer's copies and fill are per row) and use one rate for both (not measured over several
+// waves).
 inline constexpr BlockNChoice kColMajorBlockN[] = {{256, 1.0, 1.0}, {192, 0.97, 0.8}, {128, 0.92, 0.8},
                                                    {64, 0.8, 0.6},  {32, 0.6, 0.4},   {16, 0.4, 0.2}};
 inline constexpr BlockNChoice kRowMajorBlockN[] = {{256, 1.0, 1.0}, {192, 0.97, 0.8}, {128, 0.92, 0.8}, {64, 0.8, 0.6}};
