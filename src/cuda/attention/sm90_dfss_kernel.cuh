@@ -31,6 +31,7 @@
 #include "../ptx/wgmma_rs.cuh"
 #include "../ptx/wgmma_ss.cuh"
 #include "keep_two_of_four.cuh"
+#include "keep_two_of_four_x2.cuh"
 
 namespace nmkit::cuda::attention {
 
@@ -344,11 +345,12 @@ struct Consumer {
   }
 
   // Each row keeps its reference maximum until a score exceeds it by more than 2^kRescaleLog2 after the exp2: the
-  // probabilities then stay below 2^8 (well inside f16 and bf16), and O, the row sums and the lse all use the same
-  // reference, so the result is the same while most steps leave O alone. The row sums move to a new reference now,
-  // O (still being summed) later by `correction`. Returns whether a row of this thread moved; max_scaled receives the
-  // scaled references to subtract.
-  static constexpr float kRescaleLog2 = 8.0f;
+  // probabilities then stay below 2^4 (well inside f16 and bf16), and O, the row sums and the lse all use the same
+  // reference, so the result is the same while most steps leave O alone. The bound also keeps the fast 2:4 path's
+  // f16 y of the largest probabilities within 4 of 0, where f16 resolves them finely (packed_probabilities). The row
+  // sums move to a new reference now, O (still being summed) later by `correction`. Returns whether a row of this
+  // thread moved; max_scaled receives the scaled references to subtract.
+  static constexpr float kRescaleLog2 = 4.0f;
   __device__ bool update_max(const float (&s)[kScoreRegisters], float scale_log2, float (&max_scaled)[2],
                              float (&correction)[2]) {
     bool moved = false;
@@ -392,7 +394,64 @@ struct Consumer {
       mask(s, w, step, p.causal);
       return probabilities(s, p, prob, meta, correction);
     }
+    if constexpr (kSparse) {
+      if (packed_probabilities(s, p.scale_log2, prob, meta)) {
+        correction[0] = correction[1] = 1.0f;
+        return false;
+      }
+    }
     return probabilities(s, p, prob, meta, correction);
+  }
+
+  // The fast path of an unmasked 2:4 step: the rule on two rows at once in f16 (keep_two_of_four_x2), on
+  // y = s * scale_log2 - reference, then the exponentials of the kept y. It keeps every row's reference, so it
+  // gives up (returns false, having counted nothing) when a row of the warp has none yet or a score passes it by
+  // more than 2^kRescaleLog2; the exact path then runs the step. f16 holds y to 2^-11 of its size, so scores that
+  // close count as tied (the lower key wins), and a kept probability is within |y| * 2^-11 * ln 2 of exact: at most
+  // 0.14 % for those within 2^4 of the reference either way (the rest weigh less than 1/16 of the largest), below
+  // bf16's rounding of P, above f16's.
+  __device__ bool packed_probabilities(const float (&s)[kScoreRegisters], float scale_log2,
+                                       float (&prob)[kProbRegisters], uint32_t (&meta)[kMetaWords]) {
+    if (!__all_sync(0xffffffffu, row_max[0] != -INFINITY && row_max[1] != -INFINITY)) return false;
+    const float reference[2] = {row_max[0] * scale_log2, row_max[1] * scale_log2};
+    __half2 largest = __float2half2_rn(-INFINITY);  // lane r: row r's largest y
+    float sums[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int c = 0; c < kPSteps; ++c)
+      packed_prune_step(s, c, reference, scale_log2, prob, meta[2 * c], meta[2 * c + 1], sums, largest);
+    largest = __hmax2(largest, __shfl_xor_sync(0xffffffffu, largest, 1));
+    largest = __hmax2(largest, __shfl_xor_sync(0xffffffffu, largest, 2));
+    if (__any_sync(0xffffffffu, __hgt2_mask(largest, __float2half2_rn(kRescaleLog2)) != 0)) return false;
+    row_sum[0] += sums[0];
+    row_sum[1] += sums[1];
+    return true;
+  }
+
+  // prune_step's groups, both rows of a group position in the two lanes of the packed rule.
+  __device__ void packed_prune_step(const float (&s)[kScoreRegisters], int c, const float (&reference)[2],
+                                    float scale_log2, float (&prob)[kProbRegisters], uint32_t& own, uint32_t& partner,
+                                    float (&sums)[2], __half2& largest) {
+    uint32_t words[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int lo = 4 * (4 * c + 2 * half), hi = lo + 4;  // row r's keys 0, 1 at lo + 2r and 2, 3 at hi + 2r
+      const auto y = [&](int i, int r) { return fmaf(s[i + 2 * r], scale_log2, -reference[r]); };
+      const KeptPairs kept = keep_two_of_four_x2(__floats2half2_rn(y(lo, 0), y(lo, 1)),
+                                                 __floats2half2_rn(y(lo + 1, 0), y(lo + 1, 1)),
+                                                 __floats2half2_rn(y(hi, 0), y(hi, 1)),
+                                                 __floats2half2_rn(y(hi + 1, 0), y(hi + 1, 1)));
+      largest = __hmax2(largest, half2_of(kept.largest));
+      const float2 first = __half22float2(half2_of(kept.first)), second = __half22float2(half2_of(kept.second));
+      const int k = 4 * (2 * c + half);  // row r's pair at k + 2r: the k32 fragment's register order
+      prob[k] = exp2_approx(first.x);
+      prob[k + 1] = exp2_approx(second.x);
+      prob[k + 2] = exp2_approx(first.y);
+      prob[k + 3] = exp2_approx(second.y);
+      sums[0] += prob[k] + prob[k + 1];
+      sums[1] += prob[k + 2] + prob[k + 3];
+      words[half] = kept.nibbles;  // row r's nibble at bit 16 r, as prune_step builds it
+    }
+    gather_metadata(words, own, partner);
   }
 
   __device__ bool probabilities(const float (&s)[kScoreRegisters], const Params& p, float (&prob)[kProbRegisters],
@@ -433,8 +492,13 @@ struct Consumer {
         row_sum[r] += prob[k] + prob[k + 1];
         words[half] |= kept.nibble << (16 * r);
       }
-      // Group t's nibbles to their place in the word; lanes t and t ^ 2 combine; then lane 0 takes the odd lanes'
-      // groups 0-3 and lane 1 the even lanes' 4-7.
+    gather_metadata(words, own, partner);
+  }
+
+  // A 32-key step's metadata from each thread's nibbles (words[half]: groups t and 4 + t, row r's at bit 16 r):
+  // group t's nibbles to their place in the word, lanes t and t ^ 2 combine, then lane 0 takes the odd lanes'
+  // groups 0-3 and lane 1 the even lanes' 4-7.
+  __device__ void gather_metadata(uint32_t (&words)[2], uint32_t& own, uint32_t& partner) const {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       words[half] <<= 4 * t;
