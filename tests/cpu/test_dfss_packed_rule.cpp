@@ -38,8 +38,10 @@ TEST(DfssRule, ThePackedRuleDecidesAsTheScalarRule) {
       const int g = l == 0 ? index : partner;
       const float x0 = group(g, 0), x1 = group(g, 1), x2 = group(g, 2), x3 = group(g, 3);
       const cuda::attention::KeptPair want = cuda::attention::keep_two_of_four(x0, x1, x2, x3);
-      const auto where = [&] { return "lane " + std::to_string(l) + ", scores " + std::to_string(x0) + " " +
-                                      std::to_string(x1) + " " + std::to_string(x2) + " " + std::to_string(x3); };
+      const auto where = [&] {
+        return "lane " + std::to_string(l) + ", scores " + std::to_string(x0) + " " + std::to_string(x1) + " " +
+               std::to_string(x2) + " " + std::to_string(x3);
+      };
       ASSERT_EQ((packed.nibbles >> (16 * l)) & 0xffffu, want.nibble) << where();
       ASSERT_EQ(lane(packed.first, l), want.first) << where();
       ASSERT_EQ(lane(packed.second, l), want.second) << where();

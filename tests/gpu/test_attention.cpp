@@ -19,7 +19,8 @@
 namespace nmkit::gpu {
 namespace {
 
-enum class TokenLayout { bhsd, bshd };
+// bhsd_padded: [B, H, S, D] with a gap after each batch, which no 5-D map of 2:4 K can fold (the kernel copies K).
+enum class TokenLayout { bhsd, bshd, bhsd_padded };
 
 struct Case {
   int64_t batch, heads, kv_heads, seq_q, seq_k;
@@ -35,7 +36,8 @@ std::string describe(const Case& c) {
   std::string s = std::to_string(c.batch) + "x" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " S " +
                   std::to_string(c.seq_q) + "x" + std::to_string(c.seq_k) + " d " + std::to_string(c.head_dim) + " " +
                   dtype_name(c.dtype) + " " + pattern_name(c.pattern) + (c.causal ? " causal" : "") +
-                  (c.layout == TokenLayout::bshd ? " BSHD" : "");
+                  (c.layout == TokenLayout::bshd ? " BSHD" : "") +
+                  (c.layout == TokenLayout::bhsd_padded ? " padded" : "");
   if (!c.lengths_q.empty()) s += " varlen";
   return s;
 }
@@ -67,7 +69,8 @@ Operand random_values(int64_t batch, int64_t heads, int64_t tokens, int d, DType
 AttentionStrides strides_of(const Case& c, int64_t heads, int64_t tokens) {
   const int64_t d = c.head_dim;
   if (c.layout == TokenLayout::bshd) return {tokens * heads * d, d, heads * d};
-  return {heads * tokens * d, tokens * d, d};
+  const int64_t gap = c.layout == TokenLayout::bhsd_padded ? 64 : 0;
+  return {heads * tokens * d + gap, tokens * d, d};
 }
 
 // Device bytes of an operand at `strides`; for variable lengths sequence b's tokens start at offsets[b].
@@ -129,10 +132,8 @@ void run_case(const Case& c) {
   }
   const AttentionPlan plan = AttentionPlan::create(desc);
 
-  const std::size_t q_elements =
-      static_cast<std::size_t>(varlen ? total_q * c.heads * d : c.batch * c.heads * c.seq_q * d);
-  const std::size_t k_elements =
-      static_cast<std::size_t>(varlen ? total_k * c.kv_heads * d : c.batch * c.kv_heads * c.seq_k * d);
+  const std::size_t q_elements = static_cast<std::size_t>(varlen ? total_q * c.heads * d : c.batch * desc.q.batch);
+  const std::size_t k_elements = static_cast<std::size_t>(varlen ? total_k * c.kv_heads * d : c.batch * desc.k.batch);
   const std::size_t bytes = dtype_size(c.dtype);
   const std::vector<int> no_lengths;
   const auto q_host = lay_out(q, c.dtype, desc.q, q_elements, offsets_q, varlen ? c.lengths_q : no_lengths);
@@ -251,6 +252,14 @@ TEST_F(AttentionGpu, GroupedQueryHeadsAndTokenMajorLayout) {
   run_case({2, 6, 1, 150, 150, 64, DType::f16, kSparse, true});
   run_case({2, 3, 3, 150, 270, 128, DType::bf16, kSparse, false, TokenLayout::bshd});
   run_case({1, 4, 2, 129, 129, 64, DType::bf16, kDense, true, TokenLayout::bshd});
+}
+
+// 2:4 K by TMA boxes with the batch folded into the heads (BHSD) or the tokens (BSHD), and by copies where the
+// batch stride folds into neither (padded); whole steps and the step holding the sequence's end.
+TEST_F(AttentionGpu, EveryWayOfLoadingPermutedKeys) {
+  for (TokenLayout layout : {TokenLayout::bhsd, TokenLayout::bshd, TokenLayout::bhsd_padded})
+    for (int d : {64, 128}) run_case({2, 2, 2, 150, 400, d, DType::f16, kSparse, false, layout});
+  run_case({3, 2, 1, 128, 256, 128, DType::bf16, kSparse, true, TokenLayout::bhsd_padded});
 }
 
 TEST_F(AttentionGpu, VariableLengths) {

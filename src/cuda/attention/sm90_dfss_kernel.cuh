@@ -1,8 +1,8 @@
 #pragma once
 // The fused DFSS forward on Hopper. A CTA owns 128 queries of one (sequence, head): two consumer warpgroups of 64
 // rows each and a producer warpgroup that streams Q once and K, V in 128-key steps through two stage rings (K
-// released after Q*K^T, V after P*V, so the next K lands while P*V runs): Q, V and dense K by TMA from one thread,
-// 2:4 K by all 128 threads' copies (permuted_key).
+// released after Q*K^T, V after P*V, so the next K lands while P*V runs), all by TMA from one thread: 2:4 K with
+// its keys permuted (permuted_key), except in the step that holds the sequence's end.
 //
 // Consumer step: S = Q*K^T on wgmma (f32 accumulators), the causal and length masks, the online softmax's row
 // maxima (a group's largest score is always kept, so the maximum over kept scores is the maximum over valid ones),
@@ -52,19 +52,31 @@ using GemmTurns = Turns<NamedBarrier::gemm_turn>;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * launch_registers(kThreads),
               "setmaxnreg budgets must fit the registers allocated at launch");
 
-// 2:4 mode loads K with its keys permuted inside each 16-key block, so that the score accumulators of thread t of a
-// quad hold whole 2:4 groups: accumulator column 8c + 2t + e of a 16-key block (c, e in {0, 1}) holds key
-// 4t + 2c + e. Then in each 32-key step thread t holds groups t and 4 + t of both its rows, exactly the sparse A
-// fragment's groups, and prunes them without exchanging a score. P * V reads V in key order.
-inline constexpr int kPermutedBlockKeys = 16;
-__host__ __device__ constexpr int permuted_key(int column) {
-  const int block = column / kPermutedBlockKeys, within = column % kPermutedBlockKeys;
-  const int c = within / 8, t = within % 8 / 2, e = within % 2;
-  return block * kPermutedBlockKeys + 4 * t + 2 * c + e;
+// 2:4 mode loads K with its keys permuted, so that the score accumulators of thread t of a quad hold whole 2:4
+// groups: shared-memory row (= accumulator column) 64c + 8b + 2t + e holds key 16b + 4t + 2c + e (b < 8, t < 4,
+// c, e < 2). Thread t's accumulator blocks b and b + 8 then hold group 4b + t (keys 16b + 4t .. 16b + 4t + 3), and
+// in 32-key step s its groups 8s + t and 8s + 4 + t (b = 2s, 2s + 1): exactly the sparse A fragment's groups, pruned
+// without exchanging a score. Each half c of the tile is one TMA box of 2 x 4 x 8 tokens (token strides 1, 4, 16)
+// from key 2c. P * V reads V in key order.
+inline constexpr int kPermutedHalfRows = 64;
+inline constexpr int kGroupBlocks = 8;  // b
+__host__ __device__ constexpr int permuted_key(int row) {
+  const int c = row / kPermutedHalfRows, b = row % kPermutedHalfRows / 8, t = row % 8 / 2, e = row % 2;
+  return 16 * b + 4 * t + 2 * c + e;
+}
+static_assert(permuted_key(8 * 11 + 2 * 3 + 1) == 16 * 3 + 4 * 3 + 2 * 1 + 1, "mask() spells permuted_key out");
+
+// Thread t's score register of key `position` (0..3) of group 4b + t in row half r (0: row g, 1: g + 8).
+__host__ __device__ constexpr int group_register(int b, int r, int position) {
+  return 4 * (b + kGroupBlocks * (position / 2)) + 2 * r + position % 2;
 }
 
+// How the 2:4 producer loads a step of K: by TMA boxes (the tensor's batch folded into its heads or its tokens, so
+// that the 5-D map keeps a dimension for the box's third token stride) or, for other strides, by copies.
+enum class KeyBoxes : int { none = 0, batch_in_heads = 1, batch_in_tokens = 2 };
+
 struct Params {
-  const void* k;                     // 2:4: K read by the producer warpgroup's copies (permuted_key)
+  const void* k;                     // 2:4: K read by the producer warp's copies (permuted_key)
   int64_t k_batch, k_head, k_token;  // element strides of K
   void* o;
   float* lse;
@@ -77,6 +89,8 @@ struct Params {
   float scale;                       // softmax scale
   float scale_log2;                  // scale * log2(e): exponentials as exp2
   int causal;
+  KeyBoxes key_boxes;  // 2:4
+  int kv_heads;        // K's heads (the batch-in-heads fold's stride)
 };
 
 // Shared memory: Q (128 rows), then the K and V rings; each tile as head_dim / 64 swizzled column chunks of
@@ -152,9 +166,10 @@ struct SharedStorage {
   __device__ uint64_t* v_barriers() const { return k_barriers() + 2 * kStages; }
 };
 
-// The producer warpgroup. One thread loads Q once and V of each step by TMA; K comes by TMA from the same thread
-// (dense) or, permuted, by all 128 threads' 16-byte copies into the same swizzled layout (2:4), zero-filled past the
-// sequence. Each thread's copies arrive on the stage's full barrier when they land.
+// The producer warpgroup; only its first warp works. One thread loads Q once and V of each step by TMA, and K the
+// same way (dense: a plain box; 2:4: permuted_key's layout, as boxes of a 5-D map). The step that holds the
+// sequence's end (2:4) is copied by the warp's 16-byte copies instead, zero-filled past the end, since the 5-D
+// map cannot bound a key by the sequence's length.
 template <int kHeadDim, bool kPermuteKeys>
 struct Producer {
   using L = SharedLayout<kHeadDim>;
@@ -163,7 +178,7 @@ struct Producer {
   const SharedStorage<kHeadDim>& smem;
   const StagePipeline<kStages>& k_pipe;
   const StagePipeline<kStages>& v_pipe;
-  int thread;  // in the producer warpgroup
+  int lane;  // in the producer's working warp
 
   __device__ void load_tile(unsigned char* dst, const CUtensorMap* map, uint64_t* bar, int row, int head, int batch,
                             int chunk_bytes) const {
@@ -172,35 +187,47 @@ struct Producer {
       ptx::tma_load_4d(dst + c * chunk_bytes, map, bar, c * kChunkColumns, row, head, batch);
   }
 
-  // K of one step, row r of the tile holding key permuted_key(r), in TMA's 128-byte swizzle: 16-byte chunk j of a
-  // 128-byte row r lands at chunk j ^ (r % 8). A thread copies one 16-byte column of every kRowsPerPass-th row, so
-  // its chunk is the same swizzled one in each. Its rows first_row + kRowsPerPass * i (first_row < kRowsPerPass, a
-  // multiple of 8 within a 16-key block or whole blocks) hold keys permuted_key(first_row) + permuted_key(kRowsPerPass
-  // * i): compile-time offsets from one key per thread.
+  // K of a step whose keys all exist, permuted: each half c of the tile is one box of the 5-D map (head dim, token,
+  // 4-token step, 16-token step, head), whose rows e + 2t + 8b hold tokens first + 2c + e + 4t + 16b.
+  __device__ void load_permuted_keys(unsigned char* dst, const CUtensorMap* map, uint64_t* bar, int first_token,
+                                     int head) const {
+#pragma unroll
+    for (int chunk = 0; chunk < L::kChunks; ++chunk)
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        ptx::tma_load_5d(dst + chunk * L::kKvChunkBytes + c * kPermutedHalfRows * kRowBytes, map, bar,
+                         chunk * kChunkColumns, first_token + permuted_key(c * kPermutedHalfRows), 0, 0, head);
+  }
+
+  // K of the step that holds the sequence's end, row r of the tile holding key permuted_key(r), in TMA's 128-byte
+  // swizzle (16-byte chunk j of row r lands at chunk j ^ (r % 8)). A lane copies one 16-byte column of every
+  // kRowsPerPass-th row from its first_row < kRowsPerPass: permuted_key moves bit fields, so row
+  // first_row + kRowsPerPass * i holds key permuted_key(first_row) + permuted_key(kRowsPerPass * i).
   __device__ void copy_permuted_keys(unsigned char* dst, const Params& p, const CtaWork& work, int kv_head,
                                      int step) const {
-    constexpr int kRowsPerPass = kWarpgroupThreads / kCopiesPerRow;
-    static_assert(kRowsPerPass == 8 || kRowsPerPass == kPermutedBlockKeys, "rows split as permuted_key assumes");
-    const int first_row = thread / kCopiesPerRow, column = thread % kCopiesPerRow;
+    constexpr int kRowsPerPass = 32 / kCopiesPerRow;
+    static_assert(kRowsPerPass >= 1 && (kRowsPerPass & (kRowsPerPass - 1)) == 0 && kRowsPerPass <= 8,
+                  "a lane's rows differ from its first in the bits above it, which permuted_key moves apart");
+    const int first_row = lane / kCopiesPerRow, column = lane % kCopiesPerRow;
     const int64_t token_bytes = 2 * p.k_token;
     const auto* base = static_cast<const unsigned char*>(p.k) + column * kCopyBytes +
                        2 * (static_cast<int64_t>(work.batch) * (p.cu_seqlens_k ? 0 : p.k_batch) + kv_head * p.k_head);
     const int first_key = step * kBlockN + permuted_key(first_row);
     const auto* first = base + (work.k_begin + first_key) * token_bytes;
-    const uint32_t at = ptx::smem_address(dst) + column / 8 * L::kKvChunkBytes + first_row * kRowBytes +
-                        (column % 8 ^ first_row % 8) * kCopyBytes;
-#pragma unroll
+    const uint32_t at = ptx::smem_address(dst) + column / 8 * L::kKvChunkBytes;
+    // Rolled in part: the producer has few registers (kProducerRegisters).
+#pragma unroll 4
     for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
-      const int offset = permuted_key(kRowsPerPass * i);
+      const int row = first_row + kRowsPerPass * i, offset = permuted_key(kRowsPerPass * i);
       const bool valid = first_key + offset < work.len_k;
-      ptx::cp_async_16(at + i * kRowsPerPass * kRowBytes, valid ? first + offset * token_bytes : base,
-                       valid ? kCopyBytes : 0);
+      ptx::cp_async_16(at + row * kRowBytes + (column % 8 ^ row % 8) * kCopyBytes,
+                       valid ? first + offset * token_bytes : base, valid ? kCopyBytes : 0);
     }
   }
 
   __device__ void run(const CtaWork& work, const Params& p, const CUtensorMap* q_map, const CUtensorMap* k_map,
                       const CUtensorMap* v_map) const {
-    const bool leader = thread == 0;
+    const bool leader = lane == 0;
     if (!kPermuteKeys && !leader) return;
     if (leader) {
       ptx::mbarrier_arrive_expect_tx(smem.q_full(), L::kQBytes);
@@ -211,14 +238,26 @@ struct Producer {
     ProducerRing<kStages> k_ring, v_ring;
     for (int step = 0; step < work.key_steps; ++step) {
       const int row = work.k_begin + step * kBlockN;
-      k_ring.acquire(k_pipe);
-      if constexpr (kPermuteKeys) {
+      if (kPermuteKeys && (p.key_boxes == KeyBoxes::none || (step + 1) * kBlockN > work.len_k)) {
+        // The warp's copies, once the stage is free; then the leader posts them as landed.
+        if (leader) k_ring.acquire(k_pipe);
+        __syncwarp();
         copy_permuted_keys(smem.k(k_ring.at.stage), p, work, kv_head, step);
-        ptx::cp_async_mbarrier_arrive_noinc(k_pipe.full(k_ring.at.stage));
-      } else {
+        ptx::cp_async_commit();  // wait_group waits for committed groups only
+        ptx::cp_async_wait<0>();
+        __syncwarp();
+        if (leader) k_pipe.post(k_ring.at.stage);
+      } else if (leader) {
+        k_ring.acquire(k_pipe);
         k_pipe.expect_bytes(k_ring.at.stage, L::kKvBytes);
-        load_tile(smem.k(k_ring.at.stage), k_map, k_pipe.full(k_ring.at.stage), row, kv_head, work.batch_coordinate,
-                  L::kKvChunkBytes);
+        if constexpr (kPermuteKeys) {
+          const bool in_heads = p.key_boxes == KeyBoxes::batch_in_heads;
+          const int fold = p.cu_seqlens_k ? 0 : work.batch;
+          load_permuted_keys(smem.k(k_ring.at.stage), k_map, k_pipe.full(k_ring.at.stage),
+                             row + (in_heads ? 0 : fold * p.seq_k), kv_head + (in_heads ? fold * p.kv_heads : 0));
+        } else
+          load_tile(smem.k(k_ring.at.stage), k_map, k_pipe.full(k_ring.at.stage), row, kv_head, work.batch_coordinate,
+                    L::kKvChunkBytes);
       }
       k_ring.advance();
       if (!leader) continue;
@@ -228,8 +267,6 @@ struct Producer {
                 L::kKvChunkBytes);
       v_ring.advance();
     }
-    // A thread's copies are not promised to land after it exits.
-    if constexpr (kPermuteKeys) ptx::cp_async_wait<0>();
   }
 };
 
@@ -282,7 +319,8 @@ struct Consumer {
   // Issues S = Q * K^T of the stage as one wgmma group; the caller waits for it. Every input of the group is
   // written before its first wgmma: registers defined between them make ptxas serialise the kernel's wgmma.
   __device__ void issue_scores(float (&s)[kScoreRegisters], int stage) const {
-    // 2:4 K was written by cp.async, through the generic proxy: order those writes before wgmma's reads.
+    // 2:4 K of the step at the sequence's end was written by cp.async, through the generic proxy: order those
+    // writes before wgmma's reads.
     if constexpr (kSparse) ptx::fence_proxy_async_shared();
     constexpr int kSteps = kHeadDim / 16, kStepsPerChunk = kChunkColumns / 16, kStepBytes = 32;
     const uint32_t q_base = ptx::smem_address(smem.q()) + warpgroup * kRowsPerConsumer * kRowBytes;
@@ -338,8 +376,9 @@ struct Consumer {
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          // Column 8j + 2t + e holds key 8j + 2t + e, or permuted_key() of it (2:4): 16(j / 2) + 4t + 2(j % 2) + e.
-          const int key = step * kBlockN + (kSparse ? 16 * (j / 2) + 4 * t + 2 * (j % 2) + e : 8 * j + 2 * t + e);
+          // Column 8j + 2t + e holds key 8j + 2t + e, or permuted_key() of it (2:4), spelled out with t < 4 known.
+          const int key = step * kBlockN +
+                          (kSparse ? 16 * (j % kGroupBlocks) + 4 * t + 2 * (j / kGroupBlocks) + e : 8 * j + 2 * t + e);
           if (key >= w.len_k || (causal && key > query(w, r))) s[4 * j + 2 * r + e] = -INFINITY;
         }
   }
@@ -434,12 +473,13 @@ struct Consumer {
     uint32_t words[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int lo = 4 * (4 * c + 2 * half), hi = lo + 4;  // row r's keys 0, 1 at lo + 2r and 2, 3 at hi + 2r
-      const auto y = [&](int i, int r) { return fmaf(s[i + 2 * r], scale_log2, -reference[r]); };
-      const KeptPairs kept = keep_two_of_four_x2(__floats2half2_rn(y(lo, 0), y(lo, 1)),
-                                                 __floats2half2_rn(y(lo + 1, 0), y(lo + 1, 1)),
-                                                 __floats2half2_rn(y(hi, 0), y(hi, 1)),
-                                                 __floats2half2_rn(y(hi + 1, 0), y(hi + 1, 1)));
+      const int b = 2 * c + half;
+      const auto y = [&](int position, int r) {
+        return fmaf(s[group_register(b, r, position)], scale_log2, -reference[r]);
+      };
+      const KeptPairs kept =
+          keep_two_of_four_x2(__floats2half2_rn(y(0, 0), y(0, 1)), __floats2half2_rn(y(1, 0), y(1, 1)),
+                              __floats2half2_rn(y(2, 0), y(2, 1)), __floats2half2_rn(y(3, 0), y(3, 1)));
       largest = __hmax2(largest, half2_of(kept.largest));
       const float2 first = __half22float2(half2_of(kept.first)), second = __half22float2(half2_of(kept.second));
       const int k = 4 * (2 * c + half);  // row r's pair at k + 2r: the k32 fragment's register order
@@ -472,8 +512,8 @@ struct Consumer {
     return moved;
   }
 
-  // 2:4 of one 32-key step c. With K permuted (permuted_key), thread t holds groups t (accumulator blocks 4c,
-  // 4c + 1) and 4 + t (blocks 4c + 2, 4c + 3) of rows g and g + 8: the sparse A fragment's own groups, so each
+  // 2:4 of one 32-key step c. With K permuted (permuted_key), thread t holds groups t (accumulator blocks 2c,
+  // 2c + 8) and 4 + t (blocks 2c + 1, 2c + 9) of rows g and g + 8: the sparse A fragment's own groups, so each
   // group's two kept probabilities are one register of the fragment. The metadata, one nibble per group and row at
   // lanes t = 0 (groups 0-3) and t = 1 (groups 4-7) of the quad, is gathered in three shuffles (the last half's
   // OR left to write_p).
@@ -484,8 +524,9 @@ struct Consumer {
     for (int half = 0; half < 2; ++half)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int lo = 4 * (4 * c + 2 * half) + 2 * r, hi = lo + 4;  // the group's keys 0, 1 and 2, 3
-        const KeptPair kept = keep_two_of_four(s[lo], s[lo + 1], s[hi], s[hi + 1]);
+        const int b = 2 * c + half;
+        const KeptPair kept = keep_two_of_four(s[group_register(b, r, 0)], s[group_register(b, r, 1)],
+                                               s[group_register(b, r, 2)], s[group_register(b, r, 3)]);
         const int k = 4 * (2 * c + half) + 2 * r;  // the pair's place in prob: the k32 fragment's register order
         prob[k] = exp2_approx(fmaf(kept.first, scale_log2, -max_scaled[r]));
         prob[k + 1] = exp2_approx(fmaf(kept.second, scale_log2, -max_scaled[r]));
@@ -628,6 +669,7 @@ struct Consumer {
   }
 };
 
+// k_map: dense, the 4-D map of Q and V; 2:4, the 5-D map of load_permuted_keys.
 template <class Element, int kHeadDim, bool kSparse>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_dfss_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
@@ -645,7 +687,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::prefetch_tensor_map(&k_map);
     ptx::prefetch_tensor_map(&v_map);
     ptx::mbarrier_init(smem.q_full(), 1);
-    k_pipe.init(kSparse ? kWarpgroupThreads : 1, kReleasingWarps);  // 2:4: every producer thread's copies
+    k_pipe.init(1, kReleasingWarps);
     v_pipe.init(1, kReleasingWarps);
     ptx::fence_barrier_init();
   }
@@ -653,7 +695,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == kConsumers) {
     ptx::setmaxnreg_dec<kProducerRegisters>();
-    Producer<kHeadDim, kSparse>{smem, k_pipe, v_pipe, tid % kWarpgroupThreads}.run(work, p, &q_map, &k_map, &v_map);
+    if (tid % kWarpgroupThreads < 32)
+      Producer<kHeadDim, kSparse>{smem, k_pipe, v_pipe, tid % 32}.run(work, p, &q_map, &k_map, &v_map);
     return;
   }
   ptx::setmaxnreg_inc<kConsumerRegisters>();
