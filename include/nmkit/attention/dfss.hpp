@@ -6,9 +6,9 @@
 // valid keys with the largest score (the score itself, not its magnitude: softmax is monotone, so these are the
 // largest probabilities). Ties go to the lower key index. A key is invalid when it is padding, above the diagonal
 // under `causal`, or its additive mask makes the score -inf; invalid keys are never kept. A group with fewer than N
-// valid keys keeps only those, its other slots are filler. The fused GPU kernel decides unmasked steps on the scores
-// relative to the row's running maximum rounded to f16: scores closer than f16 resolves there count as tied
-// (docs/attention.md).
+// valid keys keeps only those, its other slots are filler. The fused GPU kernel decides unmasked steps on
+// y = (score - reference) * scale * log2(e) rounded to f16, the reference being the row's held maximum: scores whose
+// y round to the same f16 count as tied (docs/attention.md).
 //
 // Patterns: the CPU ops take any 1 <= N < M <= 32, as the N:M format does. The sparse tensor cores take 2:4 for
 // f16/bf16, which is what the later GPU kernel takes; 1:2 exists there only for tf32/f32 operands (cuSPARSELt's

@@ -57,40 +57,41 @@ CUtensorMap operand_map(const void* base, const AttentionStrides& s, int64_t tok
   return cuda::make_tensor_map_sw128<Element, 4>(base, dims, strides, box);
 }
 
-// K for 2:4 by boxes (Producer::load_permuted_keys): dimensions head dim, token, 4-token step, 16-token step (both
-// strides over the same memory), head; a box of 64 x 2 x 4 x 8 tokens fills half a step in permuted_key's order.
-// Five dimensions leave none for the batch, so it is folded into the heads (batch stride = kv_heads head strides)
-// or the tokens (batch stride = seq_k token strides); with other strides the kernel copies K instead. The token
-// dimension bounds a box's first two keys only: the kernel loads whole steps of existing keys this way.
-struct KeyBoxMap {
-  k::KeyBoxes boxes = k::KeyBoxes::none;
+// K for 2:4 by boxes (Producer::load_permuted_keys): dimensions head dim, token, group, block (the last three are
+// token strides 1, kGroupKeys and kBlockKeys over the same memory), head; a box of 64 x kPairKeys x 4 x kGroupBlocks
+// fills half a step in permuted_key's order. Five dimensions leave none for the batch, so it is folded into the
+// heads (batch stride = kv_heads head strides) or the tokens (batch stride = seq_k token strides); with other
+// strides the kernel copies K instead. The token dimension bounds a box's first kPairKeys keys only: the kernel
+// loads whole steps of existing keys this way.
+struct PermutedKeyMap {
+  k::KeyLoad load = k::KeyLoad::copies;
   CUtensorMap map{};
 };
 
 template <class Element>
-KeyBoxMap permuted_key_map(const void* base, const AttentionDesc& d, const AttentionStrides& s) {
+PermutedKeyMap permuted_key_map(const void* base, const AttentionDesc& d, const AttentionStrides& s) {
   constexpr int64_t kBytes = sizeof(Element);
-  constexpr int kStep = 4, kBlock = 16;
+  constexpr int kGroupsPerBlock = k::kBlockKeys / k::kGroupKeys;
   int64_t tokens = d.variable_lengths ? d.total_k : d.seq_k, heads = d.kv_heads;
-  KeyBoxMap result;
+  PermutedKeyMap result;
   if (d.variable_lengths || d.batch == 1 || s.batch == d.kv_heads * s.head) {
-    result.boxes = k::KeyBoxes::batch_in_heads;
+    result.load = k::KeyLoad::boxes_batch_in_heads;
     if (!d.variable_lengths) heads *= d.batch;
   } else if (s.batch == d.seq_k * s.token) {
-    result.boxes = k::KeyBoxes::batch_in_tokens;
+    result.load = k::KeyLoad::boxes_batch_in_tokens;
     tokens *= d.batch;
   }
   // Coordinates are 32-bit; byte strides stay below 2^40.
-  const int64_t block_stride = kBlock * s.token * kBytes;
-  if (result.boxes == k::KeyBoxes::none || tokens >= (int64_t{1} << 31) || heads >= (int64_t{1} << 31) ||
+  const int64_t block_stride = k::kBlockKeys * s.token * kBytes;
+  if (result.load == k::KeyLoad::copies || tokens >= (int64_t{1} << 31) || heads >= (int64_t{1} << 31) ||
       block_stride >= (int64_t{1} << 40) || tokens == 0)
     return {};
-  const cuuint64_t dims[5] = {static_cast<cuuint64_t>(d.head_dim), static_cast<cuuint64_t>(tokens), kStep,
+  const cuuint64_t dims[5] = {static_cast<cuuint64_t>(d.head_dim), static_cast<cuuint64_t>(tokens), kGroupsPerBlock,
                               k::kGroupBlocks, static_cast<cuuint64_t>(heads)};
   const cuuint64_t strides[4] = {static_cast<cuuint64_t>(s.token * kBytes),
-                                 static_cast<cuuint64_t>(kStep * s.token * kBytes),
+                                 static_cast<cuuint64_t>(k::kGroupKeys * s.token * kBytes),
                                  static_cast<cuuint64_t>(block_stride), static_cast<cuuint64_t>(s.head * kBytes)};
-  const cuuint32_t box[5] = {k::kChunkColumns, 2, kStep, k::kGroupBlocks, 1};
+  const cuuint32_t box[5] = {k::kChunkColumns, k::kPairKeys, kGroupsPerBlock, k::kGroupBlocks, 1};
   result.map = cuda::make_tensor_map_sw128<Element, 5>(base, dims, strides, box);
   return result;
 }
@@ -102,9 +103,10 @@ void launch(const AttentionDesc& d, const AttentionTensors& t, const AttentionSt
   const bool varlen = d.variable_lengths;
   const int64_t tokens_q = varlen ? d.total_q : d.seq_q, tokens_k = varlen ? d.total_k : d.seq_k;
   const CUtensorMap q_map = operand_map<Element>(t.q, qs, tokens_q, d.heads, d.batch, kHeadDim, varlen);
-  const CUtensorMap operand_k_map = operand_map<Element>(t.k, ks, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen);
-  const KeyBoxMap key_boxes = kSparse ? permuted_key_map<Element>(t.k, d, ks) : KeyBoxMap{};
-  const CUtensorMap& k_map = key_boxes.boxes != k::KeyBoxes::none ? key_boxes.map : operand_k_map;
+  const PermutedKeyMap permuted = kSparse ? permuted_key_map<Element>(t.k, d, ks) : PermutedKeyMap{};
+  const CUtensorMap k_map = permuted.load != k::KeyLoad::copies
+                                ? permuted.map
+                                : operand_map<Element>(t.k, ks, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen);
   const CUtensorMap v_map = operand_map<Element>(t.v, vs, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen);
   k::Params p{};
   p.k = t.k, p.k_batch = ks.batch, p.k_head = ks.head, p.k_token = ks.token;
@@ -117,7 +119,7 @@ void launch(const AttentionDesc& d, const AttentionTensors& t, const AttentionSt
   p.heads = static_cast<int>(d.heads), p.kv_group = static_cast<int>(d.heads / d.kv_heads);
   p.scale = scale, p.scale_log2 = scale * kLog2E;
   p.causal = d.causal ? 1 : 0;
-  p.key_boxes = key_boxes.boxes;
+  p.key_load = permuted.load;
   p.kv_heads = static_cast<int>(d.kv_heads);
 
   constexpr int kSmem = k::SharedLayout<kHeadDim>::kAllocationBytes;

@@ -2,7 +2,8 @@
 // The fused DFSS forward on Hopper. A CTA owns 128 queries of one (sequence, head): two consumer warpgroups of 64
 // rows each and a producer warpgroup that streams Q once and K, V in 128-key steps through two stage rings (K
 // released after Q*K^T, V after P*V, so the next K lands while P*V runs), all by TMA from one thread: 2:4 K with
-// its keys permuted (permuted_key), except in the step that holds the sequence's end.
+// its keys permuted (permuted_key), except where a box cannot bound the keys (the step that holds the sequence's
+// end) or the batch folds into no map dimension (KeyLoad::copies): there the producer's first warp copies them.
 //
 // Consumer step: S = Q*K^T on wgmma (f32 accumulators), the causal and length masks, the online softmax's row
 // maxima (a group's largest score is always kept, so the maximum over kept scores is the maximum over valid ones),
@@ -58,22 +59,38 @@ static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumer
 // in 32-key step s its groups 8s + t and 8s + 4 + t (b = 2s, 2s + 1): exactly the sparse A fragment's groups, pruned
 // without exchanging a score. Each half c of the tile is one TMA box of 2 x 4 x 8 tokens (token strides 1, 4, 16)
 // from key 2c. P * V reads V in key order.
-inline constexpr int kPermutedHalfRows = 64;
-inline constexpr int kGroupBlocks = 8;  // b
+inline constexpr int kPairKeys = 2;     // e: keys side by side in a thread's accumulator pair
+inline constexpr int kGroupKeys = 4;    // a 2:4 group; t steps by one group
+inline constexpr int kBlockKeys = 16;   // b steps by one block: a group per pair t of a quad
+inline constexpr int kGroupBlocks = 8;  // b < 8: half a step
+inline constexpr int kPermutedHalfRows = kBlockN / 2;
 __host__ __device__ constexpr int permuted_key(int row) {
   const int c = row / kPermutedHalfRows, b = row % kPermutedHalfRows / 8, t = row % 8 / 2, e = row % 2;
-  return 16 * b + 4 * t + 2 * c + e;
+  return kBlockKeys * b + kGroupKeys * t + kPairKeys * c + e;
 }
-static_assert(permuted_key(8 * 11 + 2 * 3 + 1) == 16 * 3 + 4 * 3 + 2 * 1 + 1, "mask() spells permuted_key out");
-
 // Thread t's score register of key `position` (0..3) of group 4b + t in row half r (0: row g, 1: g + 8).
 __host__ __device__ constexpr int group_register(int b, int r, int position) {
   return 4 * (b + kGroupBlocks * (position / 2)) + 2 * r + position % 2;
 }
+// The layout's promises: row 64c + 8b + 2t + e holds key 16b + 4t + 2c + e (mask() spells this out with t < 4
+// known), and group_register(b, r, 2c + e) is the register of accumulator column 8(b + 8c) + 2t + e in row half r.
+constexpr bool permuted_layout_holds() {
+  for (int c = 0; c < 2; ++c)
+    for (int b = 0; b < kGroupBlocks; ++b)
+      for (int t = 0; t < 4; ++t)
+        for (int e = 0; e < 2; ++e) {
+          const int row = kPermutedHalfRows * c + 8 * b + 2 * t + e;
+          if (permuted_key(row) != 16 * b + 4 * t + 2 * c + e) return false;
+          for (int r = 0; r < 2; ++r)
+            if (group_register(b, r, 2 * c + e) != 4 * (b + kGroupBlocks * c) + 2 * r + e) return false;
+        }
+  return true;
+}
+static_assert(permuted_layout_holds());
 
-// How the 2:4 producer loads a step of K: by TMA boxes (the tensor's batch folded into its heads or its tokens, so
-// that the 5-D map keeps a dimension for the box's third token stride) or, for other strides, by copies.
-enum class KeyBoxes : int { none = 0, batch_in_heads = 1, batch_in_tokens = 2 };
+// How the 2:4 producer loads a step of K: by TMA boxes, the tensor's batch folded into its heads or its tokens (the
+// 5-D map has no dimension left for it), or, where the strides fold into neither, by copies.
+enum class KeyLoad : int { copies = 0, boxes_batch_in_heads = 1, boxes_batch_in_tokens = 2 };
 
 struct Params {
   const void* k;                     // 2:4: K read by the producer warp's copies (permuted_key)
@@ -89,8 +106,8 @@ struct Params {
   float scale;                       // softmax scale
   float scale_log2;                  // scale * log2(e): exponentials as exp2
   int causal;
-  KeyBoxes key_boxes;  // 2:4
-  int kv_heads;        // K's heads (the batch-in-heads fold's stride)
+  KeyLoad key_load;  // 2:4
+  int kv_heads;      // K's heads (the batch-in-heads fold's stride)
 };
 
 // Shared memory: Q (128 rows), then the K and V rings; each tile as head_dim / 64 swizzled column chunks of
@@ -169,7 +186,8 @@ struct SharedStorage {
 // The producer warpgroup; only its first warp works. One thread loads Q once and V of each step by TMA, and K the
 // same way (dense: a plain box; 2:4: permuted_key's layout, as boxes of a 5-D map). The step that holds the
 // sequence's end (2:4) is copied by the warp's 16-byte copies instead, zero-filled past the end, since the 5-D
-// map cannot bound a key by the sequence's length.
+// map cannot bound a key by the sequence's length; so is every step where the batch folds into no map dimension
+// (KeyLoad::copies), each waited for before the step is posted.
 template <int kHeadDim, bool kPermuteKeys>
 struct Producer {
   using L = SharedLayout<kHeadDim>;
@@ -199,15 +217,16 @@ struct Producer {
                          chunk * kChunkColumns, first_token + permuted_key(c * kPermutedHalfRows), 0, 0, head);
   }
 
-  // K of the step that holds the sequence's end, row r of the tile holding key permuted_key(r), in TMA's 128-byte
+  // K of a step by copies (the step that holds the sequence's end, or any step under KeyLoad::copies), row r of
+  // the tile holding key permuted_key(r), in TMA's 128-byte
   // swizzle (16-byte chunk j of row r lands at chunk j ^ (r % 8)). A lane copies one 16-byte column of every
   // kRowsPerPass-th row from its first_row < kRowsPerPass: permuted_key moves bit fields, so row
   // first_row + kRowsPerPass * i holds key permuted_key(first_row) + permuted_key(kRowsPerPass * i).
   __device__ void copy_permuted_keys(unsigned char* dst, const Params& p, const CtaWork& work, int kv_head,
                                      int step) const {
     constexpr int kRowsPerPass = 32 / kCopiesPerRow;
-    static_assert(kRowsPerPass >= 1 && (kRowsPerPass & (kRowsPerPass - 1)) == 0 && kRowsPerPass <= 8,
-                  "a lane's rows differ from its first in the bits above it, which permuted_key moves apart");
+    static_assert(kRowsPerPass >= 1 && (kRowsPerPass & (kRowsPerPass - 1)) == 0,
+                  "a power of two: a lane's rows differ from its first only in the bits above it");
     const int first_row = lane / kCopiesPerRow, column = lane % kCopiesPerRow;
     const int64_t token_bytes = 2 * p.k_token;
     const auto* base = static_cast<const unsigned char*>(p.k) + column * kCopyBytes +
@@ -238,7 +257,7 @@ struct Producer {
     ProducerRing<kStages> k_ring, v_ring;
     for (int step = 0; step < work.key_steps; ++step) {
       const int row = work.k_begin + step * kBlockN;
-      if (kPermuteKeys && (p.key_boxes == KeyBoxes::none || (step + 1) * kBlockN > work.len_k)) {
+      if (kPermuteKeys && (p.key_load == KeyLoad::copies || (step + 1) * kBlockN > work.len_k)) {
         // The warp's copies, once the stage is free; then the leader posts them as landed.
         if (leader) k_ring.acquire(k_pipe);
         __syncwarp();
@@ -251,7 +270,7 @@ struct Producer {
         k_ring.acquire(k_pipe);
         k_pipe.expect_bytes(k_ring.at.stage, L::kKvBytes);
         if constexpr (kPermuteKeys) {
-          const bool in_heads = p.key_boxes == KeyBoxes::batch_in_heads;
+          const bool in_heads = p.key_load == KeyLoad::boxes_batch_in_heads;
           const int fold = p.cu_seqlens_k ? 0 : work.batch;
           load_permuted_keys(smem.k(k_ring.at.stage), k_map, k_pipe.full(k_ring.at.stage),
                              row + (in_heads ? 0 : fold * p.seq_k), kv_head + (in_heads ? fold * p.kv_heads : 0));
@@ -377,8 +396,9 @@ struct Consumer {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           // Column 8j + 2t + e holds key 8j + 2t + e, or permuted_key() of it (2:4), spelled out with t < 4 known.
-          const int key = step * kBlockN +
-                          (kSparse ? 16 * (j % kGroupBlocks) + 4 * t + 2 * (j / kGroupBlocks) + e : 8 * j + 2 * t + e);
+          const int key = step * kBlockN + (kSparse ? kBlockKeys * (j % kGroupBlocks) + kGroupKeys * t +
+                                                          kPairKeys * (j / kGroupBlocks) + e
+                                                    : 8 * j + 2 * t + e);
           if (key >= w.len_k || (causal && key > query(w, r))) s[4 * j + 2 * r + e] = -INFINITY;
         }
   }
@@ -426,7 +446,8 @@ struct Consumer {
                             float (&prob)[kProbRegisters], uint32_t (&meta)[kMetaWords], float (&correction)[2]) {
     const int step_end = (step + 1) * kBlockN;
     const int first_row = w.m_block * kBlockM + warpgroup * kRowsPerConsumer;
-    // Both paths run the whole step, so that no branch joins between the two waits: at a join ptxas no longer
+    // Each path (masked, fast, exact) runs the whole step, so that no branch joins between the two waits: at a join
+    // ptxas no longer
     // knows which wgmma groups are done and waits for all of them before the first score is read, which would
     // hold this step's softmax until P * V of the step before has finished.
     if (step_end > w.len_k || (p.causal && step_end - 1 > first_row)) {
@@ -445,10 +466,10 @@ struct Consumer {
   // The fast path of an unmasked 2:4 step: the rule on two rows at once in f16 (keep_two_of_four_x2), on
   // y = s * scale_log2 - reference, then the exponentials of the kept y. It keeps every row's reference, so it
   // gives up (returns false, having counted nothing) when a row of the warp has none yet or a score passes it by
-  // more than 2^kRescaleLog2; the exact path then runs the step. f16 holds y to 2^-11 of its size, so scores that
-  // close count as tied (the lower key wins), and a kept probability is within |y| * 2^-11 * ln 2 of exact: at most
-  // 0.14 % for those within 2^4 of the reference either way (the rest weigh less than 1/16 of the largest), below
-  // bf16's rounding of P, above f16's.
+  // more than 2^kRescaleLog2; the exact path then runs the step. Scores whose y round to the same f16 (at most one
+  // ulp, 2^-10 of |y|, apart) count as tied (the lower key wins), and rounding moves a kept probability by at most
+  // |y| * 2^-11 * ln 2: 0.14 % for those within 2^4 of the reference either way (the rest weigh less than 1/16 of
+  // the largest), below bf16's rounding of P, above f16's.
   __device__ bool packed_probabilities(const float (&s)[kScoreRegisters], float scale_log2,
                                        float (&prob)[kProbRegisters], uint32_t (&meta)[kMetaWords]) {
     if (!__all_sync(0xffffffffu, row_max[0] != -INFINITY && row_max[1] != -INFINITY)) return false;
@@ -669,7 +690,7 @@ struct Consumer {
   }
 };
 
-// k_map: dense, the 4-D map of Q and V; 2:4, the 5-D map of load_permuted_keys.
+// k_map: dense, a 4-D map like Q's and V's; 2:4, the 5-D map of load_permuted_keys (unused under KeyLoad::copies).
 template <class Element, int kHeadDim, bool kSparse>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_dfss_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
