@@ -7,6 +7,7 @@
 #include <limits>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@ struct Case {
   bool causal;
   TokenLayout layout = TokenLayout::bhsd;
   std::vector<int> lengths_q = {}, lengths_k = {};  // variable lengths when not empty
+  std::optional<float> scale = {};                  // the plan's default: 1 / sqrt(d)
 };
 
 std::string describe(const Case& c) {
@@ -39,6 +41,7 @@ std::string describe(const Case& c) {
                   (c.layout == TokenLayout::bshd ? " BSHD" : "") +
                   (c.layout == TokenLayout::bhsd_padded ? " padded" : "");
   if (!c.lengths_q.empty()) s += " varlen";
+  if (c.scale) s += " scale " + std::to_string(*c.scale);
   return s;
 }
 
@@ -122,6 +125,7 @@ void run_case(const Case& c) {
                      .dtype = c.dtype,
                      .pattern = c.pattern,
                      .causal = c.causal,
+                     .scale = c.scale,
                      .variable_lengths = varlen};
   if (varlen) {
     desc.q = desc.o = {0, d, c.heads * d};
@@ -267,6 +271,25 @@ TEST_F(AttentionGpu, VariableLengths) {
     for (bool causal : {false, true})
       run_case({3, 2, 1, 257, 300, 128, DType::bf16, pattern, causal, TokenLayout::bhsd, {5, 130, 257}, {7, 300, 129}});
   run_case({2, 2, 2, 200, 200, 64, DType::f16, kSparse, true, TokenLayout::bhsd, {200, 1}, {200, 1}});
+}
+
+// The lengths the issue names, with tails in the last key step and query block.
+TEST_F(AttentionGpu, OddLengths) {
+  for (bool causal : {false, true}) {
+    run_case({1, 1, 1, 1000, 1000, 128, DType::bf16, kSparse, causal});
+    run_case({1, 1, 1, 4097, 4097, 64, DType::f16, kSparse, causal});
+  }
+}
+
+// A large scale makes later key steps pass the references of the first by far more than 2^4, so that the fast 2:4
+// path gives up and the exact one moves the references (quarter-step scores at the default scale never do).
+TEST_F(AttentionGpu, ReferencesThatMoveAfterTheFirstStep) {
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      Case c{1, 2, 2, 300, 700, d, DType::f16, kSparse, causal};
+      c.scale = 2.0f;
+      run_case(c);
+    }
 }
 
 TEST_F(AttentionGpu, NoKeysGivesZerosAndMinusInfinity) { run_case({1, 1, 1, 70, 0, 64, DType::bf16, kSparse, false}); }
