@@ -4,12 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
-// Also compiled by the host compiler alone, so that the CPU tests hold it against the oracle's rule.
-#if defined(__CUDACC__)
-#define NMKIT_RULE_FUNCTION __host__ __device__ __forceinline__
-#else
-#define NMKIT_RULE_FUNCTION inline
-#endif
+#include "rule_function.hpp"  // compiled by the host compiler too, for the CPU tests
 
 namespace nmkit::cuda::attention {
 
@@ -32,5 +27,3 @@ NMKIT_RULE_FUNCTION KeptPair keep_two_of_four(float x0, float x1, float x2, floa
 }
 
 }  // namespace nmkit::cuda::attention
-
-#undef NMKIT_RULE_FUNCTION

@@ -7,13 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-// Also compiled by the host compiler alone (with the CUDA headers), so that the CPU tests hold it against
-// keep_two_of_four.
-#if defined(__CUDACC__)
-#define NMKIT_RULE_FUNCTION __host__ __device__ __forceinline__
-#else
-#define NMKIT_RULE_FUNCTION inline
-#endif
+#include "rule_function.hpp"  // compiled by the host compiler too (with the CUDA headers) for the CPU tests
 
 namespace nmkit::cuda::attention {
 
@@ -54,5 +48,3 @@ NMKIT_RULE_FUNCTION KeptPairs keep_two_of_four_x2(__half2 x0, __half2 x1, __half
 }
 
 }  // namespace nmkit::cuda::attention
-
-#undef NMKIT_RULE_FUNCTION
