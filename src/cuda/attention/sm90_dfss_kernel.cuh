@@ -218,10 +218,10 @@ struct Producer {
   }
 
   // K of a step by copies (the step that holds the sequence's end, or any step under KeyLoad::copies), row r of
-  // the tile holding key permuted_key(r), in TMA's 128-byte
-  // swizzle (16-byte chunk j of row r lands at chunk j ^ (r % 8)). A lane copies one 16-byte column of every
-  // kRowsPerPass-th row from its first_row < kRowsPerPass: permuted_key moves bit fields, so row
-  // first_row + kRowsPerPass * i holds key permuted_key(first_row) + permuted_key(kRowsPerPass * i).
+  // the tile holding key permuted_key(r), in TMA's 128-byte swizzle (16-byte chunk j of row r lands at chunk
+  // j ^ (r % 8)). A lane copies one 16-byte column of every kRowsPerPass-th row from its first_row < kRowsPerPass:
+  // permuted_key moves bit fields, so row first_row + kRowsPerPass * i holds key permuted_key(first_row) +
+  // permuted_key(kRowsPerPass * i).
   __device__ void copy_permuted_keys(unsigned char* dst, const Params& p, const CtaWork& work, int kv_head,
                                      int step) const {
     constexpr int kRowsPerPass = 32 / kCopiesPerRow;
@@ -338,8 +338,8 @@ struct Consumer {
   // Issues S = Q * K^T of the stage as one wgmma group; the caller waits for it. Every input of the group is
   // written before its first wgmma: registers defined between them make ptxas serialise the kernel's wgmma.
   __device__ void issue_scores(float (&s)[kScoreRegisters], int stage) const {
-    // 2:4 K of the step at the sequence's end was written by cp.async, through the generic proxy: order those
-    // writes before wgmma's reads.
+    // 2:4 K of a copied step (the sequence's end, or KeyLoad::copies) was written by cp.async, through the generic
+    // proxy: order those writes before wgmma's reads.
     if constexpr (kSparse) ptx::fence_proxy_async_shared();
     constexpr int kSteps = kHeadDim / 16, kStepsPerChunk = kChunkColumns / 16, kStepBytes = 32;
     const uint32_t q_base = ptx::smem_address(smem.q()) + warpgroup * kRowsPerConsumer * kRowBytes;
@@ -447,9 +447,8 @@ struct Consumer {
     const int step_end = (step + 1) * kBlockN;
     const int first_row = w.m_block * kBlockM + warpgroup * kRowsPerConsumer;
     // Each path (masked, fast, exact) runs the whole step, so that no branch joins between the two waits: at a join
-    // ptxas no longer
-    // knows which wgmma groups are done and waits for all of them before the first score is read, which would
-    // hold this step's softmax until P * V of the step before has finished.
+    // ptxas no longer knows which wgmma groups are done and waits for all of them before the first score is read,
+    // which would hold this step's softmax until P * V of the step before has finished.
     if (step_end > w.len_k || (p.causal && step_end - 1 > first_row)) {
       mask(s, w, step, p.causal);
       return probabilities(s, p, prob, meta, correction);
