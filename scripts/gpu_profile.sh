@@ -2,8 +2,11 @@
 # Profiles one launch of a Hopper kernel with Nsight Compute on the GPU machine (device tool, carrying .deps/re2: scripts/carry_re2.sh):
 #   bash scripts/gpu_profile.sh [nm24] [R,K,C] [f16|bf16]           the 2:4 kernel (default 8192,8192,8192 f16)
 #   bash scripts/gpu_profile.sh tile [R,K,C] [density] [tile side]  the tile kernel (default 4096^3, 0.05, 64)
+#   bash scripts/gpu_profile.sh attention [S] [head dim]           the fused attention kernel, 2:4 and its dense
+#                                                                   mode, bf16 non-causal (default 4096, 128)
 # Prints speed of light, memory and warp-state sections, and for the tile kernel the stall reasons per issued
-# instruction. Leaves the clocks alone (--clock-control none), as the GPU machine's method asks.
+# instruction; for attention, each mode's scheduler and warp-state sections and its per-instruction source page
+# ($OUT/attention_{sparse,dense}_source.csv.gz: stall samples by SASS line). Leaves the clocks alone (--clock-control none), as the GPU machine's method asks.
 # NMKIT_PROFILE_REPORT=1 also saves the full report with source-level sampling (the build has -lineinfo) to
 # $OUT/nm24.ncu-rep or $OUT/tile.ncu-rep, and its per-instruction source page as $OUT/nm24_source.csv or
 # $OUT/tile_source.csv.
@@ -11,10 +14,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu_env.sh
 family=nm24
-if [ "${1:-}" = "nm24" ] || [ "${1:-}" = "tile" ]; then family=$1; shift; fi
+if [ "${1:-}" = "nm24" ] || [ "${1:-}" = "tile" ] || [ "${1:-}" = "attention" ]; then family=$1; shift; fi
 export PATH=/usr/local/cuda/bin:$PATH
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a -DNMKIT_BUILD_TESTS=OFF >/dev/null
-cmake --build build/gpu -j "$(nproc)" --target nmkit_bench >/dev/null
+cmake --build build/gpu -j "$(nproc)" --target nmkit_bench nmkit_attention_bench >/dev/null
 sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats)
 
 # NMKIT_PROFILE_REPORT=1: also the full report with source-level sampling and its per-instruction source page.
@@ -27,6 +30,25 @@ save_report() {  # $1: report name, $2: kernel regex, $3: launches to skip, then
   ncu --import "$out/$name.ncu-rep" --page source --print-source sass --csv >"$out/${name}_source.csv" ||
     echo "this ncu cannot print the source page; open $out/$name.ncu-rep in Nsight Compute"
 }
+
+if [ "$family" = "attention" ]; then
+  out=${OUT:-$PWD/gpu_out}
+  mkdir -p "$out"
+  bench_args=(--seq "${1:-4096}" --head-dim "${2:-128}" --causal 0 --iters 2 --unfused 0)
+  for mode in sparse dense; do
+    # The kernel's mangled name ends its template arguments with the mode: Lb1E (2:4) or Lb0E (dense).
+    kernel="sm90_dfss_kernel.*Li${2:-128}ELb$([ $mode = sparse ] && echo 1 || echo 0)E"
+    ncu --clock-control none --kernel-name-base mangled -k "regex:$kernel" --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis \
+      build/gpu/bench/nmkit_attention_bench "${bench_args[@]}" | grep -vE '^(==PROF==|S |[0-9])'
+    ncu --clock-control none --kernel-name-base mangled -k "regex:$kernel" --launch-skip 2 --launch-count 1 \
+      --set full --import-source yes -o "/tmp/attention_$mode" -f build/gpu/bench/nmkit_attention_bench \
+      "${bench_args[@]}" >/dev/null
+    ncu --import "/tmp/attention_$mode.ncu-rep" --page source --print-source sass --csv |
+      gzip >"$out/attention_${mode}_source.csv.gz"
+  done
+  exit 0
+fi
 
 if [ "$family" = "nm24" ]; then
   shape=${1:-8192,8192,8192}
