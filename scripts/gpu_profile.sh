@@ -6,7 +6,8 @@
 #                                                                   mode, bf16 non-causal (default 4096, 128)
 # Prints speed of light, memory and warp-state sections, and for the tile kernel the stall reasons per issued
 # instruction; for attention, each mode's scheduler and warp-state sections and its per-instruction source page
-# ($OUT/attention_{sparse,dense}_source.csv.gz: stall samples by SASS line; scripts/ncu_source.py summarises it). Leaves the clocks alone (--clock-control none), as the GPU machine's method asks.
+# ($OUT/attention_{sparse,dense}_source.csv.gz: stall samples by SASS line, which scripts/ncu_source.py
+# summarises). Leaves the clocks alone (--clock-control none), as the GPU machine's method asks.
 # NMKIT_PROFILE_REPORT=1 also saves the full report with source-level sampling (the build has -lineinfo) to
 # $OUT/nm24.ncu-rep or $OUT/tile.ncu-rep, and its per-instruction source page as $OUT/nm24_source.csv or
 # $OUT/tile_source.csv.
