@@ -45,7 +45,7 @@ void check_strides(const AttentionStrides& s, bool variable_lengths, const char*
 
 template <class Element>
 CUtensorMap operand_map(const void* base, const AttentionStrides& s, int64_t tokens, int64_t heads, int64_t batch,
-                        int head_dim, bool variable_lengths, int box_rows) {
+                        int head_dim, bool variable_lengths) {
   constexpr int64_t kBytes = sizeof(Element);
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim),
                               static_cast<cuuint64_t>(std::max<int64_t>(tokens, 1)),  // K/V of seq_k = 0 are never read
@@ -53,7 +53,7 @@ CUtensorMap operand_map(const void* base, const AttentionStrides& s, int64_t tok
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(variable_lengths ? 1 : batch)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s.token * kBytes), static_cast<cuuint64_t>(s.head * kBytes),
                                  static_cast<cuuint64_t>((variable_lengths ? s.head : s.batch) * kBytes)};
-  const cuuint32_t box[4] = {k::kChunkColumns, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t box[4] = {k::kChunkColumns, k::kBlockN, 1, 1};
   return cuda::make_tensor_map_sw128<Element, 4>(base, dims, strides, box);
 }
 
@@ -99,15 +99,15 @@ PermutedKeyMap permuted_key_map(const void* base, const AttentionDesc& d, const 
 template <class Element, int kHeadDim, bool kSparse>
 void launch(const AttentionDesc& d, const AttentionTensors& t, const AttentionStrides& qs, const AttentionStrides& ks,
             const AttentionStrides& vs, const AttentionStrides& os, float scale, cudaStream_t stream) {
+  static_assert(k::kBlockM == k::kBlockN, "one tensor-map box serves Q and K/V");
   const bool varlen = d.variable_lengths;
   const int64_t tokens_q = varlen ? d.total_q : d.seq_q, tokens_k = varlen ? d.total_k : d.seq_k;
-  const CUtensorMap q_map = operand_map<Element>(t.q, qs, tokens_q, d.heads, d.batch, kHeadDim, varlen, k::kBlockM);
+  const CUtensorMap q_map = operand_map<Element>(t.q, qs, tokens_q, d.heads, d.batch, kHeadDim, varlen);
   const PermutedKeyMap permuted = kSparse ? permuted_key_map<Element>(t.k, d, ks) : PermutedKeyMap{};
-  const CUtensorMap k_map =
-      permuted.load != k::KeyLoad::copies
-          ? permuted.map
-          : operand_map<Element>(t.k, ks, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen, k::kBlockN);
-  const CUtensorMap v_map = operand_map<Element>(t.v, vs, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen, k::kBlockN);
+  const CUtensorMap k_map = permuted.load != k::KeyLoad::copies
+                                ? permuted.map
+                                : operand_map<Element>(t.k, ks, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen);
+  const CUtensorMap v_map = operand_map<Element>(t.v, vs, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen);
   k::Params p{};
   p.k = t.k, p.k_batch = ks.batch, p.k_head = ks.head, p.k_token = ks.token;
   p.o = t.o, p.lse = t.lse;

@@ -1,18 +1,18 @@
 #pragma once
 // The fused DFSS forward on Hopper. A CTA owns 128 queries of one (sequence, head): two consumer warpgroups of 64
-// rows each and a producer warpgroup that streams Q once and K, V in 64-key steps through two stage rings (K
-// released after Q*K^T, V after P*V), all by TMA from one thread: 2:4 K with its keys permuted (permuted_key), except
-// where a box cannot bound the keys (the step that holds the sequence's end) or the batch folds into no map
-// dimension (KeyLoad::copies): there the producer's first warp copies them.
+// rows each and a producer warpgroup that streams Q once and K, V in 128-key steps through two stage rings (K
+// released after Q*K^T, V after P*V, so the next K lands while P*V runs), all by TMA from one thread: 2:4 K with
+// its keys permuted (permuted_key), except where a box cannot bound the keys (the step that holds the sequence's
+// end) or the batch folds into no map dimension (KeyLoad::copies): there the producer's first warp copies them.
 //
 // Consumer step: S = Q*K^T on wgmma (f32 accumulators), the causal and length masks, the online softmax's row
 // maxima (a group's largest score is always kept, so the maximum over kept scores is the maximum over valid ones),
 // then per 32-key step the 2:4 prune in registers, exponentials of the kept scores only, and P*V on wgmma.sp with
-// the compressed P as the register operand and its metadata built in registers. Software-pipelined two deep: each
-// warpgroup issues P*V of step n - 1 and Q*K^T of step n + 1 together, then runs step n's softmax (its scores
-// computed during step n - 1) under both, alternating between two score tiles. The two consumer warpgroups take
-// turns to issue their wgmma groups (a named-barrier pair). Pattern dense runs the same steps with every score kept
-// and P*V on the dense wgmma: the control that isolates the gain of sparsity.
+// the compressed P as the register operand and its metadata built in registers. Software-pipelined: Q*K^T of step n
+// and P*V of step n - 1 run together, and step n's softmax runs while P*V of step n - 1 finishes. The two consumer
+// warpgroups take turns to issue their wgmma groups (a named-barrier pair), so that one's softmax runs under the
+// other's GEMMs instead of both waiting on interleaved GEMMs at once. Pattern dense runs the same steps with every
+// score kept and P*V on the dense wgmma: the control that isolates the gain of sparsity.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -40,10 +40,10 @@ inline constexpr int kConsumers = 2;
 inline constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 inline constexpr int kRowsPerConsumer = 64;  // wgmma's M
 inline constexpr int kBlockM = kConsumers * kRowsPerConsumer;
-inline constexpr int kBlockN = 64;        // keys per step
+inline constexpr int kBlockN = 128;       // keys per step
 inline constexpr int kChunkColumns = 64;  // head-dim columns per 128-byte swizzled row
 inline constexpr int kRowBytes = 128;
-inline constexpr int kStages = 4;
+inline constexpr int kStages = 2;
 inline constexpr int kSparseStepKeys = 32;  // wgmma.sp k32
 inline constexpr int kDenseStepKeys = 16;   // wgmma k16
 inline constexpr int kProducerRegisters = 40;
@@ -54,15 +54,15 @@ static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumer
               "setmaxnreg budgets must fit the registers allocated at launch");
 
 // 2:4 mode loads K with its keys permuted, so that the score accumulators of thread t of a quad hold whole 2:4
-// groups: shared-memory row (= accumulator column) 32c + 8b + 2t + e holds key 16b + 4t + 2c + e (b < 4, t < 4,
-// c, e < 2). Thread t's accumulator blocks b and b + 4 then hold group 4b + t (keys 16b + 4t .. 16b + 4t + 3), and
+// groups: shared-memory row (= accumulator column) 64c + 8b + 2t + e holds key 16b + 4t + 2c + e (b < 8, t < 4,
+// c, e < 2). Thread t's accumulator blocks b and b + 8 then hold group 4b + t (keys 16b + 4t .. 16b + 4t + 3), and
 // in 32-key step s its groups 8s + t and 8s + 4 + t (b = 2s, 2s + 1): exactly the sparse A fragment's groups, pruned
-// without exchanging a score. Each half c of the tile is one TMA box of 2 x 4 x 4 tokens (token strides 1, 4, 16)
+// without exchanging a score. Each half c of the tile is one TMA box of 2 x 4 x 8 tokens (token strides 1, 4, 16)
 // from key 2c. P * V reads V in key order.
-inline constexpr int kPairKeys = 2;                        // e: keys side by side in a thread's accumulator pair
-inline constexpr int kGroupKeys = 4;                       // a 2:4 group; t steps by one group
-inline constexpr int kBlockKeys = 16;                      // b steps by one block: a group per pair t of a quad
-inline constexpr int kGroupBlocks = kBlockN / kBlockKeys;  // b < kGroupBlocks: half a step
+inline constexpr int kPairKeys = 2;     // e: keys side by side in a thread's accumulator pair
+inline constexpr int kGroupKeys = 4;    // a 2:4 group; t steps by one group
+inline constexpr int kBlockKeys = 16;   // b steps by one block: a group per pair t of a quad
+inline constexpr int kGroupBlocks = 8;  // b < 8: half a step
 inline constexpr int kPermutedHalfRows = kBlockN / 2;
 __host__ __device__ constexpr int permuted_key(int row) {
   const int c = row / kPermutedHalfRows, b = row % kPermutedHalfRows / 8, t = row % 8 / 2, e = row % 2;
@@ -144,7 +144,7 @@ struct CtaWork {
   int q_begin, k_begin;  // first token of the sequence in the tensors' token dimension
   int len_q, len_k;      // the sequence's lengths
   int batch_coordinate;  // the tensor maps' batch coordinate (0 under variable lengths)
-  int key_steps;         // key steps (kBlockN keys) this CTA runs
+  int key_steps;         // 128-key steps this CTA runs
 
   __device__ CtaWork(const Params& p) {
     // The heaviest causal blocks (the last queries) first.
@@ -293,7 +293,7 @@ template <class Element, int kHeadDim, bool kSparse>
 struct Consumer {
   using L = SharedLayout<kHeadDim>;
   using Mma = MmaOf<Element>;
-  static constexpr int kScoreRegisters = kBlockN / 2;  // the 64 x kBlockN score tile, in fp32
+  static constexpr int kScoreRegisters = kBlockN / 2;  // the 64 x 128 score tile: 64 fp32 per thread
   static constexpr int kOutRegisters = kHeadDim / 2;
   static constexpr int kStepKeys = kSparse ? kSparseStepKeys : kDenseStepKeys;
   static constexpr int kPSteps = kBlockN / kStepKeys;
@@ -335,32 +335,25 @@ struct Consumer {
     return w.m_block * kBlockM + warpgroup * kRowsPerConsumer + warp * 16 + g + 8 * r;
   }
 
-  // The descriptors of Q * K^T on a K stage, one per k16 step of the head dim, made before the turn (registers
-  // defined between a group's fence and its wgmma would make ptxas serialise the kernel's wgmma).
-  struct ScoreDescriptors {
-    uint64_t q[kHeadDim / 16], k[kHeadDim / 16];
-  };
-  __device__ void score_descriptors(int stage, ScoreDescriptors& desc) const {
-    constexpr int kStepsPerChunk = kChunkColumns / 16, kStepBytes = 32;
-    const uint32_t q_base = ptx::smem_address(smem.q()) + warpgroup * kRowsPerConsumer * kRowBytes;
-    const uint32_t k_base = ptx::smem_address(smem.k(stage));
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      const int chunk = kk / kStepsPerChunk, within = kk % kStepsPerChunk * kStepBytes;
-      desc.q[kk] = ptx::make_smem_desc_k_major_sw128(q_base + chunk * L::kQChunkBytes + within);
-      desc.k[kk] = ptx::make_smem_desc_k_major_sw128(k_base + chunk * L::kKvChunkBytes + within);
-    }
-  }
-
-  // Issues S = Q * K^T of a stage as one wgmma group; the caller waits for it.
-  __device__ void issue_scores(float (&s)[kScoreRegisters], const ScoreDescriptors& desc) const {
+  // Issues S = Q * K^T of the stage as one wgmma group; the caller waits for it. Every input of the group is
+  // written before its first wgmma: registers defined between them make ptxas serialise the kernel's wgmma.
+  __device__ void issue_scores(float (&s)[kScoreRegisters], int stage) const {
     // 2:4 K of a copied step (the sequence's end, or KeyLoad::copies) was written by cp.async, through the generic
     // proxy: order those writes before wgmma's reads.
     if constexpr (kSparse) ptx::fence_proxy_async_shared();
+    constexpr int kSteps = kHeadDim / 16, kStepsPerChunk = kChunkColumns / 16, kStepBytes = 32;
+    const uint32_t q_base = ptx::smem_address(smem.q()) + warpgroup * kRowsPerConsumer * kRowBytes;
+    const uint32_t k_base = ptx::smem_address(smem.k(stage));
+    uint64_t q_desc[kSteps], k_desc[kSteps];
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      const int chunk = kk / kStepsPerChunk, within = kk % kStepsPerChunk * kStepBytes;
+      q_desc[kk] = ptx::make_smem_desc_k_major_sw128(q_base + chunk * L::kQChunkBytes + within);
+      k_desc[kk] = ptx::make_smem_desc_k_major_sw128(k_base + chunk * L::kKvChunkBytes + within);
+    }
     ptx::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk)
-      ptx::WgmmaSS<kBlockN, Mma>::mma(s, desc.q[kk], desc.k[kk], kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < kSteps; ++kk) ptx::WgmmaSS<kBlockN, Mma>::mma(s, q_desc[kk], k_desc[kk], kk > 0 ? 1 : 0);
     ptx::wgmma_commit_group();
   }
 
@@ -592,9 +585,6 @@ struct Consumer {
     if constexpr (kSparse)
 #pragma unroll
       for (int c = 0; c < kPSteps; ++c) pf.e[c] = meta[2 * c] | meta[2 * c + 1];
-    // Here, not at the next issue: an instruction that defines a wgmma's register between its fence and the wgmma
-    // makes ptxas insert an arrive there and serialise the kernel's wgmma (C7520).
-    fence_p(pf);
   }
 
   __device__ void release(const StagePipeline<kStages>& pipe, int stage) const {
@@ -602,21 +592,28 @@ struct Consumer {
     if (lane == 0) pipe.release(stage);
   }
 
-  // The softmax of `step` (its scores in s), under the warpgroup's own GEMMs in flight, then, once P * V of the step
-  // before is done, O rescaled and the new P written into pf. `kPending` groups were issued after P * V: one when
-  // Q * K^T of the next step runs, none at the last step.
-  template <int kPending>
-  __device__ void softmax_step(int step, const CtaWork& w, const Params& p, RingPosition<kStages>& k_done,
-                               RingPosition<kStages>& v_at, float (&s)[kScoreRegisters], PFragments& pf) {
-    ptx::wgmma_wait_group<kPending + 1>();  // Q * K^T of `step`, issued a step earlier
+  // One pipelined key step: Q * K^T of `step` and P * V of step - 1 (from pf) in flight together. The warps wait
+  // for the scores only and compute this step's probabilities while P * V runs, then, once it is done, rescale O
+  // and write the new P into pf.
+  __device__ void pipelined_step(int step, const CtaWork& w, const Params& p, RingPosition<kStages>& k_at,
+                                 RingPosition<kStages>& v_at, float (&s)[kScoreRegisters], PFragments& pf) {
+    uint64_t v_desc[kPSteps];
+    v_descriptors(v_at.stage, v_desc);
+    k_pipe.wait_full(k_at);
+    GemmTurns::wait(warpgroup);
+    issue_scores(s, k_at.stage);
+    v_pipe.wait_full(v_at);
+    issue_pv(pf, v_desc);
+    GemmTurns::pass(warpgroup);
+    ptx::wgmma_wait_group<1>();
     ptx::fence_registers(s);
-    release(k_pipe, k_done.stage);
-    k_done.advance();
+    release(k_pipe, k_at.stage);
+    k_at.advance();
     float correction[2];
     float prob[kProbRegisters];
     uint32_t meta[kMetaWords];
     const bool moved = prepare_p(s, w, step, p, prob, meta, correction);
-    ptx::wgmma_wait_group<kPending>();  // P * V of step - 1
+    ptx::wgmma_wait_group<0>();
     ptx::fence_registers(o);
     fence_p(pf);
     release(v_pipe, v_at.stage);
@@ -626,94 +623,30 @@ struct Consumer {
     write_p(prob, meta, pf);
   }
 
-  // Key step `step` > 0 with a next step: in one turn, P * V of step - 1 and Q * K^T of step + 1 (into s_next); then
-  // this step's softmax on s (whose Q * K^T ran during the step before) under both.
-  __device__ void lookahead_step(int step, const CtaWork& w, const Params& p, RingPosition<kStages>& k_load,
-                                 RingPosition<kStages>& k_done, RingPosition<kStages>& v_at,
-                                 float (&s)[kScoreRegisters], float (&s_next)[kScoreRegisters], PFragments& pf) {
-    uint64_t v_desc[kPSteps];
-    v_descriptors(v_at.stage, v_desc);
-    ScoreDescriptors next_desc;
-    score_descriptors(k_load.stage, next_desc);
-    v_pipe.wait_full(v_at);
-    k_pipe.wait_full(k_load);
-    k_load.advance();
-    GemmTurns::wait(warpgroup);
-    issue_pv(pf, v_desc);
-    issue_scores(s_next, next_desc);
-    GemmTurns::pass(warpgroup);
-    softmax_step<1>(step, w, p, k_done, v_at, s, pf);
-  }
-
-  // The last key step (> 0): P * V of the step before, this step's softmax, then its own P * V.
-  __device__ void last_step(int step, const CtaWork& w, const Params& p, RingPosition<kStages>& k_done,
-                            RingPosition<kStages>& v_at, float (&s)[kScoreRegisters], PFragments& pf) {
-    uint64_t v_desc[kPSteps];
-    v_descriptors(v_at.stage, v_desc);
-    v_pipe.wait_full(v_at);
-    GemmTurns::wait(warpgroup);
-    issue_pv(pf, v_desc);
-    GemmTurns::pass(warpgroup);
-    softmax_step<0>(step, w, p, k_done, v_at, s, pf);
-    last_pv(v_at, pf);
-  }
-
-  // Each warpgroup keeps Q * K^T one step ahead, alternating between two score tiles by name (the loop unrolled by
-  // two), so that each step's softmax runs under its own warpgroup's GEMMs as well as the other's. The turns: each
-  // warpgroup issues key_steps + 1 times (the first Q * K^T, one per later step, the last P * V).
+  // The turns: each warpgroup issues key_steps + 1 times (the first Q * K^T, the pipelined steps, the last P * V).
   __device__ void run(const CtaWork& w, const Params& p) {
     ptx::mbarrier_wait(smem.q_full(), 0);
     if (w.key_steps == 0) return store(w, p);
-    RingPosition<kStages> k_load, k_done, v_at;
-    float s_even[kScoreRegisters], s_odd[kScoreRegisters];  // the scores of even and odd steps
+    RingPosition<kStages> k_at, v_at;
+    float s[kScoreRegisters];
     PFragments pf;
+
+    GemmTurns::start(warpgroup);
+    k_pipe.wait_full(k_at);
+    GemmTurns::wait(warpgroup);
+    issue_scores(s, k_at.stage);
+    GemmTurns::pass(warpgroup);
+    ptx::wgmma_wait_group<0>();
+    ptx::fence_registers(s);
+    release(k_pipe, k_at.stage);
+    k_at.advance();
     float correction[2];
     float prob[kProbRegisters];
     uint32_t meta[kMetaWords];
-
-    GemmTurns::start(warpgroup);
-    ScoreDescriptors desc;
-    score_descriptors(k_load.stage, desc);
-    k_pipe.wait_full(k_load);
-    k_load.advance();
-    if (w.key_steps == 1) {
-      GemmTurns::wait(warpgroup);
-      issue_scores(s_even, desc);
-      GemmTurns::pass(warpgroup);
-      ptx::wgmma_wait_group<0>();
-      ptx::fence_registers(s_even);
-      release(k_pipe, k_done.stage);
-      prepare_p(s_even, w, 0, p, prob, meta, correction);  // O is still zero: nothing to rescale
-      write_p(prob, meta, pf);
-      last_pv(v_at, pf);
-    } else {
-      ScoreDescriptors next_desc;
-      score_descriptors(k_load.stage, next_desc);
-      k_pipe.wait_full(k_load);
-      k_load.advance();
-      GemmTurns::wait(warpgroup);
-      issue_scores(s_even, desc);
-      issue_scores(s_odd, next_desc);
-      GemmTurns::pass(warpgroup);
-      ptx::wgmma_wait_group<1>();
-      ptx::fence_registers(s_even);
-      release(k_pipe, k_done.stage);
-      k_done.advance();
-      prepare_p(s_even, w, 0, p, prob, meta, correction);
-      write_p(prob, meta, pf);
-      for (int step = 1;; step += 2) {
-        if (step + 1 == w.key_steps) {
-          last_step(step, w, p, k_done, v_at, s_odd, pf);
-          break;
-        }
-        lookahead_step(step, w, p, k_load, k_done, v_at, s_odd, s_even, pf);
-        if (step + 2 == w.key_steps) {
-          last_step(step + 1, w, p, k_done, v_at, s_even, pf);
-          break;
-        }
-        lookahead_step(step + 1, w, p, k_load, k_done, v_at, s_even, s_odd, pf);
-      }
-    }
+    prepare_p(s, w, 0, p, prob, meta, correction);  // O is still zero: nothing to rescale
+    write_p(prob, meta, pf);
+    for (int step = 1; step < w.key_steps; ++step) pipelined_step(step, w, p, k_at, v_at, s, pf);
+    last_pv(v_at, pf);
     GemmTurns::finish(warpgroup);
     store(w, p);
   }
