@@ -20,15 +20,22 @@ fi
 bench=$1 args=$2
 shift 2
 export PATH=/usr/local/cuda/bin:$PATH
-cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${NMKIT_CUDA_ARCHS:-90a}" \
+# A build tree of its own: between calls it holds the last version's objects, and the device's copy of this tree
+# keeps this machine's (older) file times, so ninja would not rebuild them for this tree. Touching every file a
+# version replaces makes the first build this tree's.
+build_dir=build/gpu-variants
+for dir in "$@"; do
+  (cd "$dir" && find . -type f -print0) | xargs -0 -r touch -c --
+done
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${NMKIT_CUDA_ARCHS:-90a}" \
   -DNMKIT_DEFAULT_MODEL=/model-not-carried >/tmp/nmkit_configure.log 2>&1 || { tail -30 /tmp/nmkit_configure.log; exit 1; }
 bins=$(mktemp -d /tmp/nmkit_variants.XXXXXX)
 saved=$(mktemp -d /tmp/nmkit_variants_saved.XXXXXX)  # this tree's copies of the files the versions replace
 build() {  # $1: the name to keep the binary under
   local start=$SECONDS
-  cmake --build build/gpu -j "$(nproc)" --target "$bench" >/tmp/nmkit_build.log 2>&1 ||
+  cmake --build "$build_dir" -j "$(nproc)" --target "$bench" >/tmp/nmkit_build.log 2>&1 ||
     { grep -E "error" -A3 /tmp/nmkit_build.log | head -40; return 1; }
-  cp "build/gpu/bench/$bench" "$bins/$1"
+  cp "$build_dir/bench/$bench" "$bins/$1"
   echo "built $1 in $((SECONDS - start)) s"
 }
 restore() { (cd "$saved" && find . -type f -print0 | xargs -0 -r -I{} cp {} "$OLDPWD/{}"); }
