@@ -45,7 +45,7 @@ void check_strides(const AttentionStrides& s, bool variable_lengths, const char*
 
 template <class Element>
 CUtensorMap operand_map(const void* base, const AttentionStrides& s, int64_t tokens, int64_t heads, int64_t batch,
-                        int head_dim, bool variable_lengths) {
+                        int head_dim, bool variable_lengths, int box_rows) {
   constexpr int64_t kBytes = sizeof(Element);
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim),
                               static_cast<cuuint64_t>(std::max<int64_t>(tokens, 1)),  // K/V of seq_k = 0 are never read
@@ -53,13 +53,13 @@ CUtensorMap operand_map(const void* base, const AttentionStrides& s, int64_t tok
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(variable_lengths ? 1 : batch)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s.token * kBytes), static_cast<cuuint64_t>(s.head * kBytes),
                                  static_cast<cuuint64_t>((variable_lengths ? s.head : s.batch) * kBytes)};
-  const cuuint32_t box[4] = {k::kChunkColumns, k::kBlockN, 1, 1};
+  const cuuint32_t box[4] = {k::kChunkColumns, static_cast<cuuint32_t>(box_rows), 1, 1};
   return cuda::make_tensor_map_sw128<Element, 4>(base, dims, strides, box);
 }
 
 // K for 2:4 by boxes (Producer::load_permuted_keys): dimensions head dim, token, group, block (the last three are
 // token strides 1, kGroupKeys and kBlockKeys over the same memory), head; a box of 64 x kPairKeys x 4 x kGroupBlocks
-// fills half a step in permuted_key's order. Five dimensions leave none for the batch, so it is folded into the
+// fills half a step in PermutedKeys' order. Five dimensions leave none for the batch, so it is folded into the
 // heads (batch stride = kv_heads head strides) or the tokens (batch stride = seq_k token strides); with other
 // strides the kernel copies K instead. The token dimension bounds a box's first kPairKeys keys only: the kernel
 // loads whole steps of existing keys this way.
@@ -68,10 +68,11 @@ struct PermutedKeyMap {
   CUtensorMap map{};
 };
 
-template <class Element>
+template <class Element, int kBlockN>
 PermutedKeyMap permuted_key_map(const void* base, const AttentionDesc& d, const AttentionStrides& s) {
   constexpr int64_t kBytes = sizeof(Element);
   constexpr int kGroupsPerBlock = k::kBlockKeys / k::kGroupKeys;
+  constexpr int kGroupBlocks = k::PermutedKeys<kBlockN>::kGroupBlocks;
   int64_t tokens = d.variable_lengths ? d.total_k : d.seq_k, heads = d.kv_heads;
   PermutedKeyMap result;
   if (d.variable_lengths || d.batch == 1 || s.batch == d.kv_heads * s.head) {
@@ -87,11 +88,11 @@ PermutedKeyMap permuted_key_map(const void* base, const AttentionDesc& d, const 
       block_stride >= (int64_t{1} << 40) || tokens == 0)
     return {};
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(d.head_dim), static_cast<cuuint64_t>(tokens), kGroupsPerBlock,
-                              k::kGroupBlocks, static_cast<cuuint64_t>(heads)};
+                              kGroupBlocks, static_cast<cuuint64_t>(heads)};
   const cuuint64_t strides[4] = {static_cast<cuuint64_t>(s.token * kBytes),
                                  static_cast<cuuint64_t>(k::kGroupKeys * s.token * kBytes),
                                  static_cast<cuuint64_t>(block_stride), static_cast<cuuint64_t>(s.head * kBytes)};
-  const cuuint32_t box[5] = {k::kChunkColumns, k::kPairKeys, kGroupsPerBlock, k::kGroupBlocks, 1};
+  const cuuint32_t box[5] = {k::kChunkColumns, k::kPairKeys, kGroupsPerBlock, kGroupBlocks, 1};
   result.map = cuda::make_tensor_map_sw128<Element, 5>(base, dims, strides, box);
   return result;
 }
@@ -99,15 +100,16 @@ PermutedKeyMap permuted_key_map(const void* base, const AttentionDesc& d, const 
 template <class Element, int kHeadDim, bool kSparse>
 void launch(const AttentionDesc& d, const AttentionTensors& t, const AttentionStrides& qs, const AttentionStrides& ks,
             const AttentionStrides& vs, const AttentionStrides& os, float scale, cudaStream_t stream) {
-  static_assert(k::kBlockM == k::kBlockN, "one tensor-map box serves Q and K/V");
+  using L = k::SharedLayout<kHeadDim>;
   const bool varlen = d.variable_lengths;
   const int64_t tokens_q = varlen ? d.total_q : d.seq_q, tokens_k = varlen ? d.total_k : d.seq_k;
-  const CUtensorMap q_map = operand_map<Element>(t.q, qs, tokens_q, d.heads, d.batch, kHeadDim, varlen);
-  const PermutedKeyMap permuted = kSparse ? permuted_key_map<Element>(t.k, d, ks) : PermutedKeyMap{};
-  const CUtensorMap k_map = permuted.load != k::KeyLoad::copies
-                                ? permuted.map
-                                : operand_map<Element>(t.k, ks, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen);
-  const CUtensorMap v_map = operand_map<Element>(t.v, vs, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen);
+  const CUtensorMap q_map = operand_map<Element>(t.q, qs, tokens_q, d.heads, d.batch, kHeadDim, varlen, k::kBlockM);
+  const PermutedKeyMap permuted = kSparse ? permuted_key_map<Element, L::kBlockN>(t.k, d, ks) : PermutedKeyMap{};
+  const CUtensorMap k_map =
+      permuted.load != k::KeyLoad::copies
+          ? permuted.map
+          : operand_map<Element>(t.k, ks, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen, L::kBlockN);
+  const CUtensorMap v_map = operand_map<Element>(t.v, vs, tokens_k, d.kv_heads, d.batch, kHeadDim, varlen, L::kBlockN);
   k::Params p{};
   p.k = t.k, p.k_batch = ks.batch, p.k_head = ks.head, p.k_token = ks.token;
   p.o = t.o, p.lse = t.lse;
@@ -122,7 +124,7 @@ void launch(const AttentionDesc& d, const AttentionTensors& t, const AttentionSt
   p.key_load = permuted.load;
   p.kv_heads = static_cast<int>(d.kv_heads);
 
-  constexpr int kSmem = k::SharedLayout<kHeadDim>::kAllocationBytes;
+  constexpr int kSmem = L::kAllocationBytes;
   static_assert(kSmem <= cuda::kSm90SharedMemoryPerCta, "the stages fit one CTA");
   auto kernel = k::sm90_dfss_kernel<Element, kHeadDim, kSparse>;
   static cuda::DynamicSmemLimit limit;
@@ -208,8 +210,11 @@ AttentionPlan AttentionPlan::create(const AttentionDesc& desc) {
 
   AttentionPlan plan;
   plan.desc_ = d;
-  plan.config_ = {k::kBlockM, k::kBlockN, k::kStages, k::kThreads,
-                  d.head_dim == 64 ? k::SharedLayout<64>::kAllocationBytes : k::SharedLayout<128>::kAllocationBytes};
+  const auto config_of = [](auto layout) {
+    using L = decltype(layout);
+    return AttentionConfig{k::kBlockM, L::kBlockN, L::kStages, k::kThreads, L::kAllocationBytes};
+  };
+  plan.config_ = d.head_dim == 64 ? config_of(k::SharedLayout<64>{}) : config_of(k::SharedLayout<128>{});
   return plan;
 }
 

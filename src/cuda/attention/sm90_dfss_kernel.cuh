@@ -1,8 +1,8 @@
 #pragma once
 // The fused DFSS forward on Hopper. A CTA owns 128 queries of one (sequence, head): two consumer warpgroups of 64
-// rows each and a producer warpgroup that streams Q once and K, V in 128-key steps through two stage rings (K
-// released after Q*K^T, V after P*V, so the next K lands while P*V runs), all by TMA from one thread: 2:4 K with
-// its keys permuted (permuted_key), except where a box cannot bound the keys (the step that holds the sequence's
+// rows each and a producer warpgroup that streams Q once and K, V in steps of StepShape's keys through two stage
+// rings (K released after Q*K^T, V after P*V, so the next K lands while P*V runs), all by TMA from one thread: 2:4 K
+// with its keys permuted (PermutedKeys), except where a box cannot bound the keys (the step that holds the sequence's
 // end) or the batch folds into no map dimension (KeyLoad::copies): there the producer's first warp copies them.
 //
 // Consumer step: S = Q*K^T on wgmma (f32 accumulators), the causal and length masks, the online softmax's row
@@ -40,10 +40,8 @@ inline constexpr int kConsumers = 2;
 inline constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 inline constexpr int kRowsPerConsumer = 64;  // wgmma's M
 inline constexpr int kBlockM = kConsumers * kRowsPerConsumer;
-inline constexpr int kBlockN = 128;       // keys per step
 inline constexpr int kChunkColumns = 64;  // head-dim columns per 128-byte swizzled row
 inline constexpr int kRowBytes = 128;
-inline constexpr int kStages = 2;
 inline constexpr int kSparseStepKeys = 32;  // wgmma.sp k32
 inline constexpr int kDenseStepKeys = 16;   // wgmma k16
 inline constexpr int kProducerRegisters = 40;
@@ -53,40 +51,53 @@ using GemmTurns = Turns<NamedBarrier::gemm_turn>;
 static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <= (kConsumers + 1) * launch_registers(kThreads),
               "setmaxnreg budgets must fit the registers allocated at launch");
 
+// Keys per step and the depth of the K and V rings, by head dim. Shorter steps pay their fixed work (the stage and
+// turn waits, each group's fence and wait, the fast path's vote) more often, longer ones lengthen the 2:4 softmax
+// more than they save; a third stage lets K land ahead of the softmax at both head dims.
+template <int kHeadDim>
+struct StepShape {
+  static constexpr int kBlockN = 128;
+  static constexpr int kStages = 3;
+};
+
 // 2:4 mode loads K with its keys permuted, so that the score accumulators of thread t of a quad hold whole 2:4
-// groups: shared-memory row (= accumulator column) 64c + 8b + 2t + e holds key 16b + 4t + 2c + e (b < 8, t < 4,
-// c, e < 2). Thread t's accumulator blocks b and b + 8 then hold group 4b + t (keys 16b + 4t .. 16b + 4t + 3), and
-// in 32-key step s its groups 8s + t and 8s + 4 + t (b = 2s, 2s + 1): exactly the sparse A fragment's groups, pruned
-// without exchanging a score. Each half c of the tile is one TMA box of 2 x 4 x 8 tokens (token strides 1, 4, 16)
-// from key 2c. P * V reads V in key order.
-inline constexpr int kPairKeys = 2;     // e: keys side by side in a thread's accumulator pair
-inline constexpr int kGroupKeys = 4;    // a 2:4 group; t steps by one group
-inline constexpr int kBlockKeys = 16;   // b steps by one block: a group per pair t of a quad
-inline constexpr int kGroupBlocks = 8;  // b < 8: half a step
-inline constexpr int kPermutedHalfRows = kBlockN / 2;
-__host__ __device__ constexpr int permuted_key(int row) {
-  const int c = row / kPermutedHalfRows, b = row % kPermutedHalfRows / 8, t = row % 8 / 2, e = row % 2;
-  return kBlockKeys * b + kGroupKeys * t + kPairKeys * c + e;
-}
-// Thread t's score register of key `position` (0..3) of group 4b + t in row half r (0: row g, 1: g + 8).
-__host__ __device__ constexpr int group_register(int b, int r, int position) {
-  return 4 * (b + kGroupBlocks * (position / 2)) + 2 * r + position % 2;
-}
-// The layout's promises: row 64c + 8b + 2t + e holds key 16b + 4t + 2c + e (mask() spells this out with t < 4
-// known), and group_register(b, r, 2c + e) is the register of accumulator column 8(b + 8c) + 2t + e in row half r.
-constexpr bool permuted_layout_holds() {
-  for (int c = 0; c < 2; ++c)
-    for (int b = 0; b < kGroupBlocks; ++b)
-      for (int t = 0; t < 4; ++t)
-        for (int e = 0; e < 2; ++e) {
-          const int row = kPermutedHalfRows * c + 8 * b + 2 * t + e;
-          if (permuted_key(row) != 16 * b + 4 * t + 2 * c + e) return false;
-          for (int r = 0; r < 2; ++r)
-            if (group_register(b, r, 2 * c + e) != 4 * (b + kGroupBlocks * c) + 2 * r + e) return false;
-        }
-  return true;
-}
-static_assert(permuted_layout_holds());
+// groups: with H = kBlockN / 2 and B = kBlockN / 16, shared-memory row (= accumulator column) Hc + 8b + 2t + e holds
+// key 16b + 4t + 2c + e (b < B, t < 4, c, e < 2). Thread t's accumulator blocks b and b + B then hold group 4b + t
+// (keys 16b + 4t .. 16b + 4t + 3), and in 32-key step s its groups 8s + t and 8s + 4 + t (b = 2s, 2s + 1): exactly
+// the sparse A fragment's groups, pruned without exchanging a score. Each half c of the tile is one TMA box of
+// 2 x 4 x B tokens (token strides 1, 4, 16) from key 2c. P * V reads V in key order.
+inline constexpr int kPairKeys = 2;    // e: keys side by side in a thread's accumulator pair
+inline constexpr int kGroupKeys = 4;   // a 2:4 group; t steps by one group
+inline constexpr int kBlockKeys = 16;  // b steps by one block: a group per pair t of a quad
+template <int kBlockN>
+struct PermutedKeys {
+  static_assert(kBlockN % (2 * kBlockKeys) == 0, "whole 32-key steps");
+  static constexpr int kGroupBlocks = kBlockN / kBlockKeys;  // b < kGroupBlocks: half a step
+  static constexpr int kHalfRows = kBlockN / 2;
+  __host__ __device__ static constexpr int key(int row) {
+    const int c = row / kHalfRows, b = row % kHalfRows / 8, t = row % 8 / 2, e = row % 2;
+    return kBlockKeys * b + kGroupKeys * t + kPairKeys * c + e;
+  }
+  // Thread t's score register of key `position` (0..3) of group 4b + t in row half r (0: row g, 1: g + 8).
+  __host__ __device__ static constexpr int group_register(int b, int r, int position) {
+    return 4 * (b + kGroupBlocks * (position / 2)) + 2 * r + position % 2;
+  }
+  // The layout's promises: row Hc + 8b + 2t + e holds key 16b + 4t + 2c + e (mask() spells this out with t < 4
+  // known), and group_register(b, r, 2c + e) is the register of accumulator column 8(b + Bc) + 2t + e in row half r.
+  static constexpr bool holds() {
+    for (int c = 0; c < 2; ++c)
+      for (int b = 0; b < kGroupBlocks; ++b)
+        for (int t = 0; t < 4; ++t)
+          for (int e = 0; e < 2; ++e) {
+            const int row = kHalfRows * c + 8 * b + 2 * t + e;
+            if (key(row) != 16 * b + 4 * t + 2 * c + e) return false;
+            for (int r = 0; r < 2; ++r)
+              if (group_register(b, r, 2 * c + e) != 4 * (b + kGroupBlocks * c) + 2 * r + e) return false;
+          }
+    return true;
+  }
+};
+static_assert(PermutedKeys<StepShape<64>::kBlockN>::holds() && PermutedKeys<StepShape<128>::kBlockN>::holds());
 
 // How the 2:4 producer loads a step of K: by TMA boxes, the tensor's batch folded into its heads or its tokens (the
 // 5-D map has no dimension left for it), or, where the strides fold into neither, by copies.
@@ -114,6 +125,7 @@ struct Params {
 // [rows][64] (TMA's 128-byte boxes), then the barriers.
 template <int kHeadDim>
 struct SharedLayout {
+  static constexpr int kBlockN = StepShape<kHeadDim>::kBlockN, kStages = StepShape<kHeadDim>::kStages;
   static constexpr int kChunks = kHeadDim / kChunkColumns;
   static constexpr int kQChunkBytes = kBlockM * kRowBytes;
   static constexpr int kKvChunkBytes = kBlockN * kRowBytes;
@@ -139,12 +151,13 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 
 // Which (sequence, head, 128 queries) a CTA owns, and the ranges of rows and keys that exist there.
+template <int kBlockN>
 struct CtaWork {
   int batch, head, m_block;
   int q_begin, k_begin;  // first token of the sequence in the tensors' token dimension
   int len_q, len_k;      // the sequence's lengths
   int batch_coordinate;  // the tensor maps' batch coordinate (0 under variable lengths)
-  int key_steps;         // 128-key steps this CTA runs
+  int key_steps;         // kBlockN-key steps this CTA runs
 
   __device__ CtaWork(const Params& p) {
     // The heaviest causal blocks (the last queries) first.
@@ -180,7 +193,7 @@ struct SharedStorage {
   __device__ unsigned char* v(int stage) const { return base + L::kVOffset + stage * L::kKvBytes; }
   __device__ uint64_t* q_full() const { return reinterpret_cast<uint64_t*>(base + L::kBarrierOffset); }
   __device__ uint64_t* k_barriers() const { return q_full() + 1; }
-  __device__ uint64_t* v_barriers() const { return k_barriers() + 2 * kStages; }
+  __device__ uint64_t* v_barriers() const { return k_barriers() + 2 * L::kStages; }
 };
 
 // The producer warpgroup; only its first warp works. One thread loads Q once and V of each step by TMA, and K the
@@ -191,6 +204,9 @@ struct SharedStorage {
 template <int kHeadDim, bool kPermuteKeys>
 struct Producer {
   using L = SharedLayout<kHeadDim>;
+  static constexpr int kBlockN = L::kBlockN, kStages = L::kStages;
+  using Keys = PermutedKeys<kBlockN>;
+  using Work = CtaWork<kBlockN>;
   static constexpr int kCopyBytes = 16;
   static constexpr int kCopiesPerRow = kHeadDim * 2 / kCopyBytes;
   const SharedStorage<kHeadDim>& smem;
@@ -213,38 +229,39 @@ struct Producer {
     for (int chunk = 0; chunk < L::kChunks; ++chunk)
 #pragma unroll
       for (int c = 0; c < 2; ++c)
-        ptx::tma_load_5d(dst + chunk * L::kKvChunkBytes + c * kPermutedHalfRows * kRowBytes, map, bar,
-                         chunk * kChunkColumns, first_token + permuted_key(c * kPermutedHalfRows), 0, 0, head);
+        ptx::tma_load_5d(dst + chunk * L::kKvChunkBytes + c * Keys::kHalfRows * kRowBytes, map, bar,
+                         chunk * kChunkColumns, first_token + Keys::key(c * Keys::kHalfRows), 0, 0, head);
   }
 
   // K of a step by copies (the step that holds the sequence's end, or any step under KeyLoad::copies), row r of
-  // the tile holding key permuted_key(r), in TMA's 128-byte swizzle (16-byte chunk j of row r lands at chunk
+  // the tile holding key Keys::key(r), in TMA's 128-byte swizzle (16-byte chunk j of row r lands at chunk
   // j ^ (r % 8)). A lane copies one 16-byte column of every kRowsPerPass-th row from its first_row < kRowsPerPass:
-  // permuted_key moves bit fields, so row first_row + kRowsPerPass * i holds key permuted_key(first_row) +
-  // permuted_key(kRowsPerPass * i).
-  __device__ void copy_permuted_keys(unsigned char* dst, const Params& p, const CtaWork& work, int kv_head,
+  // first_row only sets bits below kRowsPerPass, inside a row's 8-row block (e and t), which kRowsPerPass * i never
+  // carries into, so row first_row + kRowsPerPass * i holds key Keys::key(first_row) + Keys::key(kRowsPerPass * i).
+  __device__ void copy_permuted_keys(unsigned char* dst, const Params& p, const Work& work, int kv_head,
                                      int step) const {
     constexpr int kRowsPerPass = 32 / kCopiesPerRow;
     static_assert(kRowsPerPass >= 1 && (kRowsPerPass & (kRowsPerPass - 1)) == 0,
                   "a power of two: a lane's rows differ from its first only in the bits above it");
+    static_assert(kRowsPerPass <= 8 && Keys::kHalfRows % 8 == 0, "first_row stays inside an 8-row block");
     const int first_row = lane / kCopiesPerRow, column = lane % kCopiesPerRow;
     const int64_t token_bytes = 2 * p.k_token;
     const auto* base = static_cast<const unsigned char*>(p.k) + column * kCopyBytes +
                        2 * (static_cast<int64_t>(work.batch) * (p.cu_seqlens_k ? 0 : p.k_batch) + kv_head * p.k_head);
-    const int first_key = step * kBlockN + permuted_key(first_row);
+    const int first_key = step * kBlockN + Keys::key(first_row);
     const auto* first = base + (work.k_begin + first_key) * token_bytes;
     const uint32_t at = ptx::smem_address(dst) + column / 8 * L::kKvChunkBytes;
     // Rolled in part: the producer has few registers (kProducerRegisters).
 #pragma unroll 4
     for (int i = 0; i < kBlockN / kRowsPerPass; ++i) {
-      const int row = first_row + kRowsPerPass * i, offset = permuted_key(kRowsPerPass * i);
+      const int row = first_row + kRowsPerPass * i, offset = Keys::key(kRowsPerPass * i);
       const bool valid = first_key + offset < work.len_k;
       ptx::cp_async_16(at + row * kRowBytes + (column % 8 ^ row % 8) * kCopyBytes,
                        valid ? first + offset * token_bytes : base, valid ? kCopyBytes : 0);
     }
   }
 
-  __device__ void run(const CtaWork& work, const Params& p, const CUtensorMap* q_map, const CUtensorMap* k_map,
+  __device__ void run(const Work& work, const Params& p, const CUtensorMap* q_map, const CUtensorMap* k_map,
                       const CUtensorMap* v_map) const {
     const bool leader = lane == 0;
     if (!kPermuteKeys && !leader) return;
@@ -291,9 +308,15 @@ struct Producer {
 
 template <class Element, int kHeadDim, bool kSparse>
 struct Consumer {
+  // 2:4 at d = 128 issues without taking turns: its shorter P * V leaves the other warpgroup's GEMMs too little
+  // time to cover a softmax, so the turns only add their waits.
+  using Turn = std::conditional_t<kSparse && kHeadDim == 128, NoTurns, GemmTurns>;
   using L = SharedLayout<kHeadDim>;
+  static constexpr int kBlockN = L::kBlockN, kStages = L::kStages;
+  using Keys = PermutedKeys<kBlockN>;
+  using Work = CtaWork<kBlockN>;
   using Mma = MmaOf<Element>;
-  static constexpr int kScoreRegisters = kBlockN / 2;  // the 64 x 128 score tile: 64 fp32 per thread
+  static constexpr int kScoreRegisters = kBlockN / 2;  // the 64 x kBlockN score tile
   static constexpr int kOutRegisters = kHeadDim / 2;
   static constexpr int kStepKeys = kSparse ? kSparseStepKeys : kDenseStepKeys;
   static constexpr int kPSteps = kBlockN / kStepKeys;
@@ -331,7 +354,7 @@ struct Consumer {
   }
 
   // The query index of this thread's row r (0: g, 1: g + 8) within the sequence.
-  __device__ int query(const CtaWork& w, int r) const {
+  __device__ int query(const Work& w, int r) const {
     return w.m_block * kBlockM + warpgroup * kRowsPerConsumer + warp * 16 + g + 8 * r;
   }
 
@@ -388,16 +411,16 @@ struct Consumer {
   }
 
   // Scores of masked keys (past the sequence, or after the query under causal) become -inf.
-  __device__ void mask(float (&s)[kScoreRegisters], const CtaWork& w, int step, bool causal) const {
+  __device__ void mask(float (&s)[kScoreRegisters], const Work& w, int step, bool causal) const {
 #pragma unroll
     for (int j = 0; j < kBlockN / 8; ++j)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          // Column 8j + 2t + e holds key 8j + 2t + e, or permuted_key() of it (2:4), spelled out with t < 4 known.
-          const int key = step * kBlockN + (kSparse ? kBlockKeys * (j % kGroupBlocks) + kGroupKeys * t +
-                                                          kPairKeys * (j / kGroupBlocks) + e
+          // Column 8j + 2t + e holds key 8j + 2t + e, or Keys::key() of it (2:4), spelled out with t < 4 known.
+          const int key = step * kBlockN + (kSparse ? kBlockKeys * (j % Keys::kGroupBlocks) + kGroupKeys * t +
+                                                          kPairKeys * (j / Keys::kGroupBlocks) + e
                                                     : 8 * j + 2 * t + e);
           if (key >= w.len_k || (causal && key > query(w, r))) s[4 * j + 2 * r + e] = -INFINITY;
         }
@@ -442,7 +465,7 @@ struct Consumer {
   // This step's probabilities (prob) and 2:4 metadata (meta), while P * V of the step before still runs: masks,
   // maxima, the prune and the exponentials of the kept scores. Nothing here writes P's registers, which that P * V
   // reads until it completes; write_p packs them after the wait.
-  __device__ bool prepare_p(float (&s)[kScoreRegisters], const CtaWork& w, int step, const Params& p,
+  __device__ bool prepare_p(float (&s)[kScoreRegisters], const Work& w, int step, const Params& p,
                             float (&prob)[kProbRegisters], uint32_t (&meta)[kMetaWords], float (&correction)[2]) {
     const int step_end = (step + 1) * kBlockN;
     const int first_row = w.m_block * kBlockM + warpgroup * kRowsPerConsumer;
@@ -495,7 +518,7 @@ struct Consumer {
     for (int half = 0; half < 2; ++half) {
       const int b = 2 * c + half;
       const auto y = [&](int position, int r) {
-        return fmaf(s[group_register(b, r, position)], scale_log2, -reference[r]);
+        return fmaf(s[Keys::group_register(b, r, position)], scale_log2, -reference[r]);
       };
       const KeptPairs kept =
           keep_two_of_four_x2(__floats2half2_rn(y(0, 0), y(0, 1)), __floats2half2_rn(y(1, 0), y(1, 1)),
@@ -545,8 +568,8 @@ struct Consumer {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int b = 2 * c + half;
-        const KeptPair kept = keep_two_of_four(s[group_register(b, r, 0)], s[group_register(b, r, 1)],
-                                               s[group_register(b, r, 2)], s[group_register(b, r, 3)]);
+        const KeptPair kept = keep_two_of_four(s[Keys::group_register(b, r, 0)], s[Keys::group_register(b, r, 1)],
+                                               s[Keys::group_register(b, r, 2)], s[Keys::group_register(b, r, 3)]);
         const int k = 4 * (2 * c + half) + 2 * r;  // the pair's place in prob: the k32 fragment's register order
         prob[k] = exp2_approx(fmaf(kept.first, scale_log2, -max_scaled[r]));
         prob[k + 1] = exp2_approx(fmaf(kept.second, scale_log2, -max_scaled[r]));
@@ -595,16 +618,16 @@ struct Consumer {
   // One pipelined key step: Q * K^T of `step` and P * V of step - 1 (from pf) in flight together. The warps wait
   // for the scores only and compute this step's probabilities while P * V runs, then, once it is done, rescale O
   // and write the new P into pf.
-  __device__ void pipelined_step(int step, const CtaWork& w, const Params& p, RingPosition<kStages>& k_at,
+  __device__ void pipelined_step(int step, const Work& w, const Params& p, RingPosition<kStages>& k_at,
                                  RingPosition<kStages>& v_at, float (&s)[kScoreRegisters], PFragments& pf) {
     uint64_t v_desc[kPSteps];
     v_descriptors(v_at.stage, v_desc);
     k_pipe.wait_full(k_at);
-    GemmTurns::wait(warpgroup);
+    Turn::wait(warpgroup);
     issue_scores(s, k_at.stage);
     v_pipe.wait_full(v_at);
     issue_pv(pf, v_desc);
-    GemmTurns::pass(warpgroup);
+    Turn::pass(warpgroup);
     ptx::wgmma_wait_group<1>();
     ptx::fence_registers(s);
     release(k_pipe, k_at.stage);
@@ -624,18 +647,18 @@ struct Consumer {
   }
 
   // The turns: each warpgroup issues key_steps + 1 times (the first Q * K^T, the pipelined steps, the last P * V).
-  __device__ void run(const CtaWork& w, const Params& p) {
+  __device__ void run(const Work& w, const Params& p) {
     ptx::mbarrier_wait(smem.q_full(), 0);
     if (w.key_steps == 0) return store(w, p);
     RingPosition<kStages> k_at, v_at;
     float s[kScoreRegisters];
     PFragments pf;
 
-    GemmTurns::start(warpgroup);
+    Turn::start(warpgroup);
     k_pipe.wait_full(k_at);
-    GemmTurns::wait(warpgroup);
+    Turn::wait(warpgroup);
     issue_scores(s, k_at.stage);
-    GemmTurns::pass(warpgroup);
+    Turn::pass(warpgroup);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(s);
     release(k_pipe, k_at.stage);
@@ -647,7 +670,7 @@ struct Consumer {
     write_p(prob, meta, pf);
     for (int step = 1; step < w.key_steps; ++step) pipelined_step(step, w, p, k_at, v_at, s, pf);
     last_pv(v_at, pf);
-    GemmTurns::finish(warpgroup);
+    Turn::finish(warpgroup);
     store(w, p);
   }
 
@@ -655,16 +678,16 @@ struct Consumer {
     uint64_t v_desc[kPSteps];
     v_descriptors(v_at.stage, v_desc);
     v_pipe.wait_full(v_at);
-    GemmTurns::wait(warpgroup);
+    Turn::wait(warpgroup);
     issue_pv(pf, v_desc);
-    GemmTurns::pass(warpgroup);
+    Turn::pass(warpgroup);
     ptx::wgmma_wait_group<0>();
     ptx::fence_registers(o);
     fence_p(pf);
     release(v_pipe, v_at.stage);
   }
 
-  __device__ void store(const CtaWork& w, const Params& p) {
+  __device__ void store(const Work& w, const Params& p) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float sum = row_sum[r];
@@ -696,10 +719,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                      const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
-  const CtaWork work(p);
+  using L = SharedLayout<kHeadDim>;
+  const CtaWork<L::kBlockN> work(p);
   if (work.empty()) return;
   const SharedStorage<kHeadDim> smem(smem_raw);
-  const StagePipeline<kStages> k_pipe(smem.k_barriers()), v_pipe(smem.v_barriers());
+  const StagePipeline<L::kStages> k_pipe(smem.k_barriers()), v_pipe(smem.v_barriers());
   const int tid = static_cast<int>(threadIdx.x), warpgroup = tid / kWarpgroupThreads;
   constexpr uint32_t kReleasingWarps = kConsumers * kWarpgroupThreads / 32;
   if (tid == 0) {

@@ -45,4 +45,12 @@ struct Turns {
   }
 };
 
+// Turns' interface for warpgroups that issue whenever they are ready.
+struct NoTurns {
+  static __device__ __forceinline__ void wait(int) {}
+  static __device__ __forceinline__ void pass(int) {}
+  static __device__ __forceinline__ void start(int) {}
+  static __device__ __forceinline__ void finish(int) {}
+};
+
 }  // namespace nmkit::cuda
