@@ -2,7 +2,7 @@
 PyTorch's own 2:4 tensor, prefill and decode, every variant side by side in one process.
 
     PYTHONPATH=build/gpu/python python3 bench/torch_e2e.py --json $OUT/torch_e2e.json [--layers 4] [--context 1024]
-        [--rounds 15] [--quick] [--variants dense nm24 vnm tile torch24 dfss fp8] [--dtype f16|bf16] [--tile-density 0.5]
+        [--rounds 15] [--quick] [--variants dense nm24 vnm vnm_fm tile torch24 dfss fp8] [--dtype f16|bf16] [--tile-density 0.5]
     PYTHONPATH=.deps/torch:.deps/py python3 bench/torch_e2e.py --device cpu --tiny    # the dry run, no GPU
 
 The GPU run needs nmkit's Python extension built with CUDA first, as scripts/gpu_check.sh builds it (the device call
@@ -27,7 +27,8 @@ from it, so that a step is one CUDA graph. --quick: prefill 8 x 512 and decode a
 --prune-once (every layer its own device copy of the first layer's weights, one layer pruned on the CPU).
 
 Variants, the same stack with other linear layers: dense (F.linear, cuBLAS); nmkit 2:4, vnm:128:2:8 and
-tile:64x64:<--tile-density> (nmkit.torch.SparseLinear, each weight pruned by magnitude); torch 2:4 (PyTorch's
+tile:64x64:<--tile-density> (nmkit.torch.SparseLinear, each weight pruned by magnitude), vnm:128:2:8 with gate and
+up writing their outputs feature-major (y^T, which down reads without a transpose); torch 2:4 (PyTorch's
 semi-structured tensor on cuSPARSELt, the same 2:4 weights); for prefill, nmkit 2:4 with nmkit's DFSS attention
 (each score row pruned to 2:4) in place of SDPA; and nmkit 2:4 with e4m3 values (a scale per row, x quantized per
 token inside each call; its reference quantizes x the same way in PyTorch). Attention is otherwise
@@ -141,6 +142,7 @@ class Variant:
     format: Optional[str]  # the pruned weights it holds; None: the dense ones
     attention: str = "sdpa"  # in prefill: "sdpa" or "dfss"
     prefill_only: bool = False
+    mlp_feature_major: bool = False  # gate and up write y^T (feature_major_output), which down reads in place
 
 
 def all_variants(tile_density: float) -> list:
@@ -148,6 +150,7 @@ def all_variants(tile_density: float) -> list:
     return [Variant("dense", "dense (F.linear)", "dense", None),
             Variant("nm24", "nmkit 2:4", "nmkit", "2:4"),
             Variant("vnm", "nmkit vnm:128:2:8", "nmkit", "vnm:128:2:8"),
+            Variant("vnm_fm", "nmkit vnm:128:2:8, MLP feature-major", "nmkit", "vnm:128:2:8", mlp_feature_major=True),
             Variant("tile", f"nmkit {tile}", "nmkit", tile),
             Variant("torch24", "torch 2:4 (cuSPARSELt)", "torch", "2:4"),
             Variant("dfss", "nmkit 2:4 + DFSS attention", "nmkit", "2:4", attention="dfss", prefill_only=True),
@@ -440,6 +443,11 @@ def build_linears(variant: Variant, weights: list, pruned: dict, device) -> tupl
     linears = [{name: nmt.SparseLinear(sparse, device=device,
                                        dtype=dtype if isinstance(sparse, nmkit.QuantizedWeight) else None)
                 for name, (sparse, _) in layer.items()} for layer in layers]
+    if variant.mlp_feature_major:
+        for layer in linears:
+            for name in ("gate_up_proj", "gate_proj", "up_proj"):
+                if name in layer:
+                    layer[name].feature_major_output = True
     return linears, {"device_bytes": used_outside_torch() - before,
                      "format_bytes": sum(s.storage_bytes for layer in layers for s, _ in layer.values())}
 
@@ -584,10 +592,10 @@ class Bench:
         rows = {w.name: self.rows.setdefault((variant.key, w.name), {"workload": w.name, "variant": variant.key,
                                                                       "name": variant.name}) for w in mine}
         try:
-            if (variant.linear, variant.format) not in self.built:
-                self.built[variant.linear, variant.format] = build_linears(variant, self.weights, self.pruned,
-                                                                           self.device)
-            linears, held = self.built[variant.linear, variant.format]
+            built = (variant.linear, variant.format, variant.mlp_feature_major)
+            if built not in self.built:
+                self.built[built] = build_linears(variant, self.weights, self.pruned, self.device)
+            linears, held = self.built[built]
         except Exception as e:  # noqa: BLE001 - the variant is reported, not timed
             for row in rows.values():
                 row["error"] = f"not built: {type(e).__name__}: {e}"
@@ -810,8 +818,8 @@ def main():
     parser.add_argument("--prune-once", action="store_true",
                         help="every layer holds its own copy of the first layer's weights, so that only one layer "
                         "is pruned on the CPU (the kernels' work does not depend on the values)")
-    parser.add_argument("--variants", nargs="+", default=["nm24", "vnm", "tile", "torch24", "dfss", "fp8"],
-                        choices=["dense", "nm24", "vnm", "tile", "torch24", "dfss", "fp8"],
+    parser.add_argument("--variants", nargs="+", default=["nm24", "vnm", "vnm_fm", "tile", "torch24", "dfss", "fp8"],
+                        choices=["dense", "nm24", "vnm", "vnm_fm", "tile", "torch24", "dfss", "fp8"],
                         help="besides dense, which is always timed")
     parser.add_argument("--dtype", choices=list(DTYPES), default="f16")
     parser.add_argument("--tile-density", type=float, default=0.5, help="the fraction of 64x64 tiles kept")

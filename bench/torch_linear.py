@@ -175,9 +175,14 @@ def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s, vnm_patterns
     layers = [nmt.SparseLinear(w16, device="cuda") for _ in range(copies)]
     layer = layers[0]
     x = torch.randn(tokens, cols, device="cuda", dtype=dtype)
+    # The same x feature-major (x^T contiguous, a [T, K] view): what a layer with feature_major_output hands the
+    # next one through elementwise ops, read without a transpose.
+    x_features = x.t().contiguous().t()
     want = F.linear(x.float(), pruned.float())
     libraries = {"cuBLAS (F.linear)": rotating([lambda w=w: F.linear(x, w) for w in pruned_copies]),
-                 "nmkit SparseLinear": rotating([lambda layer=layer: layer(x) for layer in layers])}
+                 "nmkit SparseLinear": rotating([lambda layer=layer: layer(x) for layer in layers]),
+                 "nmkit SparseLinear, x feature-major": rotating([lambda layer=layer: layer(x_features)
+                                                                  for layer in layers])}
     references = {name: want for name in libraries}
     errors = {}
     vnm_layers = {}  # pattern: the layer's weight copies
@@ -191,6 +196,9 @@ def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s, vnm_patterns
             vnm_layers[pattern] = [nmt.SparseLinear(wv, device="cuda") for _ in range(copies_beyond_l2(kept_bytes))]
             libraries[name] = rotating([lambda layer=layer: layer(x) for layer in vnm_layers[pattern]])
             references[name] = F.linear(x.float(), torch.from_numpy(wv.to_dense()).to("cuda"))
+            libraries[f"{name}, x feature-major"] = rotating([lambda layer=layer: layer(x_features)
+                                                              for layer in vnm_layers[pattern]])
+            references[f"{name}, x feature-major"] = references[name]
         except Exception as e:  # noqa: BLE001 - reported in the table
             errors[name] = f"{type(e).__name__}: {e}"
     try:
@@ -218,8 +226,10 @@ def bench_shape(rows, cols, tokens, dtype, iters, rounds, warmup_s, vnm_patterns
     result["libraries"] = summarise(samples, graphs, replays, {n: {"rel_err": e} for n, e in checked.items()},
                                     result["baseline"])
     result["nmkit_kernel"] = layer.kernel(tokens)
+    result["nmkit_kernel_x_feature_major"] = layer.kernel(tokens, feature_major_x=True)
     for pattern, copies_of_layer in vnm_layers.items():
         result[f"nmkit_kernel_{pattern}"] = copies_of_layer[0].kernel(tokens)
+        result[f"nmkit_kernel_{pattern}_x_feature_major"] = copies_of_layer[0].kernel(tokens, feature_major_x=True)
     return result
 
 
@@ -356,7 +366,7 @@ def main():
     args = parser.parse_args()
     dtypes = {"f16": [torch.float16], "bf16": [torch.bfloat16], "both": [torch.float16, torch.bfloat16]}[args.dtype]
     results = []
-    width = 48 if args.fp8 else 32
+    width = 48
     print(f"{'shape RxKxT':22} {'dtype':8} {'library':{width}} {'GPU ms':>9} {'host us':>8} {'x dense':>8} "
           f"{'rel.err':>8} {'graph ms':>9} {'x dense':>8}" + (f" {'rel.err q':>9}" if args.fp8 else ""))
 

@@ -58,6 +58,16 @@ struct QuantizedWeight {
   std::optional<double> energy;
 };
 
+#ifdef NMKIT_PYTHON_CUDA
+// A run's layouts from nmkit.torch's flags: x given as x^T (rows ldx apart), y written as y^T.
+gpu::RunLayout run_layout(bool x_features, int64_t ldx, bool y_features) {
+  const auto layout = [](bool features) {
+    return features ? gpu::ActivationLayout::feature_major : gpu::ActivationLayout::token_major;
+  };
+  return {layout(x_features), layout(y_features), ldx};
+}
+#endif
+
 // What pruning and compression return: float values (f32, f16, bf16) or 8-bit ones.
 using AnyWeight = std::variant<SparseWeight, QuantizedWeight>;
 
@@ -358,14 +368,23 @@ void bind_device(nb::module_& m) {
       .def(
           "run_on",
           [](gpu::SparseLinear& self, uintptr_t x, uintptr_t y, int64_t tokens, uintptr_t bias, uintptr_t stream,
-             uintptr_t workspace, std::size_t workspace_bytes) {
+             uintptr_t workspace, std::size_t workspace_bytes, bool x_features, int64_t ldx, bool y_features) {
             self.run(reinterpret_cast<gpu::Stream>(stream), reinterpret_cast<const void*>(x),
                      reinterpret_cast<void*>(y), tokens, reinterpret_cast<const float*>(bias),
-                     gpu::SparseLinear::Workspace{reinterpret_cast<void*>(workspace), workspace_bytes});
+                     gpu::SparseLinear::Workspace{reinterpret_cast<void*>(workspace), workspace_bytes},
+                     run_layout(x_features, ldx, y_features));
           },
-          "x"_a, "y"_a, "tokens"_a, "bias"_a, "stream"_a, "workspace"_a, "workspace_bytes"_a,
-          "run() on the caller's scratch (workspace_bytes(tokens) bytes at `workspace`, 16-byte aligned).")
-      .def("workspace_bytes", &gpu::SparseLinear::workspace_bytes, "tokens"_a)
+          "x"_a, "y"_a, "tokens"_a, "bias"_a, "stream"_a, "workspace"_a, "workspace_bytes"_a, "x_features"_a = false,
+          "ldx"_a = 0, "y_features"_a = false,
+          "run() on the caller's scratch (workspace_bytes(tokens, ...) bytes at `workspace`, 16-byte aligned); "
+          "x_features: x given as x^T [K, T] (rows ldx apart), y_features: y written as y^T [R, T].")
+      .def(
+          "workspace_bytes",
+          [](const gpu::SparseLinear& self, int64_t tokens, bool x_features, int64_t ldx) {
+            return self.workspace_bytes(tokens, run_layout(x_features, ldx, false));
+          },
+          "tokens"_a, "x_features"_a = false, "ldx"_a = 0)
+      .def_prop_ro("reads_feature_major", &gpu::SparseLinear::reads_feature_major)
       .def(
           "run_quantized",
           [](gpu::SparseLinear& self, uintptr_t codes, uintptr_t scales, uintptr_t y, int64_t tokens, uintptr_t bias,
@@ -376,7 +395,12 @@ void bind_device(nb::module_& m) {
           },
           "codes"_a, "scales"_a, "y"_a, "tokens"_a, "bias"_a, "stream"_a,
           "An 8-bit layer on x already quantized: tokens x K codes (16-byte aligned) and a float32 scale per token.")
-      .def("kernel", &gpu::SparseLinear::kernel, "tokens"_a)
+      .def(
+          "kernel",
+          [](gpu::SparseLinear& self, int64_t tokens, bool x_features, int64_t ldx, bool y_features) {
+            return self.kernel(tokens, run_layout(x_features, ldx, y_features));
+          },
+          "tokens"_a, "x_features"_a = false, "ldx"_a = 0, "y_features"_a = false)
       .def_prop_ro("in_features", &gpu::SparseLinear::in_features)
       .def_prop_ro("out_features", &gpu::SparseLinear::out_features)
       .def_prop_ro("dtype", [](const gpu::SparseLinear& s) { return std::string(dtype_name(s.dtype())); })

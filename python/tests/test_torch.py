@@ -81,24 +81,32 @@ class CpuLayer:
         self.quantized = weight.dtype if isinstance(weight, nmkit.QuantizedWeight) else None
         self.dtype = dtype if self.quantized else {"f16": torch.float16, "bf16": torch.bfloat16}[weight.dtype]
         self.runs = self.scratch_runs = 0
+        self.layouts = []  # (x_features, y_features) of each run
+        # gpu::SparseLinear::reads_feature_major: 2:4 and V:N:M weights read x^T.
+        self.reads_feature_major = not self.quantized and not weight.format.startswith("tile:")
 
-    def workspace_bytes(self, tokens):
-        # What the C++ layer asks for: x's codes and scales (8-bit); for condensed V:N:M, x^T, its rows padded to a
-        # multiple of 8 tokens.
+    def workspace_bytes(self, tokens, x_features=False, ldx=0):
+        # What the C++ layer asks for: x's codes and scales (8-bit); x^T with its rows padded to a multiple of 8
+        # tokens for V:N:M with token-major x (its row gather), and for feature-major x whose rows are not 16-byte
+        # pieces.
         if self.quantized:
             return tokens * self.cols + 4 * tokens
-        if not self.weight.format.startswith("vnm:"):
-            return 0
-        padded = -(-tokens // 8) * 8
-        return 2 * padded * self.cols
+        copies = (ldx or tokens) % 8 != 0 if x_features else self.weight.format.startswith("vnm:")
+        return 2 * -(-tokens // 8) * 8 * self.cols if copies else 0
 
-    def run_on(self, x, y, tokens, bias, stream, workspace, workspace_bytes):
-        if workspace_bytes < self.workspace_bytes(tokens) or not workspace or workspace % 16:
+    def run_on(self, x, y, tokens, bias, stream, workspace, workspace_bytes, x_features=False, ldx=0,
+               y_features=False):
+        needed = self.workspace_bytes(tokens, x_features, ldx)
+        if workspace_bytes < needed or (needed and (not workspace or workspace % 16)):
             raise ValueError(f"a workspace of {workspace_bytes} bytes at {workspace:#x} for {tokens} tokens")
-        self.scratch_runs += 1
-        self.run(x, y, tokens, bias, stream)
+        if x_features and not self.reads_feature_major:
+            raise ValueError(f"a {self.weight.format} weight reads token-major x only")
+        if x_features and ldx and ldx < tokens:
+            raise ValueError(f"feature-major x needs ldx >= tokens ({tokens}), got {ldx}")
+        self.scratch_runs += needed > 0
+        self.run(x, y, tokens, bias, stream, x_features, ldx or tokens, y_features)
 
-    def run(self, x, y, tokens, bias, stream):
+    def run(self, x, y, tokens, bias, stream, x_features=False, ldx=0, y_features=False):
         if tokens < 0:
             raise ValueError(f"tokens must be >= 0, got {tokens}")
         if tokens == 0:
@@ -110,16 +118,22 @@ class CpuLayer:
         if x % 16 or y % 16:  # what nmkit.torch promises the Hopper kernels
             raise ValueError(f"x at {x:#x} or y at {y:#x} is not 16-byte aligned")
         self.runs += 1
-        xs = tensor_at(x, (tokens, self.cols), self.dtype)
+        self.layouts.append((x_features, y_features))
+        if x_features:  # x^T [K, T] with rows ldx apart
+            xs = tensor_at(x, (self.cols, ldx), self.dtype)[:, :tokens].t()
+        else:
+            xs = tensor_at(x, (tokens, self.cols), self.dtype)
+        ys = tensor_at(y, (self.rows, tokens), self.dtype).t() if y_features else tensor_at(y, (tokens, self.rows),
+                                                                                          self.dtype)
         if self.quantized:
             b = tensor_at(bias, (self.rows,), torch.float32) if bias else None
             d = F.linear(quantize_per_token(xs, self.quantized), torch.from_numpy(self.weight.to_dense()), b)
             d = {"none": d, "relu": F.relu(d), "gelu": F.gelu(d)}[self.activation]
-            tensor_at(y, (tokens, self.rows), self.dtype).copy_(d)
+            ys.copy_(d)
             return
         b = tensor_at(bias, (self.rows,), torch.float32).numpy() if bias else None
-        d = nmkit.spmm(self.weight, xs.float().numpy().T, bias=b, activation=self.activation)
-        tensor_at(y, (tokens, self.rows), self.dtype).copy_(torch.from_numpy(d.T))
+        d = nmkit.spmm(self.weight, np.ascontiguousarray(xs.float().numpy().T), bias=b, activation=self.activation)
+        ys.copy_(torch.from_numpy(d.T))
 
 
 @contextlib.contextmanager
@@ -266,6 +280,34 @@ class CallsOnTheCpu(unittest.TestCase):
                 torch.testing.assert_close(layer(offset), layer(offset.clone()), rtol=0, atol=0)
                 batch = torch.randn(2, 128, 3, dtype=torch.float16).transpose(1, 2)  # [2, 3, 128], strided
                 torch.testing.assert_close(layer(batch), layer(batch.contiguous()), rtol=0, atol=0)
+
+    def test_feature_major_outputs_feed_the_next_layer_in_place(self):
+        # gate/up write y^T, the elementwise glue keeps that layout, and a V:N:M down reads it as it is (the others
+        # copy it to x): the chain's result equals the token-major chain's.
+        for down_spec in ("vnm:64:2:8", "2:4", "tile:16x16:0.5"):
+            with self.subTest(down_spec), layers_on_the_cpu() as made:
+                gate = nmt.SparseLinear.from_linear(linear(96, 64, seed=1), "2:4")
+                up = nmt.SparseLinear.from_linear(linear(96, 64, seed=2), "vnm:64:2:8")
+                down = nmt.SparseLinear.from_linear(linear(64, 96, seed=3), down_spec)
+                x = torch.randn(2, 12, 64, dtype=torch.float16)
+                with torch.no_grad():
+                    want = down(F.silu(gate(x)) * up(x))
+                    gate.feature_major_output = up.feature_major_output = True
+                    h = F.silu(gate(x)) * up(x)
+                    self.assertEqual((tuple(h.shape), h.stride()), ((2, 12, 96), (12, 1, 24)))
+                    got = down(h)
+                torch.testing.assert_close(got, want, rtol=0, atol=0)
+                self.assertTrue(got.is_contiguous())
+                reads = down_spec.startswith("vnm:")
+                self.assertEqual([m.layouts[-1] for m in made], [(False, True), (False, True), (reads, False)])
+                # 12 tokens are not whole 16-byte rows of y^T: the layers stay token-major.
+                x12 = torch.randn(12, 64, dtype=torch.float16)
+                with torch.no_grad():
+                    got12 = down(F.silu(gate(x12)) * up(x12))
+                    gate.feature_major_output = up.feature_major_output = False
+                    want12 = down(F.silu(gate(x12)) * up(x12))
+                torch.testing.assert_close(got12, want12, rtol=0, atol=0)
+                self.assertEqual(made[0].layouts[-2], (False, False))
 
     def test_the_bias_is_added_in_fp32_after_module_half(self):
         with layers_on_the_cpu():
@@ -452,6 +494,38 @@ class SparseLinearOnTheGpu(unittest.TestCase):
         for dtype in (torch.float16, torch.bfloat16):
             self.check("tile:64x64:0.25", 1024, 1024, [(32,), (300,)], dtype)
             self.check("tile:32x32:0.5", 200, 96, [(3,), (70,)], dtype, activation="relu")
+
+    def test_feature_major_chains(self):
+        # gate and up write y^T at 24 and 32 tokens (whole 16-byte rows; y at 13); the glue keeps it; a V:N:M down
+        # reads it as it is (gathering or full 2:4), 2:4 and tiles copy it to x. Against torch on the same pruned
+        # weights, with every layout and kernel named on failure.
+        to_name = {torch.float16: "f16", torch.bfloat16: "bf16"}
+        for dtype in (torch.float16, torch.bfloat16):
+            for down_spec in ("vnm:128:2:8", "vnm:64:2:10", "vnm:64:2:8", "2:4", "tile:32x32:0.5"):
+                torch.manual_seed(5)
+                linears = [torch.nn.Linear(a, b, device="cuda", dtype=dtype) for a, b in ((520, 384), (520, 384), (384, 520))]
+                specs = ("2:4", "vnm:128:2:8", down_spec)
+                layers = [nmt.SparseLinear.from_linear(lin, spec) for lin, spec in zip(linears, specs)]
+                weights = [torch.from_numpy(nmkit.prune(lin.weight.detach().float().cpu().numpy(), spec,
+                                                        to_name[dtype]).to_dense()).cuda()
+                           for lin, spec in zip(linears, specs)]
+                layers[0].feature_major_output = layers[1].feature_major_output = True
+                for shape in ((24,), (13,), (2, 16)):
+                    x = torch.randn(*shape, 520, device="cuda", dtype=dtype)
+                    with torch.no_grad():
+                        h = F.silu(layers[0](x)) * layers[1](x)
+                        y = layers[2](h)
+                    tokens = int(np.prod(shape))
+                    label = f"{dtype} {down_spec} x{shape}: {layers[2].kernel(tokens, feature_major_x=True)}"
+                    self.assertEqual(h.stride()[-1], tokens if tokens % 8 == 0 else 1, label)  # y^T's view, or y
+                    hf = F.silu(F.linear(x.float(), weights[0], linears[0].bias.float())) * F.linear(
+                        x.float(), weights[1], linears[1].bias.float())
+                    want = F.linear(h.float(), weights[2], linears[2].bias.float())
+                    self.assertLess(relative_error(h, hf), 2 * TOLERANCE[str(dtype).split(".")[1]], label)
+                    self.assertLess(relative_error(y, want), TOLERANCE[str(dtype).split(".")[1]], label)
+                    self.assertTrue(y.is_contiguous(), label)
+                    self.assertEqual("x feature-major" in layers[2].kernel(tokens, feature_major_x=True),
+                                     down_spec.startswith("vnm:") and tokens % 8 == 0, label)
 
     def test_empty_batch_and_non_contiguous_input(self):
         dense = torch.nn.Linear(128, 256, device="cuda", dtype=torch.float16)

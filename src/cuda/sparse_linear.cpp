@@ -42,12 +42,17 @@ Nm24Options pinned_choices(const KernelConfig& c) {
   return o;
 }
 
-// The 8-bit product y^T (R x T, col-major) = W (R x K) x^T, x as codes and per-token scales, y in x's dtype.
+// The product's D for y in `layout`: token-major y[T, R] is D (R x T) col-major, feature-major y^T is D row-major.
+Layout d_layout_of(ActivationLayout y) {
+  return y == ActivationLayout::token_major ? Layout::col_major : Layout::row_major;
+}
+
+// The 8-bit product y^T (R x T) = W (R x K) x^T, x as codes and per-token scales, y in x's dtype.
 detail::QuantizedSpmmDesc quantized_desc(int64_t rows, int64_t cols, int64_t tokens, QuantType type, DType dtype,
-                                         bool bias, Activation activation) {
+                                         bool bias, Activation activation, Layout d_layout) {
   detail::QuantizedSpmmDesc d;
   d.rows = rows, d.cols = cols, d.n = tokens;
-  d.type = type, d.out_dtype = dtype, d.d_layout = Layout::col_major;
+  d.type = type, d.out_dtype = dtype, d.d_layout = d_layout;
   d.bias = bias, d.activation = activation;
   return d;
 }
@@ -91,19 +96,21 @@ struct SparseLinear::Impl {
   DType dtype = DType::f16;  // x's and y's
   Activation activation = Activation::none;
   bool bias = false;
-  // By token bucket (detail::token_bucket; tiles by token count), times 2, + 1 where B is x transposed.
+  // By token bucket (detail::token_bucket; tiles by token count), times 4, + 2 where D is row-major (y
+  // feature-major), + 1 where B is row-major (x transposed, or feature-major).
   std::unordered_map<int64_t, Plan> plans;
   // x^T for the row gather, or x's 8-bit codes and scales, grown to the largest T seen. A buffer once used stays
   // allocated while the layer lives, so that CUDA graphs captured with it stay valid.
   std::vector<DeviceBuffer> workspaces;
 
-  // The product y^T (R x T, col-major) = W (R x K) x^T (K x T): x as it is (B col-major) or transposed (B
-  // row-major, its rows padded to a multiple of 8 tokens); y row-major as it is.
-  SpmmDesc desc(int64_t tokens, Layout b_layout) const {
+  // The product y^T (R x T) = W (R x K) x^T (K x T): x token-major (B col-major) or x^T (B row-major: x
+  // transposed, its rows padded to a multiple of 8 tokens, or feature-major); D col-major for token-major y,
+  // row-major for feature-major y.
+  SpmmDesc desc(int64_t tokens, Layout b_layout, Layout d_layout) const {
     SpmmDesc d;
     d.rows = rows(), d.cols = cols(), d.n = tokens;
     d.dtype = d.out_dtype = dtype;
-    d.b_layout = b_layout, d.d_layout = Layout::col_major;
+    d.b_layout = b_layout, d.d_layout = d_layout;
     d.bias = bias, d.activation = activation;
     if (b_layout == Layout::row_major) d.ldb = round_up(tokens, kRowCopyTokens);
     return d;
@@ -118,20 +125,20 @@ struct SparseLinear::Impl {
 
   // The plan made for `tokens`' bucket (detail::token_bucket; tiles plan per token count: their schedules and
   // workspace are made for their C), made on first use; run() gives B's leading dimension for its T.
-  Plan& bucket_plan(int64_t tokens, Layout b_layout) {
+  Plan& bucket_plan(int64_t tokens, Layout b_layout, Layout d_layout) {
     const int64_t planned = std::holds_alternative<DeviceTiles>(weight) ? tokens : detail::token_bucket(tokens);
-    const int64_t key = 2 * planned + (b_layout == Layout::row_major ? 1 : 0);
+    const int64_t key = 4 * planned + (d_layout == Layout::row_major ? 2 : 0) + (b_layout == Layout::row_major ? 1 : 0);
     if (auto it = plans.find(key); it != plans.end()) return it->second;
-    const SpmmDesc d = desc(planned, b_layout);
+    const SpmmDesc d = desc(planned, b_layout, d_layout);
     Plan made = std::visit(
         overloaded{
             [&](const DeviceNm24&) -> Plan { return Nm24SpmmPlan::create(d); },
             [&](const DeviceVnm& w) -> Plan { return VnmSpmmPlan::create(d, w.v(), w.m()); },
             [&](const DeviceTiles& w) -> Plan { return TileSpmmPlan::create(d, w.tile_rows(), w.tile_cols()); },
             [&](const DeviceNm24x8& w) -> Plan {
-              return Nm24x8Plans{
-                  Nm24x8SpmmPlan::create(quantized_desc(rows(), cols(), planned, w.type(), dtype, bias, activation)),
-                  std::nullopt};
+              return Nm24x8Plans{Nm24x8SpmmPlan::create(quantized_desc(rows(), cols(), planned, w.type(), dtype, bias,
+                                                                       activation, d_layout)),
+                                 std::nullopt};
             },
         },
         weight);
@@ -140,8 +147,9 @@ struct SparseLinear::Impl {
 
   // Runs y = the product for `tokens` with its bucket's plan (the 2:4 and V:N:M plans take any C: for_tokens), B
   // with leading dimension ldb (0: x as it is, dense).
-  void run(int64_t tokens, Layout b_layout, Stream stream, const void* x, void* y, const float* bias, int64_t ldb = 0) {
-    const Plan& plan = bucket_plan(tokens, b_layout);
+  void run(int64_t tokens, Layout b_layout, Layout d_layout, Stream stream, const void* x, void* y, const float* bias,
+           int64_t ldb = 0) {
+    const Plan& plan = bucket_plan(tokens, b_layout, d_layout);
     // The bucket's plan where it was made for this T and ldb, else its for_tokens.
     const auto run_plan = [&](const auto& p, const auto& w) {
       if (p.desc().n == tokens && p.desc().ldb == ldb)
@@ -161,38 +169,60 @@ struct SparseLinear::Impl {
   }
 
   // Runs y = the 8-bit product for `tokens` of x's codes and scales with its bucket's choices.
-  void run_quantized(int64_t tokens, Stream stream, const uint8_t* codes, const float* scales, void* y,
+  void run_quantized(int64_t tokens, Layout d_layout, Stream stream, const uint8_t* codes, const float* scales, void* y,
                      const float* bias) {
-    auto& bucket = std::get<Nm24x8Plans>(bucket_plan(tokens, Layout::col_major));
+    auto& bucket = std::get<Nm24x8Plans>(bucket_plan(tokens, Layout::col_major, d_layout));
     bucket.for_tokens(tokens).run(stream, std::get<DeviceNm24x8>(weight), codes, scales, nullptr, y, bias);
   }
 
-  // The tokens of x^T that a run gathers rows from: T padded to a multiple of 8 (0: the weight reads x as it is).
-  int64_t transposed_tokens(int64_t tokens) const {
+  bool gathers_rows() const {
     const auto* vnm = std::get_if<DeviceVnm>(&weight);
-    if (!vnm || vnm->form() != VnmForm::condensed) return 0;
-    return round_up(tokens, kRowCopyTokens);
+    return vnm != nullptr && vnm->form() == VnmForm::condensed;
   }
-  std::size_t workspace_bytes(int64_t tokens) const {
+  bool reads_feature_major() const {
+    return std::holds_alternative<DeviceNm24>(weight) || std::holds_alternative<DeviceVnm>(weight);
+  }
+  static int64_t feature_ld(int64_t tokens, const RunLayout& layout) { return layout.ldx > 0 ? layout.ldx : tokens; }
+
+  // Whether a run copies x into the workspace as x^T, its rows padded to a multiple of 8 tokens: token-major x
+  // transposed for the row gather, or feature-major x whose rows are not whole 16-byte pieces (Hopper's B row-major
+  // needs ldb % 8 == 0) copied.
+  bool copies_x(int64_t tokens, const RunLayout& layout) const {
+    if (layout.x == ActivationLayout::feature_major) return feature_ld(tokens, layout) % kRowCopyTokens != 0;
+    return gathers_rows();
+  }
+  // The leading dimension of the x^T a run reads (B row-major), 0 where it reads token-major x (B col-major).
+  int64_t b_ld(int64_t tokens, const RunLayout& layout) const {
+    if (copies_x(tokens, layout)) return round_up(tokens, kRowCopyTokens);
+    return layout.x == ActivationLayout::feature_major ? feature_ld(tokens, layout) : 0;
+  }
+  std::size_t workspace_bytes(int64_t tokens, const RunLayout& layout) const {
     // x's codes, then its scales: K % 16 == 0 keeps the scales 16-byte aligned behind T * K bytes of codes.
     if (quantized()) return static_cast<std::size_t>(tokens * cols()) + tokens * sizeof(float);
-    return static_cast<std::size_t>(transposed_tokens(tokens) * cols()) * dtype_size(dtype);  // x^T
+    if (!copies_x(tokens, layout)) return 0;
+    return static_cast<std::size_t>(b_ld(tokens, layout) * cols()) * dtype_size(dtype);  // x^T
   }
 
-  // One run on `scratch` (workspace_bytes of the tokens): x quantized into it (8-bit), or transposed into it for the
-  // row gather.
-  void run_on(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, void* scratch) {
+  // One run on `scratch` (workspace_bytes of the tokens and layout): x quantized into it (8-bit), or copied into it
+  // as x^T for the row gather.
+  void run_on(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, void* scratch,
+              const RunLayout& layout) {
+    const Layout d_layout = d_layout_of(layout.y);
     if (const DeviceNm24x8* w = quantized()) {
       const auto code_bytes = static_cast<std::size_t>(tokens * cols());
       auto* codes = static_cast<uint8_t*>(scratch);
       auto* scales = reinterpret_cast<float*>(codes + code_bytes);
       detail::quantize_tokens(stream, x, dtype, tokens, cols(), w->type(), codes, scales);
-      return run_quantized(tokens, stream, codes, scales, y, bias);
+      return run_quantized(tokens, d_layout, stream, codes, scales, y, bias);
     }
-    const int64_t transposed = transposed_tokens(tokens);
-    if (transposed == 0) return run(tokens, Layout::col_major, stream, x, y, bias);
-    transpose_16bit(stream, x, scratch, tokens, cols(), transposed);
-    run(tokens, Layout::row_major, stream, scratch, y, bias, transposed);
+    const int64_t ldb = b_ld(tokens, layout);
+    if (ldb == 0) return run(tokens, Layout::col_major, d_layout, stream, x, y, bias);
+    if (!copies_x(tokens, layout)) return run(tokens, Layout::row_major, d_layout, stream, x, y, bias, ldb);
+    if (layout.x == ActivationLayout::token_major)
+      transpose_16bit(stream, x, scratch, tokens, cols(), ldb);
+    else
+      copy_rows_16bit(stream, x, feature_ld(tokens, layout), scratch, ldb, cols(), tokens);
+    run(tokens, Layout::row_major, d_layout, stream, scratch, y, bias, ldb);
   }
 
   void* workspace(std::size_t bytes) {
@@ -204,6 +234,16 @@ struct SparseLinear::Impl {
   }
 
   // The checks every run makes before it reads a pointer.
+  void check_layout(int64_t tokens, const RunLayout& layout, const char* who) const {
+    require(layout.x == ActivationLayout::token_major || reads_feature_major(), ErrorCode::unsupported, [&] {
+      return std::string(who) + ": a " + format + " weight reads token-major x only (x[T, K] row-major)";
+    });
+    require(layout.x == ActivationLayout::token_major || layout.ldx == 0 || layout.ldx >= tokens,
+            ErrorCode::invalid_argument, [&] {
+              return std::string(who) + ": feature-major x needs ldx >= tokens (" + std::to_string(tokens) + "), got " +
+                     std::to_string(layout.ldx);
+            });
+  }
   void check_run(const void* x, const void* y, const float* given_bias, const char* who) const {
     require(x != nullptr && y != nullptr, ErrorCode::invalid_argument,
             [&] { return std::string(who) + ": x and y must not be null"; });
@@ -268,19 +308,19 @@ SparseLinear SparseLinear::create(const QuantizedNmMatrix& weight, DType dtype, 
   });
   const PackedNm24x8 packed = pack_nm24(weight);  // validates the weight, on the host
   // The plan for one token before the upload: a code type, device or build the kernel lacks is named here.
-  Nm24x8Plans first{
-      Nm24x8SpmmPlan::create(quantized_desc(weight.rows, weight.cols, 1, weight.type(), dtype, bias, activation)),
-      std::nullopt};
+  Nm24x8Plans first{Nm24x8SpmmPlan::create(quantized_desc(weight.rows, weight.cols, 1, weight.type(), dtype, bias,
+                                                          activation, Layout::col_major)),
+                    std::nullopt};
   auto impl = std::make_unique<Impl>(
       Impl{DeviceNm24x8::upload(packed), format_name(weight) + " " + type, dtype, activation, bias, {}, {}});
-  impl->plans.emplace(2 * detail::token_bucket(1), std::move(first));
+  impl->plans.emplace(4 * detail::token_bucket(1), std::move(first));
   return SparseLinear(std::move(impl));
 }
 
-std::size_t SparseLinear::workspace_bytes(int64_t tokens) const {
+std::size_t SparseLinear::workspace_bytes(int64_t tokens, RunLayout layout) const {
   require(tokens >= 0, ErrorCode::invalid_argument,
           [&] { return "SparseLinear::workspace_bytes: tokens must be >= 0, got " + std::to_string(tokens); });
-  return impl_->workspace_bytes(tokens);
+  return impl_->workspace_bytes(tokens, layout);
 }
 
 void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias) {
@@ -289,22 +329,30 @@ void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, co
   if (tokens == 0) return;
   impl_->check_run(x, y, bias, "SparseLinear::run");
   const std::size_t bytes = workspace_bytes(tokens);
-  impl_->run_on(stream, x, y, tokens, bias, bytes > 0 ? impl_->workspace(bytes) : nullptr);
+  impl_->run_on(stream, x, y, tokens, bias, bytes > 0 ? impl_->workspace(bytes) : nullptr, {});
 }
 
-void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, Workspace workspace) {
+void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, Workspace workspace,
+                       RunLayout layout) {
   require(tokens >= 0, ErrorCode::invalid_argument,
           [&] { return "SparseLinear::run: tokens must be >= 0, got " + std::to_string(tokens); });
   if (tokens == 0) return;
+  impl_->check_layout(tokens, layout, "SparseLinear::run");
   impl_->check_run(x, y, bias, "SparseLinear::run");
-  const std::size_t bytes = workspace_bytes(tokens);
+  const std::size_t bytes = workspace_bytes(tokens, layout);
   require(workspace.bytes >= bytes && (bytes == 0 || workspace.data != nullptr), ErrorCode::invalid_argument, [&] {
     return "SparseLinear::run: " + std::to_string(tokens) + " tokens need a workspace of " + std::to_string(bytes) +
            " bytes, got " + std::to_string(workspace.bytes) + (workspace.data ? "" : " at null");
   });
   require(bytes == 0 || reinterpret_cast<uintptr_t>(workspace.data) % kWorkspaceAlignment == 0,
           ErrorCode::invalid_argument, "SparseLinear::run: the workspace must be 16-byte aligned");
-  impl_->run_on(stream, x, y, tokens, bias, bytes > 0 ? workspace.data : nullptr);
+  impl_->run_on(stream, x, y, tokens, bias, bytes > 0 ? workspace.data : nullptr, layout);
+}
+
+bool SparseLinear::reads_feature_major() const noexcept { return impl_->reads_feature_major(); }
+
+const char* activation_layout_name(ActivationLayout layout) noexcept {
+  return layout == ActivationLayout::token_major ? "token-major" : "feature-major";
 }
 
 void SparseLinear::run_quantized(Stream stream, const uint8_t* x_codes, const float* x_scales, void* y, int64_t tokens,
@@ -316,25 +364,29 @@ void SparseLinear::run_quantized(Stream stream, const uint8_t* x_codes, const fl
           [&] { return "SparseLinear::run_quantized: tokens must be >= 0, got " + std::to_string(tokens); });
   if (tokens == 0) return;
   impl_->check_run(x_codes, y, bias, "SparseLinear::run_quantized");
-  impl_->run_quantized(tokens, stream, x_codes, x_scales, y, bias);
+  impl_->run_quantized(tokens, Layout::col_major, stream, x_codes, x_scales, y, bias);
 }
 
-std::string SparseLinear::kernel(int64_t tokens) {
+std::string SparseLinear::kernel(int64_t tokens, RunLayout layout) {
   require(tokens > 0, ErrorCode::invalid_argument,
           [&] { return "SparseLinear::kernel: tokens must be > 0, got " + std::to_string(tokens); });
+  impl_->check_layout(tokens, layout, "SparseLinear::kernel");
+  const Layout d_layout = d_layout_of(layout.y);
+  std::ostringstream os;
+  if (layout.y == ActivationLayout::feature_major) os << "y feature-major, ";
   if (const DeviceNm24x8* w = impl_->quantized()) {
-    auto& bucket = std::get<Nm24x8Plans>(impl_->bucket_plan(tokens, Layout::col_major));
-    std::ostringstream os;
+    auto& bucket = std::get<Nm24x8Plans>(impl_->bucket_plan(tokens, Layout::col_major, d_layout));
     os << "x quantized per token to " << quant_type_name(w->type()) << ", 8-bit 2:4 "
        << bucket.for_tokens(tokens).config();
     return os.str();
   }
-  const int64_t transposed = impl_->transposed_tokens(tokens);
-  const int64_t ldb = transposed;
-  const Plan& plan = impl_->bucket_plan(tokens, transposed > 0 ? Layout::row_major : Layout::col_major);
-  std::ostringstream os;
-  if (transposed > 0)
-    os << "x transposed" << (ldb > tokens ? " (rows padded to " + std::to_string(ldb) + " tokens)" : "") << ", ";
+  const int64_t ldb = impl_->b_ld(tokens, layout);
+  const Plan& plan = impl_->bucket_plan(tokens, ldb > 0 ? Layout::row_major : Layout::col_major, d_layout);
+  const std::string padded = ldb > tokens ? " (rows padded to " + std::to_string(ldb) + " tokens)" : "";
+  if (impl_->copies_x(tokens, layout))
+    os << (layout.x == ActivationLayout::token_major ? "x transposed" : "x^T copied") << padded << ", ";
+  else if (layout.x == ActivationLayout::feature_major)
+    os << "x feature-major, ";
   std::visit(overloaded{
                  [&](const Nm24SpmmPlan& p) { os << p.for_tokens(tokens, ldb).config(); },
                  [&](const VnmSpmmPlan& p) {

@@ -85,4 +85,20 @@ void transpose_16bit(Stream stream, const void* src, void* dst, int64_t rows, in
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 
+void copy_rows_16bit(Stream stream, const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int64_t rows,
+                     int64_t cols) {
+  require(rows >= 0 && cols >= 0 && src_ld >= cols && dst_ld >= cols &&
+              (rows == 0 || dst_ld == 0 || (src != nullptr && dst != nullptr)),
+          ErrorCode::invalid_argument,
+          "copy_rows_16bit: needs rows, cols >= 0, src_ld and dst_ld >= cols and non-null buffers");
+  if (rows == 0 || dst_ld == 0) return;
+  constexpr std::size_t kBytes = sizeof(uint16_t);
+  auto* to = static_cast<unsigned char*>(dst);
+  if (cols > 0)
+    NMKIT_CUDA_CHECK(cudaMemcpy2DAsync(to, dst_ld * kBytes, src, src_ld * kBytes, cols * kBytes, rows,
+                                       cudaMemcpyDeviceToDevice, stream));
+  if (dst_ld > cols)
+    NMKIT_CUDA_CHECK(cudaMemset2DAsync(to + cols * kBytes, dst_ld * kBytes, 0, (dst_ld - cols) * kBytes, rows, stream));
+}
+
 }  // namespace nmkit::gpu

@@ -1,5 +1,5 @@
 #pragma once
-// The device transpose for host code without CUDA headers (src/cuda/sparse_linear.cpp).
+// The device transpose and row copy for host code without CUDA headers (src/cuda/sparse_linear.cpp).
 #include <cstddef>
 #include <cstdint>
 
@@ -10,5 +10,11 @@ namespace nmkit::gpu {
 // dst (cols x dst_ld, row-major) = src (rows x cols, row-major)^T, 16-bit elements, its columns rows .. dst_ld - 1
 // zero (dst_ld >= rows); asynchronous on `stream`. Throws Error(cuda_error) where the launch fails.
 void transpose_16bit(Stream stream, const void* src, void* dst, int64_t rows, int64_t cols, int64_t dst_ld);
+
+// dst (rows x dst_ld, row-major) = src (rows x cols, row-major, leading dimension src_ld >= cols), 16-bit elements,
+// its columns cols .. dst_ld - 1 zero (dst_ld >= cols); asynchronous on `stream`. Throws Error(cuda_error) where the
+// copy fails.
+void copy_rows_16bit(Stream stream, const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int64_t rows,
+                     int64_t cols);
 
 }  // namespace nmkit::gpu

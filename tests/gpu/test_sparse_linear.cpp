@@ -77,6 +77,59 @@ TEST(SparseLinearGpu, AnyTokenCountTakesABoundedNumberOfPlans) {
   }
 }
 
+TEST(SparseLinearGpu, FeatureMajorActivationsAgreeWithTheOracle) {
+  SKIP_WITHOUT_GPU();
+  // x^T read in place (ldx a multiple of 8, or past the tokens with NaN in the gap) or repadded in the workspace
+  // (ldx % 8 != 0), y^T written as D row-major; 2:4, V:N:M gathering (128:2:8, 64:2:10) and full 2:4 (64:2:8), and
+  // tiles, which read token-major x only but write y^T.
+  struct Case {
+    const char* format;
+    int64_t rows, cols;
+  };
+  const Case cases[] = {{"2:4", 1000, 520},
+                        {"vnm:128:2:8", 384, 1024},
+                        {"vnm:64:2:10", 300, 520},
+                        {"vnm:64:2:8", 384, 1024},
+                        {"tile:64x64:0.25", 512, 1024}};
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (const Case& c : cases) {
+      const SparseMatrix w = pruned(c.rows, c.cols, dtype, c.format, 13);
+      SparseLinear layer = SparseLinear::create(w, Activation::gelu, /*bias=*/true);
+      EXPECT_EQ(layer.reads_feature_major(), !std::string(c.format).starts_with("tile"));
+      for (int64_t tokens : {17, 24, 64, 300})
+        for (ActivationLayout y : {ActivationLayout::token_major, ActivationLayout::feature_major})
+          for (int64_t ldx : {int64_t{0}, round_up(tokens, 8) + 8}) {
+            const bool x_features = layer.reads_feature_major();
+            if (!x_features && ldx != 0) continue;
+            const RunLayout layout{x_features ? ActivationLayout::feature_major : ActivationLayout::token_major, y,
+                                   x_features ? ldx : 0};
+            const Problem t{c.rows,
+                            c.cols,
+                            tokens,
+                            dtype,
+                            dtype,
+                            x_features ? Layout::row_major : Layout::col_major,
+                            y == ActivationLayout::feature_major ? Layout::row_major : Layout::col_major,
+                            1.0f,
+                            0.0f,
+                            true,
+                            Activation::gelu,
+                            ldx};
+            const std::size_t bytes = layer.workspace_bytes(tokens, layout);
+            const bool repadded = x_features && (ldx == 0 ? tokens : ldx) % 8 != 0;
+            EXPECT_EQ(bytes > 0, repadded) << c.format << " " << tokens;  // tiles read x as it is
+            DeviceBytes workspace(bytes);
+            const std::string kernel = layer.kernel(tokens, layout);
+            const double err =
+                error_against_oracle(w, t, 7, [&](const void* x, const void*, void* out, const float* b) {
+                  layer.run(nullptr, x, out, tokens, b, {workspace.ptr, bytes}, layout);
+                });
+            EXPECT_LE(err, tolerance(dtype)) << c.format << " " << describe(t) << " (" << kernel << ")";
+            EXPECT_EQ(kernel.find("x feature-major") != std::string::npos, x_features && !repadded) << kernel;
+          }
+    }
+}
+
 TEST(SparseLinearGpu, RefusesWhatItCannotRun) {
   SKIP_WITHOUT_GPU();
   EXPECT_THROW(SparseLinear::create(pruned(64, 64, DType::f16, "2:8", 1)), Error);  // N:M other than 2:4
@@ -87,6 +140,17 @@ TEST(SparseLinearGpu, RefusesWhatItCannotRun) {
   EXPECT_THROW(layer.run(nullptr, nullptr, y.ptr, 8, static_cast<const float*>(bias.ptr)), Error);
   EXPECT_THROW(layer.run(nullptr, x.ptr, y.ptr, -1, static_cast<const float*>(bias.ptr)), Error);
   EXPECT_NO_THROW(layer.run(nullptr, nullptr, nullptr, 0, nullptr));  // an empty batch launches nothing
+  // Feature-major x shorter than its tokens, and tiles, which read token-major x only.
+  const RunLayout short_rows{ActivationLayout::feature_major, ActivationLayout::token_major, 7};
+  EXPECT_THROW(layer.run(nullptr, x.ptr, y.ptr, 8, static_cast<const float*>(bias.ptr), {}, short_rows), Error);
+  SparseLinear tiles = SparseLinear::create(pruned(128, 64, DType::f16, "tile:32x32:0.5", 1));
+  EXPECT_FALSE(tiles.reads_feature_major());
+  try {
+    tiles.run(nullptr, x.ptr, y.ptr, 8, nullptr, {}, {ActivationLayout::feature_major});
+    ADD_FAILURE() << "tiles ran feature-major x";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+  }
 }
 
 QuantizedNmMatrix quantized(int64_t rows, int64_t cols, QuantType type, uint32_t seed, int n = 2, int m = 4) {

@@ -9,6 +9,8 @@
 //   SparseLinear layer = SparseLinear::create(prune_magnitude(w, parse_format_spec("2:4")).compressed);
 //   SparseLinear fp8 = SparseLinear::create(quantize_nm(nm, QuantType::e4m3), DType::bf16, Activation::gelu);
 //   layer.run(stream, x, y, tokens, bias);   // asynchronous; the plan of `tokens`' bucket is made on first use
+// x and y may also be feature-major (RunLayout): a layer that writes y^T hands the next one, through elementwise
+// ops, an x it reads without the transpose a condensed V:N:M weight needs of token-major x.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,6 +21,16 @@
 #include "nmkit/gpu/nm24_spmm.hpp"
 
 namespace nmkit::gpu {
+// How a layer's x and y lie in memory: token_major is nn.Linear's, x[T, K] and y[T, R] row-major; feature_major is
+// their transposes row-major, x^T[K, T] and y^T[R, T] (the product's own B and D: y^T = W x^T).
+enum class ActivationLayout : uint8_t { token_major, feature_major };
+const char* activation_layout_name(ActivationLayout layout) noexcept;
+struct RunLayout {
+  ActivationLayout x = ActivationLayout::token_major;
+  ActivationLayout y = ActivationLayout::token_major;
+  int64_t ldx = 0;  // feature-major x: elements from one row of x^T to the next, >= tokens (0: tokens)
+};
+
 class SparseLinear {
  public:
   // Packs, uploads `weight` (2:4, vnm:V:N:M, tile:RxC; f16, bf16), else throws Error. bias: run() takes R floats.
@@ -35,18 +47,24 @@ class SparseLinear {
   // R floats or null. Asynchronous, none for 0 tokens. Throws Error on null pointers, a wrong bias or tokens < 0.
   // Not thread-safe, one stream at a time (the workspaces are the layer's).
   void run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias = nullptr);
-  // Device scratch a run of `tokens` uses: x's 8-bit codes and per-token scales (8-bit weights) or x transposed
-  // (condensed V:N:M, its rows padded to a multiple of 8 tokens); 0 for the rest.
-  std::size_t workspace_bytes(int64_t tokens) const;
-  // run() on scratch of the caller's: at least workspace_bytes(tokens) bytes, 16-byte aligned (null when that is
-  // 0), used by this launch alone in `stream`'s order. Layers that run one after another on a stream can then share
-  // one buffer, or take it from a caching allocator per call (nmkit.torch does), where run() above keeps a buffer
-  // per layer for the layer's life. Throws Error as run() does, and for scratch too small or misaligned.
+  // Device scratch a run of `tokens` in `layout` uses: x's 8-bit codes and per-token scales (8-bit weights) or x^T
+  // with its rows padded to a multiple of 8 tokens (token-major x for condensed V:N:M; feature-major x with
+  // ldx % 8 != 0); 0 for the rest.
+  std::size_t workspace_bytes(int64_t tokens, RunLayout layout = {}) const;
+  // run() on scratch of the caller's: at least workspace_bytes(tokens, layout) bytes, 16-byte aligned (null when
+  // that is 0), used by this launch alone in `stream`'s order. Layers that run one after another on a stream can
+  // then share one buffer, or take it from a caching allocator per call (nmkit.torch does), where run() above keeps
+  // a buffer per layer for the layer's life. x and y as `layout` says: 2:4 and V:N:M weights read feature-major x in
+  // place where ldx % 8 == 0 (else a copy with its rows padded to 8 tokens, in the workspace); tiles and 8-bit
+  // weights read token-major x only (Error unsupported). Every weight writes either y.
+  // Throws Error as run() does, and for scratch too small or misaligned, or ldx < tokens.
   struct Workspace {
     void* data = nullptr;
     std::size_t bytes = 0;
   };
-  void run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, Workspace workspace);
+  void run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, Workspace workspace,
+           RunLayout layout = {});
+  bool reads_feature_major() const noexcept;  // whether run() takes feature-major x (2:4 and V:N:M weights)
   // An 8-bit layer on x already quantized: x_codes tokens x K codes of quantized() (row-major, 16-byte aligned),
   // x_scales one float per token (x = code * scale), as detail::quantize_tokens writes them. Throws Error as run()
   // does, and for a 16-bit layer.
@@ -58,9 +76,9 @@ class SparseLinear {
   std::optional<QuantType> quantized() const noexcept;  // the 8-bit weight's code type (and x's); none: 16-bit
   Activation activation() const noexcept;
   bool has_bias() const noexcept;
-  const std::string& format() const noexcept;  // "2:4", "vnm:128:2:8", "tile:64x64", "2:4 e4m3"
-  std::string kernel(int64_t tokens);          // what a run with `tokens` launches (makes its plan)
-  std::size_t plans() const noexcept;          // plans made so far
+  const std::string& format() const noexcept;                 // "2:4", "vnm:128:2:8", "tile:64x64", "2:4 e4m3"
+  std::string kernel(int64_t tokens, RunLayout layout = {});  // what such a run launches (makes its plan)
+  std::size_t plans() const noexcept;                         // plans made so far
 
  private:
   struct Impl;
