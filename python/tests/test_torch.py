@@ -82,29 +82,25 @@ class CpuLayer:
         self.dtype = dtype if self.quantized else {"f16": torch.float16, "bf16": torch.bfloat16}[weight.dtype]
         self.runs = self.scratch_runs = 0
         self.layouts = []  # (x_features, y_features) of each run
-        # gpu::SparseLinear::reads_feature_major_in_place: the row gather (taken here for every V:N:M weight).
-        self.reads_feature_major_in_place = weight.format.startswith("vnm:")
+        # gpu::SparseLinear::reads_feature_major: 2:4 and V:N:M weights read x^T.
+        self.reads_feature_major = not self.quantized and not weight.format.startswith("tile:")
 
     def workspace_bytes(self, tokens, x_features=False, ldx=0):
-        # What the C++ layer asks for: x's codes and scales (8-bit); for the row gather, x^T with its rows padded to a
-        # multiple of 8 tokens (token-major x, or feature-major x whose rows are not 16-byte pieces); for the others,
-        # feature-major x transposed to x.
+        # What the C++ layer asks for: x's codes and scales (8-bit); x^T with its rows padded to a multiple of 8
+        # tokens for V:N:M with token-major x (its row gather), and for feature-major x whose rows are not 16-byte
+        # pieces.
         if self.quantized:
             return tokens * self.cols + 4 * tokens
-        padded = 2 * -(-tokens // 8) * 8 * self.cols
-        if not x_features:
-            return padded if self.reads_feature_major_in_place else 0
-        if not self.reads_feature_major_in_place:
-            return 2 * tokens * self.cols
-        return padded if (ldx or tokens) % 8 else 0
+        copies = (ldx or tokens) % 8 != 0 if x_features else self.weight.format.startswith("vnm:")
+        return 2 * -(-tokens // 8) * 8 * self.cols if copies else 0
 
     def run_on(self, x, y, tokens, bias, stream, workspace, workspace_bytes, x_features=False, ldx=0,
                y_features=False):
         needed = self.workspace_bytes(tokens, x_features, ldx)
         if workspace_bytes < needed or (needed and (not workspace or workspace % 16)):
             raise ValueError(f"a workspace of {workspace_bytes} bytes at {workspace:#x} for {tokens} tokens")
-        if x_features and self.quantized:
-            raise ValueError("an 8-bit weight quantizes token-major x only")
+        if x_features and not self.reads_feature_major:
+            raise ValueError(f"a {self.weight.format} weight reads token-major x only")
         if x_features and ldx and ldx < tokens:
             raise ValueError(f"feature-major x needs ldx >= tokens ({tokens}), got {ldx}")
         self.scratch_runs += needed > 0
@@ -286,8 +282,8 @@ class CallsOnTheCpu(unittest.TestCase):
                 torch.testing.assert_close(layer(batch), layer(batch.contiguous()), rtol=0, atol=0)
 
     def test_feature_major_outputs_feed_the_next_layer_in_place(self):
-        # gate/up write y^T, the elementwise glue keeps that layout, and down takes it as it is (V:N:M reads it in
-        # place, the others transpose it back): the chain's result equals the token-major chain's.
+        # gate/up write y^T, the elementwise glue keeps that layout, and a V:N:M down reads it as it is (the others
+        # copy it to x): the chain's result equals the token-major chain's.
         for down_spec in ("vnm:64:2:8", "2:4", "tile:16x16:0.5"):
             with self.subTest(down_spec), layers_on_the_cpu() as made:
                 gate = nmt.SparseLinear.from_linear(linear(96, 64, seed=1), "2:4")
@@ -302,11 +298,16 @@ class CallsOnTheCpu(unittest.TestCase):
                     got = down(h)
                 torch.testing.assert_close(got, want, rtol=0, atol=0)
                 self.assertTrue(got.is_contiguous())
-                self.assertEqual([m.layouts[-1] for m in made], [(False, True), (False, True), (True, False)])
-                # x^T read in place needs no scratch, rows of 12 tokens (not 16-byte pieces) are repadded in it.
-                gathers = down_spec.startswith("vnm:")
-                self.assertEqual(made[2].workspace_bytes(24, True, 24) > 0, not gathers)
-                self.assertGreater(made[2].workspace_bytes(12, True, 12), 0)
+                reads = down_spec.startswith("vnm:")
+                self.assertEqual([m.layouts[-1] for m in made], [(False, True), (False, True), (reads, False)])
+                # 12 tokens are not whole 16-byte rows of y^T: the layers stay token-major.
+                x12 = torch.randn(12, 64, dtype=torch.float16)
+                with torch.no_grad():
+                    got12 = down(F.silu(gate(x12)) * up(x12))
+                    gate.feature_major_output = up.feature_major_output = False
+                    want12 = down(F.silu(gate(x12)) * up(x12))
+                torch.testing.assert_close(got12, want12, rtol=0, atol=0)
+                self.assertEqual(made[0].layouts[-2], (False, False))
 
     def test_the_bias_is_added_in_fp32_after_module_half(self):
         with layers_on_the_cpu():
@@ -495,9 +496,9 @@ class SparseLinearOnTheGpu(unittest.TestCase):
             self.check("tile:32x32:0.5", 200, 96, [(3,), (70,)], dtype, activation="relu")
 
     def test_feature_major_chains(self):
-        # gate and up write y^T; the glue keeps it; down reads it in place (the row gather at 24 and 32 tokens: whole
-        # 16-byte rows), repadded in scratch (13 tokens) or transposed back to x (2:4, full-2:4 V:N:M, tiles). Against
-        # torch on the same pruned weights, with every layout and kernel named on failure.
+        # gate and up write y^T at 24 and 32 tokens (whole 16-byte rows; y at 13); the glue keeps it; a V:N:M down
+        # reads it as it is (gathering or full 2:4), 2:4 and tiles copy it to x. Against torch on the same pruned
+        # weights, with every layout and kernel named on failure.
         to_name = {torch.float16: "f16", torch.bfloat16: "bf16"}
         for dtype in (torch.float16, torch.bfloat16):
             for down_spec in ("vnm:128:2:8", "vnm:64:2:10", "vnm:64:2:8", "2:4", "tile:32x32:0.5"):
@@ -516,16 +517,15 @@ class SparseLinearOnTheGpu(unittest.TestCase):
                         y = layers[2](h)
                     tokens = int(np.prod(shape))
                     label = f"{dtype} {down_spec} x{shape}: {layers[2].kernel(tokens, feature_major_x=True)}"
-                    self.assertEqual(h.stride()[-1], tokens, label)  # h is y^T's view
+                    self.assertEqual(h.stride()[-1], tokens if tokens % 8 == 0 else 1, label)  # y^T's view, or y
                     hf = F.silu(F.linear(x.float(), weights[0], linears[0].bias.float())) * F.linear(
                         x.float(), weights[1], linears[1].bias.float())
                     want = F.linear(h.float(), weights[2], linears[2].bias.float())
                     self.assertLess(relative_error(h, hf), 2 * TOLERANCE[str(dtype).split(".")[1]], label)
                     self.assertLess(relative_error(y, want), TOLERANCE[str(dtype).split(".")[1]], label)
                     self.assertTrue(y.is_contiguous(), label)
-                    gathers = down_spec in ("vnm:128:2:8", "vnm:64:2:10")  # condensed: the row gather
                     self.assertEqual("x feature-major" in layers[2].kernel(tokens, feature_major_x=True),
-                                     gathers and tokens % 8 == 0, label)
+                                     down_spec.startswith("vnm:") and tokens % 8 == 0, label)
 
     def test_empty_batch_and_non_contiguous_input(self):
         dense = torch.nn.Linear(128, 256, device="cuda", dtype=torch.float16)
