@@ -351,10 +351,6 @@ void SparseLinear::run(Stream stream, const void* x, void* y, int64_t tokens, co
 
 bool SparseLinear::reads_feature_major() const noexcept { return impl_->reads_feature_major(); }
 
-const char* activation_layout_name(ActivationLayout layout) noexcept {
-  return layout == ActivationLayout::token_major ? "token-major" : "feature-major";
-}
-
 void SparseLinear::run_quantized(Stream stream, const uint8_t* x_codes, const float* x_scales, void* y, int64_t tokens,
                                  const float* bias) {
   require(impl_->quantized() != nullptr, ErrorCode::invalid_argument, [&] {

@@ -24,7 +24,6 @@ namespace nmkit::gpu {
 // How a layer's x and y lie in memory: token_major is nn.Linear's, x[T, K] and y[T, R] row-major; feature_major is
 // their transposes row-major, x^T[K, T] and y^T[R, T] (the product's own B and D: y^T = W x^T).
 enum class ActivationLayout : uint8_t { token_major, feature_major };
-const char* activation_layout_name(ActivationLayout layout) noexcept;
 struct RunLayout {
   ActivationLayout x = ActivationLayout::token_major;
   ActivationLayout y = ActivationLayout::token_major;
