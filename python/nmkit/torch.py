@@ -276,7 +276,7 @@ class SparseLinear(torch.nn.Module):
         else:
             y = torch.empty((tokens, self.out_features), dtype=self.dtype, device=self.device)
         stream = _current_stream(self._device_index)
-        scratch = self._layer.workspace_bytes(tokens, x_features, ldx) if self._scratch or x_features else 0
+        scratch = self._layer.workspace_bytes(tokens, x_features, ldx) if self._scratch else 0
         if scratch or x_features or y_features:
             # From PyTorch's caching allocator, per call: freed in stream order after the launch, so that one block
             # serves every layer in turn (and a CUDA graph's pool holds it) instead of a buffer per layer.
