@@ -11,8 +11,9 @@
 // the compressed P as the register operand and its metadata built in registers. Software-pipelined: Q*K^T of step n
 // and P*V of step n - 1 run together, and step n's softmax runs while P*V of step n - 1 finishes. The two consumer
 // warpgroups take turns to issue their wgmma groups (a named-barrier pair), so that one's softmax runs under the
-// other's GEMMs instead of both waiting on interleaved GEMMs at once. Pattern dense runs the same steps with every
-// score kept and P*V on the dense wgmma: the control that isolates the gain of sparsity.
+// other's GEMMs instead of both waiting on interleaved GEMMs at once; 2:4 at d = 128 issues without turns
+// (Consumer::Turn). Pattern dense runs the same steps with every score kept and P*V on the dense wgmma: the control
+// that isolates the gain of sparsity.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
