@@ -384,7 +384,7 @@ void bind_device(nb::module_& m) {
             return self.workspace_bytes(tokens, run_layout(x_features, ldx, false));
           },
           "tokens"_a, "x_features"_a = false, "ldx"_a = 0)
-      .def_prop_ro("reads_feature_major", &gpu::SparseLinear::reads_feature_major)
+      .def_prop_ro("reads_feature_major_in_place", &gpu::SparseLinear::reads_feature_major_in_place)
       .def(
           "run_quantized",
           [](gpu::SparseLinear& self, uintptr_t codes, uintptr_t scales, uintptr_t y, int64_t tokens, uintptr_t bias,

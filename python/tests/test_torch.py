@@ -82,25 +82,29 @@ class CpuLayer:
         self.dtype = dtype if self.quantized else {"f16": torch.float16, "bf16": torch.bfloat16}[weight.dtype]
         self.runs = self.scratch_runs = 0
         self.layouts = []  # (x_features, y_features) of each run
-        # gpu::SparseLinear::reads_feature_major: 2:4 and V:N:M weights read x^T.
-        self.reads_feature_major = not self.quantized and not weight.format.startswith("tile:")
+        # gpu::SparseLinear::reads_feature_major_in_place: the row gather (taken here for every V:N:M weight).
+        self.reads_feature_major_in_place = weight.format.startswith("vnm:")
 
     def workspace_bytes(self, tokens, x_features=False, ldx=0):
-        # What the C++ layer asks for: x's codes and scales (8-bit); x^T with its rows padded to a multiple of 8
-        # tokens for V:N:M with token-major x (its row gather), and for feature-major x whose rows are not 16-byte
-        # pieces.
+        # What the C++ layer asks for: x's codes and scales (8-bit); for the row gather, x^T with its rows padded to a
+        # multiple of 8 tokens (token-major x, or feature-major x whose rows are not 16-byte pieces); for the others,
+        # feature-major x transposed to x.
         if self.quantized:
             return tokens * self.cols + 4 * tokens
-        copies = (ldx or tokens) % 8 != 0 if x_features else self.weight.format.startswith("vnm:")
-        return 2 * -(-tokens // 8) * 8 * self.cols if copies else 0
+        padded = 2 * -(-tokens // 8) * 8 * self.cols
+        if not x_features:
+            return padded if self.reads_feature_major_in_place else 0
+        if not self.reads_feature_major_in_place:
+            return 2 * tokens * self.cols
+        return padded if (ldx or tokens) % 8 else 0
 
     def run_on(self, x, y, tokens, bias, stream, workspace, workspace_bytes, x_features=False, ldx=0,
                y_features=False):
         needed = self.workspace_bytes(tokens, x_features, ldx)
         if workspace_bytes < needed or (needed and (not workspace or workspace % 16)):
             raise ValueError(f"a workspace of {workspace_bytes} bytes at {workspace:#x} for {tokens} tokens")
-        if x_features and not self.reads_feature_major:
-            raise ValueError(f"a {self.weight.format} weight reads token-major x only")
+        if x_features and self.quantized:
+            raise ValueError("an 8-bit weight quantizes token-major x only")
         if x_features and ldx and ldx < tokens:
             raise ValueError(f"feature-major x needs ldx >= tokens ({tokens}), got {ldx}")
         self.scratch_runs += needed > 0

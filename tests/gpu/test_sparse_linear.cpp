@@ -79,45 +79,43 @@ TEST(SparseLinearGpu, AnyTokenCountTakesABoundedNumberOfPlans) {
 
 TEST(SparseLinearGpu, FeatureMajorActivationsAgreeWithTheOracle) {
   SKIP_WITHOUT_GPU();
-  // x^T read in place (ldx a multiple of 8, or past the tokens with NaN in the gap) or repadded in the workspace
-  // (ldx % 8 != 0), y^T written as D row-major; 2:4, V:N:M gathering (128:2:8, 64:2:10) and full 2:4 (64:2:8), and
-  // tiles, which read token-major x only but write y^T.
+  // Feature-major x: the row gather (vnm:128:2:8, 64:2:10) reads x^T in place (ldx a multiple of 8, or past the
+  // tokens with NaN in the gap) or repadded in the workspace (ldx % 8 != 0); 2:4, full-2:4 V:N:M (64:2:8) and tiles
+  // transpose it to x there. y^T is written as D row-major by each.
   struct Case {
     const char* format;
     int64_t rows, cols;
+    bool gathers;
   };
-  const Case cases[] = {{"2:4", 1000, 520},
-                        {"vnm:128:2:8", 384, 1024},
-                        {"vnm:64:2:10", 300, 520},
-                        {"vnm:64:2:8", 384, 1024},
-                        {"tile:64x64:0.25", 512, 1024}};
+  const Case cases[] = {{"2:4", 1000, 520, false},
+                        {"vnm:128:2:8", 384, 1024, true},
+                        {"vnm:64:2:10", 300, 520, true},
+                        {"vnm:64:2:8", 384, 1024, false},
+                        {"tile:64x64:0.25", 512, 1024, false}};
   for (DType dtype : {DType::f16, DType::bf16})
     for (const Case& c : cases) {
       const SparseMatrix w = pruned(c.rows, c.cols, dtype, c.format, 13);
       SparseLinear layer = SparseLinear::create(w, Activation::gelu, /*bias=*/true);
-      EXPECT_EQ(layer.reads_feature_major(), !std::string(c.format).starts_with("tile"));
+      EXPECT_EQ(layer.reads_feature_major_in_place(), c.gathers) << c.format;
       for (int64_t tokens : {17, 24, 64, 300})
         for (ActivationLayout y : {ActivationLayout::token_major, ActivationLayout::feature_major})
           for (int64_t ldx : {int64_t{0}, round_up(tokens, 8) + 8}) {
-            const bool x_features = layer.reads_feature_major();
-            if (!x_features && ldx != 0) continue;
-            const RunLayout layout{x_features ? ActivationLayout::feature_major : ActivationLayout::token_major, y,
-                                   x_features ? ldx : 0};
+            const RunLayout layout{ActivationLayout::feature_major, y, ldx};
             const Problem t{c.rows,
                             c.cols,
                             tokens,
                             dtype,
                             dtype,
-                            x_features ? Layout::row_major : Layout::col_major,
+                            Layout::row_major,
                             y == ActivationLayout::feature_major ? Layout::row_major : Layout::col_major,
                             1.0f,
                             0.0f,
                             true,
                             Activation::gelu,
                             ldx};
+            const bool in_place = c.gathers && (ldx == 0 ? tokens : ldx) % 8 == 0;
             const std::size_t bytes = layer.workspace_bytes(tokens, layout);
-            const bool repadded = x_features && (ldx == 0 ? tokens : ldx) % 8 != 0;
-            EXPECT_EQ(bytes > 0, repadded) << c.format << " " << tokens;  // tiles read x as it is
+            EXPECT_EQ(bytes > 0, !in_place) << c.format << " " << tokens;
             DeviceBytes workspace(bytes);
             const std::string kernel = layer.kernel(tokens, layout);
             const double err =
@@ -125,7 +123,7 @@ TEST(SparseLinearGpu, FeatureMajorActivationsAgreeWithTheOracle) {
                   layer.run(nullptr, x, out, tokens, b, {workspace.ptr, bytes}, layout);
                 });
             EXPECT_LE(err, tolerance(dtype)) << c.format << " " << describe(t) << " (" << kernel << ")";
-            EXPECT_EQ(kernel.find("x feature-major") != std::string::npos, x_features && !repadded) << kernel;
+            EXPECT_EQ(kernel.find("x feature-major") != std::string::npos, in_place) << kernel;
           }
     }
 }
@@ -140,17 +138,9 @@ TEST(SparseLinearGpu, RefusesWhatItCannotRun) {
   EXPECT_THROW(layer.run(nullptr, nullptr, y.ptr, 8, static_cast<const float*>(bias.ptr)), Error);
   EXPECT_THROW(layer.run(nullptr, x.ptr, y.ptr, -1, static_cast<const float*>(bias.ptr)), Error);
   EXPECT_NO_THROW(layer.run(nullptr, nullptr, nullptr, 0, nullptr));  // an empty batch launches nothing
-  // Feature-major x shorter than its tokens, and tiles, which read token-major x only.
+  // Feature-major x whose rows are shorter than its tokens.
   const RunLayout short_rows{ActivationLayout::feature_major, ActivationLayout::token_major, 7};
   EXPECT_THROW(layer.run(nullptr, x.ptr, y.ptr, 8, static_cast<const float*>(bias.ptr), {}, short_rows), Error);
-  SparseLinear tiles = SparseLinear::create(pruned(128, 64, DType::f16, "tile:32x32:0.5", 1));
-  EXPECT_FALSE(tiles.reads_feature_major());
-  try {
-    tiles.run(nullptr, x.ptr, y.ptr, 8, nullptr, {}, {ActivationLayout::feature_major});
-    ADD_FAILURE() << "tiles ran feature-major x";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
-  }
 }
 
 QuantizedNmMatrix quantized(int64_t rows, int64_t cols, QuantType type, uint32_t seed, int n = 2, int m = 4) {
@@ -296,6 +286,10 @@ TEST(SparseLinear8bitGpu, RefusesWhatItCannotRun) {
   EXPECT_NMKIT_ERROR(layer.run_quantized(nullptr, c + 1, static_cast<const float*>(scales.ptr), y.ptr, 8, b),
                      ErrorCode::invalid_argument, "16-byte aligned");
   EXPECT_NMKIT_ERROR(layer.run_quantized(nullptr, c, nullptr, y.ptr, 8, b), ErrorCode::invalid_argument, "scales");
+  const std::size_t bytes = layer.workspace_bytes(8);
+  DeviceBytes workspace(bytes);
+  EXPECT_NMKIT_ERROR(layer.run(nullptr, x.ptr, y.ptr, 8, b, {workspace.ptr, bytes}, {ActivationLayout::feature_major}),
+                     ErrorCode::unsupported, "token-major x only");
   SparseLinear dense16 = SparseLinear::create(pruned(128, 64, DType::f16, "2:4", 1));
   EXPECT_FALSE(dense16.quantized().has_value());
   EXPECT_NMKIT_ERROR(dense16.run_quantized(nullptr, c, static_cast<const float*>(scales.ptr), y.ptr, 8, nullptr),
@@ -349,36 +343,79 @@ TEST(SparseLinearGpu, TheCallersWorkspaceGivesTheLayersOwnResult) {
     }
 }
 
-// The transpose behind the V:N:M row gather, exactly, over a poisoned destination: the 16-byte path (aligned, K % 8
-// == 0) and the element path (K % 8 != 0, an odd destination stride, a source one element off alignment), tile tails
-// in both dimensions and the zero padding of the tokens.
+// A source of rows x src_ld 16-bit values (never zero, so that padding must be written) `offset` elements into a
+// device buffer, and a poisoned destination of dst_elements: what the two copies below read and write.
+struct CopyBuffers {
+  std::vector<uint16_t> src;
+  DeviceBytes d_src, d_dst;
+  std::size_t dst_elements;
+  CopyBuffers(int64_t src_elements, int64_t offset, int64_t dst_elements, uint32_t seed)
+      : src(static_cast<std::size_t>(src_elements + offset)),
+        d_src(src.size() * 2),
+        d_dst(static_cast<std::size_t>(dst_elements) * 2),
+        dst_elements(static_cast<std::size_t>(dst_elements)) {
+    std::mt19937 rng(seed);
+    for (uint16_t& v : src) v = static_cast<uint16_t>(rng() | 1u);
+    check(cudaMemcpy(d_src.ptr, src.data(), src.size() * 2, cudaMemcpyHostToDevice), "copy src");
+    check(cudaMemset(d_dst.ptr, 0xff, this->dst_elements * 2), "poison dst");
+  }
+  const uint16_t* source(int64_t offset) const { return static_cast<const uint16_t*>(d_src.ptr) + offset; }
+  std::vector<uint16_t> result() const {
+    check(cudaDeviceSynchronize(), "copy kernel");
+    std::vector<uint16_t> dst(dst_elements);
+    check(cudaMemcpy(dst.data(), d_dst.ptr, dst_elements * 2, cudaMemcpyDeviceToHost), "copy dst");
+    return dst;
+  }
+};
+
+// The transposes behind the V:N:M row gather (x to x^T) and feature-major x for the other kernels (x^T to x),
+// exactly, over a poisoned destination: the 16-byte path (aligned, K % 8 == 0) and the element path (K % 8 != 0, an
+// odd destination or source stride, a source one element off alignment), tile tails in both dimensions and the zero
+// padding of the tokens.
 TEST(TransposeGpu, OddShapesPaddingAndAlignment) {
   SKIP_WITHOUT_GPU();
   struct Case {
-    int64_t rows, cols, dst_ld, src_offset;
+    int64_t rows, cols, dst_ld, src_offset, src_ld;  // src_ld 0: cols
   };
-  const Case cases[] = {{1, 4096, 8, 0},   {17, 520, 24, 0}, {77, 1000, 80, 0}, {64, 64, 64, 0},
-                        {300, 77, 304, 0}, {5, 3, 7, 0},     {33, 96, 40, 1},   {130, 200, 130, 0}};
+  const Case cases[] = {{1, 4096, 8, 0, 0},   {17, 520, 24, 0, 0},  {77, 1000, 80, 0, 0}, {64, 64, 64, 0, 0},
+                        {300, 77, 304, 0, 0}, {5, 3, 7, 0, 0},      {33, 96, 40, 1, 0},   {130, 200, 130, 0, 0},
+                        {96, 24, 96, 0, 40},  {520, 17, 520, 0, 21}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(testing::Message() << c.rows << " x " << c.cols << " into stride " << c.dst_ld << ", source offset "
-                                    << c.src_offset);
-    std::vector<uint16_t> src(static_cast<std::size_t>(c.rows * c.cols + c.src_offset));
-    std::mt19937 rng(static_cast<uint32_t>(c.rows * 7919 + c.cols));
-    for (uint16_t& v : src) v = static_cast<uint16_t>(rng() | 1u);  // never zero: the padding must be written
-    const std::size_t dst_elements = static_cast<std::size_t>(c.cols * c.dst_ld);
-    DeviceBytes d_src(src.size() * 2), d_dst(dst_elements * 2);
-    check(cudaMemcpy(d_src.ptr, src.data(), src.size() * 2, cudaMemcpyHostToDevice), "copy src");
-    check(cudaMemset(d_dst.ptr, 0xff, dst_elements * 2), "poison dst");
-    transpose_16bit(nullptr, static_cast<const uint16_t*>(d_src.ptr) + c.src_offset, d_dst.ptr, c.rows, c.cols,
-                    c.dst_ld);
-    check(cudaDeviceSynchronize(), "transpose");
-    std::vector<uint16_t> dst(dst_elements);
-    check(cudaMemcpy(dst.data(), d_dst.ptr, dst_elements * 2, cudaMemcpyDeviceToHost), "copy dst");
+    const int64_t src_ld = c.src_ld > 0 ? c.src_ld : c.cols;
+    SCOPED_TRACE(testing::Message() << c.rows << " x " << c.cols << " (stride " << src_ld << ") into stride "
+                                    << c.dst_ld << ", source offset " << c.src_offset);
+    CopyBuffers b(c.rows * src_ld, c.src_offset, c.cols * c.dst_ld, static_cast<uint32_t>(c.rows * 7919 + c.cols));
+    transpose_16bit(nullptr, b.source(c.src_offset), src_ld, b.d_dst.ptr, c.rows, c.cols, c.dst_ld);
+    const std::vector<uint16_t> dst = b.result();
     int64_t wrong = 0;
     for (int64_t k = 0; k < c.cols; ++k)
       for (int64_t t = 0; t < c.dst_ld; ++t) {
-        const uint16_t want = t < c.rows ? src[static_cast<std::size_t>(c.src_offset + t * c.cols + k)] : 0;
+        const uint16_t want = t < c.rows ? b.src[static_cast<std::size_t>(c.src_offset + t * src_ld + k)] : 0;
         wrong += dst[static_cast<std::size_t>(k * c.dst_ld + t)] != want;
+      }
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
+// The repad of feature-major x for the row gather: rows of any stride and alignment into 16-byte rows, zero past the
+// columns, exactly.
+TEST(TransposeGpu, RowCopyRepadsAnyStride) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t rows, cols, src_ld, dst_ld, src_offset;
+  };
+  const Case cases[] = {{1000, 13, 13, 16, 0}, {520, 4095, 4095, 4096, 1}, {7, 1, 3, 8, 0}, {64, 24, 40, 32, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << c.rows << " x " << c.cols << " from stride " << c.src_ld << " to " << c.dst_ld
+                                    << ", source offset " << c.src_offset);
+    CopyBuffers b(c.rows * c.src_ld, c.src_offset, c.rows * c.dst_ld, static_cast<uint32_t>(c.rows + c.cols));
+    copy_rows_16bit(nullptr, b.source(c.src_offset), c.src_ld, b.d_dst.ptr, c.dst_ld, c.rows, c.cols);
+    const std::vector<uint16_t> dst = b.result();
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < c.rows; ++r)
+      for (int64_t j = 0; j < c.dst_ld; ++j) {
+        const uint16_t want = j < c.cols ? b.src[static_cast<std::size_t>(c.src_offset + r * c.src_ld + j)] : 0;
+        wrong += dst[static_cast<std::size_t>(r * c.dst_ld + j)] != want;
       }
     EXPECT_EQ(wrong, 0);
   }

@@ -46,16 +46,18 @@ class SparseLinear {
   // R floats or null. Asynchronous, none for 0 tokens. Throws Error on null pointers, a wrong bias or tokens < 0.
   // Not thread-safe, one stream at a time (the workspaces are the layer's).
   void run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias = nullptr);
-  // Device scratch a run of `tokens` in `layout` uses: x's 8-bit codes and per-token scales (8-bit weights) or x^T
-  // with its rows padded to a multiple of 8 tokens (token-major x for condensed V:N:M; feature-major x with
-  // ldx % 8 != 0); 0 for the rest.
+  // Device scratch a run of `tokens` in `layout` uses: x's 8-bit codes and per-token scales (8-bit weights), x^T with
+  // its rows padded to a multiple of 8 tokens (condensed V:N:M: token-major x, or feature-major x with
+  // ldx % 8 != 0), or x from feature-major x (the other 16-bit weights); 0 for the rest.
   std::size_t workspace_bytes(int64_t tokens, RunLayout layout = {}) const;
   // run() on scratch of the caller's: at least workspace_bytes(tokens, layout) bytes, 16-byte aligned (null when
   // that is 0), used by this launch alone in `stream`'s order. Layers that run one after another on a stream can
   // then share one buffer, or take it from a caching allocator per call (nmkit.torch does), where run() above keeps
-  // a buffer per layer for the layer's life. x and y as `layout` says: 2:4 and V:N:M weights read feature-major x in
-  // place where ldx % 8 == 0 (else a copy with its rows padded to 8 tokens, in the workspace); tiles and 8-bit
-  // weights read token-major x only (Error unsupported). Every weight writes either y.
+  // a buffer per layer for the layer's life. x and y as `layout` says: the row gather of a condensed V:N:M weight reads
+  // feature-major x in place where ldx % 8 == 0 (else a copy with its rows padded to 8 tokens, in the workspace);
+  // 2:4, full-2:4 V:N:M and tiles transpose it to token-major x in the workspace (their kernels read B row-major
+  // without the narrow n-tiles and split-K of small T); 8-bit weights quantize token-major x only (Error
+  // unsupported). Every weight writes either y.
   // Throws Error as run() does, and for scratch too small or misaligned, or ldx < tokens.
   struct Workspace {
     void* data = nullptr;
@@ -63,7 +65,7 @@ class SparseLinear {
   };
   void run(Stream stream, const void* x, void* y, int64_t tokens, const float* bias, Workspace workspace,
            RunLayout layout = {});
-  bool reads_feature_major() const noexcept;  // whether run() takes feature-major x (2:4 and V:N:M weights)
+  bool reads_feature_major_in_place() const noexcept;  // the row gather: feature-major x needs no transpose
   // An 8-bit layer on x already quantized: x_codes tokens x K codes of quantized() (row-major, 16-byte aligned),
   // x_scales one float per token (x = code * scale), as detail::quantize_tokens writes them. Throws Error as run()
   // does, and for a 16-bit layer.
