@@ -200,9 +200,9 @@ class SparseLinear(torch.nn.Module):
         # Layers that need device scratch for some token counts: x quantized (8-bit), x transposed (V:N:M).
         self._scratch = self.quantized is not None or weight.format.startswith("vnm:")
         # Whether a call hands x given as x^T (a [T, K] view with strides (1, ldx), ldx % 8 == 0) to the kernel as
-        # it is: V:N:M layers, whose row gather reads it without the transpose token-major x needs. The others copy
-        # it to x: 2:4 reading x^T in place ran 0.73x its speed on x at T = 16 and 0.94x at 4096 (H100).
-        self._reads_features = self.quantized is None and self.format.startswith("vnm:")
+        # it is: condensed V:N:M layers, whose row gather reads it without the transpose token-major x needs. The
+        # others take x contiguous (PyTorch's copy), as their kernels read it faster than x^T.
+        self._reads_features = self._layer.reads_feature_major_in_place
         self.feature_major_output = False
         if bias is not None:
             bias = bias.detach().to(device=self.device, dtype=torch.float32).contiguous()

@@ -233,7 +233,7 @@ struct SparseLinear::Impl {
       case XPath::as_given:
         return run(tokens, ldb > 0 ? Layout::row_major : Layout::col_major, d_layout, stream, x, y, bias, ldb);
       case XPath::transposed:
-        transpose_16bit(stream, x, tokens, scratch, tokens, cols(), ldb);
+        transpose_16bit(stream, x, cols(), scratch, tokens, cols(), ldb);
         break;
       case XPath::repadded:
         copy_rows_16bit(stream, x, feature_ld(tokens, layout), scratch, ldb, cols(), tokens);
