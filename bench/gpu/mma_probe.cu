@@ -9,6 +9,8 @@
 // Each variant runs back to back for --ms of wall time (NVML samples the SM clock and the board power in the
 // second half; bench/gpu/power_probe.hpp); FLOP/s are dense-equivalent (2 x 64 x N x K per warpgroup and k-tile,
 // sparse or not). FLOP/clk/SM comes from the CTAs' own clock64 counts, so it needs no NVML.
+// `--section narrow` times the decode kernels' narrow tiles instead (n16-n64, clk/wgmma: what one k-step costs a
+// warpgroup), their k-steps in one accumulator chain or spread over independent ones.
 // Build: the `nmkit_mma_probe` target (sm_90a); run it on the GPU machine: `nmkit_mma_probe [--ms 1500]`.
 #include <cuda_runtime.h>
 
@@ -80,8 +82,9 @@ __device__ uint32_t random_metadata(uint32_t seed) {
   return e;
 }
 
-// One variant: the instruction, its element, and how many of it cover a k-tile of 128 bytes of B per row.
-template <Element kElement, bool kSparse_, bool kRegisterA, int kN_>
+// One variant: the instruction, its element, how many of it cover a k-tile of 128 bytes of B per row, and how many
+// independent accumulator chains the k-steps alternate between (1: every wgmma accumulates into the one before).
+template <Element kElement, bool kSparse_, bool kRegisterA, int kN_, int kChains_ = 1>
 struct Variant {
   static constexpr bool kInt = kElement == Element::s8;
   static constexpr bool kSparse = kSparse_;
@@ -94,6 +97,10 @@ struct Variant {
   static constexpr int kBStepBytes = kKPerInstr * kElementBytes;
   static constexpr int kAStepBytes = kBStepBytes / (kSparse ? 2 : 1);  // A holds the kept half
   static constexpr int kAccumulators = kN / 2;
+  static constexpr int kChains = kChains_;
+  // Tiles per unrolled iteration, so that every step's chain is known at compile time.
+  static constexpr int kTilesPerRound = kChains > kInstrPerTile ? kChains / kInstrPerTile : 1;
+  static_assert(kChains <= kInstrPerTile ? kInstrPerTile % kChains == 0 : kChains % kInstrPerTile == 0);
   using Accumulator = std::conditional_t<kInt, int32_t, float>;
   using Mma16 = std::conditional_t<kElement == Element::bf16, ptx::MmaBF16, ptx::MmaF16>;
   using Mma8 = std::conditional_t<kElement == Element::s8, ptx::MmaS8, ptx::MmaE4M3>;
@@ -139,22 +146,26 @@ __global__ void __launch_bounds__(kThreads, 1) mma_loop(int k_tiles, uint32_t se
   uint32_t a[4];
   for (int i = 0; i < 4; ++i) a[i] = random_word<kElement>(seed ^ (threadIdx.x * 4 + i));
   const uint32_t e = random_metadata(seed + threadIdx.x);
-  typename V::Accumulator d[V::kAccumulators] = {};
+  typename V::Accumulator d[V::kChains][V::kAccumulators] = {};
 
   const unsigned long long start = clock64();
-  for (int tile = 0; tile < k_tiles; ++tile) {
-    ptx::wgmma_fence();
+  for (int tile = 0; tile < k_tiles; tile += V::kTilesPerRound) {
 #pragma unroll
-    for (int k = 0; k < V::kInstrPerTile; ++k)
-      V::mma(d, ptx::advance_smem_desc(desc_a, k * V::kAStepBytes), a,
-             ptx::advance_smem_desc(desc_b, k * V::kBStepBytes), e);
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<1>();  // one group in flight, as the SpMM consumers keep
+    for (int t = 0; t < V::kTilesPerRound; ++t) {
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < V::kInstrPerTile; ++k)
+        V::mma(d[(t * V::kInstrPerTile + k) % V::kChains], ptx::advance_smem_desc(desc_a, k * V::kAStepBytes), a,
+               ptx::advance_smem_desc(desc_b, k * V::kBStepBytes), e);
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<1>();  // one group in flight, as the SpMM consumers keep
+    }
   }
   ptx::wgmma_wait_group<0>();
   const unsigned long long cycles = clock64() - start;
   float sum = 0;
-  for (int i = 0; i < V::kAccumulators; ++i) sum += static_cast<float>(d[i]);
+  for (int c = 0; c < V::kChains; ++c)
+    for (int i = 0; i < V::kAccumulators; ++i) sum += static_cast<float>(d[c][i]);
   if (threadIdx.x == 0) counts[blockIdx.x] = {cycles, sum};
 #endif
 }
@@ -164,6 +175,7 @@ struct Result {
   std::string family;  // the variants of a family compare sparse against dense
   bool sparse = false;
   double tflops = 0, sm_mhz = 0, watts = 0, flop_per_clk_per_sm = 0;
+  double clk_per_wgmma = 0;  // a warpgroup's cycles per instruction
 };
 
 template <class V>
@@ -208,6 +220,7 @@ Result measure(const std::string& name, const std::string& family, int sms, doub
   for (const CtaCount& c : host) cycles.push_back(static_cast<double>(c.cycles));
   std::nth_element(cycles.begin(), cycles.begin() + sms / 2, cycles.end());
   r.flop_per_clk_per_sm = flops_per_cta / cycles[sms / 2];
+  r.clk_per_wgmma = cycles[sms / 2] / (double(kTilesPerLaunch) * V::kInstrPerTile);
   return r;
 }
 
@@ -218,6 +231,12 @@ int main(int argc, char** argv) {
   double ms = 1500;
   app.add_option("--ms", ms, "Wall time each variant runs for (NVML samples its second half)")
       ->check(CLI::Range(50.0, 60000.0))
+      ->capture_default_str();
+  std::string section = "ceiling";
+  app.add_option("--section", section,
+                 "ceiling: the n256 / n128 rates; narrow: n16-n64 2:4 tiles with 1, 2 or 4 accumulator chains (the "
+                 "latency of a k-step when the tile is too narrow to hide it); all")
+      ->check(CLI::IsMember({"ceiling", "narrow", "all"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -235,34 +254,63 @@ int main(int argc, char** argv) {
   if (!power.available()) std::printf("# NVML unavailable (%s): no clock or power columns\n", power.why_unavailable());
 
   std::vector<Result> results;
-  // 16-bit, A in shared memory (the SpMM kernels), n256 as their 128 x 256 tiles.
-  results.push_back(
-      measure<Variant<Element::f16, false, false, 256>>("f16 SS m64n256k16", "f16 SS n256", sms, ms, power, stream));
-  results.push_back(
-      measure<Variant<Element::f16, true, false, 256>>("f16 SS sp m64n256k32", "f16 SS n256", sms, ms, power, stream));
-  results.push_back(
-      measure<Variant<Element::bf16, false, false, 256>>("bf16 SS m64n256k16", "bf16 SS n256", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::bf16, true, false, 256>>("bf16 SS sp m64n256k32", "bf16 SS n256", sms, ms,
-                                                                      power, stream));
-  // 8-bit, the fp8 / int8 2:4 kernels' instructions.
-  results.push_back(
-      measure<Variant<Element::e4m3, false, false, 256>>("e4m3 SS m64n256k32", "e4m3 SS n256", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::e4m3, true, false, 256>>("e4m3 SS sp m64n256k64", "e4m3 SS n256", sms, ms,
-                                                                      power, stream));
-  results.push_back(
-      measure<Variant<Element::s8, false, false, 256>>("s8 SS m64n256k32", "s8 SS n256", sms, ms, power, stream));
-  results.push_back(
-      measure<Variant<Element::s8, true, false, 256>>("s8 SS sp m64n256k64", "s8 SS n256", sms, ms, power, stream));
-  // A from registers, n128: attention's P·V at d = 128.
-  results.push_back(
-      measure<Variant<Element::bf16, false, true, 128>>("bf16 RS m64n128k16", "bf16 RS n128", sms, ms, power, stream));
-  results.push_back(measure<Variant<Element::bf16, true, true, 128>>("bf16 RS sp m64n128k32", "bf16 RS n128", sms, ms,
-                                                                     power, stream));
+  if (section != "narrow") {
+    // 16-bit, A in shared memory (the SpMM kernels), n256 as their 128 x 256 tiles.
+    results.push_back(
+        measure<Variant<Element::f16, false, false, 256>>("f16 SS m64n256k16", "f16 SS n256", sms, ms, power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 256>>("f16 SS sp m64n256k32", "f16 SS n256", sms, ms,
+                                                                       power, stream));
+    results.push_back(measure<Variant<Element::bf16, false, false, 256>>("bf16 SS m64n256k16", "bf16 SS n256", sms, ms,
+                                                                         power, stream));
+    results.push_back(measure<Variant<Element::bf16, true, false, 256>>("bf16 SS sp m64n256k32", "bf16 SS n256", sms,
+                                                                        ms, power, stream));
+    // 8-bit, the fp8 / int8 2:4 kernels' instructions.
+    results.push_back(measure<Variant<Element::e4m3, false, false, 256>>("e4m3 SS m64n256k32", "e4m3 SS n256", sms, ms,
+                                                                         power, stream));
+    results.push_back(measure<Variant<Element::e4m3, true, false, 256>>("e4m3 SS sp m64n256k64", "e4m3 SS n256", sms,
+                                                                        ms, power, stream));
+    results.push_back(
+        measure<Variant<Element::s8, false, false, 256>>("s8 SS m64n256k32", "s8 SS n256", sms, ms, power, stream));
+    results.push_back(
+        measure<Variant<Element::s8, true, false, 256>>("s8 SS sp m64n256k64", "s8 SS n256", sms, ms, power, stream));
+    // A from registers, n128: attention's P·V at d = 128.
+    results.push_back(measure<Variant<Element::bf16, false, true, 128>>("bf16 RS m64n128k16", "bf16 RS n128", sms, ms,
+                                                                        power, stream));
+    results.push_back(measure<Variant<Element::bf16, true, true, 128>>("bf16 RS sp m64n128k32", "bf16 RS n128", sms, ms,
+                                                                       power, stream));
+  }
+  // Narrow tiles (the decode and small-grid kernels): one k-step's latency binds when each wgmma accumulates into
+  // the one before; independent chains, summed at the end, let the steps overlap.
+  if (section != "ceiling") {
+    results.push_back(measure<Variant<Element::f16, false, false, 16, 1>>("f16 SS m64n16k16 x1", "f16 n16 x1", sms, ms,
+                                                                          power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 16, 1>>("f16 SS sp m64n16k32 x1", "f16 n16 x1", sms,
+                                                                         ms, power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 16, 2>>("f16 SS sp m64n16k32 x2", "f16 n16 x2", sms,
+                                                                         ms, power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 16, 4>>("f16 SS sp m64n16k32 x4", "f16 n16 x4", sms,
+                                                                         ms, power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 32, 1>>("f16 SS sp m64n32k32 x1", "f16 n32 x1", sms,
+                                                                         ms, power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 32, 2>>("f16 SS sp m64n32k32 x2", "f16 n32 x2", sms,
+                                                                         ms, power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 32, 4>>("f16 SS sp m64n32k32 x4", "f16 n32 x4", sms,
+                                                                         ms, power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 64, 1>>("f16 SS sp m64n64k32 x1", "f16 n64 x1", sms,
+                                                                         ms, power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 64, 2>>("f16 SS sp m64n64k32 x2", "f16 n64 x2", sms,
+                                                                         ms, power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 64, 4>>("f16 SS sp m64n64k32 x4", "f16 n64 x4", sms,
+                                                                         ms, power, stream));
+    results.push_back(measure<Variant<Element::f16, true, false, 256, 1>>("f16 SS sp m64n256k32 x1", "f16 n256 x1", sms,
+                                                                          ms, power, stream));
+  }
 
-  std::printf("%-24s %10s %8s %7s %13s %13s %13s\n", "variant", "TFLOP/s", "SM MHz", "W", "FLOP/clk/SM",
-              "sp/dense rate", "sp/dense clk");
+  std::printf("%-24s %10s %8s %7s %13s %10s %13s %13s\n", "variant", "TFLOP/s", "SM MHz", "W", "FLOP/clk/SM",
+              "clk/wgmma", "sp/dense rate", "sp/dense clk");
   for (const Result& r : results) {
-    std::printf("%-24s %10.0f %8.0f %7.0f %13.0f", r.name.c_str(), r.tflops, r.sm_mhz, r.watts, r.flop_per_clk_per_sm);
+    std::printf("%-24s %10.0f %8.0f %7.0f %13.0f %10.1f", r.name.c_str(), r.tflops, r.sm_mhz, r.watts,
+                r.flop_per_clk_per_sm, r.clk_per_wgmma);
     const auto dense = std::find_if(results.begin(), results.end(),
                                     [&](const Result& o) { return o.family == r.family && !o.sparse; });
     if (r.sparse && dense != results.end())
