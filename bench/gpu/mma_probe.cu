@@ -279,31 +279,27 @@ int main(int argc, char** argv) {
     results.push_back(measure<Variant<Element::bf16, true, true, 128>>("bf16 RS sp m64n128k32", "bf16 RS n128", sms, ms,
                                                                        power, stream));
   }
-  // Narrow tiles (the decode and small-grid kernels): one k-step's latency binds when each wgmma accumulates into
-  // the one before; independent chains, summed at the end, let the steps overlap.
+  // Narrow tiles (the decode and small-grid kernels): what one k-step costs a warpgroup, its wgmma accumulating into
+  // one chain or spread over 2 or 4 independent ones (would the chain's latency bind a narrow tile's k-loop?).
   if (section != "ceiling") {
-    results.push_back(measure<Variant<Element::f16, false, false, 16, 1>>("f16 SS m64n16k16 x1", "f16 n16 x1", sms, ms,
-                                                                          power, stream));
-    results.push_back(measure<Variant<Element::f16, true, false, 16, 1>>("f16 SS sp m64n16k32 x1", "f16 n16 x1", sms,
-                                                                         ms, power, stream));
-    results.push_back(measure<Variant<Element::f16, true, false, 16, 2>>("f16 SS sp m64n16k32 x2", "f16 n16 x2", sms,
-                                                                         ms, power, stream));
-    results.push_back(measure<Variant<Element::f16, true, false, 16, 4>>("f16 SS sp m64n16k32 x4", "f16 n16 x4", sms,
-                                                                         ms, power, stream));
-    results.push_back(measure<Variant<Element::f16, true, false, 32, 1>>("f16 SS sp m64n32k32 x1", "f16 n32 x1", sms,
-                                                                         ms, power, stream));
-    results.push_back(measure<Variant<Element::f16, true, false, 32, 2>>("f16 SS sp m64n32k32 x2", "f16 n32 x2", sms,
-                                                                         ms, power, stream));
-    results.push_back(measure<Variant<Element::f16, true, false, 32, 4>>("f16 SS sp m64n32k32 x4", "f16 n32 x4", sms,
-                                                                         ms, power, stream));
-    results.push_back(measure<Variant<Element::f16, true, false, 64, 1>>("f16 SS sp m64n64k32 x1", "f16 n64 x1", sms,
-                                                                         ms, power, stream));
-    results.push_back(measure<Variant<Element::f16, true, false, 64, 2>>("f16 SS sp m64n64k32 x2", "f16 n64 x2", sms,
-                                                                         ms, power, stream));
-    results.push_back(measure<Variant<Element::f16, true, false, 64, 4>>("f16 SS sp m64n64k32 x4", "f16 n64 x4", sms,
-                                                                         ms, power, stream));
-    results.push_back(measure<Variant<Element::f16, true, false, 256, 1>>("f16 SS sp m64n256k32 x1", "f16 n256 x1", sms,
-                                                                          ms, power, stream));
+    // The family "f16 nN xC" pairs the sparse instruction with the dense one of its width (n16 only).
+    const auto narrow = [&]<bool kSparse, int kN, int kChains>() {
+      const std::string n = std::to_string(kN), chains = " x" + std::to_string(kChains);
+      results.push_back(measure<Variant<Element::f16, kSparse, false, kN, kChains>>(
+          (kSparse ? "f16 SS sp m64n" + n + "k32" : "f16 SS m64n" + n + "k16") + chains, "f16 n" + n + chains, sms, ms,
+          power, stream));
+    };
+    narrow.template operator()<false, 16, 1>();
+    narrow.template operator()<true, 16, 1>();
+    narrow.template operator()<true, 16, 2>();
+    narrow.template operator()<true, 16, 4>();
+    narrow.template operator()<true, 32, 1>();
+    narrow.template operator()<true, 32, 2>();
+    narrow.template operator()<true, 32, 4>();
+    narrow.template operator()<true, 64, 1>();
+    narrow.template operator()<true, 64, 2>();
+    narrow.template operator()<true, 64, 4>();
+    narrow.template operator()<true, 256, 1>();
   }
 
   std::printf("%-24s %10s %8s %7s %13s %10s %13s %13s\n", "variant", "TFLOP/s", "SM MHz", "W", "FLOP/clk/SM",
