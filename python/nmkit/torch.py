@@ -12,11 +12,11 @@ CUDA stream, with one kernel launch and no synchronisation; each token count get
 
 A chain of layers can hand x on feature-major: with `layer.feature_major_output = True` the layer returns y as the
 [..., R] view of a y^T it wrote (where the token count is a multiple of 8), elementwise ops keep that layout, and a
-V:N:M layer reads such an x (x^T contiguous) as it is, where its row gather would transpose token-major x first
-(other layers copy it to x, which their kernels read faster):
+condensed V:N:M layer (the row gather) reads such an x (x^T contiguous) as it is, where it would transpose
+token-major x first (other layers copy it to x, which their kernels read faster):
 
     gate.feature_major_output = up.feature_major_output = True
-    y = down(F.silu(gate(x)) * up(x))                                 # a V:N:M down reads x^T as it is
+    y = down(F.silu(gate(x)) * up(x))                                 # a condensed V:N:M down reads x^T as it is
 
 8-bit 2:4 weights (an nmkit.QuantizedWeight: e4m3, e5m2 or int8 codes with a scale per row) run on the 8-bit
 kernel, x (f16 or bf16) quantized per token to the weight's code type inside the call (two launches) and y in x's
@@ -197,12 +197,12 @@ class SparseLinear(torch.nn.Module):
         # The weight's 8-bit code type (None: 16-bit), and its format as the C++ layer names it ("2:4 e4m3").
         self.quantized = weight.dtype if isinstance(weight, QuantizedWeight) else None
         self.format = weight.format if self.quantized is None else f"{weight.format} {self.quantized}"
-        # Layers that need device scratch for some token counts: x quantized (8-bit), x transposed (V:N:M).
-        self._scratch = self.quantized is not None or weight.format.startswith("vnm:")
         # Whether a call hands x given as x^T (a [T, K] view with strides (1, ldx), ldx % 8 == 0) to the kernel as
         # it is: condensed V:N:M layers, whose row gather reads it without the transpose token-major x needs. The
         # others take x contiguous (PyTorch's copy), as their kernels read it faster than x^T.
         self._reads_features = self._layer.reads_feature_major_in_place
+        # Layers that need device scratch for some token counts: x quantized (8-bit), x transposed (the row gather).
+        self._scratch = self.quantized is not None or self._reads_features
         self.feature_major_output = False
         if bias is not None:
             bias = bias.detach().to(device=self.device, dtype=torch.float32).contiguous()
