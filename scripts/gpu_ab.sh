@@ -51,18 +51,28 @@ if [ "$(cat "$REF_SRC/.ab_stamp" 2>/dev/null)" != "$stamp" ]; then
 else
   echo "gpu_ab: reusing the reference tree (and its build) of an earlier call"
 fi
-configure . build/gpu
-configure "$REF_SRC" build/gpu-ab
-# Both builds at once: half the cores each.
-jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
-cmake --build build/gpu -j "$jobs" --target "${benches[@]}" nmkit_gpu_tests >/tmp/nmkit_build.log 2>&1 &
-this_build=$!
-cmake --build build/gpu-ab -j "$jobs" --target "${benches[@]}" >/tmp/nmkit_build_ab.log 2>&1
-ref_rc=$?
-wait $this_build
-this_rc=$?
-[ $this_rc -eq 0 ] || { grep -E "error" -A3 /tmp/nmkit_build.log | head -40; exit 1; }
-[ $ref_rc -eq 0 ] || { grep -E "error" -A3 /tmp/nmkit_build_ab.log | head -40; exit 1; }
+if [ -s .ab_bins.tar.xz ] && [ "$(tar -xJOf .ab_bins.tar.xz ./stamp 2>/dev/null)" = "$(bash scripts/ab_prebuild.sh --stamp)" ]; then
+  # Built on the development machine for this tree and patch (scripts/ab_prebuild.sh): no build here.
+  bins=$(mktemp -d /tmp/nmkit_ab_bins.XXXXXX)
+  tar -xJf .ab_bins.tar.xz -C "$bins"
+  mkdir -p build/gpu/bench build/gpu/tests build/gpu-ab/bench
+  cp "$bins"/this/bench/* build/gpu/bench/ && cp "$bins"/this/tests/* build/gpu/tests/ && cp "$bins"/ref/bench/* build/gpu-ab/bench/
+  echo "gpu_ab: binaries from .ab_bins.tar.xz"
+else
+  [ -s .ab_bins.tar.xz ] && echo "gpu_ab: .ab_bins.tar.xz was built for another tree or patch; building here"
+  configure . build/gpu
+  configure "$REF_SRC" build/gpu-ab
+  # Both builds at once: half the cores each.
+  jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
+  cmake --build build/gpu -j "$jobs" --target "${benches[@]}" nmkit_gpu_tests >/tmp/nmkit_build.log 2>&1 &
+  this_build=$!
+  cmake --build build/gpu-ab -j "$jobs" --target "${benches[@]}" >/tmp/nmkit_build_ab.log 2>&1
+  ref_rc=$?
+  wait $this_build
+  this_rc=$?
+  [ $this_rc -eq 0 ] || { grep -E "error" -A3 /tmp/nmkit_build.log | head -40; exit 1; }
+  [ $ref_rc -eq 0 ] || { grep -E "error" -A3 /tmp/nmkit_build_ab.log | head -40; exit 1; }
+fi
 if [ -n "${NMKIT_AB_TESTS:-}" ]; then
   timeout 300 build/gpu/tests/nmkit_gpu_tests --gtest_filter="$NMKIT_AB_TESTS" >"$OUT/tests.log" 2>&1
   echo "tests ($NMKIT_AB_TESTS): rc $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests.log" | tr '\n' ' ')"
