@@ -72,6 +72,8 @@ void validate(const NmMatrix& a) {
   require(a.indices.size() == packed_bytes(count, a.index_bits()), ErrorCode::invalid_argument,
           "N:M indices hold " + std::to_string(a.indices.size()) + " bytes, expected " +
               std::to_string(packed_bytes(count, a.index_bits())));
+  require(padding_is_zero(a.indices, count, a.index_bits()), ErrorCode::invalid_argument,
+          "N:M indices: the unused high bits of the last byte are not zero");
   detail::check_row_group_slots(a, a.m, {"N:M", "indices", "M"}, [&](int64_t vi) { return a.index(vi); });
 }
 

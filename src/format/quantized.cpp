@@ -318,6 +318,8 @@ void validate(const QuantizedNmMatrix& a) {
   require(a.indices.size() == packed_bytes(count, a.index_bits()), ErrorCode::invalid_argument,
           "quantized N:M indices hold " + std::to_string(a.indices.size()) + " bytes, expected " +
               std::to_string(packed_bytes(count, a.index_bits())));
+  require(padding_is_zero(a.indices, count, a.index_bits()), ErrorCode::invalid_argument,
+          "quantized N:M indices: the unused high bits of the last byte are not zero");
   require(
       a.scales.size() == static_cast<std::size_t>(a.rows), ErrorCode::invalid_argument,
       "quantized N:M scales hold " + std::to_string(a.scales.size()) + " values, expected " + std::to_string(a.rows));

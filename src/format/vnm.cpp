@@ -113,6 +113,8 @@ void validate(const VnmMatrix& a) {
   require(a.m_indices.size() == packed_bytes(count, kVnmMIndexBits), ErrorCode::invalid_argument,
           "V:N:M m_indices hold " + std::to_string(a.m_indices.size()) + " bytes, expected " +
               std::to_string(packed_bytes(count, kVnmMIndexBits)));
+  require(padding_is_zero(a.m_indices, count, kVnmMIndexBits), ErrorCode::invalid_argument,
+          "V:N:M m_indices: the unused high bits of the last byte are not zero");
   const auto loc_count = static_cast<std::size_t>(a.row_blocks() * groups * kVnmSelectedColumns);
   require(a.column_loc.size() == loc_count, ErrorCode::invalid_argument,
           "V:N:M column_loc holds " + std::to_string(a.column_loc.size()) + " bytes, expected " +

@@ -127,6 +127,14 @@ QuantizedNmMatrix read_quantized_nm(const json& d, int64_t rows, int64_t cols, Q
 
 using CompressedWeight = std::variant<SparseMatrix, QuantizedNmMatrix>;
 
+// What the reader accepts, checked before writing: a file nmkit cannot read back is refused, not written.
+void check_stored_shape(const std::string& name, int64_t rows, int64_t cols) {
+  require(rows <= kMaxCompressedSide && cols <= kMaxCompressedSide, ErrorCode::invalid_argument, [&] {
+    return "compressed weight '" + name + "': shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
+           "] has a side over 2^24, which model files do not store";
+  });
+}
+
 CompressedWeight read_compressed(const SafetensorsFile& file, const std::string& origin, const std::string& name,
                                  const std::string& description, std::set<std::string>& used) {
   PartReader reader(file, origin, name, used);
@@ -138,12 +146,8 @@ CompressedWeight read_compressed(const SafetensorsFile& file, const std::string&
   if (shape_it == d.end() || !shape_it->is_array() || shape_it->size() != 2 || !(*shape_it)[0].is_number_unsigned() ||
       !(*shape_it)[1].is_number_unsigned())
     reader.fail("description's 'shape' must be two non-negative integers");
-  // Each side at most 2^24 (16,777,216; the largest vocabularies are near 2^18): the dense matrix's element and
-  // byte counts then stay far from overflow (2^40 a side did not: rows * cols overflowed in decompress), and the
-  // walks over rows that validation and decompression make stay short even for a matrix that stores nothing
-  // (N:M and V:N:M with no columns, tiles with no stored tile), whose rows no part's size bounds.
-  constexpr uint64_t kMaxSide = uint64_t{1} << 24;
   const uint64_t rows_u = (*shape_it)[0].get<uint64_t>(), cols_u = (*shape_it)[1].get<uint64_t>();
+  constexpr auto kMaxSide = static_cast<uint64_t>(kMaxCompressedSide);
   if (rows_u > kMaxSide || cols_u > kMaxSide)
     reader.fail("shape [" + std::to_string(rows_u) + ", " + std::to_string(cols_u) +
                 "] is implausibly large (each side must be at most 2^24)");
@@ -207,8 +211,12 @@ CompressedWeight read_compressed(const SafetensorsFile& file, const std::string&
       a.tile_cols = static_cast<int>(get_int(d, "tile_cols", reader));
       check_tile_shape(a.tile_rows, a.tile_cols);
       a.ptr = array_from<int32_t>(reader.get("ptr", {StDType::I32}, {a.grid_cols() + 1}));
-      const StTensor& indices = file.find(name + ".indices") ? *file.find(name + ".indices") : StTensor{};
-      const int64_t nnz = indices.shape.size() == 1 ? indices.shape[0] : -1;
+      // The stored tiles' count comes from the indices part itself (one per tile), so its rank is checked first.
+      const StTensor* indices = file.find(name + ".indices");
+      if (indices && indices->shape.size() != 1)
+        reader.fail("part '" + name + ".indices' has shape " + json(indices->shape).dump() +
+                    ", expected one dimension [stored tiles]");
+      const int64_t nnz = indices ? indices->shape[0] : 0;
       a.indices = array_from<int32_t>(reader.get("indices", {StDType::I32}, {nnz}));
       a.data = buffer_from(reader.get("data", value_dtype, {nnz, a.tile_rows, a.tile_cols}), dtype);
       validate(a);
@@ -230,6 +238,10 @@ ModelFile model_from_safetensors(const SafetensorsFile& file, const std::string&
   for (const auto& [key, value] : file.metadata) {
     if (key.rfind(kDescriptionPrefix, 0) == 0) {
       const std::string name = key.substr(std::strlen(kDescriptionPrefix));
+      if (file.find(name))
+        throw Error(ErrorCode::io_error, origin + ": '" + name +
+                                             "' is both a dense tensor and a compressed weight (metadata key '" + key +
+                                             "'); a name may stand for one weight only");
       compressed.emplace(name, read_compressed(file, origin, name, value, used));
     } else if (key == kFormatVersionKey) {
       if (value != kFormatVersion)
@@ -259,6 +271,10 @@ SafetensorsFile model_to_safetensors(const ModelFile& model) {
   SafetensorsFile file;
   file.metadata = model.metadata;
   file.metadata[kFormatVersionKey] = kFormatVersion;
+  std::set<std::string> names;
+  for (const auto& w : model.weights)
+    require(names.insert(w.name).second, ErrorCode::invalid_argument,
+            [&] { return "two weights are named '" + w.name + "'; a model file holds one weight per name"; });
   for (const auto& w : model.weights) {
     std::visit(
         overloaded{
@@ -269,6 +285,7 @@ SafetensorsFile model_to_safetensors(const ModelFile& model) {
             },
             [&](const SparseMatrix& s) {
               validate(s);
+              check_stored_shape(w.name, rows_of(s), cols_of(s));
               json d = {{"shape", {rows_of(s), cols_of(s)}}, {"dtype", dtype_name(dtype_of(s))}};
               std::visit(
                   overloaded{
@@ -305,6 +322,7 @@ SafetensorsFile model_to_safetensors(const ModelFile& model) {
             },
             [&](const QuantizedNmMatrix& a) {
               validate(a);
+              check_stored_shape(w.name, a.rows, a.cols);
               const json d = {{"format", "nm"},
                               {"shape", {a.rows, a.cols}},
                               {"dtype", quant_type_name(a.type())},

@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <system_error>
 
 #include "nmkit/error.hpp"
@@ -24,6 +27,8 @@ namespace fs = std::filesystem;
 }
 
 std::string errno_text() { return std::strerror(errno); }
+
+constexpr int kMaxNameAttempts = 100;  // temporary names tried past leftovers of earlier runs
 
 // While a temporary file exists, SIGINT and SIGTERM (when the program left them at their default action, as
 // the CLI does) first remove it, then end the process as they would have. A program with handlers of its own
@@ -81,6 +86,14 @@ std::string resolve_output_path(const std::string& path, std::span<const std::st
   }
   const fs::path target = fs::weakly_canonical(followed, ec);
   if (ec) fail(path, "cannot resolve the output path: " + ec.message());
+  // The temporary file and the rename need the directory: a missing or read-only one fails now, not after the work.
+  const fs::path directory = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  struct stat dir {};
+  if (::stat(directory.c_str(), &dir) != 0)
+    fail(path, "the directory '" + directory.string() + "' " + (errno == ENOENT ? "does not exist" : errno_text()));
+  if (!S_ISDIR(dir.st_mode)) fail(path, "'" + directory.string() + "' is not a directory");
+  if (::access(directory.c_str(), W_OK | X_OK) != 0)
+    fail(path, "cannot create files in the directory '" + directory.string() + "': " + errno_text());
   struct stat out {};
   if (::stat(target.c_str(), &out) != 0) {
     if (errno == ENOENT) return target.string();
@@ -102,10 +115,18 @@ void write_file_atomically(const std::string& path, std::span<const std::byte> b
   const std::string target = resolve_output_path(path);
   struct stat existing {};
   const bool replaces = ::stat(target.c_str(), &existing) == 0;
-  const std::string temporary = target + ".tmp." + std::to_string(::getpid());
-  InterruptCleanup cleanup(temporary);
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) fail(temporary, "cannot create: " + errno_text());
+  // A name no other write uses: the process id alone could be a killed run's leftover (containers reuse pids).
+  static std::atomic<uint64_t> writes{0};
+  std::string temporary;
+  std::optional<InterruptCleanup> cleanup;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    temporary = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(writes++);
+    cleanup.reset();
+    cleanup.emplace(temporary);
+    fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && (errno != EEXIST || attempt == kMaxNameAttempts)) fail(temporary, "cannot create: " + errno_text());
+  }
   auto abandon = [&](const std::string& what) {
     const std::string reason = errno_text();
     ::close(fd);

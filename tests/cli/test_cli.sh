@@ -133,7 +133,16 @@ expect_error "too short" "$NMKIT" inspect "$work/bad.safetensors"
 printf '\xff\x00\x00\x00\x00\x00\x00\x00{}' >"$work/lying.safetensors"
 expect_error "runs past the end" "$NMKIT" inspect "$work/lying.safetensors"
 [ "$(wc -l <"$work/err")" -eq 1 ] || fail "errors must be one line"
-expect_error "cannot create" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/no/such/dir/x.safetensors" --format 2:4
+expect_error "does not exist" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/no/such/dir/x.safetensors" --format 2:4
+# Options the chosen method never reads are refused, not ignored.
+expect_error "--damp applies with --method obs only" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" \
+  --format 2:4 --damp 7
+expect_error "--fisher-block applies with --fisher only" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" \
+  --format 2:4 --method obs --fisher-block 3
+expect_error "--corpus applies where the method calibrates" "$NMKIT" prune "$NMKIT_MODEL" -o "$work/x.safetensors" \
+  --format 2:4 --corpus /nonexistent
+expect_error "--dtypes applies with --sweep only" "$NMKIT" eval "$work/magnitude.safetensors" --model-dir "$model_dir" \
+  --dtypes int8
 [ ! -e "$work/x.safetensors" ] || fail "a failed prune left an output file"
 
 # The commands of the README's CLI quick start, exactly as written, in a folder that holds the model as

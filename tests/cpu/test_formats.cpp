@@ -105,6 +105,16 @@ TEST(NmFormat, PaddingMustStayZero) {
   EXPECT_NMKIT_ERROR(validate(a), ErrorCode::pattern_violation, "padding");
 }
 
+TEST(NmFormat, UnusedBitsOfTheIndexStreamMustBeZero) {
+  // One row of 2:4 over K = 4: two 2-bit indices, so the stream's only byte has four unused high bits.
+  const DenseMatrix dense = random_matrix(1, 4, DType::f32, 6);
+  NmMatrix a = compress_nm(dense, prune_nm_magnitude(dense, 2, 4), 2, 4);
+  ASSERT_EQ(a.indices.size(), 1u);
+  EXPECT_NO_THROW(validate(a));
+  a.indices[0] |= 0xF0;
+  EXPECT_NMKIT_ERROR(validate(a), ErrorCode::invalid_argument, "unused high bits");
+}
+
 TEST(NmFormat, StorageAccountingMatchesTheLecture) {
   EXPECT_DOUBLE_EQ(nm_storage_ratio(2, 4, 16), 0.5625);  // FP16 2:4
   EXPECT_DOUBLE_EQ(nm_storage_ratio(2, 4, 8), 0.625);    // INT8 2:4

@@ -70,8 +70,22 @@ TEST_F(OutputFile, RefusesDevicesDirectoriesAndFifos) {
   EXPECT_NMKIT_ERROR(write(path("d"), "x"), ErrorCode::io_error, "is a directory");
   ASSERT_EQ(::mkfifo(path("f").c_str(), 0644), 0);
   EXPECT_NMKIT_ERROR(write(path("f"), "x"), ErrorCode::io_error, "not a regular file");
-  EXPECT_NMKIT_ERROR(write(path("missing/x"), "x"), ErrorCode::io_error, "cannot create");
+  EXPECT_NMKIT_ERROR(write(path("missing/x"), "x"), ErrorCode::io_error, "'" + path("missing") + "' does not exist");
+  write(path("plain"), "x");
+  EXPECT_NMKIT_ERROR(write(path("plain/x"), "x"), ErrorCode::io_error, "is not a directory");
   EXPECT_FALSE(temporaries_left());
+}
+
+// A killed run leaves its temporary file behind, and a later process may get the same pid (containers do):
+// the write must still find a name of its own, and leave the leftovers as they were.
+TEST_F(OutputFile, LeftoverTemporaryFilesDoNotBlockAWrite) {
+  const std::string pid = std::to_string(::getpid());
+  std::vector<std::string> leftovers{path("a.tmp." + pid)};
+  for (int i = 0; i < 50; ++i) leftovers.push_back(path("a.tmp." + pid + "." + std::to_string(i)));
+  for (const std::string& leftover : leftovers) std::ofstream(leftover) << "stale";
+  write(path("a"), "fresh");
+  EXPECT_EQ(read(path("a")), "fresh");
+  for (const std::string& leftover : leftovers) EXPECT_EQ(read(leftover), "stale");
 }
 
 TEST_F(OutputFile, FollowsLinksEvenDanglingOnes) {
@@ -98,6 +112,7 @@ TEST_F(OutputFile, RefusesTheInputHoweverItIsSpelt) {
   fs::create_hard_link(path("model"), path("hard"));
   EXPECT_NMKIT_ERROR(resolve_output_path(path("hard"), inputs), ErrorCode::io_error, "is the input file");
   EXPECT_EQ(resolve_output_path(path("other"), inputs), path("other"));
+  EXPECT_EQ(resolve_output_path("relative.out"), "relative.out");  // in the current directory
   EXPECT_EQ(read(path("model")), "dense");
 }
 

@@ -193,6 +193,20 @@ TEST(Safetensors, CompressedPartsThatDisagreeAreRejected) {
       "tile:16x16:0.5", [](SafetensorsFile& f) { part(f, "w.indices").data[0] = std::byte{50}; }, "out of range");
 }
 
+// A dense tensor and a compressed weight of one name would be two weights under that name: prune took the
+// compressed one for the dense one and failed inside std::get. Refused on reading, and never written.
+TEST(Safetensors, ANameStandsForOneWeight) {
+  ModelFile model;
+  model.weights.push_back(
+      {"w", prune_magnitude(test::random_matrix(32, 40, DType::f16, 9), parse_format_spec("2:4")).compressed});
+  SafetensorsFile f = model_to_safetensors(model);
+  f.tensors.push_back({"w", StDType::F32, {1}, std::vector<std::byte>(4)});
+  EXPECT_NMKIT_ERROR(model_from_safetensors(parse_safetensors(serialize_safetensors(f), "m.safetensors"), "m"),
+                     ErrorCode::io_error, "'w' is both a dense tensor and a compressed weight");
+  model.weights.push_back({"w", StTensor{"w", StDType::F32, {1}, std::vector<std::byte>(4)}});
+  EXPECT_NMKIT_ERROR(model_to_safetensors(model), ErrorCode::invalid_argument, "two weights are named 'w'");
+}
+
 // An empty tensor at the offset where a non-empty one starts (as serialize_safetensors lays them out) overlaps
 // nothing: accepted, and it round-trips (a fuzzer found the file rejected after its own round trip).
 TEST(Safetensors, EmptyTensorsSharingAnOffsetAreAccepted) {
@@ -232,7 +246,7 @@ TEST(Safetensors, WritesAreAtomic) {
   std::string content((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(content, "previous content");
   EXPECT_NMKIT_ERROR(write_safetensors((dir / "missing_dir" / "x.safetensors").string(), SafetensorsFile{}),
-                     ErrorCode::io_error, "cannot create");
+                     ErrorCode::io_error, "does not exist");
   int entries = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
   EXPECT_EQ(entries, 1);  // no temporary file left behind

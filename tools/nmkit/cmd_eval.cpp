@@ -108,30 +108,39 @@ Action add_eval(CLI::App& app) {
                  "Dense model directory (config.json, vocab.txt, model.safetensors); default: the pruned file's "
                  "directory when it holds them, else the bundled all-MiniLM-L6-v2");
   app.add_option("--corpus", o->corpus, "Text files or directories of sentences")->capture_default_str();
-  app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences (--sweep)")
-      ->capture_default_str();
+  std::vector<const CLI::Option*> sweep_only;
+  sweep_only.push_back(
+      app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences (--sweep)")
+          ->capture_default_str());
   app.add_option("--eval-sentences", o->eval_sentences, "Held-out sentences compared")->capture_default_str();
   app.add_flag("--sweep", o->sweep, "Prune all encoder linear weights in memory for every format x method and compare");
-  app.add_option("--formats", o->formats, "Formats of the sweep ('dense': the weights unpruned, in each --dtypes)")
-      ->capture_default_str();
-  app.add_option("--methods", o->methods, "Methods of the sweep")->capture_default_str();
-  app.add_option("--candidates", o->candidates, "OBS candidate sets of the sweep (diagonal, pairwise, combinatorial)")
-      ->capture_default_str();
-  app.add_option("--schedule", o->schedule_steps, "Also run each method gradually, in this many steps")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
+  sweep_only.push_back(
+      app.add_option("--formats", o->formats, "Formats of the sweep ('dense': the weights unpruned, in each --dtypes)")
+          ->capture_default_str());
+  sweep_only.push_back(app.add_option("--methods", o->methods, "Methods of the sweep")->capture_default_str());
+  sweep_only.push_back(app.add_option("--candidates", o->candidates,
+                                      "OBS candidate sets of the sweep (diagonal, pairwise, combinatorial)")
+                           ->capture_default_str());
+  sweep_only.push_back(
+      app.add_option("--schedule", o->schedule_steps, "Also run each method gradually, in this many steps")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 64)));
   app.add_option("--attention", o->attention,
                  "Attention of every layer: dense, or N:M for DFSS (each row of scores pruned to N:M, e.g. 2:4, 1:2); "
                  "without a pruned file the dense weights with this attention are compared against dense")
       ->capture_default_str();
-  app.add_option("--dtypes", o->dtypes,
-                 "Value types of the sweep's pruned weights: f32, f16, bf16, or 8-bit with a scale per row (N:M "
-                 "and dense only): fp8 (= e4m3), e5m2, int8")
-      ->capture_default_str();
+  sweep_only.push_back(app.add_option("--dtypes", o->dtypes,
+                                      "Value types of the sweep's pruned weights: f32, f16, bf16, or 8-bit with a "
+                                      "scale per row (N:M and dense only): fp8 (= e4m3), e5m2, int8")
+                           ->capture_default_str());
   app.add_flag("--quantize-activations", o->quantize_activations,
                "Also quantize the input of every linear layer with 8-bit weights per token, to the weights' type "
                "(rows marked +act; with --sweep, each 8-bit row is run with and without)");
-  return [o] {
+  return [o, sweep_only] {
+    // Without --sweep these options would be parsed and never read: refused, so that none is silently ignored.
+    for (const CLI::Option* option : sweep_only)
+      require(o->sweep || option->count() == 0, ErrorCode::invalid_argument,
+              [&] { return option->get_name() + " applies with --sweep only"; });
     std::vector<ValueType> value_types;
     for (const std::string& name : o->dtypes) value_types.push_back(parse_value_type(name));
     const AttentionOptions attention = parse_attention(o->attention);

@@ -102,31 +102,55 @@ Action add_prune(CLI::App& app) {
                "already pruned (SparseGPT-style; one calibration pass per layer)");
   app.add_option("--method", o->method, "magnitude | wanda | obs (wanda and obs calibrate on a BERT model)")
       ->capture_default_str();
-  app.add_option("--model-dir", o->model_dir,
-                 "Directory with config.json and vocab.txt for calibration (default: the input's directory)");
-  app.add_option("--corpus", o->corpus, "Text files or directories of calibration sentences")->capture_default_str();
-  app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  app.add_option("--damp", o->prune.obs.damp,
-                 "With --method obs: damping added to the calibration Hessian's diagonal, as a fraction of its mean")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--candidates", o->candidates, "OBS candidate sets: diagonal | pairwise | combinatorial")
-      ->capture_default_str();
+  CLI::Option* model_dir =
+      app.add_option("--model-dir", o->model_dir,
+                     "Directory with config.json and vocab.txt for calibration (default: the input's directory)");
+  CLI::Option* corpus = app.add_option("--corpus", o->corpus, "Text files or directories of calibration sentences")
+                            ->capture_default_str();
+  CLI::Option* sentences = app.add_option("--calibration-sentences", o->calibration_sentences, "Calibration sentences")
+                               ->capture_default_str()
+                               ->check(CLI::Range(1, 100000));
+  CLI::Option* damp =
+      app.add_option(
+             "--damp", o->prune.obs.damp,
+             "With --method obs: damping added to the calibration Hessian's diagonal, as a fraction of its mean")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+  CLI::Option* candidates =
+      app.add_option("--candidates", o->candidates, "OBS candidate sets: diagonal | pairwise | combinatorial")
+          ->capture_default_str();
   app.add_option(
          "--fisher", o->fisher,
          "With --method obs: a safetensors file of gradients [samples, R, K] per weight name (empirical Fisher)")
       ->check(CLI::ExistingFile);
-  app.add_option("--fisher-block", o->prune.fisher.block, "Columns per Fisher block")->capture_default_str();
-  app.add_option("--fisher-damp", o->prune.fisher.damp, "Fisher dampening (lambda)")->capture_default_str();
+  CLI::Option* fisher_block =
+      app.add_option("--fisher-block", o->prune.fisher.block, "With --fisher: columns per Fisher block")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+  CLI::Option* fisher_damp =
+      app.add_option("--fisher-damp", o->prune.fisher.damp, "With --fisher: Fisher dampening (lambda)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
   app.add_option("--schedule", o->prune.schedule_steps,
                  "Gradual structure-decay schedule in this many steps (1: one shot); the steps are printed")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  return [o] {
+  return [=] {
     o->prune.spec = parse_format_spec(o->format);
     o->prune.method = parse_prune_method(o->method);
+    // An option the chosen method does not read is refused: a user who set it expects it to act.
+    const bool obs = o->prune.method == PruneMethod::obs, fisher = !o->fisher.empty();
+    const bool calibrates = o->prune.method != PruneMethod::magnitude && !fisher;
+    const auto refuse_unused = [](const CLI::Option* option, bool read, const char* when) {
+      require(option->count() == 0 || read, ErrorCode::invalid_argument,
+              [&] { return option->get_name() + " applies " + when + " only"; });
+    };
+    refuse_unused(damp, obs, "with --method obs");
+    refuse_unused(candidates, obs, "with --method obs");
+    refuse_unused(fisher_block, fisher, "with --fisher");
+    refuse_unused(fisher_damp, fisher, "with --fisher");
+    for (const CLI::Option* option : {model_dir, corpus, sentences})
+      refuse_unused(option, calibrates, "where the method calibrates (--method wanda or obs, without --fisher)");
     o->prune.obs.candidates = parse_obs_candidates(o->candidates);
     if (is_quant_type_name(o->dtype))
       o->prune.quantize = parse_quant_type(o->dtype);

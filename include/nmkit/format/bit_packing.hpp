@@ -27,6 +27,13 @@ inline void write_packed(std::vector<uint8_t>& stream, std::size_t index, int bi
   if (shift + bits > 8) stream[byte + 1] = static_cast<uint8_t>((stream[byte + 1] & ~(mask >> 8)) | (shifted >> 8));
 }
 
+// Whether the unused high bits of the stream's last byte are zero, as in every stream nmkit writes: a reader that
+// accepted other bits would keep them and write them out again.
+inline bool padding_is_zero(const std::vector<uint8_t>& stream, std::size_t count, int bits) noexcept {
+  const std::size_t used = count * static_cast<std::size_t>(bits) % 8;
+  return used == 0 || stream.empty() || (stream.back() >> used) == 0;
+}
+
 // Bits needed to address one of `m` positions: ceil(log2 m), at least 1.
 constexpr int index_bits_for(int m) noexcept {
   int bits = 1;

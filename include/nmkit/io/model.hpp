@@ -1,6 +1,8 @@
 #pragma once
 // A model file: named weights, each dense, compressed, or compressed N:M with 8-bit values. Compressed weights are
 // stored as named parts (w.values, w.indices, ...) plus a JSON description under the metadata key "nmkit:<name>".
+#include <cstdint>
+#include <map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -10,6 +12,11 @@
 #include "nmkit/io/safetensors.hpp"
 
 namespace nmkit {
+
+// The largest side of a compressed weight in a model file (2^24 = 16,777,216; the largest vocabularies are near
+// 2^18): its element and byte counts then stay far from overflow, and the walks over rows that validation and
+// decompression make stay short even for a matrix that stores nothing (no columns, no stored tile).
+inline constexpr int64_t kMaxCompressedSide = int64_t{1} << 24;
 
 struct NamedWeight {
   std::string name;
@@ -22,9 +29,12 @@ struct ModelFile {
   std::map<std::string, std::string> metadata;  // user metadata (nmkit's own keys are not listed)
 };
 
-// Reads and validates: every part present with the right dtype and size, the format's own checks.
+// Reads and validates: every part present with the right dtype and size, the format's own checks, no name used by
+// two weights (a dense tensor and a compressed weight included), no compressed side over kMaxCompressedSide.
 ModelFile load_model(const std::string& path);
 ModelFile model_from_safetensors(const SafetensorsFile& file, const std::string& origin);
+// Refuses (Error invalid_argument) what model_from_safetensors would refuse to read back: a name used twice, a
+// compressed weight with a side over kMaxCompressedSide.
 SafetensorsFile model_to_safetensors(const ModelFile& model);
 void save_model(const std::string& path, const ModelFile& model);
 

@@ -7,9 +7,9 @@
 namespace nmkit {
 
 // The file a write to `path` lands on: symbolic links followed, `.` and `..` resolved. Throws Error(io_error)
-// when that file exists and is not a regular file (a device, a directory, a FIFO), or when it is one of
-// `inputs` (the same device and inode, however the path is spelt). Call it before long work, so that a bad
-// output path fails at once.
+// when its directory is missing or not writable, when that file exists and is not a regular file (a device, a
+// directory, a FIFO), or when it is one of `inputs` (the same device and inode, however the path is spelt). Call it
+// before long work, so that a bad output path fails at once.
 std::string resolve_output_path(const std::string& path, std::span<const std::string> inputs = {});
 
 // Writes `bytes` to resolve_output_path(path) atomically: a temporary file beside the target, flushed, then
