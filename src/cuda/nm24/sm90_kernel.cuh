@@ -414,9 +414,6 @@ struct Producer {
     // A launch that overlaps the kernel before it (LaunchOn::overlap) starts its CTAs while that kernel finishes;
     // their producers wait for it before their first copy: all they read (B) or let the consumers write (D) may be
     // that kernel's. The consumers need no wait of their own: they touch C and D only after stages posted after it.
-    // Before the wait, the first tile's leading A k-tiles are brought into L2, so that their trip from memory runs
-    // under the kernel before; a prefetch into L2 cannot see stale data (it is where that kernel's writes land).
-    if (thread == 0 && work.first_tile < order.tiles) prefetch_leading_a(order.origin(p, work.first_tile).m0);
     ptx::grid_dependency_wait();
     for (int64_t tile = work.first_tile; streams && tile < order.tiles; tile += work.tile_stride) {
       const auto [m0, n0] = order.origin(p, tile);
@@ -435,17 +432,6 @@ struct Producer {
   }
 
  private:
-  // The A k-tiles (values and metadata) that fill the ring's first pass over the tile at row m0.
-  __device__ void prefetch_leading_a(int64_t m0) const {
-    const int64_t row_tile = m0 / kBlockM;
-    const int leading = min(work.k_end - work.k_begin, Shape::kStages * Shape::kKTiles);
-    if (leading <= 0) return;
-    const auto* a_values = reinterpret_cast<const unsigned char*>(p.a_values) + row_tile * k_tiles * kAValueBytes;
-    const auto* a_meta = reinterpret_cast<const unsigned char*>(p.a_meta) + row_tile * k_tiles * kMetaBytes;
-    ptx::bulk_prefetch_l2(a_values + work.k_begin * kAValueBytes, static_cast<uint32_t>(leading * kAValueBytes));
-    ptx::bulk_prefetch_l2(a_meta + work.k_begin * kMetaBytes, static_cast<uint32_t>(leading * kMetaBytes));
-  }
-
   // One thread: per stage, B by TMA (a box per k-tile) and A by two bulk copies (its k-tiles are contiguous in the
   // packed layout), all counted by the stage's transaction bytes. A tile's last stage may hold fewer k-tiles.
   __device__ void load_tile(int64_t n0, const unsigned char* a_values, const unsigned char* a_meta) {

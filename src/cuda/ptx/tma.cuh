@@ -70,12 +70,6 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, 
             static_cast<uint32_t>(__cvta_generic_to_shared(bar)));
 }
 
-// Contiguous bytes of global memory into L2, with no destination and nothing to wait on (cp.async.bulk.prefetch):
-// a hint. Source and bytes must be multiples of 16.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* gmem_src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem_src), "r"(bytes) : "memory");
-}
-
 }  // namespace nmkit::ptx
 
 namespace nmkit::ptx {
