@@ -127,12 +127,13 @@ QuantizedNmMatrix read_quantized_nm(const json& d, int64_t rows, int64_t cols, Q
 
 using CompressedWeight = std::variant<SparseMatrix, QuantizedNmMatrix>;
 
-// What the reader accepts, checked before writing: a file nmkit cannot read back is refused, not written.
+// The writer refuses what the reader would refuse: a file nmkit cannot read back is not written.
 void check_stored_shape(const std::string& name, int64_t rows, int64_t cols) {
-  require(rows <= kMaxCompressedSide && cols <= kMaxCompressedSide, ErrorCode::invalid_argument, [&] {
-    return "compressed weight '" + name + "': shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
-           "] has a side over 2^24, which model files do not store";
-  });
+  try {
+    check_compressed_shape(rows, cols);
+  } catch (const Error& e) {
+    throw Error(e.code(), "compressed weight '" + name + "': " + e.what());
+  }
 }
 
 CompressedWeight read_compressed(const SafetensorsFile& file, const std::string& origin, const std::string& name,
@@ -230,6 +231,13 @@ CompressedWeight read_compressed(const SafetensorsFile& file, const std::string&
 }
 
 }  // namespace
+
+void check_compressed_shape(int64_t rows, int64_t cols) {
+  require(rows <= kMaxCompressedSide && cols <= kMaxCompressedSide, ErrorCode::invalid_argument, [&] {
+    return "shape [" + std::to_string(rows) + ", " + std::to_string(cols) +
+           "] has a side over 2^24, the most a compressed weight in a model file may have";
+  });
+}
 
 ModelFile model_from_safetensors(const SafetensorsFile& file, const std::string& origin) {
   ModelFile model;

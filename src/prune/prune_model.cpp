@@ -128,10 +128,7 @@ std::vector<std::string> select_weights(const ModelFile& model, const ModelPrune
         (!options.exclude.empty() && RE2::PartialMatch(w.name, *exclude)))
       continue;
     try {
-      require(t->shape[0] <= kMaxCompressedSide && t->shape[1] <= kMaxCompressedSide, ErrorCode::invalid_argument, [&] {
-        return "shape [" + std::to_string(t->shape[0]) + ", " + std::to_string(t->shape[1]) +
-               "] has a side over 2^24, which a compressed weight in a model file cannot have";
-      });
+      check_compressed_shape(t->shape[0], t->shape[1]);
       require_finite(to_dense_matrix(*t), "weight");
     } catch (const Error& e) {
       throw Error(e.code(), "tensor '" + w.name + "': " + e.what());

@@ -12,6 +12,7 @@
 #include "nmkit/error.hpp"
 #include "nmkit/io/model.hpp"
 #include "nmkit/prune/magnitude.hpp"
+#include "nmkit/prune/prune_model.hpp"
 #include "test_util.hpp"
 
 namespace nmkit {
@@ -205,6 +206,24 @@ TEST(Safetensors, ANameStandsForOneWeight) {
                      ErrorCode::io_error, "'w' is both a dense tensor and a compressed weight");
   model.weights.push_back({"w", StTensor{"w", StDType::F32, {1}, std::vector<std::byte>(4)}});
   EXPECT_NMKIT_ERROR(model_to_safetensors(model), ErrorCode::invalid_argument, "two weights are named 'w'");
+}
+
+// A weight with a side over 2^24 is refused before pruning and before writing, not written into a file that
+// loading then refuses (an F32 [2^24 + 1, 0] tensor also walked 2^24 empty rows before).
+TEST(Safetensors, SidesTheReaderRefusesAreNeitherPrunedNorWritten) {
+  constexpr int64_t kTooLong = kMaxCompressedSide + 1;
+  ModelFile model;
+  model.weights.push_back({"w", StTensor{"w", StDType::F32, {kTooLong, 0}, {}}});
+  ModelPruneOptions options;
+  options.spec = parse_format_spec("2:4");
+  EXPECT_NMKIT_ERROR(select_weights(model, options), ErrorCode::invalid_argument,
+                     "tensor 'w': shape [16777217, 0] has a side over 2^24");
+  NmMatrix tall;
+  tall.rows = kTooLong, tall.cols = 0, tall.n = 2, tall.m = 4;
+  tall.values = TypedBuffer(DType::f32, 0);
+  model.weights[0].weight = SparseMatrix{tall};
+  EXPECT_NMKIT_ERROR(model_to_safetensors(model), ErrorCode::invalid_argument,
+                     "compressed weight 'w': shape [16777217, 0] has a side over 2^24");
 }
 
 // An empty tensor at the offset where a non-empty one starts (as serialize_safetensors lays them out) overlaps

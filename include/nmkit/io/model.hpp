@@ -18,6 +18,10 @@ namespace nmkit {
 // decompression make stay short even for a matrix that stores nothing (no columns, no stored tile).
 inline constexpr int64_t kMaxCompressedSide = int64_t{1} << 24;
 
+// Throws Error(invalid_argument) naming the shape when a side is over kMaxCompressedSide: a weight that a model
+// file could not hold compressed, checked before pruning and before writing.
+void check_compressed_shape(int64_t rows, int64_t cols);
+
 struct NamedWeight {
   std::string name;
   // Dense (any dtype, any rank), compressed, or N:M with 8-bit values and per-row scales.
