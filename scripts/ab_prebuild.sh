@@ -20,7 +20,7 @@ benches=("${@:-nmkit_bench}")
 # a later call rebuilds only what changed.
 ref=build/ab_ref
 [ -d "$ref/.git" ] || [ -f "$ref/.git" ] || { rm -rf "$ref"; git worktree add -q --detach "$ref" HEAD; }
-git -C "$ref" reset -q --hard && git -C "$ref" checkout -q --detach HEAD
+git -C "$ref" reset -q --hard && git -C "$ref" checkout -q --detach "$(git rev-parse HEAD)"
 git diff HEAD | git -C "$ref" apply --allow-empty
 (cd "$ref" && patch -p1 -R -s <"$OLDPWD/.ab.patch")
 build() {  # source dir, targets...
