@@ -35,6 +35,14 @@ TEST(PlanChecks, LeadingDimensionsBelowTheDenseOneAreRefused) {
   EXPECT_NMKIT_ERROR(TileSpmmPlan::create(row_major, 64, 64), ErrorCode::unsupported, "dense B");
 }
 
+TEST(PlanChecks, MoreThan2To30TokensAreRefused) {
+  // The Hopper kernels address B and D by 32-bit tensor-map coordinates, a last tile's boxes past C included.
+  const SpmmDesc too_many{64, 64, (int64_t{1} << 30) + 1};
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(too_many), ErrorCode::unsupported, "C is at most 2^30");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create(too_many, 128, 8), ErrorCode::unsupported, "C is at most 2^30");
+  EXPECT_NMKIT_ERROR(TileSpmmPlan::create(too_many, 64, 64), ErrorCode::unsupported, "C is at most 2^30");
+}
+
 TEST(PlanChecks, Nm24RefusesOptionsNoKernelTakes) {
   const SpmmDesc desc{256, 256, 256};
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.block_n = 100}), ErrorCode::invalid_argument, "block_n");

@@ -35,7 +35,7 @@ struct Params {
   Activation activation;
   bool d_col_major;
   bool b_col_major = true;  // B's layout (the sm90 kernel stages it K-major or MN-major accordingly)
-  // B's leading dimension (>= K col-major, >= C row-major; check_ldb bounds it to int32). 32 bits, where the bools
+  // B's leading dimension (>= K col-major, >= C row-major; check_b_shape bounds it to int32). 32 bits, where the bools
   // leave room: a wider Params tipped ptxas into spilling the n192 and n256 consumers.
   int32_t ldb = 0;
   // V:N:M (src/cuda/vnm): A is the condensed 2:4 matrix and condensed column k' of row block rb multiplies
@@ -253,10 +253,12 @@ void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
 // b_element_gather: B is gathered element by element (V:N:M, B col-major), which takes any leading dimension.
 bool sm90_config_takes_tokens(const SpmmDesc& desc, KernelConfig& config, bool b_element_gather = false);
 LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream);
-// desc.ldb within its bounds (Error invalid_argument; unsupported past kMaxLeadingDim), and B's leading
+// desc.ldb within its bounds (Error invalid_argument; unsupported past kMaxLeadingDim) and C at most kMaxTokens
+// (the Hopper kernels' tensor-map coordinates are 32-bit, a last tile's boxes past C included); and B's leading
 // dimension (desc.ldb, or the dense one).
 inline constexpr int64_t kMaxLeadingDim = INT32_MAX;
-void check_ldb(const SpmmDesc& desc, const char* who);
+inline constexpr int64_t kMaxTokens = int64_t{1} << 30;
+void check_b_shape(const SpmmDesc& desc, const char* who);
 int64_t b_leading_dim(const SpmmDesc& desc);
 // Whether B's leading dimension and address allow 16-byte loads.
 bool b_vector_loads(const SpmmDesc& desc, const void* b);

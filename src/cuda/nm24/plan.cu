@@ -37,10 +37,12 @@ void check_desc(const SpmmDesc& desc, const char* who) {
   require(desc.out_dtype == desc.dtype || desc.out_dtype == DType::f32, ErrorCode::unsupported, [&] {
     return std::string(who) + ": output dtype must be the input dtype or f32, got " + dtype_name(desc.out_dtype);
   });
-  check_ldb(desc, who);
+  check_b_shape(desc, who);
 }
 
-void check_ldb(const SpmmDesc& desc, const char* who) {
+void check_b_shape(const SpmmDesc& desc, const char* who) {
+  require(desc.n <= kMaxTokens, ErrorCode::unsupported,
+          [&] { return std::string(who) + ": C is at most 2^30 columns (tokens), got " + std::to_string(desc.n); });
   const bool col_major = desc.b_layout == Layout::col_major;
   require(desc.ldb == 0 || desc.ldb >= (col_major ? desc.cols : desc.n), ErrorCode::invalid_argument, [&] {
     return std::string(who) + ": ldb must be 0 (dense) or at least " + (col_major ? "K" : "C") + " = " +
@@ -332,7 +334,7 @@ Nm24SpmmPlan Nm24SpmmPlan::for_tokens(int64_t n, int64_t ldb) const {
   require(n >= 0, ErrorCode::invalid_argument, [&] { return "nm24 plan: C must be >= 0, got " + std::to_string(n); });
   Nm24SpmmPlan plan = *this;
   plan.desc_.n = n, plan.desc_.ldb = ldb;
-  nm24::check_ldb(plan.desc_, "nm24 plan");
+  nm24::check_b_shape(plan.desc_, "nm24 plan");
   if (!nm24::sm90_config_takes_tokens(plan.desc_, plan.config_)) {
     const nm24::TileShape t = nm24::sm80_tile_shape();
     plan.config_ = nm24::config_of(Nm24Kernel::sm80_mma_sp, t);

@@ -129,7 +129,7 @@ VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n, int64_t ldb) const {
   require(n >= 0, ErrorCode::invalid_argument, [&] { return "vnm plan: C must be >= 0, got " + std::to_string(n); });
   VnmSpmmPlan plan = *this;
   plan.desc_.n = n, plan.desc_.ldb = ldb;
-  nm24::check_ldb(plan.desc_, "vnm plan");
+  nm24::check_b_shape(plan.desc_, "vnm plan");
   if (plan.full_) plan.full_ = plan.full_->for_tokens(n, ldb);
   const bool element_gather = desc_.b_layout == Layout::col_major;
   if (plan.gather_ && !nm24::sm90_config_takes_tokens(plan.desc_, *plan.gather_, element_gather)) {
