@@ -4,6 +4,7 @@
 #include "nmkit/gpu/sparse_linear.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -99,6 +100,12 @@ struct SparseLinear::Impl {
   // By token bucket (detail::token_bucket; tiles by token count), times 4, + 2 where D is row-major (y
   // feature-major), + 1 where B is row-major (x transposed, or feature-major).
   std::unordered_map<int64_t, Plan> plans;
+  // Tile plans are made per token count. Those without a workspace (every T past the stream kernels' 32) hold only
+  // host state, so beyond kKeptTilePlans the least recently used is dropped and remade if its T comes back. Plans
+  // with a workspace are kept, as a CUDA graph captured with one may still replay it; they are at most one per
+  // T <= 32 and layout pair.
+  static constexpr std::size_t kKeptTilePlans = 32;
+  std::deque<int64_t> droppable_tile_plans;  // their keys, least recently used first
   // x^T for the row gather, or x's 8-bit codes and scales, grown to the largest T seen. A buffer once used stays
   // allocated while the layer lives, so that CUDA graphs captured with it stay valid.
   std::vector<DeviceBuffer> workspaces;
@@ -128,7 +135,14 @@ struct SparseLinear::Impl {
   Plan& bucket_plan(int64_t tokens, Layout b_layout, Layout d_layout) {
     const int64_t planned = std::holds_alternative<DeviceTiles>(weight) ? tokens : detail::token_bucket(tokens);
     const int64_t key = 4 * planned + (d_layout == Layout::row_major ? 2 : 0) + (b_layout == Layout::row_major ? 1 : 0);
-    if (auto it = plans.find(key); it != plans.end()) return it->second;
+    if (auto it = plans.find(key); it != plans.end()) {
+      if (auto used = std::find(droppable_tile_plans.begin(), droppable_tile_plans.end(), key);
+          used != droppable_tile_plans.end()) {
+        droppable_tile_plans.erase(used);
+        droppable_tile_plans.push_back(key);
+      }
+      return it->second;
+    }
     const SpmmDesc d = desc(planned, b_layout, d_layout);
     Plan made = std::visit(
         overloaded{
@@ -142,7 +156,15 @@ struct SparseLinear::Impl {
             },
         },
         weight);
-    return plans.emplace(key, std::move(made)).first->second;
+    const auto* tiles = std::get_if<TileSpmmPlan>(&made);
+    const bool droppable = tiles != nullptr && tiles->workspace_bytes() == 0;
+    if (droppable && droppable_tile_plans.size() == kKeptTilePlans) {
+      plans.erase(droppable_tile_plans.front());
+      droppable_tile_plans.pop_front();
+    }
+    Plan& kept = plans.emplace(key, std::move(made)).first->second;
+    if (droppable) droppable_tile_plans.push_back(key);
+    return kept;
   }
 
   // Runs y = the product for `tokens` with its bucket's plan (the 2:4 and V:N:M plans take any C: for_tokens), B
@@ -308,7 +330,7 @@ SparseLinear SparseLinear::create(const SparseMatrix& weight, Activation activat
   require(dtype == DType::f16 || dtype == DType::bf16, ErrorCode::unsupported, [&] {
     return std::string("SparseLinear: the GPU kernels take f16 or bf16 weights, got ") + dtype_name(dtype);
   });
-  auto impl = std::make_unique<Impl>(Impl{upload(weight), format_name(weight), dtype, activation, bias, {}, {}});
+  auto impl = std::make_unique<Impl>(Impl{upload(weight), format_name(weight), dtype, activation, bias, {}, {}, {}});
   return SparseLinear(std::move(impl));
 }
 
@@ -332,7 +354,7 @@ SparseLinear SparseLinear::create(const QuantizedNmMatrix& weight, DType dtype, 
                                                           activation, Layout::col_major)),
                     std::nullopt};
   auto impl = std::make_unique<Impl>(
-      Impl{DeviceNm24x8::upload(packed), format_name(weight) + " " + type, dtype, activation, bias, {}, {}});
+      Impl{DeviceNm24x8::upload(packed), format_name(weight) + " " + type, dtype, activation, bias, {}, {}, {}});
   impl->plans.emplace(4 * detail::token_bucket(1), std::move(first));
   return SparseLinear(std::move(impl));
 }

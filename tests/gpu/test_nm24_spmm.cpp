@@ -74,6 +74,19 @@ TEST(Nm24Gpu, ShapesWithTailsAgainstTheCpuOracle) {
       }
 }
 
+// More column tiles than a grid's y dimension holds (65535 of 128 columns): every kernel covers the columns past it.
+TEST(Nm24Gpu, MoreColumnTilesThanAGridDimensionHolds) {
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t kColumns = int64_t{65535} * 128 + 136;
+  uint32_t seed = 4000;
+  for (Nm24Kernel kernel : kernels_here()) {
+    const Case t{{8, 8, kColumns, DType::f16, DType::f16, Layout::col_major, Layout::col_major, 1.0f, 0.0f, false,
+                  Activation::none},
+                 kernel};
+    EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+  }
+}
+
 TEST(Nm24Gpu, EveryHopperTileWidth) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";

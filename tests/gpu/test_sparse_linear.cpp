@@ -67,13 +67,44 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
 
 TEST(SparseLinearGpu, AnyTokenCountTakesABoundedNumberOfPlans) {
   SKIP_WITHOUT_GPU();
-  // A serving loop: 1000 token counts drawn from 1..4096 plan once per bucket (48 buckets), not once per count.
-  for (const char* format : {"2:4", "vnm:128:2:8", "vnm:64:2:10"}) {
+  // A serving loop: 1000 token counts drawn from 1..4096 plan once per bucket (48 buckets), not once per count; tiles
+  // plan per count but hold at most one plan per stream-kernel count (1..32) and y layout, and 32 of the others.
+  for (const char* format : {"2:4", "vnm:128:2:8", "vnm:64:2:10", "tile:64x64:0.25"}) {
     SparseLinear layer = SparseLinear::create(pruned(256, 512, DType::f16, format, 3));
     std::mt19937 random(7);
     std::uniform_int_distribution<int64_t> tokens(1, 4096);
     for (int i = 0; i < 1000; ++i) EXPECT_FALSE(layer.kernel(tokens(random)).empty());
     EXPECT_LE(layer.plans(), 64u) << format;
+  }
+}
+
+// Tile plans are made per token count: the stream kernels' counts (1..32) keep theirs, with their workspaces; of
+// the others the 32 least recently used are kept, and a dropped count that comes back is planned again and agrees
+// with the oracle.
+TEST(SparseLinearGpu, TilePlansStayBoundedAndARemadePlanAgrees) {
+  SKIP_WITHOUT_GPU();
+  const SparseMatrix w = pruned(512, 1024, DType::f16, "tile:64x64:0.25", 13);
+  SparseLinear layer = SparseLinear::create(w);
+  constexpr int64_t kStreamTokens = 32;  // counts whose plans hold a workspace
+  constexpr std::size_t kKept = 32;      // SparseLinear's tile plans without one
+  for (int64_t tokens = 1; tokens <= kStreamTokens; ++tokens) EXPECT_FALSE(layer.kernel(tokens).empty());
+  const std::size_t with_workspace = layer.plans();
+  EXPECT_EQ(with_workspace, std::size_t{kStreamTokens});
+  for (int64_t tokens = kStreamTokens + 1; tokens <= kStreamTokens + 3 * int64_t{kKept}; ++tokens) {
+    EXPECT_FALSE(layer.kernel(tokens).empty());
+    EXPECT_FALSE(layer.kernel(kStreamTokens + 1).empty());  // used again each time: never the one dropped
+  }
+  EXPECT_EQ(layer.plans(), with_workspace + kKept);
+  EXPECT_FALSE(layer.kernel(1).empty());
+  EXPECT_EQ(layer.plans(), with_workspace + kKept);
+  // 34 was dropped long ago; 33, kept by its use, runs from its plan.
+  for (int64_t tokens : {kStreamTokens + 2, kStreamTokens + 1}) {
+    const Problem t{512,  1024, tokens, DType::f16,      DType::f16, Layout::col_major, Layout::col_major,
+                    1.0f, 0.0f, false,  Activation::none};
+    const double err = error_against_oracle(
+        w, t, 17, [&](const void* x, const void*, void* y, const float*) { layer.run(nullptr, x, y, t.c); });
+    EXPECT_LE(err, tolerance(t.dtype)) << tokens << " tokens: " << layer.kernel(t.c);
+    EXPECT_EQ(layer.plans(), with_workspace + kKept);
   }
 }
 

@@ -79,7 +79,7 @@ class SparseLinear {
   bool has_bias() const noexcept;
   const std::string& format() const noexcept;                 // "2:4", "vnm:128:2:8", "tile:64x64", "2:4 e4m3"
   std::string kernel(int64_t tokens, RunLayout layout = {});  // what such a run launches (makes its plan)
-  std::size_t plans() const noexcept;                         // plans made so far
+  std::size_t plans() const noexcept;                         // plans held now (bounded)
 
  private:
   struct Impl;

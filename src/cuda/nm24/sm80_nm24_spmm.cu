@@ -5,6 +5,10 @@
 // The same kernel runs V:N:M weights (their condensed 2:4 matrix) with B rows read through a gather table.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <limits>
+#include <string>
+
 #include "../common/check.cuh"
 #include "../common/smem.cuh"
 #include "../ptx/cp_async.cuh"
@@ -111,7 +115,10 @@ __global__ void __launch_bounds__(kThreads) sm80_nm24_spmm_kernel(const Params p
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
-  const int64_t m0 = int64_t{blockIdx.x} * kBlockM, n0 = int64_t{blockIdx.y} * kBlockN;
+  // One grid dimension (2^31 - 1 CTAs, where y would stop at 65535 column tiles), row tiles fastest so that
+  // neighbouring CTAs share a B tile in L2.
+  const int64_t row_tiles = ceil_div(p.rows, int64_t{kBlockM});
+  const int64_t m0 = int64_t{blockIdx.x} % row_tiles * kBlockM, n0 = int64_t{blockIdx.x} / row_tiles * kBlockN;
   const int64_t slab0 = (m0 + warp_m * kWarpM) / kSlabRows;
   const int64_t k_tiles = p.kblocks / kKBlocksPerTile;
   const int b_tiles = kGather ? kBlockM / p.gather_block_rows : 1;
@@ -186,8 +193,12 @@ void launch(const Params& p, cudaStream_t stream) {
   const int smem_bytes = kSmemBytes * (kGather ? kBlockM / p.gather_block_rows : 1);
   static cuda::DynamicSmemLimit smem_limit;  // per instantiation
   smem_limit.raise(kernel, smem_bytes);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.rows, kBlockM)), static_cast<unsigned>(ceil_div(p.n, kBlockN)));
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
+  const int64_t ctas = ceil_div(p.rows, int64_t{kBlockM}) * ceil_div(p.n, int64_t{kBlockN});
+  require(ctas <= std::numeric_limits<int32_t>::max(), ErrorCode::unsupported, [&] {
+    return "nm24 portable kernel: " + std::to_string(p.rows) + " rows by " + std::to_string(p.n) +
+           " columns need more than 2^31 - 1 CTAs of " + std::to_string(kBlockM) + "x" + std::to_string(kBlockN);
+  });
+  kernel<<<static_cast<unsigned>(ctas), kThreads, smem_bytes, stream>>>(p);
   NMKIT_CUDA_CHECK(cudaGetLastError());
 }
 
