@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # The inputs of the binaries: the patch and the sources they are built from.
 stamp() {
   { cat .ab.patch; find CMakeLists.txt include src bench tests tools -type f ! -path '*/__pycache__/*' -print0 |
-      sort -z | xargs -0 sha1sum; } | sha1sum | cut -d' ' -f1
+      LC_ALL=C sort -z | xargs -0 sha1sum; } | sha1sum | cut -d" " -f1
 }
 if [ "${1:-}" = "--stamp" ]; then stamp; exit 0; fi
 [ -s .ab.patch ] || { echo "ab_prebuild: no .ab.patch (git diff REF -- src include > .ab.patch)" >&2; exit 2; }

@@ -59,7 +59,8 @@ if [ -s .ab_bins.tar.xz ] && [ "$(tar -xJOf .ab_bins.tar.xz ./stamp 2>/dev/null)
   cp "$bins"/this/bench/* build/gpu/bench/ && cp "$bins"/this/tests/* build/gpu/tests/ && cp "$bins"/ref/bench/* build/gpu-ab/bench/
   echo "gpu_ab: binaries from .ab_bins.tar.xz"
 else
-  [ -s .ab_bins.tar.xz ] && echo "gpu_ab: .ab_bins.tar.xz was built for another tree or patch; building here"
+  [ -s .ab_bins.tar.xz ] && echo "gpu_ab: .ab_bins.tar.xz was built for another tree or patch (stamp" \
+    "$(tar -xJOf .ab_bins.tar.xz ./stamp 2>/dev/null), here $(bash scripts/ab_prebuild.sh --stamp)); building here"
   configure . build/gpu
   configure "$REF_SRC" build/gpu-ab
   # Both builds at once: half the cores each.
