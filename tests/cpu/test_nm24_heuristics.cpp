@@ -110,9 +110,13 @@ TEST(Nm24Heuristics, SplitKFillsGridsUnderAWave) {
   EXPECT_EQ(sm90_split(9, 64, kH200Sms), 4);   // clusters of 8 would take more than half the SMs
   EXPECT_EQ(sm90_split(16, 64, kH200Sms), 4);  // 64 CTAs
   EXPECT_EQ(sm90_split(17, 64, kH200Sms), 2);
-  EXPECT_EQ(sm90_split(10, 12, kH200Sms), 3);  // at least kMinSplitKTiles k-tiles each
-  EXPECT_EQ(sm90_split(10, 8, kH200Sms), 2);
+  EXPECT_EQ(sm90_split(8, 24, kH200Sms), 6);  // at least kMinSplitKTiles k-tiles each
+  EXPECT_EQ(sm90_split(10, 20, kH200Sms), 4);
   EXPECT_EQ(sm90_split(10, 7, kH200Sms), 1);
+  // Splits that save fewer k-tile rounds than their fixed cost (kSplitCostKTiles): K = 768 and 1024.
+  EXPECT_EQ(sm90_split(6, 12, kH200Sms), 1);     // 768 x 768 at T = 16 (was a split of 3)
+  EXPECT_EQ(sm90_split(24, 12, kH200Sms), 1);    // 3072 x 768 at T = 64 (was 2)
+  EXPECT_EQ(sm90_split(10, 16, kH200Sms), 1);    // a split of 4 would save 12 rounds
   EXPECT_EQ(sm90_split(66, 1024, kH200Sms), 1);  // half a wave already
   EXPECT_EQ(sm90_split(65, 1024, kH200Sms), 2);
   EXPECT_EQ(sm90_split(0, 64, kH200Sms), 1);

@@ -83,7 +83,9 @@ int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count) {
   int64_t by_grid = 2;
   while (2 * by_grid <= kMaxAutoSplit && 2 * (2 * by_grid) * tiles <= sm_count) by_grid *= 2;
   const int64_t split = std::min(by_grid, k_tiles / kMinSplitKTiles);
-  return static_cast<int>(std::max<int64_t>(split, 1));
+  // The rounds saved grow with the split, so where the largest one does not pay, none does.
+  const double rounds_saved = static_cast<double>(k_tiles) * (1.0 - 1.0 / static_cast<double>(split));
+  return split > 1 && rounds_saved > kSplitCostKTiles ? static_cast<int>(split) : 1;
 }
 
 }  // namespace nmkit::gpu::nm24

@@ -66,6 +66,11 @@ Sm90Schedule sm90_schedule(int64_t tiles, int block_n, bool final_in_registers, 
 inline constexpr int kMaxClusterCtas = 8;  // the portable cluster size: the largest split-K of any Hopper kernel
 inline constexpr int kMaxAutoSplit = 8;
 inline constexpr int kMinSplitKTiles = 4;
+// And only where the split saves more k-tile rounds (k_tiles x (1 - 1/split)) than its fixed cost, the cluster's
+// launch, the partial sums through distributed shared memory and two cluster syncs: about 3 us, 13 rounds of
+// ~0.23 us. At K = 768 (12 k-tiles) no split took 0.80-0.93 of the time of splits of 2 and 3; at 64 and 128
+// k-tiles splits of 8 took 0.54 and 0.31 of no split's (H100, small_grid_variants.txt).
+inline constexpr double kSplitCostKTiles = 13.0;
 int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);
 
 }  // namespace nmkit::gpu::nm24
