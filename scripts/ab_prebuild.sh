@@ -8,9 +8,11 @@
 #   bash scripts/ab_prebuild.sh --stamp          # the stamp alone (what gpu_ab.sh compares)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The inputs of the binaries: the patch and the sources they are built from.
+# The inputs of the binaries: the patch and the sources they are built from (not results, scripts or notes, which
+# change between the build and the call without changing a binary).
 stamp() {
-  { cat .ab.patch; find CMakeLists.txt include src bench tests tools -type f ! -path '*/__pycache__/*' -print0 |
+  { cat .ab.patch; find CMakeLists.txt include src bench tests tools -type f \( -name CMakeLists.txt -o -name '*.cmake' \
+      -o -name '*.[ch]pp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.in' -o -name '*.inc' \) -print0 |
       LC_ALL=C sort -z | xargs -0 sha1sum; } | sha1sum | cut -d" " -f1
 }
 if [ "${1:-}" = "--stamp" ]; then stamp; exit 0; fi
