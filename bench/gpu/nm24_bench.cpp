@@ -137,15 +137,19 @@ std::string sustained_text(const char* who, const SustainedRun& r, double flop) 
   return text;
 }
 
-// The 2:4 plan options of --variant: kernel (sm80|sm90), block_n, schedule (staged|registers|persistent),
-// raster_rows, split (split-K CTAs per tile) and overlap_launch (0|1).
+// The 2:4 plan options of --variant: kernel (sm80|sm90|skinny), block_n, block_m (skinny), schedule
+// (staged|registers|persistent), raster_rows, split (split-K CTAs per tile) and overlap_launch (0|1).
 gpu::Nm24Options nm24_variant_options(const VariantSettings& settings) {
   gpu::Nm24Options options;
   for (const auto& [key, value] : settings) {
-    if (key == "kernel" && (value == "sm80" || value == "sm90"))
-      options.kernel = value == "sm80" ? gpu::Nm24Kernel::sm80_mma_sp : gpu::Nm24Kernel::sm90_wgmma_sp;
+    if (key == "kernel" && (value == "sm80" || value == "sm90" || value == "skinny"))
+      options.kernel = value == "sm80"   ? gpu::Nm24Kernel::sm80_mma_sp
+                       : value == "sm90" ? gpu::Nm24Kernel::sm90_wgmma_sp
+                                         : gpu::Nm24Kernel::sm80_mma_sp_skinny;
     else if (key == "block_n")
-      options.block_n = variant_int(key, value, 16, 256);
+      options.block_n = variant_int(key, value, 8, 256);
+    else if (key == "block_m")
+      options.block_m = variant_int(key, value, 16, 32);
     else if (key == "schedule" && (value == "staged" || value == "registers" || value == "persistent"))
       options.schedule = value == "staged"      ? gpu::Sm90Schedule::staged
                          : value == "registers" ? gpu::Sm90Schedule::registers
@@ -158,7 +162,7 @@ gpu::Nm24Options nm24_variant_options(const VariantSettings& settings) {
       options.overlap_launch = variant_flag(key, value);
     else
       throw Error(ErrorCode::invalid_argument,
-                  "--variant for the 2:4 suites takes kernel=sm80|sm90, block_n=N, "
+                  "--variant for the 2:4 suites takes kernel=sm80|sm90|skinny, block_n=N, block_m=N, "
                   "schedule=staged|registers|persistent, raster_rows=N, split=N and overlap_launch=0|1, got " +
                       key + "=" + value);
   }
@@ -637,7 +641,8 @@ int main(int argc, char** argv) {
   app.add_option(
       "--variant", o.variant,
       "2:4, 8bit and tile suites: KEY=VALUE[,KEY=VALUE...]; also time a second nmkit plan with these options in "
-      "the same rounds (2:4 and 8bit: kernel, block_n, schedule, raster_rows, split, overlap_launch; tile: block_n, "
+      "the same rounds (2:4 and 8bit: kernel, block_n, block_m, schedule, raster_rows, split, overlap_launch; tile: "
+      "block_n, "
       "split, "
       "persistent, stream_ctas, overlap_launch)");
   app.add_flag("--launch-times", o.launch_times,

@@ -122,6 +122,23 @@ TEST(Nm24Heuristics, SplitKFillsGridsUnderAWave) {
   EXPECT_EQ(sm90_split(0, 64, kH200Sms), 1);
 }
 
+TEST(Nm24Heuristics, SkinnyTileCoversTheColumnsAndFillsTheSms) {
+  // The narrowest column tile that covers C, 64 beyond it.
+  EXPECT_EQ(skinny_block_n(0), 8);
+  EXPECT_EQ(skinny_block_n(1), 8);
+  EXPECT_EQ(skinny_block_n(9), 16);
+  EXPECT_EQ(skinny_block_n(32), 32);
+  EXPECT_EQ(skinny_block_n(33), 64);
+  EXPECT_EQ(skinny_block_n(4096), 64);
+  // Two slabs a CTA once the 32-row grid has a CTA for every SM: 4096 rows (128 CTAs) at C = 64 do not, at C = 65
+  // (two column tiles) they do; 768 rows never at decode sizes.
+  EXPECT_EQ(skinny_block_m(4096, 64, kH200Sms), 16);
+  EXPECT_EQ(skinny_block_m(4096, 65, kH200Sms), 32);
+  EXPECT_EQ(skinny_block_m(11008, 16, kH200Sms), 32);
+  EXPECT_EQ(skinny_block_m(768, 16, kH200Sms), 16);
+  EXPECT_EQ(skinny_block_m(1, 1, 1), 32);
+}
+
 TEST(TokenBuckets, EveryTokenCountRunsAPlanAtMostAQuarterWider) {
   std::set<int64_t> buckets;
   int64_t previous = 0;

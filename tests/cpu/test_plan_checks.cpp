@@ -59,6 +59,23 @@ TEST(PlanChecks, Nm24RefusesOptionsNoKernelTakes) {
   }
 }
 
+TEST(PlanChecks, SkinnyKernelOptionsAreChecked) {
+  const SpmmDesc desc{256, 256, 16};
+  constexpr Nm24Kernel kSkinny = Nm24Kernel::sm80_mma_sp_skinny;
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.kernel = kSkinny, .block_n = 128}), ErrorCode::invalid_argument,
+                     "8, 16, 32 or 64");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.kernel = kSkinny, .block_m = 64}), ErrorCode::invalid_argument,
+                     "block_m must be 16 or 32");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.kernel = kSkinny, .split = 2}), ErrorCode::unsupported,
+                     "sm90 kernel");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.kernel = kSkinny, .schedule = Sm90Schedule::staged}),
+                     ErrorCode::unsupported, "sm90 kernel");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.block_m = 16}), ErrorCode::unsupported, "skinny kernel");
+  EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.block_n = 8}), ErrorCode::invalid_argument, "block_n");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create(desc, 128, 8, {.kernel = kSkinny}), ErrorCode::unsupported,
+                     "2:4 weights only");
+}
+
 TEST(PlanChecks, VnmRefusesUnsupportedPatterns) {
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 48, 10), ErrorCode::unsupported, "V=48");
   EXPECT_NMKIT_ERROR(VnmSpmmPlan::create({64, 64, 64}, 64, 300), ErrorCode::invalid_argument, "M=300");

@@ -42,7 +42,7 @@ double run_case(const Case& t, uint32_t seed, Nm24Options options = {}) {
 }
 
 std::vector<Nm24Kernel> kernels_here() {
-  std::vector<Nm24Kernel> k{Nm24Kernel::sm80_mma_sp};
+  std::vector<Nm24Kernel> k{Nm24Kernel::sm80_mma_sp, Nm24Kernel::sm80_mma_sp_skinny};
   try {
     Nm24SpmmPlan::create({128, 64, 128}, {.kernel = Nm24Kernel::sm90_wgmma_sp});
     k.push_back(Nm24Kernel::sm90_wgmma_sp);
@@ -85,6 +85,29 @@ TEST(Nm24Gpu, MoreColumnTilesThanAGridDimensionHolds) {
                  kernel};
     EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
   }
+}
+
+// Every tile of the skinny kernel on the shapes decode hits and odd ones: T = 1, K and R not multiples of a tile,
+// C past one column tile, an odd K (its pairs of B split at the tail), f32 and row-major D.
+TEST(Nm24Gpu, EverySkinnyTile) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 5000;
+  for (int block_m : {16, 32})
+    for (int block_n : {8, 16, 32, 64})
+      for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{1000, 1000, 77},
+                             {768, 768, 1},
+                             {300, 200, 16},
+                             {17, 33, 9},
+                             {129, 520, 64}}) {
+        const DType dtype = block_n == 16 ? DType::bf16 : DType::f16;
+        const DType out = block_m == 32 && block_n == 8 ? DType::f32 : dtype;
+        const Layout d_layout = block_n == 32 ? Layout::row_major : Layout::col_major;
+        Case t{{r, k, c, dtype, out, Layout::col_major, d_layout, 1.0f, 0.0f, false, Activation::none},
+               Nm24Kernel::sm80_mma_sp_skinny};
+        t.block_n = block_n;
+        EXPECT_LE(run_case(t, seed += 10, {.block_m = block_m}), tolerance(t.dtype))
+            << describe(t) << " block_m " << block_m << " block_n " << block_n;
+      }
 }
 
 TEST(Nm24Gpu, EveryHopperTileWidth) {
@@ -388,6 +411,17 @@ TEST(Nm24Gpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   for (int64_t n : {16, 200})
     for (bool overlap : {true, false}) {
       const Nm24Options options{.overlap_launch = overlap};
+      if (n == 16) {  // the skinny kernel overlaps too
+        const Nm24Options skinny{.kernel = Nm24Kernel::sm80_mma_sp_skinny, .overlap_launch = overlap};
+        const Nm24SpmmPlan s1 = Nm24SpmmPlan::create({kR1, kK, n}, skinny),
+                           s2 = Nm24SpmmPlan::create({kR2, kR1, n}, skinny);
+        EXPECT_EQ(s1.config().overlap_launch, sm90_here() && overlap);
+        expect_chained_layers(
+            SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, n,
+            [&](cudaStream_t s, const void* x, void* y) { s1.run(s, d1, x, nullptr, y); },
+            [&](cudaStream_t s, const void* y, void* z) { s2.run(s, d2, y, nullptr, z); },
+            std::string("skinny, C = 16") + (overlap ? " overlapped" : " plain"));
+      }
       const Nm24SpmmPlan p1 = Nm24SpmmPlan::create({kR1, kK, n}, options),
                          p2 = Nm24SpmmPlan::create({kR2, kR1, n}, options);
       EXPECT_EQ(p1.config().overlap_launch, sm90_here() && overlap);

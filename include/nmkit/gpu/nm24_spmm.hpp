@@ -60,7 +60,9 @@ struct SpmmDesc {                       // the problem a plan is made for
   int64_t ldb = 0;  // B's leading dimension in elements: 0 for dense (K col-major, C row-major), else at least that
 };
 // sm90_wgmma_sp: Hopper, B col-major with ldb (K) % 8 == 0 or row-major with ldb (C) % 8 == 0; sm80_mma_sp: any.
-enum class Nm24Kernel : uint8_t { automatic, sm80_mma_sp, sm90_wgmma_sp };
+// sm80_mma_sp_skinny: any description, made for decode-sized C (up to 64 columns a CTA): 16 or 32 rows a CTA whose
+// warps split K, both operands loaded straight into registers.
+enum class Nm24Kernel : uint8_t { automatic, sm80_mma_sp, sm90_wgmma_sp, sm80_mma_sp_skinny };
 const char* kernel_name(Nm24Kernel k) noexcept;
 // How the sm90 kernel's tiles leave the CTA: staged (D through the stages' shared memory, one CTA per tile, any
 // epilogue), registers (16-bit D stored by TMA from the accumulators) or persistent (registers, a CTA per SM looping
@@ -72,7 +74,9 @@ const char* schedule_name(Sm90Schedule s) noexcept;
 // create() throws Error(unsupported) where the pinned choice cannot run the description.
 struct Nm24Options {
   Nm24Kernel kernel = Nm24Kernel::automatic;
-  int block_n = 0;  // sm90 n-tile: 256, 192, 128, 64, 32 or 16 (B row-major: 256, 192, 128 or 64)
+  // sm90 n-tile: 256, 192, 128, 64, 32 or 16 (B row-major: 256, 192, 128 or 64); skinny: 8, 16, 32 or 64
+  int block_n = 0;
+  int block_m = 0;  // skinny: 16 or 32 rows a CTA
   Sm90Schedule schedule = Sm90Schedule::automatic;
   int raster_rows = 0;         // sm90: row tiles per raster group, 1..1024
   int split = 0;               // sm90 split-K: 1..8 CTAs per tile, each a share of K (B col-major, block_n <= 64)

@@ -88,4 +88,16 @@ int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count) {
   return split > 1 && rounds_saved > kSplitCostKTiles ? static_cast<int>(split) : 1;
 }
 
+int skinny_block_n(int64_t n) {
+  int block_n = 8;
+  while (block_n < kSkinnyMaxBlockN && block_n < n) block_n *= 2;
+  return block_n;
+}
+
+int skinny_block_m(int64_t rows, int64_t n, int sm_count) {
+  const int64_t column_tiles = (std::max<int64_t>(n, 1) + skinny_block_n(n) - 1) / skinny_block_n(n);
+  const int64_t ctas_of_32_rows = (rows + 2 * kSlabRows - 1) / (2 * kSlabRows) * column_tiles;
+  return ctas_of_32_rows >= sm_count ? 2 * kSlabRows : kSlabRows;
+}
+
 }  // namespace nmkit::gpu::nm24

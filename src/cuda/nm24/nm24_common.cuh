@@ -252,7 +252,7 @@ void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
 // false where the Hopper kernel can no longer take desc and the caller must plan the portable kernel instead.
 // b_element_gather: B is gathered element by element (V:N:M, B col-major), which takes any leading dimension.
 bool sm90_config_takes_tokens(const SpmmDesc& desc, KernelConfig& config, bool b_element_gather = false);
-LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream);
+LaunchOn launch_on(const KernelConfig& config, cudaStream_t stream);
 // desc.ldb within its bounds (Error invalid_argument; unsupported past kMaxLeadingDim) and C at most kMaxTokens
 // (the Hopper kernels' tensor-map coordinates are 32-bit, a last tile's boxes past C included); and B's leading
 // dimension (desc.ldb, or the dense one).
@@ -266,6 +266,12 @@ bool b_vector_loads(const SpmmDesc& desc, const void* b);
 // Launchers, one per kernel family (explicitly instantiated in their .cu files).
 template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream);
+// The skinny kernel (decode-sized C, any B and D layout): block_m 16 or 32 rows per CTA, block_n 8, 16, 32 or 64
+// columns; pair_loads: B col-major with an even leading dimension and a 4-byte aligned base (b_pair_loads).
+template <class Element, class Out>
+void launch_skinny(const Params& p, int block_m, int block_n, bool pair_loads, const LaunchOn& on);
+TileShape skinny_tile_shape(int block_m, int block_n);
+bool b_pair_loads(const SpmmDesc& desc, const void* b);
 // The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned).
 template <class Element, class Out>
 void launch_sm90(const Params& p, int block_n, const LaunchOn& on);

@@ -62,11 +62,25 @@ int64_t b_leading_dim(const SpmmDesc& desc) {
 
 void check_options(const Nm24Options& options, const char* who) {
   const int n = options.block_n;
-  require(n == 0 || n == 256 || n == 192 || n == 128 || n == 64 || n == 32 || n == 16, ErrorCode::invalid_argument,
-          [&] {
-            return std::string(who) + ": block_n must be 256, 192, 128, 64, 32 or 16 (0: by shape), got " +
-                   std::to_string(n);
-          });
+  const bool skinny = options.kernel == Nm24Kernel::sm80_mma_sp_skinny;
+  if (skinny) {
+    require(n == 0 || n == 8 || n == 16 || n == 32 || n == 64, ErrorCode::invalid_argument, [&] {
+      return std::string(who) + ": the skinny kernel's block_n must be 8, 16, 32 or 64 (0: by shape), got " +
+             std::to_string(n);
+    });
+    require(options.block_m == 0 || options.block_m == 16 || options.block_m == 32, ErrorCode::invalid_argument, [&] {
+      return std::string(who) + ": the skinny kernel's block_m must be 16 or 32 (0: by shape), got " +
+             std::to_string(options.block_m);
+    });
+  } else {
+    require(n == 0 || n == 256 || n == 192 || n == 128 || n == 64 || n == 32 || n == 16, ErrorCode::invalid_argument,
+            [&] {
+              return std::string(who) + ": block_n must be 256, 192, 128, 64, 32 or 16 (0: by shape), got " +
+                     std::to_string(n);
+            });
+    require(options.block_m == 0, ErrorCode::unsupported,
+            [&] { return std::string(who) + ": block_m can only be chosen for the skinny kernel"; });
+  }
   require(options.split >= 0 && options.split <= kMaxClusterCtas, ErrorCode::invalid_argument, [&] {
     return std::string(who) + ": split must be 1..8 CTAs per tile (0: by shape), got " + std::to_string(options.split);
   });
@@ -74,11 +88,13 @@ void check_options(const Nm24Options& options, const char* who) {
     return std::string(who) + ": raster_rows must be a row-tile count in 1..1024 (0: by shape), got " +
            std::to_string(options.raster_rows);
   });
-  require(options.kernel != Nm24Kernel::sm80_mma_sp ||
-              (n == 0 && options.schedule == Sm90Schedule::automatic && options.raster_rows == 0 && options.split <= 1),
+  const bool portable = options.kernel == Nm24Kernel::sm80_mma_sp || skinny;
+  require(!portable || ((skinny || n == 0) && options.schedule == Sm90Schedule::automatic && options.raster_rows == 0 &&
+                        options.split <= 1),
           ErrorCode::unsupported, [&] {
             return std::string(who) +
-                   ": block_n, the schedule, the raster and split-K can only be chosen for the sm90 kernel";
+                   ": the schedule, the raster and split-K can only be chosen for the sm90 kernel, block_n for the "
+                   "sm90 and skinny kernels";
           });
 }
 
@@ -126,10 +142,11 @@ void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int6
   config.register_epilogue = false, config.persistent_ctas = 0, config.raster_rows = 0, config.split = 1;
   config.overlap_launch = config.kernel == Nm24Kernel::sm90_wgmma_sp && options.overlap_launch;
   if (config.kernel != Nm24Kernel::sm90_wgmma_sp) {
-    require(options.block_n == 0 && options.schedule == Sm90Schedule::automatic && options.raster_rows == 0 &&
-                options.split <= 1,
+    require((options.block_n == 0 || config.kernel == Nm24Kernel::sm80_mma_sp_skinny) &&
+                options.schedule == Sm90Schedule::automatic && options.raster_rows == 0 && options.split <= 1,
             ErrorCode::unsupported,
-            "nm24 plan: block_n, the schedule, the raster and split-K can only be chosen for the sm90 kernel");
+            "nm24 plan: the schedule, the raster and split-K can only be chosen for the sm90 kernel, block_n for the "
+            "sm90 and skinny kernels");
     return;
   }
   config.raster_rows = options.raster_rows;
@@ -202,7 +219,7 @@ void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p) {
 
 // Overlapping launches order themselves by the stream; the legacy default stream's implicit order with other
 // streams is not theirs to keep.
-LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream) {
+LaunchOn launch_on(const KernelConfig& config, cudaStream_t stream) {
   return {stream, config.overlap_launch && stream != nullptr, config.split};
 }
 
@@ -210,6 +227,10 @@ LaunchOn sm90_launch_on(const KernelConfig& config, cudaStream_t stream) {
 // too), which the zero padding of A does not cancel. Chunks across C feed only outputs past C.
 bool b_vector_loads(const SpmmDesc& desc, const void* b) {
   return aligned16(b) && b_leading_dim(desc) % 8 == 0 && (desc.b_layout == Layout::row_major || desc.cols % 8 == 0);
+}
+
+bool b_pair_loads(const SpmmDesc& desc, const void* b) {
+  return desc.b_layout == Layout::col_major && b_leading_dim(desc) % 2 == 0 && reinterpret_cast<uintptr_t>(b) % 4 == 0;
 }
 
 bool device_is_sm90() {
@@ -252,6 +273,8 @@ const char* kernel_name(Nm24Kernel k) noexcept {
       return "sm80_mma_sp";
     case Nm24Kernel::sm90_wgmma_sp:
       return "sm90_wgmma_sp";
+    case Nm24Kernel::sm80_mma_sp_skinny:
+      return "sm80_mma_sp_skinny";
   }
   return "?";
 }
@@ -315,17 +338,22 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   const std::span<const nm24::BlockNChoice> choices = b_col_major
                                                           ? std::span<const nm24::BlockNChoice>(nm24::kColMajorBlockN)
                                                           : std::span<const nm24::BlockNChoice>(nm24::kRowMajorBlockN);
-  const nm24::TileShape t =
-      kernel == Nm24Kernel::sm90_wgmma_sp
-          ? nm24::sm90_tile_shape(options.block_n != 0
-                                      ? options.block_n
-                                      : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::device_facts().sm_count,
-                                                           choices, split_by_shape))
-          : nm24::sm80_tile_shape();
+  nm24::TileShape t = nm24::sm80_tile_shape();
+  if (kernel == Nm24Kernel::sm90_wgmma_sp)
+    t = nm24::sm90_tile_shape(
+        options.block_n != 0
+            ? options.block_n
+            : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::device_facts().sm_count, choices, split_by_shape));
+  if (kernel == Nm24Kernel::sm80_mma_sp_skinny)
+    t = nm24::skinny_tile_shape(
+        options.block_m != 0 ? options.block_m : nm24::skinny_block_m(desc.rows, desc.n, nm24::device_facts().sm_count),
+        options.block_n != 0 ? options.block_n : nm24::skinny_block_n(desc.n));
   plan.config_ = nm24::config_of(kernel, t);
   const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && b_col_major && t.block_n <= nm24::kMaxSplitBlockN;
   nm24::choose_sm90_schedule(desc, options, ceil_div(desc.cols, int64_t{kPackKAlign}), split_k_built, plan.config_);
   if (plan.config_.split > 1) nm24::take_tile_shape(nm24::sm90_tile_shape(t.block_n, /*split_k=*/true), plan.config_);
+  // The skinny kernel waits for the kernel before it too (programmatic dependent launch is sm_90's).
+  if (kernel == Nm24Kernel::sm80_mma_sp_skinny) plan.config_.overlap_launch = sm90_device && options.overlap_launch;
   nm24::log_plan("nm24", "", desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }
@@ -430,9 +458,13 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // The sm90 kernel's tensor map needs a 16-byte aligned B; otherwise this call takes the portable kernel.
   const bool sm90 = config_.kernel == Nm24Kernel::sm90_wgmma_sp && nm24::aligned16(b);
+  const bool skinny = config_.kernel == Nm24Kernel::sm80_mma_sp_skinny;
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
     if (sm90)
-      nm24::launch_sm90<Element, Out>(p, config_.block_n, nm24::sm90_launch_on(config_, stream));
+      nm24::launch_sm90<Element, Out>(p, config_.block_n, nm24::launch_on(config_, stream));
+    else if (skinny)
+      nm24::launch_skinny<Element, Out>(p, config_.block_m, config_.block_n, nm24::b_pair_loads(desc_, b),
+                                        nm24::launch_on(config_, stream));
     else
       nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });

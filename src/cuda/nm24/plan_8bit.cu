@@ -63,8 +63,8 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
   });
   require(nm24::sm90_compiled() && nm24::device_is_sm90(), ErrorCode::unsupported,
           "8-bit plan: the 8-bit kernels need an sm_90 device and a build with sm_90a");
-  require(options.kernel != Nm24Kernel::sm80_mma_sp, ErrorCode::unsupported,
-          "8-bit plan: there is no portable 8-bit kernel; the Hopper one runs it");
+  require(options.kernel != Nm24Kernel::sm80_mma_sp && options.kernel != Nm24Kernel::sm80_mma_sp_skinny,
+          ErrorCode::unsupported, "8-bit plan: there is no portable or skinny 8-bit kernel; the Hopper one runs it");
   Nm24x8SpmmPlan plan;
   plan.desc_ = desc;
   // The 2:4 kernel's tiles and costs: 8 bits double the math rate and halve the bytes of both, so the choice stands;
@@ -114,7 +114,7 @@ void Nm24x8SpmmPlan::run(Stream stream, const DeviceNm24x8& a, const uint8_t* x,
                  true,
                  static_cast<int32_t>(desc_.cols)};  // x's codes: dense rows of K
   nm24::apply_sm90_schedule(config_, d, p);
-  const nm24::LaunchOn on = nm24::sm90_launch_on(config_, stream);
+  const nm24::LaunchOn on = nm24::launch_on(config_, stream);
   const auto launch = [&]<class Element>() {
     if (desc_.out_dtype == DType::f32)
       nm24::launch_sm90_8bit<Element, float>(p, a.scales(), x_scales, config_.block_n, on);

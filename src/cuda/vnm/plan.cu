@@ -108,6 +108,8 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, const Nm24Options
 VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, const Nm24Options& options, VnmForm form) {
   nm24::check_desc(desc, "vnm plan");
   nm24::check_options(options, "vnm plan");
+  require(options.kernel != Nm24Kernel::sm80_mma_sp_skinny, ErrorCode::unsupported,
+          "vnm plan: the skinny kernel runs 2:4 weights only (it has no gather table)");
   check_vnm_pattern(v, 2, m);
   const VnmForm preferred = resolve_vnm_form(form, v, m, desc.b_layout);  // throws for full_2_4 with M % 4 != 0
   // An automatic plan also takes the other form where it exists: the weight's form was fixed at pack time.
@@ -182,8 +184,7 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
   const bool sm90 = gather_->kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
     if (sm90)
-      nm24::launch_sm90_gather<Element, Out>(p, gather_->block_n, desc_.b_layout,
-                                             nm24::sm90_launch_on(*gather_, stream));
+      nm24::launch_sm90_gather<Element, Out>(p, gather_->block_n, desc_.b_layout, nm24::launch_on(*gather_, stream));
     else
       nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });

@@ -73,4 +73,11 @@ inline constexpr int kMinSplitKTiles = 4;
 inline constexpr double kSplitCostKTiles = 13.0;
 int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);
 
+// The skinny kernel (sm80_mma_sp_skinny): its column tile is the narrowest of 8, 16, 32 and 64 that covers C (64
+// beyond), and a CTA takes 32 rows, two slabs sharing every B fragment (half of B's reads from L2), where the grid
+// of 32-row CTAs still has one for every SM; else 16, for twice the CTAs.
+inline constexpr int kSkinnyMaxBlockN = 64;
+int skinny_block_n(int64_t n);
+int skinny_block_m(int64_t rows, int64_t n, int sm_count);
+
 }  // namespace nmkit::gpu::nm24

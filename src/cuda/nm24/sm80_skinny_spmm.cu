@@ -1,0 +1,202 @@
+// The skinny 2:4 SpMM (sm_80 .. sm_90) for products with few columns (decode-sized C): mma.sp m16n8k32 with both
+// operands loaded straight into registers, A from the packed weight (each register one 128-byte core matrix over
+// the warp) and B from global memory (L1/L2: every CTA reads the same few columns), no shared-memory pipeline.
+//
+// A CTA owns kSlabs 16-row slabs and 8 * kTilesN columns; its eight warps split K (warp w takes k-blocks w, w + 8,
+// ...) and their partial tiles are summed through shared memory in warp order (deterministic). Where the Hopper
+// kernel's 128-row CTA tiles leave most SMs idle (a 768-row weight is six of them), this grid has a CTA per one or
+// two slabs, and a CTA's time is one round trip of its loads rather than a pipeline's rounds.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "../common/check.cuh"
+#include "../common/launch.cuh"
+#include "../common/smem.cuh"
+#include "../ptx/griddep.cuh"
+#include "../ptx/mma_sp.cuh"
+#include "nm24_common.cuh"
+
+namespace nmkit::gpu::nm24 {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileN = 8;  // columns of one mma.sp
+
+template <int kTilesN, int kSlabs>
+struct SkinnyShape {
+  static constexpr int kRows = kSlabs * kSlabRows;
+  static constexpr int kCols = kTilesN * kTileN;
+  // k-blocks a warp loads before it multiplies them: what it keeps in flight, as many as the registers allow.
+  static constexpr int kBatch = kSlabs * kTilesN >= 16 ? 2 : 4;
+  // The warps' partial tiles, [warp][row][column], a row padded by two floats against bank conflicts of the sum's
+  // row-order reads (it stays 8-byte aligned for the float2 writes).
+  static constexpr int kRowStride = kCols + 2;
+  static constexpr int kSmemBytes = kWarps * kRows * kRowStride * static_cast<int>(sizeof(float));
+};
+
+// Two B values along K, (k, col) and (k + 1, col), as mma.sp's B register holds them; zeros past K and C.
+// kPairLoads: B col-major with an even leading dimension and a 4-byte aligned base, so that a pair is one load.
+template <class Element, bool kPairLoads>
+__device__ __forceinline__ uint32_t b_pair(const Params& p, int64_t k, int64_t col) {
+  const auto* b = static_cast<const uint16_t*>(p.b);
+  if (col >= p.n) return 0u;
+  if constexpr (kPairLoads) {
+    if (k + 1 < p.cols) return __ldg(reinterpret_cast<const uint32_t*>(b + col * p.ldb + k));
+  }
+  const int64_t at0 = p.b_col_major ? col * p.ldb + k : k * p.ldb + col;
+  const int64_t step = p.b_col_major ? 1 : p.ldb;  // from (k, col) to (k + 1, col)
+  const uint32_t lo = k < p.cols ? __ldg(b + at0) : 0u, hi = k + 1 < p.cols ? __ldg(b + at0 + step) : 0u;
+  return lo | (hi << 16);
+}
+
+template <class Element, class Out, int kTilesN, int kSlabs, bool kPairLoads>
+__global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, int64_t slab_groups) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using Shape = SkinnyShape<kTilesN, kSlabs>;
+  using Mma = typename ElementTraits<Element>::Mma;
+  extern __shared__ __align__(16) float partial[];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // Slab groups fastest: the CTAs running together read the same columns of B.
+  const int64_t slab0 = int64_t{blockIdx.x} % slab_groups * kSlabs;
+  const int64_t col0 = int64_t{blockIdx.x} / slab_groups * Shape::kCols;
+  const int64_t kblocks = p.kblocks;
+
+  // B (and C, D) may be the kernel before's outputs (an overlapping launch); A is not.
+  ptx::grid_dependency_wait();
+
+  float acc[kSlabs][kTilesN][4] = {};
+  constexpr int64_t kRound = int64_t{kWarps} * Shape::kBatch;
+  for (int64_t kb0 = warp; kb0 < kblocks; kb0 += kRound) {
+    AFragment a[Shape::kBatch][kSlabs];
+    uint32_t b[Shape::kBatch][kTilesN][4];
+#pragma unroll
+    for (int i = 0; i < Shape::kBatch; ++i) {
+      const int64_t kb = kb0 + i * kWarps;  // the same for the whole warp
+      if (kb >= kblocks) break;
+#pragma unroll
+      for (int s = 0; s < kSlabs; ++s) a[i][s] = load_a_fragment(p, slab0 + s, kb, lane);
+#pragma unroll
+      for (int j = 0; j < kTilesN; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          b[i][j][r] = b_pair<Element, kPairLoads>(p, kb * kFragmentK + 8 * r + 2 * t, col0 + kTileN * j + g);
+    }
+#pragma unroll
+    for (int i = 0; i < Shape::kBatch; ++i) {
+      if (kb0 + i * kWarps >= kblocks) break;
+#pragma unroll
+      for (int s = 0; s < kSlabs; ++s)
+#pragma unroll
+        for (int j = 0; j < kTilesN; ++j) ptx::mma_sp_m16n8k32<Mma>(acc[s][j], a[i][s].values, b[i][j], a[i][s].meta);
+    }
+  }
+  ptx::launch_dependents();
+
+  // Each warp's partial tile (accumulator e of tile (s, j): row 16 s + g + 8 (e / 2), column 8 j + 2 t + e % 2).
+  float* mine = partial + warp * Shape::kRows * Shape::kRowStride;
+#pragma unroll
+  for (int s = 0; s < kSlabs; ++s)
+#pragma unroll
+    for (int j = 0; j < kTilesN; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<float2*>(mine + (kSlabRows * s + g + 8 * h) * Shape::kRowStride + kTileN * j + 2 * t) =
+            make_float2(acc[s][j][2 * h], acc[s][j][2 * h + 1]);
+  __syncthreads();
+
+  // The sum in warp order, stored in D's order (rows fastest for D col-major) so that a warp's stores are contiguous.
+  const int64_t row0 = slab0 * kSlabRows;
+  const bool plain = epilogue_is_plain(p);
+  constexpr int kElements = Shape::kRows * Shape::kCols;
+  for (int e = threadIdx.x; e < kElements; e += kThreads) {
+    const int row = p.d_col_major ? e % Shape::kRows : e / Shape::kCols;
+    const int col = p.d_col_major ? e / Shape::kRows : e % Shape::kCols;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += partial[(w * Shape::kRows + row) * Shape::kRowStride + col];
+    if (plain)
+      plain_store<Out>(p, row0 + row, col0 + col, sum);
+    else
+      epilogue_store<Out>(p, row0 + row, col0 + col, sum);
+  }
+#endif
+}
+
+template <class Element, class Out, int kTilesN, int kSlabs>
+void launch(const Params& p, bool pair_loads, const LaunchOn& on) {
+  using Shape = SkinnyShape<kTilesN, kSlabs>;
+  auto kernel = pair_loads ? sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, true>
+                           : sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, false>;
+  static cuda::DynamicSmemLimit smem_limit;  // per instantiation
+  smem_limit.raise(kernel, Shape::kSmemBytes);
+  const int64_t slab_groups = ceil_div(ceil_div(p.rows, int64_t{kSlabRows}), int64_t{kSlabs});
+  const int64_t ctas = slab_groups * ceil_div(p.n, int64_t{Shape::kCols});
+  require(ctas <= std::numeric_limits<int32_t>::max(), ErrorCode::unsupported, [&] {
+    return "nm24 skinny kernel: " + std::to_string(p.rows) + " rows by " + std::to_string(p.n) +
+           " columns need more than 2^31 - 1 CTAs";
+  });
+  const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(ctas)), dim3(kThreads), Shape::kSmemBytes,
+                                               on.stream, on.overlap);
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, slab_groups));
+}
+
+template <class Element, class Out, int kSlabs>
+void launch_rows(const Params& p, int block_n, bool pair_loads, const LaunchOn& on) {
+  switch (block_n) {
+    case 8:
+      return launch<Element, Out, 1, kSlabs>(p, pair_loads, on);
+    case 16:
+      return launch<Element, Out, 2, kSlabs>(p, pair_loads, on);
+    case 32:
+      return launch<Element, Out, 4, kSlabs>(p, pair_loads, on);
+    case 64:
+      return launch<Element, Out, 8, kSlabs>(p, pair_loads, on);
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "nm24 skinny kernel: block_n must be 8, 16, 32 or 64, got " + std::to_string(block_n));
+}
+
+}  // namespace
+
+template <class Element, class Out>
+void launch_skinny(const Params& p, int block_m, int block_n, bool pair_loads, const LaunchOn& on) {
+  require(on.split == 1, ErrorCode::invalid_argument, "nm24 skinny kernel: its warps split K; no split-K");
+  if (block_m == kSlabRows) return launch_rows<Element, Out, 1>(p, block_n, pair_loads, on);
+  if (block_m == 2 * kSlabRows) return launch_rows<Element, Out, 2>(p, block_n, pair_loads, on);
+  throw Error(ErrorCode::invalid_argument,
+              "nm24 skinny kernel: block_m must be 16 or 32, got " + std::to_string(block_m));
+}
+
+TileShape skinny_tile_shape(int block_m, int block_n) {
+  const auto shape = [&]<int kTilesN, int kSlabs>() {
+    using Shape = SkinnyShape<kTilesN, kSlabs>;
+    return TileShape{Shape::kRows, Shape::kCols, kFragmentK * kWarps, 0, kThreads, Shape::kSmemBytes};
+  };
+  const bool two = block_m == 2 * kSlabRows;
+  require(block_m == kSlabRows || two, ErrorCode::invalid_argument,
+          [&] { return "nm24 skinny kernel: block_m must be 16 or 32, got " + std::to_string(block_m); });
+  switch (block_n) {
+    case 8:
+      return two ? shape.template operator()<1, 2>() : shape.template operator()<1, 1>();
+    case 16:
+      return two ? shape.template operator()<2, 2>() : shape.template operator()<2, 1>();
+    case 32:
+      return two ? shape.template operator()<4, 2>() : shape.template operator()<4, 1>();
+    case 64:
+      return two ? shape.template operator()<8, 2>() : shape.template operator()<8, 1>();
+  }
+  throw Error(ErrorCode::invalid_argument,
+              "nm24 skinny kernel: block_n must be 8, 16, 32 or 64, got " + std::to_string(block_n));
+}
+
+template void launch_skinny<__half, __half>(const Params&, int, int, bool, const LaunchOn&);
+template void launch_skinny<__half, float>(const Params&, int, int, bool, const LaunchOn&);
+template void launch_skinny<__nv_bfloat16, __nv_bfloat16>(const Params&, int, int, bool, const LaunchOn&);
+template void launch_skinny<__nv_bfloat16, float>(const Params&, int, int, bool, const LaunchOn&);
+
+}  // namespace nmkit::gpu::nm24
