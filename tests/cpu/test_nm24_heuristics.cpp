@@ -130,13 +130,21 @@ TEST(Nm24Heuristics, SkinnyTileCoversTheColumnsAndFillsTheSms) {
   EXPECT_EQ(skinny_block_n(32), 32);
   EXPECT_EQ(skinny_block_n(33), 64);
   EXPECT_EQ(skinny_block_n(4096), 64);
-  // Two slabs a CTA once the 32-row grid has a CTA for every SM: 4096 rows (128 CTAs) at C = 64 do not, at C = 65
-  // (two column tiles) they do; 768 rows never at decode sizes.
-  EXPECT_EQ(skinny_block_m(4096, 64, kH200Sms), 16);
-  EXPECT_EQ(skinny_block_m(4096, 65, kH200Sms), 32);
-  EXPECT_EQ(skinny_block_m(11008, 16, kH200Sms), 32);
+  // Two slabs a CTA once the 32-row grid has a CTA for every two SMs: 2048 rows (64 CTAs) at C = 64 do not, at
+  // C = 65 (two column tiles) they do; 768 and 1024 rows never at decode sizes.
+  EXPECT_EQ(skinny_block_m(2048, 64, kH200Sms), 16);
+  EXPECT_EQ(skinny_block_m(2048, 65, kH200Sms), 32);
+  EXPECT_EQ(skinny_block_m(3072, 16, kH200Sms), 32);
   EXPECT_EQ(skinny_block_m(768, 16, kH200Sms), 16);
+  EXPECT_EQ(skinny_block_m(1024, 1, kH200Sms), 16);
   EXPECT_EQ(skinny_block_m(1, 1, 1), 32);
+  // Taken for one batch of loads a warp, decode-sized C and small weights only.
+  EXPECT_TRUE(skinny_takes(768, 768, 1));
+  EXPECT_TRUE(skinny_takes(3072, 768, 16));
+  EXPECT_TRUE(skinny_takes(8192, 1024, 1));
+  EXPECT_FALSE(skinny_takes(4096, 1024, 16));
+  EXPECT_FALSE(skinny_takes(768, 3072, 1));
+  EXPECT_FALSE(skinny_takes(768, 768, 17));
 }
 
 TEST(TokenBuckets, EveryTokenCountRunsAPlanAtMostAQuarterWider) {

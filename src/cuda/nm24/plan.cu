@@ -324,6 +324,12 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   const bool sm90_device = nm24::sm90_compiled() && nm24::device_is_sm90();
   const bool sm90_possible = sm90_device && nm24::b_leading_dim(desc) % 8 == 0;
   Nm24Kernel kernel = options.kernel;
+  // The skinny kernel where it was measured faster (on Hopper), unless a choice of the sm90 kernel was pinned.
+  const bool sm90_pinned = options.block_n != 0 || options.schedule != Sm90Schedule::automatic ||
+                           options.raster_rows != 0 || options.split != 0;
+  if (kernel == Nm24Kernel::automatic && sm90_device && !sm90_pinned &&
+      nm24::skinny_takes(desc.rows, desc.cols, desc.n))
+    kernel = Nm24Kernel::sm80_mma_sp_skinny;
   if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
   require(kernel != Nm24Kernel::sm90_wgmma_sp || sm90_possible, ErrorCode::unsupported,
           "nm24 plan: the sm90 wgmma.sp kernel needs an sm_90 device, a build with sm_90a, and B's leading dimension "

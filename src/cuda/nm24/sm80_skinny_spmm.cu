@@ -132,8 +132,8 @@ void launch(const Params& p, bool pair_loads, const LaunchOn& on) {
   using Shape = SkinnyShape<kTilesN, kSlabs>;
   auto kernel = pair_loads ? sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, true>
                            : sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, false>;
-  static cuda::DynamicSmemLimit smem_limit;  // per instantiation
-  smem_limit.raise(kernel, Shape::kSmemBytes);
+  static cuda::DynamicSmemLimit pair_limit, element_limit;  // one per kernel
+  (pair_loads ? pair_limit : element_limit).raise(kernel, Shape::kSmemBytes);
   const int64_t slab_groups = ceil_div(ceil_div(p.rows, int64_t{kSlabRows}), int64_t{kSlabs});
   const int64_t ctas = slab_groups * ceil_div(p.n, int64_t{Shape::kCols});
   require(ctas <= std::numeric_limits<int32_t>::max(), ErrorCode::unsupported, [&] {

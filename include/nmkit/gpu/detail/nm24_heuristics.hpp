@@ -75,9 +75,19 @@ int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);
 
 // The skinny kernel (sm80_mma_sp_skinny): its column tile is the narrowest of 8, 16, 32 and 64 that covers C (64
 // beyond), and a CTA takes 32 rows, two slabs sharing every B fragment (half of B's reads from L2), where the grid
-// of 32-row CTAs still has one for every SM; else 16, for twice the CTAs.
+// of 32-row CTAs still has one for every two SMs; else 16, for twice the CTAs (H100: at 3072 and 8192 rows 32-row
+// CTAs took 0.84-0.96 of the time of 16-row ones, at 768 and 1024 rows either was within 4 %).
 inline constexpr int kSkinnyMaxBlockN = 64;
 int skinny_block_n(int64_t n);
 int skinny_block_m(int64_t rows, int64_t n, int sm_count);
+// Where an automatic plan takes the skinny kernel on Hopper: its CTA's time is one round trip of its loads only
+// while every warp loads its k-blocks in one batch (K up to 8 warps x 4 k-blocks x 32 = 1024), at C up to 16, on
+// weights small enough (R x C under 4096 x 16) that the sm90 kernel's tiles leave most SMs idle. There it took
+// 0.77-0.95 of the sm90 kernel's time (768x768, 1024x1024, 3072x768, 4096x1024 and 8192x1024 at C = 1; the first
+// three at C = 16); at 4096x1024x16 1.01, at 8192x1024x16 1.28, at K >= 3072 1.05-2.4, at C = 64 1.5-8 (H100).
+inline constexpr int64_t kSkinnyMaxK = 1024;
+inline constexpr int64_t kSkinnyMaxTokens = 16;
+inline constexpr int64_t kSkinnyMaxOutputs = 4096 * 16;
+bool skinny_takes(int64_t rows, int64_t cols, int64_t n);
 
 }  // namespace nmkit::gpu::nm24
