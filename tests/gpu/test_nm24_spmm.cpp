@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
+#include <utility>
 #include <string>
 
 #include "nmkit/cpu/spmm.hpp"
@@ -411,20 +412,12 @@ TEST(Nm24Gpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
                  a2 = compress_nm(w2, prune_nm_magnitude(w2, 2, 4), 2, 4);
   const DeviceNm24 d1 = DeviceNm24::upload(pack_nm24(a1)), d2 = DeviceNm24::upload(pack_nm24(a2));
   EXPECT_EQ(Nm24SpmmPlan::create({kR1, kK, 16}).config().overlap_launch, sm90_here()) << "on by default on sm_90";
-  for (int64_t n : {16, 200})
+  // The skinny kernel (pinned at C = 16) overlaps too.
+  for (auto [n, kernel] : {std::pair{int64_t{16}, Nm24Kernel::automatic},
+                           {int64_t{16}, Nm24Kernel::sm80_mma_sp_skinny},
+                           {int64_t{200}, Nm24Kernel::automatic}})
     for (bool overlap : {true, false}) {
-      const Nm24Options options{.overlap_launch = overlap};
-      if (n == 16) {  // the skinny kernel overlaps too
-        const Nm24Options skinny{.kernel = Nm24Kernel::sm80_mma_sp_skinny, .overlap_launch = overlap};
-        const Nm24SpmmPlan s1 = Nm24SpmmPlan::create({kR1, kK, n}, skinny),
-                           s2 = Nm24SpmmPlan::create({kR2, kR1, n}, skinny);
-        EXPECT_EQ(s1.config().overlap_launch, sm90_here() && overlap);
-        expect_chained_layers(
-            SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, n,
-            [&](cudaStream_t s, const void* x, void* y) { s1.run(s, d1, x, nullptr, y); },
-            [&](cudaStream_t s, const void* y, void* z) { s2.run(s, d2, y, nullptr, z); },
-            std::string("skinny, C = 16") + (overlap ? " overlapped" : " plain"));
-      }
+      const Nm24Options options{.kernel = kernel, .overlap_launch = overlap};
       const Nm24SpmmPlan p1 = Nm24SpmmPlan::create({kR1, kK, n}, options),
                          p2 = Nm24SpmmPlan::create({kR2, kR1, n}, options);
       EXPECT_EQ(p1.config().overlap_launch, sm90_here() && overlap);
@@ -432,7 +425,8 @@ TEST(Nm24Gpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
           SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, n,
           [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
           [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); },
-          "C = " + std::to_string(n) + (overlap ? " overlapped" : " plain"));
+          std::string(kernel_name(p1.config().kernel)) + ", C = " + std::to_string(n) +
+              (overlap ? " overlapped" : " plain"));
     }
 }
 

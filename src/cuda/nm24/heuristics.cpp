@@ -95,7 +95,7 @@ int skinny_block_n(int64_t n) {
 }
 
 int skinny_block_m(int64_t rows, int64_t n, int sm_count) {
-  const int64_t column_tiles = (std::max<int64_t>(n, 1) + skinny_block_n(n) - 1) / skinny_block_n(n);
+  const int64_t block_n = skinny_block_n(n), column_tiles = (std::max<int64_t>(n, 1) + block_n - 1) / block_n;
   const int64_t ctas_of_32_rows = (rows + 2 * kSlabRows - 1) / (2 * kSlabRows) * column_tiles;
   return 2 * ctas_of_32_rows >= sm_count ? 2 * kSlabRows : kSlabRows;
 }

@@ -40,7 +40,7 @@ struct SkinnyShape {
 
 // Two B values along K, (k, col) and (k + 1, col), as mma.sp's B register holds them; zeros past K and C.
 // kPairLoads: B col-major with an even leading dimension and a 4-byte aligned base, so that a pair is one load.
-template <class Element, bool kPairLoads>
+template <bool kPairLoads>
 __device__ __forceinline__ uint32_t b_pair(const Params& p, int64_t k, int64_t col) {
   const auto* b = static_cast<const uint16_t*>(p.b);
   if (col >= p.n) return 0u;
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
       for (int j = 0; j < kTilesN; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r)
-          b[i][j][r] = b_pair<Element, kPairLoads>(p, kb * kFragmentK + 8 * r + 2 * t, col0 + kTileN * j + g);
+          b[i][j][r] = b_pair<kPairLoads>(p, kb * kFragmentK + 8 * r + 2 * t, col0 + kTileN * j + g);
     }
 #pragma unroll
     for (int i = 0; i < Shape::kBatch; ++i) {
@@ -145,17 +145,24 @@ void launch(const Params& p, bool pair_loads, const LaunchOn& on) {
   NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, slab_groups));
 }
 
-template <class Element, class Out, int kSlabs>
-void launch_rows(const Params& p, int block_n, bool pair_loads, const LaunchOn& on) {
+// Calls f.template operator()<kTilesN, kSlabs>() for the tile block_m x block_n; throws for a tile not built.
+template <class F>
+decltype(auto) with_tile(int block_m, int block_n, F&& f) {
+  const auto rows = [&]<int kTilesN>() -> decltype(auto) {
+    if (block_m == 2 * kSlabRows) return f.template operator()<kTilesN, 2>();
+    require(block_m == kSlabRows, ErrorCode::invalid_argument,
+            [&] { return "nm24 skinny kernel: block_m must be 16 or 32, got " + std::to_string(block_m); });
+    return f.template operator()<kTilesN, 1>();
+  };
   switch (block_n) {
     case 8:
-      return launch<Element, Out, 1, kSlabs>(p, pair_loads, on);
+      return rows.template operator()<1>();
     case 16:
-      return launch<Element, Out, 2, kSlabs>(p, pair_loads, on);
+      return rows.template operator()<2>();
     case 32:
-      return launch<Element, Out, 4, kSlabs>(p, pair_loads, on);
+      return rows.template operator()<4>();
     case 64:
-      return launch<Element, Out, 8, kSlabs>(p, pair_loads, on);
+      return rows.template operator()<8>();
   }
   throw Error(ErrorCode::invalid_argument,
               "nm24 skinny kernel: block_n must be 8, 16, 32 or 64, got " + std::to_string(block_n));
@@ -166,32 +173,16 @@ void launch_rows(const Params& p, int block_n, bool pair_loads, const LaunchOn& 
 template <class Element, class Out>
 void launch_skinny(const Params& p, int block_m, int block_n, bool pair_loads, const LaunchOn& on) {
   require(on.split == 1, ErrorCode::invalid_argument, "nm24 skinny kernel: its warps split K; no split-K");
-  if (block_m == kSlabRows) return launch_rows<Element, Out, 1>(p, block_n, pair_loads, on);
-  if (block_m == 2 * kSlabRows) return launch_rows<Element, Out, 2>(p, block_n, pair_loads, on);
-  throw Error(ErrorCode::invalid_argument,
-              "nm24 skinny kernel: block_m must be 16 or 32, got " + std::to_string(block_m));
+  with_tile(block_m, block_n,
+            [&]<int kTilesN, int kSlabs>() { launch<Element, Out, kTilesN, kSlabs>(p, pair_loads, on); });
 }
 
 TileShape skinny_tile_shape(int block_m, int block_n) {
-  const auto shape = [&]<int kTilesN, int kSlabs>() {
+  // A capture default, so that the lambda has no conversion to a function pointer (whose template nvcc warns of).
+  return with_tile(block_m, block_n, [&]<int kTilesN, int kSlabs>() {
     using Shape = SkinnyShape<kTilesN, kSlabs>;
     return TileShape{Shape::kRows, Shape::kCols, kFragmentK * kWarps, 0, kThreads, Shape::kSmemBytes};
-  };
-  const bool two = block_m == 2 * kSlabRows;
-  require(block_m == kSlabRows || two, ErrorCode::invalid_argument,
-          [&] { return "nm24 skinny kernel: block_m must be 16 or 32, got " + std::to_string(block_m); });
-  switch (block_n) {
-    case 8:
-      return two ? shape.template operator()<1, 2>() : shape.template operator()<1, 1>();
-    case 16:
-      return two ? shape.template operator()<2, 2>() : shape.template operator()<2, 1>();
-    case 32:
-      return two ? shape.template operator()<4, 2>() : shape.template operator()<4, 1>();
-    case 64:
-      return two ? shape.template operator()<8, 2>() : shape.template operator()<8, 1>();
-  }
-  throw Error(ErrorCode::invalid_argument,
-              "nm24 skinny kernel: block_n must be 8, 16, 32 or 64, got " + std::to_string(block_n));
+  });
 }
 
 template void launch_skinny<__half, __half>(const Params&, int, int, bool, const LaunchOn&);
