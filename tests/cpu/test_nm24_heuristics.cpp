@@ -147,6 +147,18 @@ TEST(Nm24Heuristics, SkinnyTileCoversTheColumnsAndFillsTheSms) {
   EXPECT_FALSE(skinny_takes(768, 768, 17));
 }
 
+TEST(Nm24Heuristics, SkinnySplitKeepsOneBatchOfLoadsAWarp) {
+  // Eight warps of four k-blocks of 32 take K = 1024 in one batch a CTA; two k-blocks a batch at 32 x 64 tiles.
+  EXPECT_EQ(skinny_batch(1, 2), 4);
+  EXPECT_EQ(skinny_batch(2, 8), 2);
+  EXPECT_EQ(skinny_split(1, 16, 8), 1);
+  EXPECT_EQ(skinny_split(1024, 16, 16), 1);
+  EXPECT_EQ(skinny_split(1025, 16, 16), 2);
+  EXPECT_EQ(skinny_split(4096, 32, 8), 4);
+  EXPECT_EQ(skinny_split(768, 32, 64), 2);
+  EXPECT_EQ(skinny_split(11008, 16, 8), kMaxClusterCtas);  // a cluster at most: more batches a warp beyond 8192
+}
+
 TEST(TokenBuckets, EveryTokenCountRunsAPlanAtMostAQuarterWider) {
   std::set<int64_t> buckets;
   int64_t previous = 0;

@@ -111,6 +111,29 @@ TEST(Nm24Gpu, EverySkinnyTile) {
       }
 }
 
+// The skinny kernel's split-K (clusters, sm_90): k-ranges shorter than a batch, ranks with no k-block at all
+// (K = 33 over 8 x 8 warps), each tile and both D layouts, the epilogue applied once.
+TEST(Nm24Gpu, SkinnySplitKOverClusters) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device";
+  uint32_t seed = 5500;
+  for (int split : {2, 3, 8})
+    for (auto [r, k, c, block_m, block_n] : {std::tuple<int64_t, int64_t, int64_t, int, int>{1000, 1000, 77, 32, 64},
+                                             {768, 3072, 1, 16, 8},
+                                             {300, 4100, 16, 32, 16},
+                                             {17, 33, 9, 16, 32},
+                                             {129, 8200, 5, 32, 8}}) {
+      const DType dtype = split == 3 ? DType::bf16 : DType::f16;
+      Case t{{r, k, c, dtype, block_n == 8 ? DType::f32 : dtype, Layout::col_major,
+              block_n == 16 ? Layout::row_major : Layout::col_major, 1.5f, split == 2 ? 0.5f : 0.0f, split != 3,
+              split == 8 ? Activation::gelu : Activation::relu},
+             Nm24Kernel::sm80_mma_sp_skinny};
+      t.block_n = block_n;
+      EXPECT_LE(run_case(t, seed += 10, {.block_m = block_m, .split = split}), tolerance(t.dtype))
+          << describe(t) << " block_m " << block_m << " block_n " << block_n << " split " << split;
+    }
+}
+
 TEST(Nm24Gpu, EveryHopperTileWidth) {
   SKIP_WITHOUT_GPU();
   if (!sm90_here()) GTEST_SKIP() << "no sm90 device";

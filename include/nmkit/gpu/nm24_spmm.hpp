@@ -61,7 +61,7 @@ struct SpmmDesc {                       // the problem a plan is made for
 };
 // sm90_wgmma_sp: Hopper, B col-major with ldb (K) % 8 == 0 or row-major with ldb (C) % 8 == 0; sm80_mma_sp: any.
 // sm80_mma_sp_skinny: any description, made for decode-sized C (up to 64 columns a CTA): 16 or 32 rows a CTA whose
-// warps split K, both operands loaded straight into registers.
+// warps split K, both operands loaded straight into registers; on sm_90 a cluster of CTAs may split K further.
 enum class Nm24Kernel : uint8_t { automatic, sm80_mma_sp, sm90_wgmma_sp, sm80_mma_sp_skinny };
 const char* kernel_name(Nm24Kernel k) noexcept;
 // How the sm90 kernel's tiles leave the CTA: staged (D through the stages' shared memory, one CTA per tile, any
@@ -78,8 +78,9 @@ struct Nm24Options {
   int block_n = 0;
   int block_m = 0;  // skinny: 16 or 32 rows a CTA
   Sm90Schedule schedule = Sm90Schedule::automatic;
-  int raster_rows = 0;         // sm90: row tiles per raster group, 1..1024
-  int split = 0;               // sm90 split-K: 1..8 CTAs per tile, each a share of K (B col-major, block_n <= 64)
+  int raster_rows = 0;  // sm90: row tiles per raster group, 1..1024
+  // split-K: 1..8 CTAs per tile (a cluster, sm_90), each a share of K; sm90: B col-major and block_n <= 64
+  int split = 0;
   bool overlap_launch = true;  // sm90: start as the kernel before ends (which must not write the weight)
 };
 
@@ -89,7 +90,7 @@ struct KernelConfig {
   int block_m = 0, block_n = 0, block_k = 0;
   int stages = 0, threads = 0, smem_bytes = 0;
   int raster_rows = 0;             // sm90: row tiles per raster group (0: the kernel's default)
-  int split = 1;                   // sm90: CTAs per tile (a cluster), each summing a share of K
+  int split = 1;                   // sm90 and skinny: CTAs per tile (a cluster), each summing a share of K
   bool register_epilogue = false;  // sm90: 16-bit D stored from the accumulators by TMA
   int persistent_ctas = 0;         // sm90: > 0 CTAs, one per SM, loop over the tiles
   bool overlap_launch = false;     // programmatic dependent launch: the prior kernel must not write the weight

@@ -100,6 +100,13 @@ int skinny_block_m(int64_t rows, int64_t n, int sm_count) {
   return 2 * ctas_of_32_rows >= sm_count ? 2 * kSlabRows : kSlabRows;
 }
 
+int skinny_split(int64_t cols, int block_m, int block_n) {
+  constexpr int kWarps = 8;
+  const int64_t kblocks = (cols + kFragmentK - 1) / kFragmentK;
+  const int64_t per_cta = int64_t{kWarps} * skinny_batch(block_m / kSlabRows, block_n / 8);
+  return static_cast<int>(std::clamp<int64_t>((kblocks + per_cta - 1) / per_cta, 1, kMaxClusterCtas));
+}
+
 bool skinny_takes(int64_t rows, int64_t cols, int64_t n) {
   return n <= kSkinnyMaxTokens && cols <= kSkinnyMaxK && rows * n < kSkinnyMaxOutputs;
 }

@@ -90,11 +90,11 @@ void check_options(const Nm24Options& options, const char* who) {
   });
   const bool portable = options.kernel == Nm24Kernel::sm80_mma_sp || skinny;
   require(!portable || ((skinny || n == 0) && options.schedule == Sm90Schedule::automatic && options.raster_rows == 0 &&
-                        options.split <= 1),
+                        (skinny || options.split <= 1)),
           ErrorCode::unsupported, [&] {
             return std::string(who) +
-                   ": the schedule, the raster and split-K can only be chosen for the sm90 kernel, block_n for the "
-                   "sm90 and skinny kernels";
+                   ": the schedule and the raster can only be chosen for the sm90 kernel, block_n for the sm90 and "
+                   "skinny kernels, split-K for those two";
           });
 }
 
@@ -142,11 +142,12 @@ void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int6
   config.register_epilogue = false, config.persistent_ctas = 0, config.raster_rows = 0, config.split = 1;
   config.overlap_launch = config.kernel == Nm24Kernel::sm90_wgmma_sp && options.overlap_launch;
   if (config.kernel != Nm24Kernel::sm90_wgmma_sp) {
-    require((options.block_n == 0 || config.kernel == Nm24Kernel::sm80_mma_sp_skinny) &&
-                options.schedule == Sm90Schedule::automatic && options.raster_rows == 0 && options.split <= 1,
+    const bool skinny = config.kernel == Nm24Kernel::sm80_mma_sp_skinny;
+    require((options.block_n == 0 || skinny) && options.schedule == Sm90Schedule::automatic &&
+                options.raster_rows == 0 && (options.split <= 1 || skinny),
             ErrorCode::unsupported,
-            "nm24 plan: the schedule, the raster and split-K can only be chosen for the sm90 kernel, block_n for the "
-            "sm90 and skinny kernels");
+            "nm24 plan: the schedule and the raster can only be chosen for the sm90 kernel, block_n for the sm90 and "
+            "skinny kernels, split-K for those two");
     return;
   }
   config.raster_rows = options.raster_rows;
@@ -358,8 +359,15 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && b_col_major && t.block_n <= nm24::kMaxSplitBlockN;
   nm24::choose_sm90_schedule(desc, options, ceil_div(desc.cols, int64_t{kPackKAlign}), split_k_built, plan.config_);
   if (plan.config_.split > 1) nm24::take_tile_shape(nm24::sm90_tile_shape(t.block_n, /*split_k=*/true), plan.config_);
-  // The skinny kernel waits for the kernel before it too (programmatic dependent launch is sm_90's).
-  if (kernel == Nm24Kernel::sm80_mma_sp_skinny) plan.config_.overlap_launch = sm90_device && options.overlap_launch;
+  if (kernel == Nm24Kernel::sm80_mma_sp_skinny) {
+    // Its split-K sums through a cluster's shared memory, and it waits for the kernel before it too: both sm_90's.
+    plan.config_.split = options.split > 0 ? options.split
+                         : sm90_device     ? nm24::skinny_split(desc.cols, t.block_m, t.block_n)
+                                           : 1;
+    require(plan.config_.split == 1 || sm90_device, ErrorCode::unsupported,
+            "nm24 plan: the skinny kernel's split-K needs thread-block clusters (an sm_90 device)");
+    plan.config_.overlap_launch = sm90_device && options.overlap_launch;
+  }
   nm24::log_plan("nm24", "", desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }

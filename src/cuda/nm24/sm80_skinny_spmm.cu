@@ -6,6 +6,10 @@
 // ...) and their partial tiles are summed through shared memory in warp order (deterministic). Where the Hopper
 // kernel's 128-row CTA tiles leave most SMs idle (a 768-row weight is six of them), this grid has a CTA per one or
 // two slabs, and a CTA's time is one round trip of its loads rather than a pipeline's rounds.
+//
+// Split-K (sm_90): a cluster of `split` CTAs shares one tile, warp w of rank r taking k-blocks r * 8 + w, + 8 split,
+// ..., so that a long K still fits one batch of loads a warp; each CTA sums its warps, then each sums a share of
+// the tile over the cluster's ranks in rank order through distributed shared memory, and applies the epilogue.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -15,6 +19,7 @@
 #include "../common/check.cuh"
 #include "../common/launch.cuh"
 #include "../common/smem.cuh"
+#include "../ptx/cluster.cuh"
 #include "../ptx/griddep.cuh"
 #include "../ptx/mma_sp.cuh"
 #include "nm24_common.cuh"
@@ -31,7 +36,7 @@ struct SkinnyShape {
   static constexpr int kRows = kSlabs * kSlabRows;
   static constexpr int kCols = kTilesN * kTileN;
   // k-blocks a warp loads before it multiplies them: what it keeps in flight, as many as the registers allow.
-  static constexpr int kBatch = kSlabs * kTilesN >= 16 ? 2 : 4;
+  static constexpr int kBatch = skinny_batch(kSlabs, kTilesN);
   // The warps' partial tiles, [warp][row][column], a row padded by two floats against bank conflicts of the sum's
   // row-order reads (it stays 8-byte aligned for the float2 writes).
   static constexpr int kRowStride = kCols + 2;
@@ -53,7 +58,23 @@ __device__ __forceinline__ uint32_t b_pair(const Params& p, int64_t k, int64_t c
   return lo | (hi << 16);
 }
 
-template <class Element, class Out, int kTilesN, int kSlabs, bool kPairLoads>
+// The cluster's CTAs (split-K) or the CTA alone: its rank and size.
+template <bool kClustered>
+__device__ __forceinline__ uint32_t split_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kClustered) return ptx::cluster_ctarank();
+#endif
+  return 0;
+}
+template <bool kClustered>
+__device__ __forceinline__ uint32_t split_size() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kClustered) return ptx::cluster_nctarank();
+#endif
+  return 1;
+}
+
+template <class Element, class Out, int kTilesN, int kSlabs, bool kPairLoads, bool kClustered>
 __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, int64_t slab_groups) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Shape = SkinnyShape<kTilesN, kSlabs>;
@@ -61,22 +82,25 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
   extern __shared__ __align__(16) float partial[];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  // Slab groups fastest: the CTAs running together read the same columns of B.
-  const int64_t slab0 = int64_t{blockIdx.x} % slab_groups * kSlabs;
-  const int64_t col0 = int64_t{blockIdx.x} / slab_groups * Shape::kCols;
+  const uint32_t split = split_size<kClustered>(), rank = split_rank<kClustered>();
+  // Slab groups fastest: the CTAs running together read the same columns of B. A cluster's CTAs are adjacent.
+  const int64_t tile = int64_t{blockIdx.x} / split;
+  const int64_t slab0 = tile % slab_groups * kSlabs;
+  const int64_t col0 = tile / slab_groups * Shape::kCols;
   const int64_t kblocks = p.kblocks;
+  const int64_t workers = int64_t{kWarps} * split;  // warps sharing the tile's K
 
   // B (and C, D) may be the kernel before's outputs (an overlapping launch); A is not.
   ptx::grid_dependency_wait();
 
   float acc[kSlabs][kTilesN][4] = {};
-  constexpr int64_t kRound = int64_t{kWarps} * Shape::kBatch;
-  for (int64_t kb0 = warp; kb0 < kblocks; kb0 += kRound) {
+  const int64_t round = workers * Shape::kBatch;
+  for (int64_t kb0 = rank * kWarps + warp; kb0 < kblocks; kb0 += round) {
     AFragment a[Shape::kBatch][kSlabs];
     uint32_t b[Shape::kBatch][kTilesN][4];
 #pragma unroll
     for (int i = 0; i < Shape::kBatch; ++i) {
-      const int64_t kb = kb0 + i * kWarps;  // the same for the whole warp
+      const int64_t kb = kb0 + i * workers;  // the same for the whole warp
       if (kb >= kblocks) break;
 #pragma unroll
       for (int s = 0; s < kSlabs; ++s) a[i][s] = load_a_fragment(p, slab0 + s, kb, lane);
@@ -88,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
     }
 #pragma unroll
     for (int i = 0; i < Shape::kBatch; ++i) {
-      if (kb0 + i * kWarps >= kblocks) break;
+      if (kb0 + i * workers >= kblocks) break;
 #pragma unroll
       for (int s = 0; s < kSlabs; ++s)
 #pragma unroll
@@ -113,35 +137,63 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
   const int64_t row0 = slab0 * kSlabRows;
   const bool plain = epilogue_is_plain(p);
   constexpr int kElements = Shape::kRows * Shape::kCols;
-  for (int e = threadIdx.x; e < kElements; e += kThreads) {
+  const auto store = [&](int e, float sum) {
     const int row = p.d_col_major ? e % Shape::kRows : e / Shape::kCols;
     const int col = p.d_col_major ? e / Shape::kRows : e % Shape::kCols;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += partial[(w * Shape::kRows + row) * Shape::kRowStride + col];
     if (plain)
       plain_store<Out>(p, row0 + row, col0 + col, sum);
     else
       epilogue_store<Out>(p, row0 + row, col0 + col, sum);
+  };
+  // Element e's place in a warp's partial tile.
+  const auto slot = [&](int e) {
+    const int row = p.d_col_major ? e % Shape::kRows : e / Shape::kCols;
+    const int col = p.d_col_major ? e / Shape::kRows : e % Shape::kCols;
+    return row * Shape::kRowStride + col;
+  };
+  const auto sum_of_warps = [&](int e) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += partial[w * Shape::kRows * Shape::kRowStride + slot(e)];
+    return sum;
+  };
+  if (split == 1) {
+    for (int e = threadIdx.x; e < kElements; e += kThreads) store(e, sum_of_warps(e));
+    return;
   }
+#if __CUDA_ARCH__ >= 900
+  if constexpr (kClustered) {
+    // The CTA's sum into warp 0's tile (each element read and written by one thread), then a share of the tile per
+    // rank summed over the cluster in rank order.
+    for (int e = threadIdx.x; e < kElements; e += kThreads) partial[slot(e)] = sum_of_warps(e);
+    ptx::cluster_sync();  // every CTA's sum is in place
+    for (int e = static_cast<int>(rank) * kThreads + threadIdx.x; e < kElements;
+         e += static_cast<int>(split) * kThreads) {
+      float sum = 0.0f;
+      for (uint32_t r = 0; r < split; ++r) sum += ptx::ld_shared_cluster_f32(ptx::map_to_rank(partial + slot(e), r));
+      store(e, sum);
+    }
+    ptx::cluster_sync();  // no CTA leaves while another still reads its sum
+  }
+#endif
 #endif
 }
 
-template <class Element, class Out, int kTilesN, int kSlabs>
+template <class Element, class Out, int kTilesN, int kSlabs, bool kClustered>
 void launch(const Params& p, bool pair_loads, const LaunchOn& on) {
   using Shape = SkinnyShape<kTilesN, kSlabs>;
-  auto kernel = pair_loads ? sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, true>
-                           : sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, false>;
+  auto kernel = pair_loads ? sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, true, kClustered>
+                           : sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, false, kClustered>;
   static cuda::DynamicSmemLimit pair_limit, element_limit;  // one per kernel
   (pair_loads ? pair_limit : element_limit).raise(kernel, Shape::kSmemBytes);
   const int64_t slab_groups = ceil_div(ceil_div(p.rows, int64_t{kSlabRows}), int64_t{kSlabs});
-  const int64_t ctas = slab_groups * ceil_div(p.n, int64_t{Shape::kCols});
+  const int64_t ctas = slab_groups * ceil_div(p.n, int64_t{Shape::kCols}) * on.split;
   require(ctas <= std::numeric_limits<int32_t>::max(), ErrorCode::unsupported, [&] {
-    return "nm24 skinny kernel: " + std::to_string(p.rows) + " rows by " + std::to_string(p.n) +
-           " columns need more than 2^31 - 1 CTAs";
+    return "nm24 skinny kernel: " + std::to_string(p.rows) + " rows by " + std::to_string(p.n) + " columns, split " +
+           std::to_string(on.split) + ", need more than 2^31 - 1 CTAs";
   });
   const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(ctas)), dim3(kThreads), Shape::kSmemBytes,
-                                               on.stream, on.overlap);
+                                               on.stream, on.overlap, on.split);
   NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, slab_groups));
 }
 
@@ -172,9 +224,16 @@ decltype(auto) with_tile(int block_m, int block_n, F&& f) {
 
 template <class Element, class Out>
 void launch_skinny(const Params& p, int block_m, int block_n, bool pair_loads, const LaunchOn& on) {
-  require(on.split == 1, ErrorCode::invalid_argument, "nm24 skinny kernel: its warps split K; no split-K");
-  with_tile(block_m, block_n,
-            [&]<int kTilesN, int kSlabs>() { launch<Element, Out, kTilesN, kSlabs>(p, pair_loads, on); });
+  require(on.split >= 1 && on.split <= kMaxClusterCtas, ErrorCode::invalid_argument, [&] {
+    return "nm24 skinny kernel: split must be 1.." + std::to_string(kMaxClusterCtas) + ", got " +
+           std::to_string(on.split);
+  });
+  with_tile(block_m, block_n, [&]<int kTilesN, int kSlabs>() {
+    if (on.split > 1)
+      launch<Element, Out, kTilesN, kSlabs, true>(p, pair_loads, on);
+    else
+      launch<Element, Out, kTilesN, kSlabs, false>(p, pair_loads, on);
+  });
 }
 
 TileShape skinny_tile_shape(int block_m, int block_n) {

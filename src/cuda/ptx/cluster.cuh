@@ -32,6 +32,13 @@ __device__ __forceinline__ uint32_t map_to_rank(const void* local, uint32_t rank
   return remote;
 }
 
+// A float at a shared::cluster address (map_to_rank).
+__device__ __forceinline__ float ld_shared_cluster_f32(uint32_t address) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(address) : "memory");
+  return v;
+}
+
 // Four floats at a shared::cluster address (map_to_rank), PTX ISA §9.7.9.8 ld with the .shared::cluster space.
 __device__ __forceinline__ float4 ld_shared_cluster_f32x4(uint32_t address) {
   float4 v;
