@@ -123,28 +123,36 @@ TEST(Nm24Heuristics, SplitKFillsGridsUnderAWave) {
 }
 
 TEST(Nm24Heuristics, SkinnyTileCoversTheColumnsAndFillsTheSms) {
-  // The narrowest column tile that covers C, 64 beyond it.
+  // The narrowest column tile of 8 and 16 that covers C, 16 beyond it.
   EXPECT_EQ(skinny_block_n(0), 8);
   EXPECT_EQ(skinny_block_n(1), 8);
   EXPECT_EQ(skinny_block_n(9), 16);
-  EXPECT_EQ(skinny_block_n(32), 32);
-  EXPECT_EQ(skinny_block_n(33), 64);
-  EXPECT_EQ(skinny_block_n(4096), 64);
-  // Two slabs a CTA once the 32-row grid has a CTA for every two SMs: 2048 rows (64 CTAs) at C = 64 do not, at
-  // C = 65 (two column tiles) they do; 768 and 1024 rows never at decode sizes.
-  EXPECT_EQ(skinny_block_m(2048, 64, kH200Sms), 16);
-  EXPECT_EQ(skinny_block_m(2048, 65, kH200Sms), 32);
+  EXPECT_EQ(skinny_block_n(32), 16);
+  EXPECT_EQ(skinny_block_n(4096), 16);
+  // Two slabs a CTA once the 32-row grid has a CTA for every two SMs: 2048 rows (64 CTAs) at C = 16 do not, at
+  // C = 17 (two column tiles) they do; 768 and 1024 rows never at decode sizes.
+  EXPECT_EQ(skinny_block_m(2048, 16, kH200Sms), 16);
+  EXPECT_EQ(skinny_block_m(2048, 17, kH200Sms), 32);
   EXPECT_EQ(skinny_block_m(3072, 16, kH200Sms), 32);
-  EXPECT_EQ(skinny_block_m(768, 16, kH200Sms), 16);
+  EXPECT_EQ(skinny_block_m(768, 32, kH200Sms), 16);
   EXPECT_EQ(skinny_block_m(1024, 1, kH200Sms), 16);
   EXPECT_EQ(skinny_block_m(1, 1, 1), 32);
-  // Taken for one batch of loads a warp, decode-sized C and small weights only.
+  // Unsplit: one batch of loads a warp, C up to 32, small weights only.
   EXPECT_TRUE(skinny_takes(768, 768, 1));
   EXPECT_TRUE(skinny_takes(3072, 768, 16));
   EXPECT_TRUE(skinny_takes(8192, 1024, 1));
+  EXPECT_TRUE(skinny_takes(1024, 1024, 32));
+  EXPECT_FALSE(skinny_takes(3072, 768, 32));
   EXPECT_FALSE(skinny_takes(4096, 1024, 16));
-  EXPECT_FALSE(skinny_takes(768, 3072, 1));
-  EXPECT_FALSE(skinny_takes(768, 768, 17));
+  EXPECT_FALSE(skinny_takes(768, 768, 33));
+  // Split over a cluster: K up to 8192, weights up to 4096 x 1024, R x C up to 2048.
+  EXPECT_TRUE(skinny_takes(768, 3072, 1));
+  EXPECT_TRUE(skinny_takes(1024, 4096, 2));
+  EXPECT_TRUE(skinny_takes(128, 8192, 16));
+  EXPECT_FALSE(skinny_takes(768, 3072, 16));
+  EXPECT_FALSE(skinny_takes(1280, 8192, 1));
+  EXPECT_FALSE(skinny_takes(4096, 4096, 1));
+  EXPECT_FALSE(skinny_takes(64, 16384, 1));
 }
 
 TEST(Nm24Heuristics, SkinnySplitKeepsOneBatchOfLoadsAWarp) {

@@ -88,11 +88,7 @@ int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count) {
   return split > 1 && rounds_saved > kSplitCostKTiles ? static_cast<int>(split) : 1;
 }
 
-int skinny_block_n(int64_t n) {
-  int block_n = 8;
-  while (block_n < kSkinnyMaxBlockN && block_n < n) block_n *= 2;
-  return block_n;
-}
+int skinny_block_n(int64_t n) { return n <= 8 ? 8 : 16; }
 
 int skinny_block_m(int64_t rows, int64_t n, int sm_count) {
   const int64_t block_n = skinny_block_n(n), column_tiles = (std::max<int64_t>(n, 1) + block_n - 1) / block_n;
@@ -108,7 +104,9 @@ int skinny_split(int64_t cols, int block_m, int block_n) {
 }
 
 bool skinny_takes(int64_t rows, int64_t cols, int64_t n) {
-  return n <= kSkinnyMaxTokens && cols <= kSkinnyMaxK && rows * n < kSkinnyMaxOutputs;
+  if (n > kSkinnyMaxTokens) return false;
+  if (cols <= kSkinnyMaxK) return rows * n < kSkinnyMaxOutputs;
+  return cols <= kSkinnySplitMaxK && rows * cols <= kSkinnySplitMaxWeights && rows * n <= kSkinnySplitMaxOutputs;
 }
 
 }  // namespace nmkit::gpu::nm24

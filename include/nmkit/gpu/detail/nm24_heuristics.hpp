@@ -73,11 +73,12 @@ inline constexpr int kMinSplitKTiles = 4;
 inline constexpr double kSplitCostKTiles = 13.0;
 int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);
 
-// The skinny kernel (sm80_mma_sp_skinny): its column tile is the narrowest of 8, 16, 32 and 64 that covers C (64
-// beyond), and a CTA takes 32 rows, two slabs sharing every B fragment (half of B's reads from L2), where the grid
-// of 32-row CTAs still has one for every two SMs; else 16, for twice the CTAs (H100: at 3072 and 8192 rows 32-row
-// CTAs took 0.84-0.96 of the time of 16-row ones, at 768 and 1024 rows either was within 4 %).
-inline constexpr int kSkinnyMaxBlockN = 64;
+// The skinny kernel (sm80_mma_sp_skinny): its column tile is the narrowest of 8 and 16 that covers C, 16 beyond
+// (H100, 768x768 and 1024x1024: at C = 32 tiles of 8 and 16 took 0.85-0.86 of the sm90 kernel's time, 32 1.04;
+// at C = 64 16 took 0.98-1.04, 8 1.12-1.15, 32 1.05-1.08, 64 1.46-1.54). A CTA takes 32 rows, two slabs sharing
+// every B fragment (half of B's reads from L2), where the grid of 32-row CTAs still has one for every two SMs; else
+// 16, for twice the CTAs (H100: at 3072 and 8192 rows 32-row CTAs took 0.84-0.96 of the time of 16-row ones, at
+// 768 and 1024 rows either was within 4 %).
 int skinny_block_n(int64_t n);
 // k-blocks a skinny warp loads before it multiplies them: four, or two where a CTA's 16 x 8 tiles (slabs x column
 // tiles) number 16 or more and the B registers would not fit four.
@@ -87,13 +88,19 @@ constexpr int skinny_batch(int slabs, int tiles_n) { return slabs * tiles_n >= 1
 int skinny_split(int64_t cols, int block_m, int block_n);
 int skinny_block_m(int64_t rows, int64_t n, int sm_count);
 // Where an automatic plan takes the skinny kernel on Hopper: its CTA's time is one round trip of its loads only
-// while every warp loads its k-blocks in one batch (K up to 8 warps x 4 k-blocks x 32 = 1024), at C up to 16, on
-// weights small enough (R x C under 4096 x 16) that the sm90 kernel's tiles leave most SMs idle. There it took
-// 0.77-0.95 of the sm90 kernel's time (768x768, 1024x1024, 3072x768, 4096x1024 and 8192x1024 at C = 1; the first
-// three at C = 16); at 4096x1024x16 1.01, at 8192x1024x16 1.28, at K >= 3072 1.05-2.4, at C = 64 1.5-8 (H100).
+// while every warp loads its k-blocks in one batch, and it pays where the sm90 kernel's tiles leave most SMs idle.
+// - Unsplit, K up to 8 warps x 4 k-blocks x 32 = 1024, C up to 32, R x C under 4096 x 16: it took 0.77-0.95 of the
+//   sm90 kernel's time at C = 1 and 16 (768x768, 1024x1024, 3072x768; 4096x1024 and 8192x1024 at C = 1) and
+//   0.85 at C = 32 (768x768, 1024x1024); at 4096x1024x16 1.01, 8192x1024x16 1.28, 3072x768x32 1.14-1.27.
+// - Split over a cluster (K up to 8 x 1024), weights up to 4096 x 1024 and R x C up to 2048: 0.81-0.93 at
+//   768x3072x1, 1024x4096x1 and 128x8192 (C = 1, 16); 768x3072x16 1.01, 1024x4096x16 1.35, 1280x8192x1 1.20, and
+//   1.3-3.1 on the 4096-row and larger weights, whose HBM stream the sm90 kernel keeps fuller (H100).
 inline constexpr int64_t kSkinnyMaxK = 1024;
-inline constexpr int64_t kSkinnyMaxTokens = 16;
+inline constexpr int64_t kSkinnyMaxTokens = 32;
 inline constexpr int64_t kSkinnyMaxOutputs = 4096 * 16;
+inline constexpr int64_t kSkinnySplitMaxK = kMaxClusterCtas * kSkinnyMaxK;
+inline constexpr int64_t kSkinnySplitMaxWeights = 4096 * 1024;
+inline constexpr int64_t kSkinnySplitMaxOutputs = 2048;
 bool skinny_takes(int64_t rows, int64_t cols, int64_t n);
 
 }  // namespace nmkit::gpu::nm24
