@@ -89,7 +89,8 @@ TEST(Nm24Gpu, MoreColumnTilesThanAGridDimensionHolds) {
 }
 
 // Every tile of the skinny kernel on the shapes decode hits and odd ones: T = 1, K and R not multiples of a tile,
-// C past one column tile, an odd K (its pairs of B split at the tail), f32 and row-major D.
+// C past one column tile, f32 and row-major D, and each way it reads B: chunks (K % 8 == 0), pairs (K = 202) and
+// elements (K = 33, odd: its pairs split at the tail).
 TEST(Nm24Gpu, EverySkinnyTile) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 5000;
@@ -97,7 +98,7 @@ TEST(Nm24Gpu, EverySkinnyTile) {
     for (int block_n : {8, 16, 32, 64})
       for (auto [r, k, c] : {std::tuple<int64_t, int64_t, int64_t>{1000, 1000, 77},
                              {768, 768, 1},
-                             {300, 200, 16},
+                             {300, 202, 16},
                              {17, 33, 9},
                              {129, 520, 64}}) {
         const DType dtype = block_n == 16 ? DType::bf16 : DType::f16;

@@ -61,7 +61,8 @@ struct SpmmDesc {                       // the problem a plan is made for
 };
 // sm90_wgmma_sp: Hopper, B col-major with ldb (K) % 8 == 0 or row-major with ldb (C) % 8 == 0; sm80_mma_sp: any.
 // sm80_mma_sp_skinny: any description, made for decode-sized C (up to 64 columns a CTA): 16 or 32 rows a CTA whose
-// warps split K, both operands loaded straight into registers; on sm_90 a cluster of CTAs may split K further.
+// warps split K, A loaded straight into registers, B through each warp's own shared memory (or registers); on sm_90
+// a cluster of CTAs may split K further.
 enum class Nm24Kernel : uint8_t { automatic, sm80_mma_sp, sm90_wgmma_sp, sm80_mma_sp_skinny };
 const char* kernel_name(Nm24Kernel k) noexcept;
 // How the sm90 kernel's tiles leave the CTA: staged (D through the stages' shared memory, one CTA per tile, any

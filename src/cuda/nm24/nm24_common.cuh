@@ -266,12 +266,16 @@ bool b_vector_loads(const SpmmDesc& desc, const void* b);
 // Launchers, one per kernel family (explicitly instantiated in their .cu files).
 template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream);
+// How the skinny kernel reads B (skinny_b_path): 16-byte chunks staged in shared memory and read by ldmatrix (B
+// col-major with b_vector_loads), pairs along K by 32-bit loads into registers (B col-major with an even leading
+// dimension and a 4-byte aligned base), or single elements (any B).
+enum class SkinnyB : uint8_t { elements, pairs, chunks };
+SkinnyB skinny_b_path(const SpmmDesc& desc, const void* b);
 // The skinny kernel (decode-sized C, any B and D layout): block_m 16 or 32 rows per CTA, block_n 8, 16, 32 or 64
-// columns; pair_loads: B col-major with an even leading dimension and a 4-byte aligned base (b_pair_loads).
+// columns.
 template <class Element, class Out>
-void launch_skinny(const Params& p, int block_m, int block_n, bool pair_loads, const LaunchOn& on);
+void launch_skinny(const Params& p, int block_m, int block_n, SkinnyB b_path, const LaunchOn& on);
 TileShape skinny_tile_shape(int block_m, int block_n);
-bool b_pair_loads(const SpmmDesc& desc, const void* b);
 // The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned).
 template <class Element, class Out>
 void launch_sm90(const Params& p, int block_n, const LaunchOn& on);

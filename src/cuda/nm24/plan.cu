@@ -230,8 +230,11 @@ bool b_vector_loads(const SpmmDesc& desc, const void* b) {
   return aligned16(b) && b_leading_dim(desc) % 8 == 0 && (desc.b_layout == Layout::row_major || desc.cols % 8 == 0);
 }
 
-bool b_pair_loads(const SpmmDesc& desc, const void* b) {
-  return desc.b_layout == Layout::col_major && b_leading_dim(desc) % 2 == 0 && reinterpret_cast<uintptr_t>(b) % 4 == 0;
+SkinnyB skinny_b_path(const SpmmDesc& desc, const void* b) {
+  if (desc.b_layout != Layout::col_major) return SkinnyB::elements;
+  if (b_vector_loads(desc, b)) return SkinnyB::chunks;
+  const bool pairs = b_leading_dim(desc) % 2 == 0 && reinterpret_cast<uintptr_t>(b) % 4 == 0;
+  return pairs ? SkinnyB::pairs : SkinnyB::elements;
 }
 
 bool device_is_sm90() {
@@ -477,7 +480,7 @@ void Nm24SpmmPlan::run(Stream stream, const DeviceNm24& a, const void* b, const 
     if (sm90)
       nm24::launch_sm90<Element, Out>(p, config_.block_n, nm24::launch_on(config_, stream));
     else if (skinny)
-      nm24::launch_skinny<Element, Out>(p, config_.block_m, config_.block_n, nm24::b_pair_loads(desc_, b),
+      nm24::launch_skinny<Element, Out>(p, config_.block_m, config_.block_n, nm24::skinny_b_path(desc_, b),
                                         nm24::launch_on(config_, stream));
     else
       nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);

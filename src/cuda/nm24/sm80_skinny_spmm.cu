@@ -1,6 +1,9 @@
-// The skinny 2:4 SpMM (sm_80 .. sm_90) for products with few columns (decode-sized C): mma.sp m16n8k32 with both
-// operands loaded straight into registers, A from the packed weight (each register one 128-byte core matrix over
-// the warp) and B from global memory (L1/L2: every CTA reads the same few columns), no shared-memory pipeline.
+// The skinny 2:4 SpMM (sm_80 .. sm_90) for products with few columns (decode-sized C): mma.sp m16n8k32 with A
+// loaded straight into registers from the packed weight (each register one 128-byte core matrix over the warp)
+// and B from global memory (L1/L2: every CTA reads the same few columns), no shared-memory pipeline. B col-major
+// and 16-byte aligned is copied by each warp in 16-byte chunks into its own shared memory and read by ldmatrix
+// (a quarter of the load instructions of 32-bit pairs, and no B registers held across the batch); any other B is
+// loaded into registers by pairs along K or by elements.
 //
 // A CTA owns kSlabs 16-row slabs and 8 * kTilesN columns; its eight warps split K (warp w takes k-blocks w, w + 8,
 // ...) and their partial tiles are summed through shared memory in warp order (deterministic). Where the Hopper
@@ -20,7 +23,9 @@
 #include "../common/launch.cuh"
 #include "../common/smem.cuh"
 #include "../ptx/cluster.cuh"
+#include "../ptx/cp_async.cuh"
 #include "../ptx/griddep.cuh"
+#include "../ptx/ldmatrix.cuh"
 #include "../ptx/mma_sp.cuh"
 #include "nm24_common.cuh"
 
@@ -40,22 +45,53 @@ struct SkinnyShape {
   // The warps' partial tiles, [warp][row][column], a row padded by two floats against bank conflicts of the sum's
   // row-order reads (it stays 8-byte aligned for the float2 writes).
   static constexpr int kRowStride = kCols + 2;
-  static constexpr int kSmemBytes = kWarps * kRows * kRowStride * static_cast<int>(sizeof(float));
+  static constexpr int kPartialBytes = kWarps * kRows * kRowStride * static_cast<int>(sizeof(float));
+  // B staged in chunks: per warp, k-block of its batch and column, the column's 32 halves of the k-block (four
+  // 16-byte chunks); the partial tiles reuse the space once every warp has multiplied.
+  static constexpr int kChunkBytes = 16;
+  static constexpr int kColumnBytes = kFragmentK * 2;
+  static constexpr int kChunksPerColumn = kColumnBytes / kChunkBytes;
+  static constexpr int kWarpStagingBytes = kBatch * kCols * kColumnBytes;
+  static constexpr int kStagingBytes = kWarps * kWarpStagingBytes;
+  static constexpr int smem_bytes(bool chunk_b) {
+    return chunk_b && kStagingBytes > kPartialBytes ? kStagingBytes : kPartialBytes;
+  }
+  static_assert(kCols * kChunksPerColumn % 32 == 0, "a k-block's chunks are whole rounds of the warp's lanes");
+  static_assert(kChunksPerColumn == 4, "one ldmatrix.x4 reads a column tile's four chunks");
+  // Chunk c of column n in k-block i of a warp's batch: the chunks XOR-swizzled by the column pair, so that the eight
+  // columns one ldmatrix matrix reads (64 bytes apart) fall in eight different 16-byte bank groups.
+  __device__ static constexpr uint32_t chunk_offset(int i, int n, int c) {
+    return static_cast<uint32_t>((i * kCols + n) * kColumnBytes + (c ^ ((n >> 1) & 3)) * kChunkBytes);
+  }
 };
 
 // Two B values along K, (k, col) and (k + 1, col), as mma.sp's B register holds them; zeros past K and C.
-// kPairLoads: B col-major with an even leading dimension and a 4-byte aligned base, so that a pair is one load.
-template <bool kPairLoads>
-__device__ __forceinline__ uint32_t b_pair(const Params& p, int64_t k, int64_t col) {
+// pair_loads: B col-major with an even leading dimension and a 4-byte aligned base, so that a pair is one load.
+__device__ __forceinline__ uint32_t b_pair(const Params& p, bool pair_loads, int64_t k, int64_t col) {
   const auto* b = static_cast<const uint16_t*>(p.b);
   if (col >= p.n) return 0u;
-  if constexpr (kPairLoads) {
-    if (k + 1 < p.cols) return __ldg(reinterpret_cast<const uint32_t*>(b + col * p.ldb + k));
-  }
+  if (pair_loads && k + 1 < p.cols) return __ldg(reinterpret_cast<const uint32_t*>(b + col * p.ldb + k));
   const int64_t at0 = p.b_col_major ? col * p.ldb + k : k * p.ldb + col;
   const int64_t step = p.b_col_major ? 1 : p.ldb;  // from (k, col) to (k + 1, col)
   const uint32_t lo = k < p.cols ? __ldg(b + at0) : 0u, hi = k + 1 < p.cols ? __ldg(b + at0 + step) : 0u;
   return lo | (hi << 16);
+}
+
+// Copies k-block kb of the CTA's columns into slot i of the warp's staging (B col-major, 16-byte aligned columns,
+// K a multiple of 8, so that a chunk is all in or all past K); zeros past K and C.
+template <class Shape>
+__device__ __forceinline__ void stage_b_chunks(const Params& p, uint32_t staging, int i, int64_t kb, int64_t col0,
+                                               int lane) {
+  const auto* b = static_cast<const uint16_t*>(p.b);
+  constexpr int kChunks = Shape::kCols * Shape::kChunksPerColumn;
+#pragma unroll
+  for (int q = lane; q < kChunks; q += 32) {
+    const int n = q / Shape::kChunksPerColumn, c = q % Shape::kChunksPerColumn;
+    const int64_t col = col0 + n, k = kb * kFragmentK + c * (Shape::kChunkBytes / 2);
+    const bool inside = col < p.n && k < p.cols;
+    ptx::cp_async_16(staging + Shape::chunk_offset(i, n, c), inside ? b + col * p.ldb + k : b,
+                     inside ? Shape::kChunkBytes : 0);
+  }
 }
 
 // The cluster's CTAs (split-K) or the CTA alone: its rank and size.
@@ -74,12 +110,14 @@ __device__ __forceinline__ uint32_t split_size() {
   return 1;
 }
 
-template <class Element, class Out, int kTilesN, int kSlabs, bool kPairLoads, bool kClustered>
-__global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, int64_t slab_groups) {
+// kChunkB: B staged in chunks (SkinnyB::chunks); else loaded into registers, by pairs where pair_loads.
+template <class Element, class Out, int kTilesN, int kSlabs, bool kChunkB, bool kClustered>
+__global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, int64_t slab_groups, bool pair_loads) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Shape = SkinnyShape<kTilesN, kSlabs>;
   using Mma = typename ElementTraits<Element>::Mma;
-  extern __shared__ __align__(16) float partial[];
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* partial = reinterpret_cast<float*>(smem);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const uint32_t split = split_size<kClustered>(), rank = split_rank<kClustered>();
@@ -93,33 +131,54 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
   // B (and C, D) may be the kernel before's outputs (an overlapping launch); A is not.
   ptx::grid_dependency_wait();
 
+  const uint32_t staging = ptx::smem_address(smem + warp * Shape::kWarpStagingBytes);
   float acc[kSlabs][kTilesN][4] = {};
   const int64_t round = workers * Shape::kBatch;
   for (int64_t kb0 = rank * kWarps + warp; kb0 < kblocks; kb0 += round) {
     AFragment a[Shape::kBatch][kSlabs];
-    uint32_t b[Shape::kBatch][kTilesN][4];
+    uint32_t b[kChunkB ? 1 : Shape::kBatch][kTilesN][4];  // the register path's B
 #pragma unroll
     for (int i = 0; i < Shape::kBatch; ++i) {
       const int64_t kb = kb0 + i * workers;  // the same for the whole warp
       if (kb >= kblocks) break;
 #pragma unroll
       for (int s = 0; s < kSlabs; ++s) a[i][s] = load_a_fragment(p, slab0 + s, kb, lane);
+      if constexpr (kChunkB) {
+        stage_b_chunks<Shape>(p, staging, i, kb, col0, lane);
+      } else {
 #pragma unroll
-      for (int j = 0; j < kTilesN; ++j)
+        for (int j = 0; j < kTilesN; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
-          b[i][j][r] = b_pair<kPairLoads>(p, kb * kFragmentK + 8 * r + 2 * t, col0 + kTileN * j + g);
+          for (int r = 0; r < 4; ++r)
+            b[i][j][r] = b_pair(p, pair_loads, kb * kFragmentK + 8 * r + 2 * t, col0 + kTileN * j + g);
+      }
+    }
+    if constexpr (kChunkB) {
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
+      __syncwarp();  // every lane's chunks have landed
     }
 #pragma unroll
     for (int i = 0; i < Shape::kBatch; ++i) {
       if (kb0 + i * workers >= kblocks) break;
 #pragma unroll
-      for (int s = 0; s < kSlabs; ++s)
+      for (int j = 0; j < kTilesN; ++j) {
+        uint32_t fragment[4];
+        if constexpr (kChunkB) {
+          // Matrix m of the x4 is chunk m (k 8m .. 8m + 7) of the tile's eight columns: register m of mma.sp's B.
+          ptx::ldmatrix_x4(fragment, staging + Shape::chunk_offset(i, kTileN * j + lane % 8, lane / 8));
+        } else {
 #pragma unroll
-        for (int j = 0; j < kTilesN; ++j) ptx::mma_sp_m16n8k32<Mma>(acc[s][j], a[i][s].values, b[i][j], a[i][s].meta);
+          for (int r = 0; r < 4; ++r) fragment[r] = b[i][j][r];
+        }
+#pragma unroll
+        for (int s = 0; s < kSlabs; ++s) ptx::mma_sp_m16n8k32<Mma>(acc[s][j], a[i][s].values, fragment, a[i][s].meta);
+      }
     }
+    if constexpr (kChunkB) __syncwarp();  // the batch is read before the next one is copied over it
   }
   ptx::launch_dependents();
+  if constexpr (kChunkB) __syncthreads();  // the partial tiles overwrite the other warps' staging
 
   // Each warp's partial tile (accumulator e of tile (s, j): row 16 s + g + 8 (e / 2), column 8 j + 2 t + e % 2).
   float* mine = partial + warp * Shape::kRows * Shape::kRowStride;
@@ -179,22 +238,22 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
 #endif
 }
 
-template <class Element, class Out, int kTilesN, int kSlabs, bool kClustered>
+template <class Element, class Out, int kTilesN, int kSlabs, bool kChunkB, bool kClustered>
 void launch(const Params& p, bool pair_loads, const LaunchOn& on) {
   using Shape = SkinnyShape<kTilesN, kSlabs>;
-  auto kernel = pair_loads ? sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, true, kClustered>
-                           : sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, false, kClustered>;
-  static cuda::DynamicSmemLimit pair_limit, element_limit;  // one per kernel
-  (pair_loads ? pair_limit : element_limit).raise(kernel, Shape::kSmemBytes);
+  constexpr int kSmemBytes = Shape::smem_bytes(kChunkB);
+  auto kernel = sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, kChunkB, kClustered>;
+  static cuda::DynamicSmemLimit limit;  // one per kernel
+  limit.raise(kernel, kSmemBytes);
   const int64_t slab_groups = ceil_div(ceil_div(p.rows, int64_t{kSlabRows}), int64_t{kSlabs});
   const int64_t ctas = slab_groups * ceil_div(p.n, int64_t{Shape::kCols}) * on.split;
   require(ctas <= std::numeric_limits<int32_t>::max(), ErrorCode::unsupported, [&] {
     return "nm24 skinny kernel: " + std::to_string(p.rows) + " rows by " + std::to_string(p.n) + " columns, split " +
            std::to_string(on.split) + ", need more than 2^31 - 1 CTAs";
   });
-  const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(ctas)), dim3(kThreads), Shape::kSmemBytes,
-                                               on.stream, on.overlap, on.split);
-  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, slab_groups));
+  const cuda::OverlappableLaunch launch_config(dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSmemBytes, on.stream,
+                                               on.overlap, on.split);
+  NMKIT_CUDA_CHECK(cudaLaunchKernelEx(launch_config.config(), kernel, p, slab_groups, pair_loads));
 }
 
 // Calls f.template operator()<kTilesN, kSlabs>() for the tile block_m x block_n; throws for a tile not built.
@@ -223,30 +282,33 @@ decltype(auto) with_tile(int block_m, int block_n, F&& f) {
 }  // namespace
 
 template <class Element, class Out>
-void launch_skinny(const Params& p, int block_m, int block_n, bool pair_loads, const LaunchOn& on) {
+void launch_skinny(const Params& p, int block_m, int block_n, SkinnyB b_path, const LaunchOn& on) {
   require(on.split >= 1 && on.split <= kMaxClusterCtas, ErrorCode::invalid_argument, [&] {
     return "nm24 skinny kernel: split must be 1.." + std::to_string(kMaxClusterCtas) + ", got " +
            std::to_string(on.split);
   });
+  const bool chunks = b_path == SkinnyB::chunks, pairs = b_path == SkinnyB::pairs;
   with_tile(block_m, block_n, [&]<int kTilesN, int kSlabs>() {
-    if (on.split > 1)
-      launch<Element, Out, kTilesN, kSlabs, true>(p, pair_loads, on);
+    if (chunks)
+      on.split > 1 ? launch<Element, Out, kTilesN, kSlabs, true, true>(p, pairs, on)
+                   : launch<Element, Out, kTilesN, kSlabs, true, false>(p, pairs, on);
     else
-      launch<Element, Out, kTilesN, kSlabs, false>(p, pair_loads, on);
+      on.split > 1 ? launch<Element, Out, kTilesN, kSlabs, false, true>(p, pairs, on)
+                   : launch<Element, Out, kTilesN, kSlabs, false, false>(p, pairs, on);
   });
 }
 
 TileShape skinny_tile_shape(int block_m, int block_n) {
   // A capture default, so that the lambda has no conversion to a function pointer (whose template nvcc warns of).
   return with_tile(block_m, block_n, [&]<int kTilesN, int kSlabs>() {
-    using Shape = SkinnyShape<kTilesN, kSlabs>;
-    return TileShape{Shape::kRows, Shape::kCols, kFragmentK * kWarps, 0, kThreads, Shape::kSmemBytes};
+    using Shape = SkinnyShape<kTilesN, kSlabs>;  // shared memory as the chunk path (a PyTorch layer's x) takes it
+    return TileShape{Shape::kRows, Shape::kCols, kFragmentK * kWarps, 0, kThreads, Shape::smem_bytes(true)};
   });
 }
 
-template void launch_skinny<__half, __half>(const Params&, int, int, bool, const LaunchOn&);
-template void launch_skinny<__half, float>(const Params&, int, int, bool, const LaunchOn&);
-template void launch_skinny<__nv_bfloat16, __nv_bfloat16>(const Params&, int, int, bool, const LaunchOn&);
-template void launch_skinny<__nv_bfloat16, float>(const Params&, int, int, bool, const LaunchOn&);
+template void launch_skinny<__half, __half>(const Params&, int, int, SkinnyB, const LaunchOn&);
+template void launch_skinny<__half, float>(const Params&, int, int, SkinnyB, const LaunchOn&);
+template void launch_skinny<__nv_bfloat16, __nv_bfloat16>(const Params&, int, int, SkinnyB, const LaunchOn&);
+template void launch_skinny<__nv_bfloat16, float>(const Params&, int, int, SkinnyB, const LaunchOn&);
 
 }  // namespace nmkit::gpu::nm24

@@ -81,8 +81,8 @@ int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);
 // 768 and 1024 rows either was within 4 %).
 int skinny_block_n(int64_t n);
 // k-blocks a skinny warp loads before it multiplies them: four, or two where a CTA's 16 x 8 tiles (slabs x column
-// tiles) number 16 or more and the B registers would not fit four.
-constexpr int skinny_batch(int slabs, int tiles_n) { return slabs * tiles_n >= 16 ? 2 : 4; }
+// tiles) number 8 or more and the B registers of four would spill.
+constexpr int skinny_batch(int slabs, int tiles_n) { return slabs * tiles_n >= 8 ? 2 : 4; }
 // The skinny kernel's split-K: the fewest CTAs (up to a cluster of 8) over which each warp's k-blocks of K = cols
 // fit one batch of loads, a CTA's time being one round trip of its loads per batch.
 int skinny_split(int64_t cols, int block_m, int block_n);
