@@ -137,14 +137,14 @@ TEST(Nm24Heuristics, SkinnyTileCoversTheColumnsAndFillsTheSms) {
   EXPECT_EQ(skinny_block_m(768, 32, kH200Sms), 16);
   EXPECT_EQ(skinny_block_m(1024, 1, kH200Sms), 16);
   EXPECT_EQ(skinny_block_m(1, 1, 1), 32);
-  // Unsplit: one batch of loads a warp, C up to 32, small weights only.
+  // Unsplit: one batch of loads a warp, C up to 64, small weights only.
   EXPECT_TRUE(skinny_takes(768, 768, 1));
   EXPECT_TRUE(skinny_takes(3072, 768, 16));
   EXPECT_TRUE(skinny_takes(8192, 1024, 1));
-  EXPECT_TRUE(skinny_takes(1024, 1024, 32));
+  EXPECT_TRUE(skinny_takes(1024, 1024, 64));
   EXPECT_FALSE(skinny_takes(3072, 768, 32));
-  EXPECT_FALSE(skinny_takes(4096, 1024, 16));
-  EXPECT_FALSE(skinny_takes(768, 768, 33));
+  EXPECT_FALSE(skinny_takes(8192, 1024, 16));
+  EXPECT_FALSE(skinny_takes(768, 768, 65));
   // Split over a cluster: K up to 8192, weights up to 4096 x 1024, R x C up to 2048.
   EXPECT_TRUE(skinny_takes(768, 3072, 1));
   EXPECT_TRUE(skinny_takes(1024, 4096, 2));

@@ -105,7 +105,7 @@ int skinny_split(int64_t cols, int block_m, int block_n) {
 
 bool skinny_takes(int64_t rows, int64_t cols, int64_t n) {
   if (n > kSkinnyMaxTokens) return false;
-  if (cols <= kSkinnyMaxK) return rows * n < kSkinnyMaxOutputs;
+  if (cols <= kSkinnyMaxK) return rows * n <= kSkinnyMaxOutputs;
   return cols <= kSkinnySplitMaxK && rows * cols <= kSkinnySplitMaxWeights && rows * n <= kSkinnySplitMaxOutputs;
 }
 

@@ -74,8 +74,9 @@ inline constexpr double kSplitCostKTiles = 13.0;
 int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);
 
 // The skinny kernel (sm80_mma_sp_skinny): its column tile is the narrowest of 8 and 16 that covers C, 16 beyond
-// (H100, 768x768 and 1024x1024: at C = 32 tiles of 8 and 16 took 0.85-0.86 of the sm90 kernel's time, 32 1.04;
-// at C = 64 16 took 0.98-1.04, 8 1.12-1.15, 32 1.05-1.08, 64 1.46-1.54). A CTA takes 32 rows, two slabs sharing
+// (H100, 768x768 and 1024x1024, B staged in chunks: at C = 64 16 took 0.82-0.84 of the sm90 kernel's time, 32
+// 1.13-1.22; B by pairs: at C = 32 8 and 16 0.85-0.86, 32 1.04; at C = 64 16 0.98-1.04, 8 1.12-1.15, 64
+// 1.46-1.54). A CTA takes 32 rows, two slabs sharing
 // every B fragment (half of B's reads from L2), where the grid of 32-row CTAs still has one for every two SMs; else
 // 16, for twice the CTAs (H100: at 3072 and 8192 rows 32-row CTAs took 0.84-0.96 of the time of 16-row ones, at
 // 768 and 1024 rows either was within 4 %).
@@ -89,15 +90,16 @@ int skinny_split(int64_t cols, int block_m, int block_n);
 int skinny_block_m(int64_t rows, int64_t n, int sm_count);
 // Where an automatic plan takes the skinny kernel on Hopper: its CTA's time is one round trip of its loads only
 // while every warp loads its k-blocks in one batch, and it pays where the sm90 kernel's tiles leave most SMs idle.
-// - Unsplit, K up to 8 warps x 4 k-blocks x 32 = 1024, C up to 32, R x C under 4096 x 16: it took 0.77-0.95 of the
-//   sm90 kernel's time at C = 1 and 16 (768x768, 1024x1024, 3072x768; 4096x1024 and 8192x1024 at C = 1) and
-//   0.85 at C = 32 (768x768, 1024x1024); at 4096x1024x16 1.01, 8192x1024x16 1.28, 3072x768x32 1.14-1.27.
+// - Unsplit, K up to 8 warps x 4 k-blocks x 32 = 1024, C up to 64, R x C up to 1024 x 64: it took 0.77-0.95 of
+//   the sm90 kernel's time at C = 1 and 16 (768x768, 1024x1024, 3072x768; 4096x1024 and 8192x1024 at C = 1), 0.85
+//   at C = 32 and 0.82-0.84 at C = 64 (768x768, 1024x1024); at C = 128 0.99-1.00, C = 256 1.27-1.42, 8192x1024x16
+//   1.28, 3072x768 at C = 32 and 64 1.14-1.27 (B by pairs at C <= 32, by chunks at C = 64).
 // - Split over a cluster (K up to 8 x 1024), weights up to 4096 x 1024 and R x C up to 2048: 0.81-0.93 at
 //   768x3072x1, 1024x4096x1 and 128x8192 (C = 1, 16); 768x3072x16 1.01, 1024x4096x16 1.35, 1280x8192x1 1.20, and
 //   1.3-3.1 on the 4096-row and larger weights, whose HBM stream the sm90 kernel keeps fuller (H100).
 inline constexpr int64_t kSkinnyMaxK = 1024;
-inline constexpr int64_t kSkinnyMaxTokens = 32;
-inline constexpr int64_t kSkinnyMaxOutputs = 4096 * 16;
+inline constexpr int64_t kSkinnyMaxTokens = 64;
+inline constexpr int64_t kSkinnyMaxOutputs = 1024 * 64;
 inline constexpr int64_t kSkinnySplitMaxK = kMaxClusterCtas * kSkinnyMaxK;
 inline constexpr int64_t kSkinnySplitMaxWeights = 4096 * 1024;
 inline constexpr int64_t kSkinnySplitMaxOutputs = 2048;
