@@ -414,10 +414,10 @@ TEST(Nm24Gpu, StridedBAgreesWithTheOracle) {
 
 TEST(Nm24Gpu, UnalignedLeadingDimensionsTakeThePortableKernel) {
   SKIP_WITHOUT_GPU();
-  // K = 36 and C = 37: neither B layout gives the 16-byte rows TMA needs, so the plan must pick the portable kernel
+  // K = 36 and C = 73: neither B layout gives the 16-byte rows TMA needs, so the plan must pick the portable kernel
   // (C past the skinny kernel's).
   for (Layout bl : {Layout::col_major, Layout::row_major}) {
-    const Case t{{70, 36, 37, DType::f16, DType::f16, bl, Layout::row_major, 1.0f, 0.0f, false, Activation::none},
+    const Case t{{70, 36, 73, DType::f16, DType::f16, bl, Layout::row_major, 1.0f, 0.0f, false, Activation::none},
                  Nm24Kernel::automatic};
     EXPECT_EQ(Nm24SpmmPlan::create(t.desc()).config().kernel, Nm24Kernel::sm80_mma_sp) << describe(t);
     EXPECT_LE(run_case(t, 77), tolerance(DType::f16)) << describe(t);
@@ -466,7 +466,7 @@ TEST(Nm24Gpu, BadInputsAreRejected) {
   row_major_b.b_layout = Layout::row_major;
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, {.kernel = Nm24Kernel::sm90_wgmma_sp, .block_n = 32}),
                      ErrorCode::unsupported, "64, 128, 192 or 256");
-  row_major_b.n = 60;  // TMA needs 16-byte row strides: C (B's leading dimension) % 8 == 0
+  row_major_b.n = 100;  // TMA needs 16-byte row strides: C (B's leading dimension) % 8 == 0; past the skinny kernel's
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(row_major_b, {.kernel = Nm24Kernel::sm90_wgmma_sp}), ErrorCode::unsupported,
                      "a multiple of 8");
   EXPECT_EQ(Nm24SpmmPlan::create(row_major_b).config().kernel, Nm24Kernel::sm80_mma_sp);
