@@ -97,9 +97,8 @@ int skinny_block_m(int64_t rows, int64_t n, int sm_count) {
 }
 
 int skinny_split(int64_t cols, int block_m, int block_n) {
-  constexpr int kWarps = 8;
   const int64_t kblocks = (cols + kFragmentK - 1) / kFragmentK;
-  const int64_t per_cta = int64_t{kWarps} * skinny_batch(block_m / kSlabRows, block_n / 8);
+  const int64_t per_cta = int64_t{kSkinnyWarps} * skinny_batch(block_m / kSlabRows, block_n / kSkinnyMmaCols);
   return static_cast<int>(std::clamp<int64_t>((kblocks + per_cta - 1) / per_cta, 1, kMaxClusterCtas));
 }
 

@@ -32,9 +32,9 @@
 namespace nmkit::gpu::nm24 {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = kSkinnyWarps;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTileN = 8;  // columns of one mma.sp
+constexpr int kTileN = kSkinnyMmaCols;
 
 template <int kTilesN, int kSlabs>
 struct SkinnyShape {

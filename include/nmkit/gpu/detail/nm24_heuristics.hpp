@@ -76,10 +76,11 @@ int sm90_split(int64_t tiles, int64_t k_tiles, int sm_count);
 // The skinny kernel (sm80_mma_sp_skinny): its column tile is the narrowest of 8 and 16 that covers C, 16 beyond
 // (H100, 768x768 and 1024x1024, B staged in chunks: at C = 64 16 took 0.82-0.84 of the sm90 kernel's time, 32
 // 1.13-1.22; B by pairs: at C = 32 8 and 16 0.85-0.86, 32 1.04; at C = 64 16 0.98-1.04, 8 1.12-1.15, 64
-// 1.46-1.54). A CTA takes 32 rows, two slabs sharing
-// every B fragment (half of B's reads from L2), where the grid of 32-row CTAs still has one for every two SMs; else
-// 16, for twice the CTAs (H100: at 3072 and 8192 rows 32-row CTAs took 0.84-0.96 of the time of 16-row ones, at
-// 768 and 1024 rows either was within 4 %).
+// 1.46-1.54). A CTA takes 32 rows, two slabs sharing every B fragment (half of B's reads from L2), where the grid of
+// 32-row CTAs still has one for every two SMs; else 16, for twice the CTAs (H100: at 3072 and 8192 rows 32-row CTAs
+// took 0.84-0.96 of the time of 16-row ones, at 768 and 1024 rows either was within 4 %).
+inline constexpr int kSkinnyWarps = 8;    // a CTA's warps, which split its K
+inline constexpr int kSkinnyMmaCols = 8;  // columns of one mma.sp m16n8k32
 int skinny_block_n(int64_t n);
 // k-blocks a skinny warp loads before it multiplies them: four, or two where a CTA's 16 x 8 tiles (slabs x column
 // tiles) number 8 or more and the B registers of four would spill.
