@@ -138,7 +138,7 @@ TEST(Nm24x8Gpu, RefusesWhatItCannotRun) {
   if (!eight_bit_here()) GTEST_SKIP() << "no sm90 device";
   EXPECT_NMKIT_ERROR(Nm24x8SpmmPlan::create({128, 120, 16}), ErrorCode::unsupported, "multiple of 16");
   EXPECT_NMKIT_ERROR(Nm24x8SpmmPlan::create({128, 128, 16}, {.kernel = Nm24Kernel::sm80_mma_sp}),
-                     ErrorCode::unsupported, "no portable 8-bit kernel");
+                     ErrorCode::unsupported, "no portable or skinny 8-bit kernel");
   const DenseMatrix w = test::random_matrix(128, 128, DType::f32, 1);
   const DeviceNm24x8 a =
       DeviceNm24x8::upload(pack_nm24(quantize_nm(compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4), QuantType::e4m3)));
