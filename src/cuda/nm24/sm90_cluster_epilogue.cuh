@@ -21,7 +21,8 @@ struct BlockRows {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // Called by all 256 consumer threads (consumer_thread = 0..255) of every CTA of the cluster; the cluster's other
-// threads (the producer warpgroup) must meet its two cluster barriers with ptx::cluster_sync().
+// threads (the producer warpgroup) must meet its two cluster barriers with ptx::cluster_sync() and
+// ptx::cluster_sync_relaxed().
 template <class Out, int kBlockN, int kAccumulators, class P>
 __device__ __forceinline__ void write_cluster_sum(const P& p, float* staging, const float (&acc)[kAccumulators],
                                                   const BlockRows& rows, int64_t n0, int consumer_thread) {
@@ -49,7 +50,7 @@ __device__ __forceinline__ void write_cluster_sum(const P& p, float* staging, co
     write_tile<Out>(p, half_tile(half), rows.first[half], n0,
                     static_cast<int>(rank) * kEpilogueThreads + consumer_thread,
                     static_cast<int>(split) * kEpilogueThreads, sum_of_cluster);
-  ptx::cluster_sync();  // no CTA leaves while another still reads its tile
+  ptx::cluster_sync_relaxed();  // no CTA leaves while another still reads its tile
 }
 #endif
 

@@ -734,7 +734,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kSplitK) {  // the consumers' two cluster barriers in write_cluster_sum, met by whole warps
       __syncwarp();
       ptx::cluster_sync();
-      ptx::cluster_sync();
+      ptx::cluster_sync_relaxed();
     }
     return;
   }

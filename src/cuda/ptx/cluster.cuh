@@ -23,6 +23,13 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
+// The same barrier without the arrival's release: for a last barrier that only keeps each CTA alive while the others
+// read its shared memory (their ld.shared::cluster results already consumed). In SASS a cluster-scope release is a
+// GPU-scope memory barrier, which would first wait for every global store of the CTA (the tile just written).
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
 // The shared::cluster address of `local` (a shared variable) in the CTA of rank `rank`.
 __device__ __forceinline__ uint32_t map_to_rank(const void* local, uint32_t rank) {
   uint32_t remote;

@@ -644,7 +644,7 @@ __global__ void __launch_bounds__(kThreads, Budget<kBlockN>::kCtasPerSm)
     if (split > 1) {  // the consumers' two cluster barriers (write_cluster_sum), met by whole warps
       __syncwarp();
       ptx::cluster_sync();
-      ptx::cluster_sync();
+      ptx::cluster_sync_relaxed();
     }
     return;
   }
