@@ -105,6 +105,7 @@ struct Options {
   std::string vnm_b_layout = "both";
   int vnm_block_n = 0;
   bool vnm_shared_columns = false;
+  std::string vnm_kernel;  // vnm suite: a second condensed plan on this kernel, timed beside the plan's choice
   std::string vnm_shapes = "acceptance";
   std::vector<std::string> shapes;
   ModelsFilter models;
@@ -311,6 +312,10 @@ int run(const Options& o) {
   }
   if (o.suite == "vnm") {
     VnmSuiteOptions v{shapes, dtypes, o.vnm_v, o.vnm_m, {}, o.warmup, o.iters, o.vnm_block_n, o.vnm_shared_columns};
+    if (!o.vnm_kernel.empty())
+      v.variant_kernel = o.vnm_kernel == "sm80"   ? gpu::Nm24Kernel::sm80_mma_sp
+                         : o.vnm_kernel == "sm90" ? gpu::Nm24Kernel::sm90_wgmma_sp
+                                                  : gpu::Nm24Kernel::sm80_mma_sp_skinny;
     if (o.vnm_b_layout != "row") v.b_layouts.push_back(Layout::col_major);
     if (o.vnm_b_layout != "col") v.b_layouts.push_back(Layout::row_major);
     out["vnm_run_host_overhead_us"] =
@@ -612,6 +617,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--vnm-block-n", o.vnm_block_n,
                  "vnm suite: the sm90 condensed kernel's n-tile (256/128/64; 0: heuristic)");
+  app.add_option("--vnm-kernel", o.vnm_kernel,
+                 "vnm suite: also time the condensed form on this kernel in the same rounds (sm80 | sm90 | skinny)")
+      ->check(CLI::IsMember({"sm80", "sm90", "skinny"}));
   app.add_flag("--vnm-shared-columns", o.vnm_shared_columns,
                "vnm suite: every V-block selects the same columns (diagnosis: the gather without its L2 footprint)");
   app.add_option("--shape", o.shapes, "Extra shape R,K,C (repeatable)");

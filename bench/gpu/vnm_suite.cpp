@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -159,8 +161,20 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             dense.run(dense_w[0].ptr, b[0].ptr, d_dense[0].ptr, stream);  // the reference of set 0 for this pattern
             const auto nmkit_launch = [&](int i) { plan.run(stream, weights[i], b_of(i), nullptr, d_nmkit[i].ptr); };
             const double err = check_output(nmkit_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
-            const std::vector<double> medians = time_interleaved_ms(
-                {nmkit_launch, dense_launch}, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
+            std::vector<std::function<void(int)>> launches{nmkit_launch, dense_launch};
+            // --vnm-kernel: the condensed form pinned to another kernel, timed in the same rounds.
+            std::optional<gpu::VnmSpmmPlan> variant;
+            double variant_err = 0.0;
+            if (o.variant_kernel != gpu::Nm24Kernel::automatic) {
+              variant = gpu::VnmSpmmPlan::create(desc, v, m, {.kernel = o.variant_kernel}, gpu::VnmForm::condensed);
+              const auto variant_launch = [&](int i) {
+                variant->run(stream, weights[i], b_of(i), nullptr, d_nmkit[i].ptr);
+              };
+              variant_err = check_output(variant_launch, d_nmkit[0].ptr, d_dense[0].ptr, s.r * s.c, dtype, stream);
+              launches.push_back(variant_launch);
+            }
+            const std::vector<double> medians =
+                time_interleaved_ms(launches, sets, o.warmup, interleaved_rounds(o.iters), kLaunchesPerRound, stream);
             const double nmkit_ms = medians[0], dense_ms = medians[1];
 
             const double tflops = 2.0 * s.r * s.k * s.c / (dense_ms * 1e-3) / 1e12;
@@ -177,6 +191,10 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
                         "vnm", shape_text, dtype_name(dtype), pattern, col ? "col" : "row", tflops, nmkit_ms,
                         dense_ms / nmkit_ms, ideal_ms, dense_ms / ideal_ms, full_text, err,
                         kernel_name(plan.config().kernel), plan.config().block_n, 100.0 * (nmkit_ms / ideal_ms - 1.0));
+            if (variant)
+              std::printf("%-7s %-20s %-5s %-9s %-4s %9s %9.3f %7.2fx %9s %8s %9s %9.1e  variant %s n%d split %d\n", "",
+                          "", "", "", "", "", medians[2], dense_ms / medians[2], "", "", "", variant_err,
+                          kernel_name(variant->config().kernel), variant->config().block_n, variant->config().split);
             std::fflush(stdout);
             rows.push_back({{"suite", "vnm"},
                             {"r", s.r},
@@ -199,6 +217,14 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
                             {"nmkit_config", config.str()},
                             {"full_2_4_ms", full_ms[b_layout]},
                             {"full_2_4_speedup_vs_cublas", dense_ms / full_ms[b_layout]}});
+            if (variant) {
+              std::ostringstream variant_config;
+              variant_config << variant->config();
+              rows.back()["variant_ms"] = medians[2];
+              rows.back()["variant_speedup_vs_cublas"] = dense_ms / medians[2];
+              rows.back()["variant_rel_error"] = variant_err;
+              rows.back()["variant_config"] = variant_config.str();
+            }
             row_done();
           }
         }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "nmkit/gpu/nm24_spmm.hpp"
 #include "nmkit/matrix.hpp"
 
 namespace nmkit::bench {
@@ -22,6 +23,8 @@ struct VnmSuiteOptions {
   // Every V-block selects the same columns (a diagnostic: the gather's instructions with the ablation's L2
   // footprint, since all row blocks then read the same rows of B).
   bool shared_columns = false;
+  // Also time the condensed form on this kernel beside the plan's own choice, in the same rounds (automatic: not).
+  gpu::Nm24Kernel variant_kernel = gpu::Nm24Kernel::automatic;
 };
 
 // Prints one table row per (dtype, shape, V, M, B layout) and appends JSON rows to `rows`, calling `row_done`

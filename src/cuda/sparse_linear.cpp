@@ -212,8 +212,12 @@ struct SparseLinear::Impl {
                    // n-tiles and split-K (2:4 read x^T in place at 0.73x its speed at T = 16, 0.94x at 4096: H100)
   };
   XPath x_path(int64_t tokens, const RunLayout& layout) const {
-    if (layout.x == ActivationLayout::token_major) return gathers_rows() ? XPath::transposed : XPath::as_given;
-    if (!gathers_rows()) return XPath::untransposed;
+    const bool token_major = layout.x == ActivationLayout::token_major;
+    if (!gathers_rows()) return token_major ? XPath::as_given : XPath::untransposed;
+    // At decode sizes the skinny kernel gathers x's elements in either layout in place.
+    const auto& w = std::get<DeviceVnm>(weight);
+    if (VnmSpmmPlan::takes_skinny_kernel(w.cols(), w.m(), tokens)) return XPath::as_given;
+    if (token_major) return XPath::transposed;
     return feature_ld(tokens, layout) % kRowCopyTokens == 0 ? XPath::as_given : XPath::repadded;
   }
   // B's leading dimension for the row gather (its x^T rows), 0 where the product reads token-major x.

@@ -82,8 +82,18 @@ TEST(PlanChecks, SkinnyKernelOptionsAreChecked) {
                      ErrorCode::unsupported, "sm90 kernel");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.block_m = 16}), ErrorCode::unsupported, "skinny kernel");
   EXPECT_NMKIT_ERROR(Nm24SpmmPlan::create(desc, {.block_n = 8}), ErrorCode::invalid_argument, "block_n");
-  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create(desc, 128, 8, {.kernel = kSkinny}), ErrorCode::unsupported,
-                     "2:4 weights only");
+  // The V:N:M plan's skinny kernel (its gathering staging) takes the same options, checked the same way.
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create(desc, 128, 8, {.kernel = kSkinny, .block_n = 128}),
+                     ErrorCode::invalid_argument, "8, 16, 32 or 64");
+  EXPECT_NMKIT_ERROR(VnmSpmmPlan::create(desc, 128, 8, {.kernel = kSkinny, .block_m = 64}), ErrorCode::invalid_argument,
+                     "block_m must be 16 or 32");
+  try {  // its gathering staging is built for column tiles of 8 and 16 (without a device the device query fails first)
+    VnmSpmmPlan::create(desc, 128, 8, {.kernel = kSkinny, .block_n = 32});
+    ADD_FAILURE() << "block_n 32 taken";
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::cuda_error)
+      EXPECT_NE(std::string(e.what()).find("block_n 8 or 16"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PlanChecks, VnmRefusesUnsupportedPatterns) {

@@ -15,6 +15,7 @@
 #include "nmkit/cpu/quantized_spmm.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/detail/nm24_8bit_spmm.hpp"
+#include "nmkit/gpu/vnm_spmm.hpp"
 #include "nmkit/prune/magnitude.hpp"
 #include "../../src/cuda/transpose.hpp"
 
@@ -26,6 +27,9 @@ SparseMatrix pruned(int64_t rows, int64_t cols, DType dtype, const char* format,
   return prune_magnitude(w, parse_format_spec(format)).compressed;
 }
 
+// M of a "vnm:V:2:M" format.
+int gathers_m(const std::string& format) { return std::stoi(format.substr(format.rfind(':') + 1)); }
+
 TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -33,8 +37,8 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
     int64_t rows, cols;
   };
   // Tails in R and K; V:N:M in both forms (64:2:8 packs full 2:4 and runs the 2:4 kernel over K; 128:2:8 and 64:2:10
-  // gather from x transposed, its rows padded to a multiple of 8 tokens); tiles of both kernel families (few tokens:
-  // warp-stream; many: Hopper).
+  // gather from x transposed, its rows padded to a multiple of 8 tokens, or at decode sizes on Hopper from x in
+  // place by the skinny kernel); tiles of both kernel families (few tokens: warp-stream; many: Hopper).
   const Case cases[] = {{"2:4", 1000, 520},        {"vnm:64:2:8", 384, 1024},      {"vnm:128:2:8", 384, 1024},
                         {"vnm:64:2:10", 300, 520}, {"tile:64x64:0.25", 512, 1024}, {"tile:32x32:0.5", 200, 96}};
   for (DType dtype : {DType::f16, DType::bf16})
@@ -48,11 +52,14 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
         EXPECT_EQ(layer.format(), format_name(w));
         // 33 twice: the cached plan; 17, 33 and 300 run their buckets' plans (20, 40, 320) with fewer tokens;
         // condensed V:N:M transposes x into rows of 8 tokens at 1, 24 at 17, 40 at 33 and 304 at 300.
-        for (int64_t tokens : {1, 17, 33, 64, 300, 512, 33}) {
+        for (int64_t tokens : {1, 5, 16, 17, 33, 64, 300, 512, 33}) {
           const std::string kernel = layer.kernel(tokens);
           const bool gathers = std::string(c.format) == "vnm:128:2:8" || std::string(c.format) == "vnm:64:2:10";
-          EXPECT_EQ(kernel.starts_with("x transposed"), gathers) << c.format << " " << kernel;
-          EXPECT_EQ(kernel.find("padded") != std::string::npos, gathers && tokens % 8 != 0)
+          const bool skinny = gathers && VnmSpmmPlan::takes_skinny_kernel(c.cols, gathers_m(c.format), tokens);
+          EXPECT_EQ(kernel.starts_with("x transposed"), gathers && !skinny) << c.format << " " << kernel;
+          EXPECT_EQ(kernel.find("padded") != std::string::npos, gathers && !skinny && tokens % 8 != 0)
+              << c.format << " " << kernel;
+          EXPECT_EQ(kernel.find("condensed sm80_mma_sp_skinny") != std::string::npos, skinny)
               << c.format << " " << kernel;
           // y[T, R] = x[T, K] W^T: the oracle's B is x as a col-major K x T matrix, D y as a col-major R x T one.
           const Problem t{c.rows, c.cols, tokens, dtype, dtype, Layout::col_major, Layout::col_major,
@@ -111,8 +118,9 @@ TEST(SparseLinearGpu, TilePlansStayBoundedAndARemadePlanAgrees) {
 TEST(SparseLinearGpu, FeatureMajorActivationsAgreeWithTheOracle) {
   SKIP_WITHOUT_GPU();
   // Feature-major x: the row gather (vnm:128:2:8, 64:2:10) reads x^T in place (ldx a multiple of 8, or past the
-  // tokens with NaN in the gap) or repadded in the workspace (ldx % 8 != 0); 2:4, full-2:4 V:N:M (64:2:8) and tiles
-  // transpose it to x there. y^T is written as D row-major by each.
+  // tokens with NaN in the gap) or repadded in the workspace (ldx % 8 != 0), the skinny kernel (decode sizes, on
+  // Hopper) in place at any ldx; 2:4, full-2:4 V:N:M (64:2:8) and tiles transpose it to x there. y^T is written as D
+  // row-major by each.
   struct Case {
     const char* format;
     int64_t rows, cols;
@@ -128,7 +136,7 @@ TEST(SparseLinearGpu, FeatureMajorActivationsAgreeWithTheOracle) {
       const SparseMatrix w = pruned(c.rows, c.cols, dtype, c.format, 13);
       SparseLinear layer = SparseLinear::create(w, Activation::gelu, /*bias=*/true);
       EXPECT_EQ(layer.reads_feature_major_in_place(), c.gathers) << c.format;
-      for (int64_t tokens : {17, 24, 64, 300})
+      for (int64_t tokens : {5, 16, 17, 24, 64, 300})
         for (ActivationLayout y : {ActivationLayout::token_major, ActivationLayout::feature_major})
           for (int64_t ldx : {int64_t{0}, round_up(tokens, 8) + 8}) {
             const RunLayout layout{ActivationLayout::feature_major, y, ldx};
@@ -144,7 +152,8 @@ TEST(SparseLinearGpu, FeatureMajorActivationsAgreeWithTheOracle) {
                             true,
                             Activation::gelu,
                             ldx};
-            const bool in_place = c.gathers && (ldx == 0 ? tokens : ldx) % 8 == 0;
+            const bool in_place = c.gathers && ((ldx == 0 ? tokens : ldx) % 8 == 0 ||
+                                                VnmSpmmPlan::takes_skinny_kernel(c.cols, gathers_m(c.format), tokens));
             const std::size_t bytes = layer.workspace_bytes(tokens, layout);
             EXPECT_EQ(bytes > 0, !in_place) << c.format << " " << tokens;
             DeviceBytes workspace(bytes);
@@ -340,7 +349,9 @@ TEST(SparseLinearGpu, TheCallersWorkspaceGivesTheLayersOwnResult) {
     layers.emplace_back("2:4 e4m3", SparseLinear::create(quantized(384, 1024, QuantType::e4m3, 7), DType::f16));
   for (auto& [name, layer] : layers)
     for (int64_t tokens : {5, 100}) {
-      const bool needs = name != "2:4";
+      // vnm: x transposed for the row gather, except where the skinny kernel reads it in place.
+      const bool needs =
+          name == "2:4 e4m3" || (name == "vnm:128:2:8" && !VnmSpmmPlan::takes_skinny_kernel(1024, 8, tokens));
       const std::size_t bytes = layer.workspace_bytes(tokens);
       EXPECT_EQ(bytes > 0, needs) << name << " " << tokens << " tokens: " << bytes << " bytes";
       const auto x = encode(rounded_random(static_cast<std::size_t>(tokens * 1024), DType::f16, 9), DType::f16);

@@ -53,9 +53,11 @@ bool sm90_here() {
   }
 }
 
+// The portable kernel, and on an sm_90 device the gathering wgmma.sp kernel and the skinny one (whose split-K
+// needs clusters).
 std::vector<Nm24Kernel> kernels_here() {
   std::vector<Nm24Kernel> k{Nm24Kernel::sm80_mma_sp};
-  if (sm90_here()) k.push_back(Nm24Kernel::sm90_wgmma_sp);
+  if (sm90_here()) k.push_back(Nm24Kernel::sm90_wgmma_sp), k.push_back(Nm24Kernel::sm80_mma_sp_skinny);
   return k;
 }
 
@@ -160,9 +162,9 @@ TEST(VnmGpu, RowGatherSplitKAgreesWithTheOracle) {
         const Case t{problem, {128, 2, 8}, Nm24Kernel::sm90_wgmma_sp, 64, VnmForm::condensed};
         EXPECT_LE(run_case(t, seed += 10, {.split = split}), tolerance(t.dtype)) << describe(t) << " split " << split;
       }
-  const KernelConfig by_shape =
-      VnmSpmmPlan::create(plain(4096, 4096, 8, DType::f16, Layout::row_major).desc(), 128, 8, {}, VnmForm::condensed)
-          .config();
+  const KernelConfig by_shape = VnmSpmmPlan::create(plain(4096, 4096, 8, DType::f16, Layout::row_major).desc(), 128, 8,
+                                                    {.kernel = Nm24Kernel::sm90_wgmma_sp}, VnmForm::condensed)
+                                    .config();
   EXPECT_GT(by_shape.split, 1) << "a 4096-row weight at C = 8 is 32 CTAs unsplit";
   EXPECT_EQ(by_shape.block_n, 64);
 }
@@ -183,7 +185,7 @@ TEST(VnmGpu, StridedBAgreesWithTheOracle) {
         EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
         if (kernel == Nm24Kernel::sm90_wgmma_sp && bl == Layout::row_major && c == 3) {
           EXPECT_EQ(VnmSpmmPlan::create(t.desc(), 128, 8, {}, VnmForm::condensed).config().kernel,
-                    Nm24Kernel::sm90_wgmma_sp);
+                    Nm24Kernel::sm80_mma_sp_skinny);
           Case split = t;
           split.block_n = 64;
           EXPECT_LE(run_case(split, seed += 10, {.split = 4}), tolerance(t.dtype)) << describe(split) << " split 4";
@@ -192,6 +194,67 @@ TEST(VnmGpu, StridedBAgreesWithTheOracle) {
   const VnmSpmmPlan plan = VnmSpmmPlan::create(plain(1024, 1024, 64, DType::f16, Layout::row_major).desc(), 128, 8);
   EXPECT_EQ(plan.for_tokens(61, 64).config().kernel, plan.config().kernel);
   EXPECT_NMKIT_ERROR(plan.for_tokens(61, 60), ErrorCode::invalid_argument, "ldb");
+}
+
+// The skinny kernel gathering B's elements through the table (decode sizes): V from 32 to 256, N 1 and 2, M with
+// and without M % 4 == 0, R and condensed-K tails, C from 1 to 33, both B layouts with and without a strided or
+// unaligned B, 16- and 32-row CTAs, split-K by shape and pinned, bias and ReLU, D in both layouts; and the shapes an
+// automatic plan takes it for.
+TEST(VnmGpu, SkinnyGatherAgreesWithTheOracle) {
+  SKIP_WITHOUT_GPU();
+  if (!sm90_here()) GTEST_SKIP() << "no sm90 device (the skinny kernel's split-K needs clusters)";
+  uint32_t seed = 9600;
+  const Pattern patterns[] = {{128, 2, 8}, {32, 2, 10}, {64, 1, 32}, {256, 2, 16}, {128, 2, 5}};
+  for (const Pattern& pattern : patterns)
+    for (Layout bl : {Layout::col_major, Layout::row_major})
+      for (int64_t c : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{33}}) {
+        Problem problem = plain(1000, 1000, c, c == 5 ? DType::bf16 : DType::f16, bl);
+        problem.bias = true, problem.act = Activation::relu;
+        problem.d_layout = c == 16 ? Layout::row_major : Layout::col_major;
+        problem.ldb = c == 5 ? (bl == Layout::row_major ? c + 3 : problem.k + 13) : 0;
+        const Case t{problem, pattern, Nm24Kernel::sm80_mma_sp_skinny, 0, VnmForm::condensed};
+        EXPECT_LE(run_case(t, seed += 10), tolerance(t.dtype)) << describe(t);
+        if (c == 1) {
+          EXPECT_LE(run_case(t, seed += 10, {.block_m = 16, .split = 8}), tolerance(t.dtype))
+              << describe(t) << " block_m 16 split 8";
+          EXPECT_LE(run_case(t, seed += 10, {.block_m = 32, .split = 1}), tolerance(t.dtype))
+              << describe(t) << " block_m 32 split 1";
+        }
+      }
+  // Split by shape: K = 4000 at 2:8 is 2000 condensed columns, 63 k-blocks, more than a CTA's warps load in a batch.
+  const Case split{
+      plain(77, 4000, 3, DType::f16, Layout::col_major), {128, 2, 8}, Nm24Kernel::automatic, 0, VnmForm::condensed};
+  const KernelConfig config = VnmSpmmPlan::create(split.desc(), 128, 8, {}, VnmForm::condensed).config();
+  EXPECT_EQ(config.kernel, Nm24Kernel::sm80_mma_sp_skinny);
+  EXPECT_GT(config.split, 1);
+  EXPECT_LE(run_case(split, seed += 10), tolerance(split.dtype)) << describe(split);
+  // An automatic plan takes it up to the decode limit, not past it; pinned sm90 choices keep that kernel.
+  const auto kernel = [](int64_t c, Nm24Options options = {}) {
+    return VnmSpmmPlan::create(plain(4096, 4096, c, DType::f16, Layout::row_major).desc(), 128, 8, options,
+                               VnmForm::condensed)
+        .config()
+        .kernel;
+  };
+  EXPECT_EQ(kernel(16), Nm24Kernel::sm80_mma_sp_skinny);
+  EXPECT_TRUE(VnmSpmmPlan::takes_skinny_kernel(4096, 8, 16));
+  EXPECT_EQ(kernel(17), Nm24Kernel::sm90_wgmma_sp);
+  EXPECT_FALSE(VnmSpmmPlan::takes_skinny_kernel(4096, 8, 17));
+  EXPECT_EQ(kernel(8, {.block_n = 64}), Nm24Kernel::sm90_wgmma_sp);
+  // An unaligned B (one element on): the skinny kernel reads elements, so the same plan runs it.
+  const Problem p = plain(130, 256, 4, DType::f16, Layout::col_major);
+  const DenseMatrix w = DenseMatrix::from_float(p.r, p.k, rounded_random(p.r * p.k, p.dtype, 8), p.dtype);
+  const VnmMatrix a = compress_vnm(w, prune_vnm_magnitude(w, 128, 2, 8), 128, 2, 8);
+  const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, VnmForm::condensed, p.b_layout));
+  const VnmSpmmPlan plan = VnmSpmmPlan::create(p.desc(), 128, 8);
+  EXPECT_EQ(plan.config_for(da).kernel, Nm24Kernel::sm80_mma_sp_skinny);
+  const double error =
+      error_against_oracle(SparseMatrix{a}, p, 9, [&](const void* b, const void* c, void* d, const float* bias) {
+        DeviceBytes shifted(p.k * p.c * 2 + 2);
+        check(cudaMemcpy(static_cast<char*>(shifted.ptr) + 2, b, p.k * p.c * 2, cudaMemcpyDeviceToDevice), "shift B");
+        plan.run(nullptr, da, static_cast<char*>(shifted.ptr) + 2, c, d, bias);
+        check(cudaDeviceSynchronize(), "kernel");
+      });
+  EXPECT_LE(error, tolerance(p.dtype)) << "unaligned B";
 }
 
 TEST(VnmGpu, BothFormsAgreeWithTheOracle) {
@@ -227,9 +290,9 @@ TEST(VnmGpu, AnAutomaticPlanRunsEitherForm) {
 
 TEST(VnmGpu, FallbacksArePickedAndCorrect) {
   SKIP_WITHOUT_GPU();
-  // C % 8 != 0 with B row-major, and V = 32: the portable kernel. An unaligned B row-major pointer: the same
-  // plan falls back at run time.
-  for (const Case& t : {Case{plain(100, 96, 13, DType::f16, Layout::row_major), {128, 2, 16}},
+  // C % 8 != 0 with B row-major past the skinny kernel's C, and V = 32: the portable kernel. An unaligned B
+  // row-major pointer: the same plan falls back at run time.
+  for (const Case& t : {Case{plain(100, 96, 21, DType::f16, Layout::row_major), {128, 2, 16}},
                         Case{plain(100, 96, 40, DType::bf16, Layout::col_major), {32, 2, 10}}}) {
     EXPECT_EQ(VnmSpmmPlan::create(t.desc(), t.pattern.v, t.pattern.m).config().kernel, Nm24Kernel::sm80_mma_sp);
     EXPECT_LE(run_case(t, 31), tolerance(t.dtype)) << describe(t);
@@ -255,24 +318,26 @@ TEST(VnmGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
   SKIP_WITHOUT_GPU();
   // Chained 128:2:8 layers in the condensed form (expect_chained_layers): the gathering kernel, B col-major, at
   // C = 64, launched overlapping the kernel before it on an sm_90 device, and with Nm24Options::overlap_launch off.
-  constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700, kN = 64;
+  // At C = 8 the skinny kernel gathers (it waits at its start as well).
+  constexpr int64_t kR1 = 1000, kK = 1536, kR2 = 700;
   const DenseMatrix w1 = test::random_matrix(kR1, kK, DType::f16, 91),
                     w2 = test::random_matrix(kR2, kR1, DType::f16, 92);
   const VnmMatrix a1 = compress_vnm(w1, prune_vnm_magnitude(w1, 128, 2, 8), 128, 2, 8);
   const VnmMatrix a2 = compress_vnm(w2, prune_vnm_magnitude(w2, 128, 2, 8), 128, 2, 8);
   const DeviceVnm d1 = DeviceVnm::upload(pack_vnm(a1, VnmForm::condensed, Layout::col_major));
   const DeviceVnm d2 = DeviceVnm::upload(pack_vnm(a2, VnmForm::condensed, Layout::col_major));
-  for (bool overlap : {true, false}) {
-    const Nm24Options options{.overlap_launch = overlap};
-    const VnmSpmmPlan p1 = VnmSpmmPlan::create({kR1, kK, kN}, 128, 8, options, VnmForm::condensed);
-    const VnmSpmmPlan p2 = VnmSpmmPlan::create({kR2, kR1, kN}, 128, 8, options, VnmForm::condensed);
-    EXPECT_EQ(p1.config().overlap_launch, sm90_here() && overlap);
-    expect_chained_layers(
-        SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, kN,
-        [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
-        [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); },
-        overlap ? "overlapped" : "plain");
-  }
+  for (int64_t n : {64, 8})
+    for (bool overlap : {true, false}) {
+      const Nm24Options options{.overlap_launch = overlap};
+      const VnmSpmmPlan p1 = VnmSpmmPlan::create({kR1, kK, n}, 128, 8, options, VnmForm::condensed);
+      const VnmSpmmPlan p2 = VnmSpmmPlan::create({kR2, kR1, n}, 128, 8, options, VnmForm::condensed);
+      EXPECT_EQ(p1.config().overlap_launch, sm90_here() && overlap);
+      expect_chained_layers(
+          SparseMatrix{a1}, SparseMatrix{a2}, kK, kR1, kR2, n,
+          [&](cudaStream_t s, const void* x, void* y) { p1.run(s, d1, x, nullptr, y); },
+          [&](cudaStream_t s, const void* y, void* z) { p2.run(s, d2, y, nullptr, z); },
+          std::string(overlap ? "overlapped" : "plain") + " C = " + std::to_string(n));
+    }
 }
 
 TEST(VnmGpu, BadInputsAreRejected) {

@@ -108,4 +108,8 @@ bool skinny_takes(int64_t rows, int64_t cols, int64_t n) {
   return cols <= kSkinnySplitMaxK && rows * cols <= kSkinnySplitMaxWeights && rows * n <= kSkinnySplitMaxOutputs;
 }
 
+bool vnm_skinny_takes(int64_t condensed_cols, int64_t n) {
+  return n <= kVnmSkinnyMaxTokens && condensed_cols <= kSkinnySplitMaxK;
+}
+
 }  // namespace nmkit::gpu::nm24

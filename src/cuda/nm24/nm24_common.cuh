@@ -247,6 +247,14 @@ void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int6
 // kernel's configuration before its schedule is chosen.
 void take_tile_shape(const TileShape& t, KernelConfig& config);
 KernelConfig config_of(Nm24Kernel kernel, const TileShape& t);
+// Whether options pin a choice only the sm90 kernel has (its n-tile, schedule, raster or split-K): an automatic
+// plan then keeps that kernel where the skinny one would otherwise take the shape.
+bool sm90_choice_pinned(const Nm24Options& options);
+// The skinny kernel's configuration for desc over `cols` packed columns (K, or a V:N:M weight's condensed K'): its
+// tile by shape unless pinned, its split-K over a cluster (sm_90 only). Throws Error naming `who` for options the
+// kernel cannot take.
+KernelConfig skinny_config(const SpmmDesc& desc, int64_t cols, const Nm24Options& options, bool sm90_device,
+                           const char* who);
 void apply_sm90_schedule(const KernelConfig& config, const void* d, Params& p);
 // A plan's configuration for desc.n and desc.ldb other than the ones it was made for (Nm24SpmmPlan::for_tokens):
 // false where the Hopper kernel can no longer take desc and the caller must plan the portable kernel instead.
@@ -268,11 +276,12 @@ template <class Element, class Out>
 void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStream_t stream);
 // How the skinny kernel reads B (skinny_b_path): 16-byte chunks staged in shared memory and read by ldmatrix (B
 // col-major with b_vector_loads), pairs along K by 32-bit loads into registers (B col-major with an even leading
-// dimension and a 4-byte aligned base), or single elements (any B).
-enum class SkinnyB : uint8_t { elements, pairs, chunks };
+// dimension and a 4-byte aligned base), or single elements (any B); V:N:M's rows of B gathered element by element
+// through the table into the chunks' staging (any B; block_n 8 or 16).
+enum class SkinnyB : uint8_t { elements, pairs, chunks, gathered };
 SkinnyB skinny_b_path(const SpmmDesc& desc, const void* b);
 // The skinny kernel (decode-sized C, any B and D layout): block_m 16 or 32 rows per CTA, block_n 8, 16, 32 or 64
-// columns.
+// columns (gathered: 8 or 16).
 template <class Element, class Out>
 void launch_skinny(const Params& p, int block_m, int block_n, SkinnyB b_path, const LaunchOn& on);
 TileShape skinny_tile_shape(int block_m, int block_n);

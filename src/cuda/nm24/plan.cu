@@ -195,6 +195,27 @@ KernelConfig config_of(Nm24Kernel kernel, const TileShape& t) {
   return config;
 }
 
+bool sm90_choice_pinned(const Nm24Options& options) {
+  return options.block_n != 0 || options.schedule != Sm90Schedule::automatic || options.raster_rows != 0 ||
+         options.split != 0;
+}
+
+KernelConfig skinny_config(const SpmmDesc& desc, int64_t cols, const Nm24Options& options, bool sm90_device,
+                           const char* who) {
+  const TileShape t = skinny_tile_shape(
+      options.block_m != 0 ? options.block_m : skinny_block_m(desc.rows, desc.n, device_facts().sm_count),
+      options.block_n != 0 ? options.block_n : skinny_block_n(desc.n));
+  KernelConfig config = config_of(Nm24Kernel::sm80_mma_sp_skinny, t);
+  choose_sm90_schedule(desc, options, ceil_div(cols, int64_t{kPackKAlign}), /*split_k_built=*/false, config);
+  // Its split-K sums through a cluster's shared memory, and it waits for the kernel before it too: both sm_90's.
+  config.split = options.split > 0 ? options.split : sm90_device ? skinny_split(cols, t.block_m, t.block_n) : 1;
+  require(config.split == 1 || sm90_device, ErrorCode::unsupported, [&] {
+    return std::string(who) + ": the skinny kernel's split-K needs thread-block clusters (an sm_90 device)";
+  });
+  config.overlap_launch = sm90_device && options.overlap_launch;
+  return config;
+}
+
 void log_plan(const char* family, const std::string& what, int64_t rows, int64_t cols, int64_t n,
               const KernelConfig& config) {
   static const bool enabled = std::getenv("NMKIT_LOG_CONFIG") != nullptr;
@@ -329,9 +350,7 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   const bool sm90_possible = sm90_device && nm24::b_leading_dim(desc) % 8 == 0;
   Nm24Kernel kernel = options.kernel;
   // The skinny kernel where it was measured faster (on Hopper), unless a choice of the sm90 kernel was pinned.
-  const bool sm90_pinned = options.block_n != 0 || options.schedule != Sm90Schedule::automatic ||
-                           options.raster_rows != 0 || options.split != 0;
-  if (kernel == Nm24Kernel::automatic && sm90_device && !sm90_pinned &&
+  if (kernel == Nm24Kernel::automatic && sm90_device && !nm24::sm90_choice_pinned(options) &&
       nm24::skinny_takes(desc.rows, desc.cols, desc.n))
     kernel = Nm24Kernel::sm80_mma_sp_skinny;
   if (kernel == Nm24Kernel::automatic) kernel = sm90_possible ? Nm24Kernel::sm90_wgmma_sp : Nm24Kernel::sm80_mma_sp;
@@ -348,29 +367,21 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   const std::span<const nm24::BlockNChoice> choices = b_col_major
                                                           ? std::span<const nm24::BlockNChoice>(nm24::kColMajorBlockN)
                                                           : std::span<const nm24::BlockNChoice>(nm24::kRowMajorBlockN);
+  if (kernel == Nm24Kernel::sm80_mma_sp_skinny) {
+    plan.config_ = nm24::skinny_config(desc, desc.cols, options, sm90_device, "nm24 plan");
+    nm24::log_plan("nm24", "", desc.rows, desc.cols, desc.n, plan.config_);
+    return plan;
+  }
   nm24::TileShape t = nm24::sm80_tile_shape();
   if (kernel == Nm24Kernel::sm90_wgmma_sp)
     t = nm24::sm90_tile_shape(
         options.block_n != 0
             ? options.block_n
             : nm24::sm90_block_n(desc.rows, desc.cols, desc.n, nm24::device_facts().sm_count, choices, split_by_shape));
-  if (kernel == Nm24Kernel::sm80_mma_sp_skinny)
-    t = nm24::skinny_tile_shape(
-        options.block_m != 0 ? options.block_m : nm24::skinny_block_m(desc.rows, desc.n, nm24::device_facts().sm_count),
-        options.block_n != 0 ? options.block_n : nm24::skinny_block_n(desc.n));
   plan.config_ = nm24::config_of(kernel, t);
   const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && b_col_major && t.block_n <= nm24::kMaxSplitBlockN;
   nm24::choose_sm90_schedule(desc, options, ceil_div(desc.cols, int64_t{kPackKAlign}), split_k_built, plan.config_);
   if (plan.config_.split > 1) nm24::take_tile_shape(nm24::sm90_tile_shape(t.block_n, /*split_k=*/true), plan.config_);
-  if (kernel == Nm24Kernel::sm80_mma_sp_skinny) {
-    // Its split-K sums through a cluster's shared memory, and it waits for the kernel before it too: both sm_90's.
-    plan.config_.split = options.split > 0 ? options.split
-                         : sm90_device     ? nm24::skinny_split(desc.cols, t.block_m, t.block_n)
-                                           : 1;
-    require(plan.config_.split == 1 || sm90_device, ErrorCode::unsupported,
-            "nm24 plan: the skinny kernel's split-K needs thread-block clusters (an sm_90 device)");
-    plan.config_.overlap_launch = sm90_device && options.overlap_launch;
-  }
   nm24::log_plan("nm24", "", desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }

@@ -10,6 +10,11 @@
 // kernel's 128-row CTA tiles leave most SMs idle (a 768-row weight is six of them), this grid has a CTA per one or
 // two slabs, and a CTA's time is one round trip of its loads rather than a pipeline's rounds.
 //
+// V:N:M (SkinnyB::gathered): the CTA's rows lie in one row block of the gather table, and each warp stages its batch's
+// B as the chunk path does, but element by element through the table (any B layout or alignment): lane l of a
+// k-block loads condensed column l's row of B for each of the CTA's columns, so that a decode product reads x in
+// place and only the rows its weight selects.
+//
 // Split-K (sm_90): a cluster of `split` CTAs shares one tile, warp w of rank r taking k-blocks r * 8 + w, + 8 split,
 // ..., so that a long K still fits one batch of loads a warp; each CTA sums its warps, then each sums a share of
 // the tile over the cluster's ranks in rank order through distributed shared memory, and applies the epilogue.
@@ -27,7 +32,9 @@
 #include "../ptx/griddep.cuh"
 #include "../ptx/ldmatrix.cuh"
 #include "../ptx/mma_sp.cuh"
+#include "../ptx/shared.cuh"
 #include "nm24_common.cuh"
+#include "nmkit/gpu/vnm_spmm.hpp"
 
 namespace nmkit::gpu::nm24 {
 namespace {
@@ -48,9 +55,9 @@ struct SkinnyShape {
   static constexpr int kPartialBytes = kWarps * kRows * kRowStride * static_cast<int>(sizeof(float));
   // B staged in chunks: per warp, k-block of its batch and column, the column's 32 halves of the k-block (four
   // 16-byte chunks); the partial tiles reuse the space once every warp has multiplied.
-  static constexpr int kChunkBytes = 16;
+  static constexpr int kStagedBytes = 16;
   static constexpr int kColumnBytes = kFragmentK * 2;
-  static constexpr int kChunksPerColumn = kColumnBytes / kChunkBytes;
+  static constexpr int kChunksPerColumn = kColumnBytes / kStagedBytes;
   static constexpr int kWarpStagingBytes = kBatch * kCols * kColumnBytes;
   static constexpr int kStagingBytes = kWarps * kWarpStagingBytes;
   static constexpr int smem_bytes(bool chunk_b) {
@@ -61,7 +68,7 @@ struct SkinnyShape {
   // Chunk c of column n in k-block i of a warp's batch: the chunks XOR-swizzled by the column pair, so that the eight
   // columns one ldmatrix matrix reads (64 bytes apart) fall in eight different 16-byte bank groups.
   __device__ static constexpr uint32_t chunk_offset(int i, int n, int c) {
-    return static_cast<uint32_t>((i * kCols + n) * kColumnBytes + (c ^ ((n >> 1) & 3)) * kChunkBytes);
+    return static_cast<uint32_t>((i * kCols + n) * kColumnBytes + (c ^ ((n >> 1) & 3)) * kStagedBytes);
   }
 };
 
@@ -87,10 +94,27 @@ __device__ __forceinline__ void stage_b_chunks(const Params& p, uint32_t staging
 #pragma unroll
   for (int q = lane; q < kChunks; q += 32) {
     const int n = q / Shape::kChunksPerColumn, c = q % Shape::kChunksPerColumn;
-    const int64_t col = col0 + n, k = kb * kFragmentK + c * (Shape::kChunkBytes / 2);
+    const int64_t col = col0 + n, k = kb * kFragmentK + c * (Shape::kStagedBytes / 2);
     const bool inside = col < p.n && k < p.cols;
     ptx::cp_async_16(staging + Shape::chunk_offset(i, n, c), inside ? b + col * p.ldb + k : b,
-                     inside ? Shape::kChunkBytes : 0);
+                     inside ? Shape::kStagedBytes : 0);
+  }
+}
+
+// Stages k-block kb of the CTA's columns into slot i of the warp's staging, as stage_b_chunks lays it out, from the
+// rows of B that the CTA's row block of the gather table names (kNoBRow and columns past C: zeros).
+template <class Shape>
+__device__ __forceinline__ void stage_b_gathered(const Params& p, const int32_t* table, uint32_t staging, int i,
+                                                 int64_t kb, int64_t col0, int lane) {
+  const auto* b = static_cast<const uint16_t*>(p.b);
+  const int32_t row = __ldg(table + kb * kFragmentK + lane);
+  const uint32_t half = (lane % 8) * 2;  // the condensed column's place in its 16-byte chunk
+#pragma unroll
+  for (int n = 0; n < Shape::kCols; ++n) {
+    const int64_t col = col0 + n;
+    const bool inside = row != kNoBRow && col < p.n;
+    const uint16_t v = inside ? __ldg(b + (p.b_col_major ? col * p.ldb + row : row * p.ldb + col)) : uint16_t{0};
+    ptx::st_shared_b16(staging + Shape::chunk_offset(i, n, lane / 8) + half, v);
   }
 }
 
@@ -110,12 +134,14 @@ __device__ __forceinline__ uint32_t split_size() {
   return 1;
 }
 
-// kChunkB: B staged in chunks (SkinnyB::chunks); else loaded into registers, by pairs where pair_loads.
-template <class Element, class Out, int kTilesN, int kSlabs, bool kChunkB, bool kClustered>
+// kB: B staged in shared memory (SkinnyB::chunks, gathered) or loaded into registers (elements, or pairs where
+// pair_loads).
+template <class Element, class Out, int kTilesN, int kSlabs, SkinnyB kB, bool kClustered>
 __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, int64_t slab_groups, bool pair_loads) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using Shape = SkinnyShape<kTilesN, kSlabs>;
   using Mma = typename ElementTraits<Element>::Mma;
+  constexpr bool kStagedB = kB == SkinnyB::chunks || kB == SkinnyB::gathered;
   extern __shared__ __align__(16) unsigned char smem[];
   float* partial = reinterpret_cast<float*>(smem);
 
@@ -132,18 +158,23 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
   ptx::grid_dependency_wait();
 
   const uint32_t staging = ptx::smem_address(smem + warp * Shape::kWarpStagingBytes);
+  // V:N:M: the gather table's row block of the CTA's rows (whole slabs of one block: block_m <= gather_block_rows).
+  const int32_t* table =
+      kB == SkinnyB::gathered ? p.b_gather + slab0 * kSlabRows / p.gather_block_rows * p.gather_stride : nullptr;
   float acc[kSlabs][kTilesN][4] = {};
   const int64_t round = workers * Shape::kBatch;
   for (int64_t kb0 = rank * kWarps + warp; kb0 < kblocks; kb0 += round) {
     AFragment a[Shape::kBatch][kSlabs];
-    uint32_t b[kChunkB ? 1 : Shape::kBatch][kTilesN][4];  // the register path's B
+    uint32_t b[kStagedB ? 1 : Shape::kBatch][kTilesN][4];  // the register path's B
 #pragma unroll
     for (int i = 0; i < Shape::kBatch; ++i) {
       const int64_t kb = kb0 + i * workers;  // the same for the whole warp
       if (kb >= kblocks) break;
 #pragma unroll
       for (int s = 0; s < kSlabs; ++s) a[i][s] = load_a_fragment(p, slab0 + s, kb, lane);
-      if constexpr (kChunkB) {
+      if constexpr (kB == SkinnyB::gathered) {
+        stage_b_gathered<Shape>(p, table, staging, i, kb, col0, lane);
+      } else if constexpr (kB == SkinnyB::chunks) {
         stage_b_chunks<Shape>(p, staging, i, kb, col0, lane);
       } else {
 #pragma unroll
@@ -153,18 +184,18 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
             b[i][j][r] = b_pair(p, pair_loads, kb * kFragmentK + 8 * r + 2 * t, col0 + kTileN * j + g);
       }
     }
-    if constexpr (kChunkB) {
+    if constexpr (kB == SkinnyB::chunks) {
       ptx::cp_async_commit();
       ptx::cp_async_wait<0>();
-      __syncwarp();  // every lane's chunks have landed
     }
+    if constexpr (kStagedB) __syncwarp();  // every lane's chunks have landed
 #pragma unroll
     for (int i = 0; i < Shape::kBatch; ++i) {
       if (kb0 + i * workers >= kblocks) break;
 #pragma unroll
       for (int j = 0; j < kTilesN; ++j) {
         uint32_t fragment[4];
-        if constexpr (kChunkB) {
+        if constexpr (kStagedB) {
           // Matrix m of the x4 is chunk m (k 8m .. 8m + 7) of the tile's eight columns: register m of mma.sp's B.
           ptx::ldmatrix_x4(fragment, staging + Shape::chunk_offset(i, kTileN * j + lane % 8, lane / 8));
         } else {
@@ -175,10 +206,10 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
         for (int s = 0; s < kSlabs; ++s) ptx::mma_sp_m16n8k32<Mma>(acc[s][j], a[i][s].values, fragment, a[i][s].meta);
       }
     }
-    if constexpr (kChunkB) __syncwarp();  // the batch is read before the next one is copied over it
+    if constexpr (kStagedB) __syncwarp();  // the batch is read before the next one is copied over it
   }
   ptx::launch_dependents();
-  if constexpr (kChunkB) __syncthreads();  // the partial tiles overwrite the other warps' staging
+  if constexpr (kStagedB) __syncthreads();  // the partial tiles overwrite the other warps' staging
 
   // Each warp's partial tile (accumulator e of tile (s, j): row 16 s + g + 8 (e / 2), column 8 j + 2 t + e % 2).
   float* mine = partial + warp * Shape::kRows * Shape::kRowStride;
@@ -238,11 +269,11 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
 #endif
 }
 
-template <class Element, class Out, int kTilesN, int kSlabs, bool kChunkB, bool kClustered>
+template <class Element, class Out, int kTilesN, int kSlabs, SkinnyB kB, bool kClustered>
 void launch(const Params& p, bool pair_loads, const LaunchOn& on) {
   using Shape = SkinnyShape<kTilesN, kSlabs>;
-  constexpr int kSmemBytes = Shape::smem_bytes(kChunkB);
-  auto kernel = sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, kChunkB, kClustered>;
+  constexpr int kSmemBytes = Shape::smem_bytes(kB == SkinnyB::chunks || kB == SkinnyB::gathered);
+  auto kernel = sm80_skinny_kernel<Element, Out, kTilesN, kSlabs, kB, kClustered>;
   static cuda::DynamicSmemLimit limit;  // one per kernel
   limit.raise(kernel, kSmemBytes);
   const int64_t slab_groups = ceil_div(ceil_div(p.rows, int64_t{kSlabRows}), int64_t{kSlabs});
@@ -287,14 +318,22 @@ void launch_skinny(const Params& p, int block_m, int block_n, SkinnyB b_path, co
     return "nm24 skinny kernel: split must be 1.." + std::to_string(kMaxClusterCtas) + ", got " +
            std::to_string(on.split);
   });
-  const bool chunks = b_path == SkinnyB::chunks, pairs = b_path == SkinnyB::pairs;
+  const bool pairs = b_path == SkinnyB::pairs;
+  require(b_path != SkinnyB::gathered || block_n <= kSkinnyMaxGatheredBlockN, ErrorCode::invalid_argument,
+          [&] { return "nm24 skinny kernel: gathering B it takes block_n 8 or 16, got " + std::to_string(block_n); });
   with_tile(block_m, block_n, [&]<int kTilesN, int kSlabs>() {
-    if (chunks)
-      on.split > 1 ? launch<Element, Out, kTilesN, kSlabs, true, true>(p, pairs, on)
-                   : launch<Element, Out, kTilesN, kSlabs, true, false>(p, pairs, on);
-    else
-      on.split > 1 ? launch<Element, Out, kTilesN, kSlabs, false, true>(p, pairs, on)
-                   : launch<Element, Out, kTilesN, kSlabs, false, false>(p, pairs, on);
+    const auto run = [&]<SkinnyB kB>() {
+      on.split > 1 ? launch<Element, Out, kTilesN, kSlabs, kB, true>(p, pairs, on)
+                   : launch<Element, Out, kTilesN, kSlabs, kB, false>(p, pairs, on);
+    };
+    if (b_path == SkinnyB::chunks) {
+      run.template operator()<SkinnyB::chunks>();
+    } else if (b_path == SkinnyB::gathered) {
+      // Decode-sized C only (skinny_block_n), which keeps its staging loop's registers and instantiations few.
+      if constexpr (kTilesN * kTileN <= kSkinnyMaxGatheredBlockN) run.template operator()<SkinnyB::gathered>();
+    } else {
+      run.template operator()<SkinnyB::elements>();  // the register path: pairs or elements by pair_loads
+    }
   });
 }
 

@@ -1,7 +1,7 @@
 #pragma once
-// Shared-memory loads through 32-bit shared addresses (PTX ISA §9.7.9.9 ld, state
-// space .shared). Used where a pointer would be generic: a buffer found at run time loses its address space,
-// and ptxas then builds 64-bit generic addresses for every access.
+// Shared-memory loads and stores through 32-bit shared addresses (PTX ISA §9.7.9.9 ld and
+// §9.7.9.10 st, state space .shared). Used where a pointer would be generic: a buffer found at run time loses its
+// address space, and ptxas then builds 64-bit generic addresses for every access.
 #include <cstdint>
 
 #include "address.cuh"
@@ -22,6 +22,10 @@ __device__ __forceinline__ uint4 ld_shared_v4_b32(uint32_t address) {
                : "r"(address)
                : "memory");
   return v;
+}
+
+__device__ __forceinline__ void st_shared_b16(uint32_t address, uint16_t v) {
+  asm volatile("st.shared.b16 [%0], %1;\n" : : "r"(address), "h"(v) : "memory");
 }
 
 }  // namespace nmkit::ptx

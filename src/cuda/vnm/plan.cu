@@ -14,6 +14,7 @@ namespace {
 
 int gather_block_rows(int v) { return std::min(v, kPackRowAlign); }
 int b_tiles_per_stage(int v) { return kPackRowAlign / gather_block_rows(v); }
+int64_t condensed_width(int64_t cols, int m) { return 4 * ceil_div(cols, int64_t{m}); }  // K'
 
 }  // namespace
 
@@ -61,12 +62,28 @@ DeviceVnm DeviceVnm::upload(const PackedVnm& packed) {
 
 namespace {
 
-// The condensed form's kernel: sm90 wgmma.sp gathering B while staging it, or the portable mma.sp kernel.
+// Whether an automatic plan takes the skinny kernel: on Hopper at decode sizes, unless a choice of the sm90 kernel
+// was pinned.
+bool takes_skinny(int64_t cols, int m, int64_t n, const Nm24Options& options, bool sm90_device) {
+  return options.kernel == Nm24Kernel::automatic && sm90_device && !nm24::sm90_choice_pinned(options) &&
+         nm24::vnm_skinny_takes(condensed_width(cols, m), n);
+}
+
+// The condensed form's kernel: sm90 wgmma.sp gathering B while staging it, the skinny kernel gathering B's elements
+// at decode sizes, or the portable mma.sp kernel.
 KernelConfig gather_config(const SpmmDesc& desc, int v, int m, const Nm24Options& options) {
   require(vnm_kernel_supports_v(v), ErrorCode::unsupported, [&] {
     return "vnm plan: the gathering kernels run V = 32, 64 or a multiple of 128, got V=" + std::to_string(v);
   });
-  const int64_t condensed_cols = 4 * ceil_div(desc.cols, m);
+  const int64_t condensed_cols = condensed_width(desc.cols, m);
+  const bool sm90_device = nm24::sm90_compiled() && nm24::device_is_sm90();
+  if (options.kernel == Nm24Kernel::sm80_mma_sp_skinny || takes_skinny(desc.cols, m, desc.n, options, sm90_device)) {
+    const KernelConfig config = nm24::skinny_config(desc, condensed_cols, options, sm90_device, "vnm plan");
+    require(config.block_n <= nm24::kSkinnyMaxGatheredBlockN, ErrorCode::invalid_argument, [&] {
+      return "vnm plan: the skinny kernel gathers B with block_n 8 or 16, got " + std::to_string(config.block_n);
+    });
+    return config;
+  }
   const int b_tiles = b_tiles_per_stage(v);
   // sm90: one or two gathered B tiles per stage (the wgmma's 64 rows must share their B rows, so V >= 64);
   // B row-major is copied in 16-byte pieces of rows (ldb % 8 == 0), B col-major element by element.
@@ -108,8 +125,6 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, const Nm24Options
 VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, const Nm24Options& options, VnmForm form) {
   nm24::check_desc(desc, "vnm plan");
   nm24::check_options(options, "vnm plan");
-  require(options.kernel != Nm24Kernel::sm80_mma_sp_skinny, ErrorCode::unsupported,
-          "vnm plan: the skinny kernel runs 2:4 weights only (it has no gather table)");
   check_vnm_pattern(v, 2, m);
   const VnmForm preferred = resolve_vnm_form(form, v, m, desc.b_layout);  // throws for full_2_4 with M % 4 != 0
   // An automatic plan also takes the other form where it exists: the weight's form was fixed at pack time.
@@ -143,6 +158,10 @@ VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n, int64_t ldb) const {
   const bool full_form = resolve_vnm_form(form_, v_, m_, desc_.b_layout) == VnmForm::full_2_4;
   plan.config_ = full_form ? plan.full_->config() : *plan.gather_;
   return plan;
+}
+
+bool VnmSpmmPlan::takes_skinny_kernel(int64_t cols, int m, int64_t n) {
+  return takes_skinny(cols, m, n, {}, nm24::sm90_compiled() && nm24::device_is_sm90());
 }
 
 const KernelConfig& VnmSpmmPlan::config_for(const DeviceVnm& a) const {
@@ -182,9 +201,13 @@ void VnmSpmmPlan::run(Stream stream, const DeviceVnm& a, const void* b, const vo
   const bool vector_b = nm24::b_vector_loads(desc_, b);
   // Row-major B is gathered by 16-byte copies: an unaligned B takes the portable kernel.
   const bool sm90 = gather_->kernel == Nm24Kernel::sm90_wgmma_sp && (desc_.b_layout == Layout::col_major || vector_b);
+  const bool skinny = gather_->kernel == Nm24Kernel::sm80_mma_sp_skinny;
   nm24::dispatch_types(desc_, [&]<class Element, class Out>() {
     if (sm90)
       nm24::launch_sm90_gather<Element, Out>(p, gather_->block_n, desc_.b_layout, nm24::launch_on(*gather_, stream));
+    else if (skinny)  // B staged element by element through the table, any layout
+      nm24::launch_skinny<Element, Out>(p, gather_->block_m, gather_->block_n, nm24::SkinnyB::gathered,
+                                        nm24::launch_on(*gather_, stream));
     else
       nm24::launch_sm80<Element, Out>(p, desc_.b_layout, vector_b, stream);
   });

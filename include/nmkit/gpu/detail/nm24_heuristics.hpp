@@ -105,5 +105,11 @@ inline constexpr int64_t kSkinnySplitMaxK = kMaxClusterCtas * kSkinnyMaxK;
 inline constexpr int64_t kSkinnySplitMaxWeights = 4096 * 1024;
 inline constexpr int64_t kSkinnySplitMaxOutputs = 2048;
 bool skinny_takes(int64_t rows, int64_t cols, int64_t n);
+// Where an automatic V:N:M plan takes the skinny kernel, which gathers B's elements through the table while it stages
+// them (any B layout, x read in place): decode-sized C over a condensed K' (cols) that a cluster's warps load in one
+// batch each. Its alternative is the row gather on x^T, which needs x transposed first (a launch of its own).
+inline constexpr int64_t kVnmSkinnyMaxTokens = 16;
+inline constexpr int kSkinnyMaxGatheredBlockN = 16;  // the gathering staging's widest column tile
+bool vnm_skinny_takes(int64_t condensed_cols, int64_t n);
 
 }  // namespace nmkit::gpu::nm24
