@@ -55,9 +55,9 @@ struct SkinnyShape {
   static constexpr int kPartialBytes = kWarps * kRows * kRowStride * static_cast<int>(sizeof(float));
   // B staged in chunks: per warp, k-block of its batch and column, the column's 32 halves of the k-block (four
   // 16-byte chunks); the partial tiles reuse the space once every warp has multiplied.
-  static constexpr int kStagedBytes = 16;
+  static constexpr int kChunkBytes = 16;
   static constexpr int kColumnBytes = kFragmentK * 2;
-  static constexpr int kChunksPerColumn = kColumnBytes / kStagedBytes;
+  static constexpr int kChunksPerColumn = kColumnBytes / kChunkBytes;
   static constexpr int kWarpStagingBytes = kBatch * kCols * kColumnBytes;
   static constexpr int kStagingBytes = kWarps * kWarpStagingBytes;
   static constexpr int smem_bytes(bool chunk_b) {
@@ -68,7 +68,7 @@ struct SkinnyShape {
   // Chunk c of column n in k-block i of a warp's batch: the chunks XOR-swizzled by the column pair, so that the eight
   // columns one ldmatrix matrix reads (64 bytes apart) fall in eight different 16-byte bank groups.
   __device__ static constexpr uint32_t chunk_offset(int i, int n, int c) {
-    return static_cast<uint32_t>((i * kCols + n) * kColumnBytes + (c ^ ((n >> 1) & 3)) * kStagedBytes);
+    return static_cast<uint32_t>((i * kCols + n) * kColumnBytes + (c ^ ((n >> 1) & 3)) * kChunkBytes);
   }
 };
 
@@ -94,10 +94,10 @@ __device__ __forceinline__ void stage_b_chunks(const Params& p, uint32_t staging
 #pragma unroll
   for (int q = lane; q < kChunks; q += 32) {
     const int n = q / Shape::kChunksPerColumn, c = q % Shape::kChunksPerColumn;
-    const int64_t col = col0 + n, k = kb * kFragmentK + c * (Shape::kStagedBytes / 2);
+    const int64_t col = col0 + n, k = kb * kFragmentK + c * (Shape::kChunkBytes / 2);
     const bool inside = col < p.n && k < p.cols;
     ptx::cp_async_16(staging + Shape::chunk_offset(i, n, c), inside ? b + col * p.ldb + k : b,
-                     inside ? Shape::kStagedBytes : 0);
+                     inside ? Shape::kChunkBytes : 0);
   }
 }
 
