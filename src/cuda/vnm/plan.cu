@@ -161,7 +161,8 @@ VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n, int64_t ldb) const {
 }
 
 bool VnmSpmmPlan::takes_skinny_kernel(int64_t cols, int m, int64_t n) {
-  return takes_skinny(cols, m, n, {}, nm24::sm90_compiled() && nm24::device_is_sm90());
+  // The shape first: a layer asks on every run, and past decode sizes without a device query.
+  return nm24::vnm_skinny_takes(condensed_width(cols, m), n) && nm24::sm90_compiled() && nm24::device_is_sm90();
 }
 
 const KernelConfig& VnmSpmmPlan::config_for(const DeviceVnm& a) const {
