@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 
+#include "nmkit/error.hpp"
 #include "nmkit/gpu/detail/nm24_layout.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 #include "nmkit/gpu/vnm_spmm.hpp"
@@ -165,8 +166,15 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
             // --vnm-kernel: the condensed form pinned to another kernel, timed in the same rounds.
             std::optional<gpu::VnmSpmmPlan> variant;
             double variant_err = 0.0;
+            std::string variant_refused;  // a pin the plan does not take for this row (named, the row still runs)
             if (o.variant_kernel != gpu::Nm24Kernel::automatic) {
-              variant = gpu::VnmSpmmPlan::create(desc, v, m, {.kernel = o.variant_kernel}, gpu::VnmForm::condensed);
+              try {
+                variant = gpu::VnmSpmmPlan::create(desc, v, m, {.kernel = o.variant_kernel}, gpu::VnmForm::condensed);
+              } catch (const Error& e) {
+                variant_refused = e.what();
+              }
+            }
+            if (variant) {
               const auto variant_launch = [&](int i) {
                 variant->run(stream, weights[i], b_of(i), nullptr, d_nmkit[i].ptr);
               };
@@ -191,6 +199,7 @@ double run_vnm_suite(const VnmSuiteOptions& o, cublasLtHandle_t lt, void* worksp
                         "vnm", shape_text, dtype_name(dtype), pattern, col ? "col" : "row", tflops, nmkit_ms,
                         dense_ms / nmkit_ms, ideal_ms, dense_ms / ideal_ms, full_text, err,
                         kernel_name(plan.config().kernel), plan.config().block_n, 100.0 * (nmkit_ms / ideal_ms - 1.0));
+            if (!variant_refused.empty()) std::printf("        variant refused: %s\n", variant_refused.c_str());
             if (variant)
               std::printf("%-7s %-20s %-5s %-9s %-4s %9s %9.3f %7.2fx %9s %8s %9s %9.1e  variant %s n%d split %d\n", "",
                           "", "", "", "", "", medians[2], dense_ms / medians[2], "", "", "", variant_err,

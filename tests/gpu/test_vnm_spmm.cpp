@@ -237,7 +237,7 @@ TEST(VnmGpu, SkinnyGatherAgreesWithTheOracle) {
   };
   EXPECT_EQ(kernel(16), Nm24Kernel::sm80_mma_sp_skinny);
   EXPECT_TRUE(VnmSpmmPlan::takes_skinny_kernel(4096, 8, 16));
-  EXPECT_EQ(kernel(17), Nm24Kernel::sm90_wgmma_sp);
+  EXPECT_EQ(kernel(24), Nm24Kernel::sm90_wgmma_sp);  // the row gather: its B rows are whole 16-byte pieces
   EXPECT_FALSE(VnmSpmmPlan::takes_skinny_kernel(4096, 8, 17));
   EXPECT_EQ(kernel(8, {.block_n = 64}), Nm24Kernel::sm90_wgmma_sp);
   // An unaligned B (one element on): the skinny kernel reads elements, so the same plan runs it.
