@@ -216,7 +216,7 @@ struct SparseLinear::Impl {
     if (!gathers_rows()) return token_major ? XPath::as_given : XPath::untransposed;
     // At decode sizes the skinny kernel gathers x's elements in either layout in place.
     const auto& w = std::get<DeviceVnm>(weight);
-    if (VnmSpmmPlan::takes_skinny_kernel(w.cols(), w.m(), tokens)) return XPath::as_given;
+    if (VnmSpmmPlan::takes_skinny_kernel(w.rows(), w.cols(), w.m(), tokens)) return XPath::as_given;
     if (token_major) return XPath::transposed;
     return feature_ld(tokens, layout) % kRowCopyTokens == 0 ? XPath::as_given : XPath::repadded;
   }

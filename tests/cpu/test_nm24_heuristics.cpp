@@ -155,6 +155,19 @@ TEST(Nm24Heuristics, SkinnyTileCoversTheColumnsAndFillsTheSms) {
   EXPECT_FALSE(skinny_takes(64, 16384, 1));
 }
 
+TEST(Nm24Heuristics, VnmSkinnyTakesDecodeProductsOfSmallCondensedWeights) {
+  // Condensed R x K': up to 4096 x 2048 at C <= 8, 4096 x 1024 at C <= 16; never past K' = 8192 (a cluster's batch).
+  EXPECT_TRUE(vnm_skinny_takes(4096, 2048, 1));  // 4096 x 4096 at 2:8
+  EXPECT_TRUE(vnm_skinny_takes(4096, 2048, 8));
+  EXPECT_FALSE(vnm_skinny_takes(4096, 2048, 9));
+  EXPECT_TRUE(vnm_skinny_takes(4096, 1024, 16));  // 4096 x 4096 at 2:16
+  EXPECT_FALSE(vnm_skinny_takes(4096, 1024, 17));
+  EXPECT_TRUE(vnm_skinny_takes(768, 384, 16));
+  EXPECT_FALSE(vnm_skinny_takes(11008, 2048, 1));  // 11008 x 4096 at 2:8: the row gather streams it faster
+  EXPECT_FALSE(vnm_skinny_takes(4096, 5504, 1));
+  EXPECT_FALSE(vnm_skinny_takes(64, 8200, 1));
+}
+
 TEST(Nm24Heuristics, SkinnySplitKeepsOneBatchOfLoadsAWarp) {
   // Eight warps of four k-blocks of 32 take K = 1024 in one batch a CTA; two k-blocks a batch at 32 x 64 tiles.
   EXPECT_EQ(skinny_batch(1, 2), 4);

@@ -64,9 +64,9 @@ namespace {
 
 // Whether an automatic plan takes the skinny kernel: on Hopper at decode sizes, unless a choice of the sm90 kernel
 // was pinned.
-bool takes_skinny(int64_t cols, int m, int64_t n, const Nm24Options& options, bool sm90_device) {
+bool takes_skinny(const SpmmDesc& desc, int m, const Nm24Options& options, bool sm90_device) {
   return options.kernel == Nm24Kernel::automatic && sm90_device && !nm24::sm90_choice_pinned(options) &&
-         nm24::vnm_skinny_takes(condensed_width(cols, m), n);
+         nm24::vnm_skinny_takes(desc.rows, condensed_width(desc.cols, m), desc.n);
 }
 
 // The condensed form's kernel: sm90 wgmma.sp gathering B while staging it, the skinny kernel gathering B's elements
@@ -77,7 +77,7 @@ KernelConfig gather_config(const SpmmDesc& desc, int v, int m, const Nm24Options
   });
   const int64_t condensed_cols = condensed_width(desc.cols, m);
   const bool sm90_device = nm24::sm90_compiled() && nm24::device_is_sm90();
-  if (options.kernel == Nm24Kernel::sm80_mma_sp_skinny || takes_skinny(desc.cols, m, desc.n, options, sm90_device)) {
+  if (options.kernel == Nm24Kernel::sm80_mma_sp_skinny || takes_skinny(desc, m, options, sm90_device)) {
     const KernelConfig config = nm24::skinny_config(desc, condensed_cols, options, sm90_device, "vnm plan");
     require(config.block_n <= nm24::kSkinnyMaxGatheredBlockN, ErrorCode::invalid_argument, [&] {
       return "vnm plan: the skinny kernel gathers B with block_n 8 or 16, got " + std::to_string(config.block_n);
@@ -160,9 +160,9 @@ VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n, int64_t ldb) const {
   return plan;
 }
 
-bool VnmSpmmPlan::takes_skinny_kernel(int64_t cols, int m, int64_t n) {
+bool VnmSpmmPlan::takes_skinny_kernel(int64_t rows, int64_t cols, int m, int64_t n) {
   // The shape first: a layer asks on every run, and past decode sizes without a device query.
-  return nm24::vnm_skinny_takes(condensed_width(cols, m), n) && nm24::sm90_compiled() && nm24::device_is_sm90();
+  return nm24::vnm_skinny_takes(rows, condensed_width(cols, m), n) && nm24::sm90_compiled() && nm24::device_is_sm90();
 }
 
 const KernelConfig& VnmSpmmPlan::config_for(const DeviceVnm& a) const {
