@@ -214,9 +214,10 @@ struct SparseLinear::Impl {
   XPath x_path(int64_t tokens, const RunLayout& layout) const {
     const bool token_major = layout.x == ActivationLayout::token_major;
     if (!gathers_rows()) return token_major ? XPath::as_given : XPath::untransposed;
-    // At decode sizes the skinny kernel gathers x's elements in either layout in place.
+    // Where the skinny kernel beats the row gather on x^T (decode sizes, small weights), it gathers x's elements in
+    // place in either layout.
     const auto& w = std::get<DeviceVnm>(weight);
-    if (VnmSpmmPlan::takes_skinny_kernel(w.rows(), w.cols(), w.m(), tokens)) return XPath::as_given;
+    if (VnmSpmmPlan::takes_skinny_kernel(w.rows(), w.cols(), w.m(), tokens, Layout::row_major)) return XPath::as_given;
     if (token_major) return XPath::transposed;
     return feature_ld(tokens, layout) % kRowCopyTokens == 0 ? XPath::as_given : XPath::repadded;
   }

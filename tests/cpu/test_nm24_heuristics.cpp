@@ -156,16 +156,22 @@ TEST(Nm24Heuristics, SkinnyTileCoversTheColumnsAndFillsTheSms) {
 }
 
 TEST(Nm24Heuristics, VnmSkinnyTakesDecodeProductsOfSmallCondensedWeights) {
-  // Condensed R x K': up to 4096 x 2048 at C <= 8, 4096 x 1024 at C <= 16; never past K' = 8192 (a cluster's batch).
-  EXPECT_TRUE(vnm_skinny_takes(4096, 2048, 1));  // 4096 x 4096 at 2:8
-  EXPECT_TRUE(vnm_skinny_takes(4096, 2048, 8));
-  EXPECT_FALSE(vnm_skinny_takes(4096, 2048, 9));
-  EXPECT_TRUE(vnm_skinny_takes(4096, 1024, 16));  // 4096 x 4096 at 2:16
-  EXPECT_FALSE(vnm_skinny_takes(4096, 1024, 17));
-  EXPECT_TRUE(vnm_skinny_takes(768, 384, 16));
-  EXPECT_FALSE(vnm_skinny_takes(11008, 2048, 1));  // 11008 x 4096 at 2:8: the row gather streams it faster
-  EXPECT_FALSE(vnm_skinny_takes(4096, 5504, 1));
-  EXPECT_FALSE(vnm_skinny_takes(64, 8200, 1));
+  // B row-major, condensed R x K': up to 4096 x 2048 at C <= 8, 4096 x 1024 at C <= 16.
+  constexpr bool kRowMajor = false, kColMajor = true;
+  EXPECT_TRUE(vnm_skinny_takes(4096, 2048, 1, kRowMajor));  // 4096 x 4096 at 2:8
+  EXPECT_TRUE(vnm_skinny_takes(4096, 2048, 8, kRowMajor));
+  EXPECT_FALSE(vnm_skinny_takes(4096, 2048, 9, kRowMajor));
+  EXPECT_TRUE(vnm_skinny_takes(4096, 1024, 16, kRowMajor));  // 4096 x 4096 at 2:16
+  EXPECT_FALSE(vnm_skinny_takes(4096, 1024, 17, kRowMajor));
+  EXPECT_TRUE(vnm_skinny_takes(768, 384, 16, kRowMajor));
+  EXPECT_FALSE(vnm_skinny_takes(11008, 2048, 1, kRowMajor));  // 11008 x 4096 at 2:8: the row gather is faster
+  EXPECT_FALSE(vnm_skinny_takes(4096, 5504, 1, kRowMajor));
+  // B col-major: any weight up to C = 16; never past K' = 8192 (a cluster's batch) in either layout.
+  EXPECT_TRUE(vnm_skinny_takes(11008, 2048, 16, kColMajor));
+  EXPECT_TRUE(vnm_skinny_takes(4096, 5504, 1, kColMajor));
+  EXPECT_FALSE(vnm_skinny_takes(768, 384, 17, kColMajor));
+  EXPECT_FALSE(vnm_skinny_takes(64, 8200, 1, kColMajor));
+  EXPECT_FALSE(vnm_skinny_takes(64, 8200, 1, kRowMajor));
 }
 
 TEST(Nm24Heuristics, SkinnySplitKeepsOneBatchOfLoadsAWarp) {

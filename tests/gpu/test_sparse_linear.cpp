@@ -55,7 +55,8 @@ TEST(SparseLinearGpu, EveryFormatAndTokenCountAgreesWithTheOracle) {
         for (int64_t tokens : {1, 5, 16, 17, 33, 64, 300, 512, 33}) {
           const std::string kernel = layer.kernel(tokens);
           const bool gathers = std::string(c.format) == "vnm:128:2:8" || std::string(c.format) == "vnm:64:2:10";
-          const bool skinny = gathers && VnmSpmmPlan::takes_skinny_kernel(c.rows, c.cols, gathers_m(c.format), tokens);
+          const bool skinny = gathers && VnmSpmmPlan::takes_skinny_kernel(c.rows, c.cols, gathers_m(c.format), tokens,
+                                                                          Layout::row_major);
           EXPECT_EQ(kernel.starts_with("x transposed"), gathers && !skinny) << c.format << " " << kernel;
           EXPECT_EQ(kernel.find("padded") != std::string::npos, gathers && !skinny && tokens % 8 != 0)
               << c.format << " " << kernel;
@@ -152,9 +153,9 @@ TEST(SparseLinearGpu, FeatureMajorActivationsAgreeWithTheOracle) {
                             true,
                             Activation::gelu,
                             ldx};
-            const bool in_place =
-                c.gathers && ((ldx == 0 ? tokens : ldx) % 8 == 0 ||
-                              VnmSpmmPlan::takes_skinny_kernel(c.rows, c.cols, gathers_m(c.format), tokens));
+            const bool in_place = c.gathers && ((ldx == 0 ? tokens : ldx) % 8 == 0 ||
+                                                VnmSpmmPlan::takes_skinny_kernel(c.rows, c.cols, gathers_m(c.format),
+                                                                                 tokens, Layout::row_major));
             const std::size_t bytes = layer.workspace_bytes(tokens, layout);
             EXPECT_EQ(bytes > 0, !in_place) << c.format << " " << tokens;
             DeviceBytes workspace(bytes);
@@ -351,8 +352,8 @@ TEST(SparseLinearGpu, TheCallersWorkspaceGivesTheLayersOwnResult) {
   for (auto& [name, layer] : layers)
     for (int64_t tokens : {5, 100}) {
       // vnm: x transposed for the row gather, except where the skinny kernel reads it in place.
-      const bool needs =
-          name == "2:4 e4m3" || (name == "vnm:128:2:8" && !VnmSpmmPlan::takes_skinny_kernel(384, 1024, 8, tokens));
+      const bool needs = name == "2:4 e4m3" || (name == "vnm:128:2:8" && !VnmSpmmPlan::takes_skinny_kernel(
+                                                                             384, 1024, 8, tokens, Layout::row_major));
       const std::size_t bytes = layer.workspace_bytes(tokens);
       EXPECT_EQ(bytes > 0, needs) << name << " " << tokens << " tokens: " << bytes << " bytes";
       const auto x = encode(rounded_random(static_cast<std::size_t>(tokens * 1024), DType::f16, 9), DType::f16);

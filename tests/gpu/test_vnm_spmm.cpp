@@ -228,23 +228,25 @@ TEST(VnmGpu, SkinnyGatherAgreesWithTheOracle) {
   EXPECT_EQ(config.kernel, Nm24Kernel::sm80_mma_sp_skinny);
   EXPECT_GT(config.split, 1);
   EXPECT_LE(run_case(split, seed += 10), tolerance(split.dtype)) << describe(split);
-  // An automatic plan takes it at decode sizes on weights up to its limits (condensed R x K' 4096 x 2048 at C <= 8,
-  // 4096 x 1024 at C <= 16), not past them; pinned sm90 choices keep that kernel.
-  const auto kernel = [](int64_t r, int m, int64_t c, Nm24Options options = {}) {
-    return VnmSpmmPlan::create(plain(r, 4096, c, DType::f16, Layout::row_major).desc(), 128, m, options,
-                               VnmForm::condensed)
+  // An automatic plan takes it at decode sizes: with B row-major on weights up to its limits (condensed R x K'
+  // 4096 x 2048 at C <= 8, 4096 x 1024 at C <= 16), with B col-major on any; pinned sm90 choices keep that kernel.
+  const auto kernel = [](int64_t r, int m, int64_t c, Nm24Options options = {}, Layout bl = Layout::row_major) {
+    return VnmSpmmPlan::create(plain(r, 4096, c, DType::f16, bl).desc(), 128, m, options, VnmForm::condensed)
         .config()
         .kernel;
   };
+  EXPECT_EQ(kernel(11008, 8, 16, {}, Layout::col_major), Nm24Kernel::sm80_mma_sp_skinny);
+  EXPECT_EQ(kernel(11008, 8, 17, {}, Layout::col_major), Nm24Kernel::sm90_wgmma_sp);
+  EXPECT_TRUE(VnmSpmmPlan::takes_skinny_kernel(11008, 4096, 8, 1, Layout::col_major));
   EXPECT_EQ(kernel(4096, 8, 8), Nm24Kernel::sm80_mma_sp_skinny);
   EXPECT_EQ(kernel(4096, 8, 16), Nm24Kernel::sm90_wgmma_sp);  // the row gather: its B rows are 16-byte pieces
   EXPECT_EQ(kernel(4096, 16, 16), Nm24Kernel::sm80_mma_sp_skinny);
   EXPECT_EQ(kernel(4096, 16, 24), Nm24Kernel::sm90_wgmma_sp);
   EXPECT_EQ(kernel(11008, 8, 8), Nm24Kernel::sm90_wgmma_sp);
   EXPECT_EQ(kernel(4096, 8, 8, {.block_n = 64}), Nm24Kernel::sm90_wgmma_sp);
-  EXPECT_TRUE(VnmSpmmPlan::takes_skinny_kernel(4096, 4096, 8, 8));
-  EXPECT_FALSE(VnmSpmmPlan::takes_skinny_kernel(4096, 4096, 8, 9));
-  EXPECT_FALSE(VnmSpmmPlan::takes_skinny_kernel(11008, 4096, 8, 1));
+  EXPECT_TRUE(VnmSpmmPlan::takes_skinny_kernel(4096, 4096, 8, 8, Layout::row_major));
+  EXPECT_FALSE(VnmSpmmPlan::takes_skinny_kernel(4096, 4096, 8, 9, Layout::row_major));
+  EXPECT_FALSE(VnmSpmmPlan::takes_skinny_kernel(11008, 4096, 8, 1, Layout::row_major));
   // An unaligned B (one element on): the skinny kernel reads elements, so the same plan runs it.
   const Problem p = plain(130, 256, 4, DType::f16, Layout::col_major);
   const DenseMatrix w = DenseMatrix::from_float(p.r, p.k, rounded_random(p.r * p.k, p.dtype, 8), p.dtype);

@@ -62,10 +62,10 @@ class VnmSpmmPlan {
   static VnmSpmmPlan create(const SpmmDesc& desc, int v, int m, const Nm24Options& options = {},
                             VnmForm form = VnmForm::automatic);
   VnmSpmmPlan for_tokens(int64_t n, int64_t ldb = 0) const;  // as Nm24SpmmPlan::for_tokens
-  // Whether an automatic plan on this device runs the condensed form of an R x K weight of M-groups for n tokens on
-  // the skinny kernel, which reads B in either layout and at any leading dimension in place (x as a layer holds it)
-  // where the row gather wants x^T with 16-byte rows.
-  static bool takes_skinny_kernel(int64_t rows, int64_t cols, int m, int64_t n);
+  // Whether an automatic plan on this device runs the condensed form of an R x K weight of M-groups for n tokens and
+  // B in b_layout on the skinny kernel, which reads B in either layout and at any leading dimension in place (x as a
+  // layer holds it). Where a plan for B row-major takes it, a plan for B col-major does too.
+  static bool takes_skinny_kernel(int64_t rows, int64_t cols, int m, int64_t n, Layout b_layout);
   // Same contract as Nm24SpmmPlan::run; `a` must match the plan's shape, dtype, V and M.
   void run(Stream stream, const DeviceVnm& a, const void* b, const void* c, void* d, const float* bias = nullptr) const;
   const SpmmDesc& desc() const noexcept { return desc_; }

@@ -108,8 +108,9 @@ bool skinny_takes(int64_t rows, int64_t cols, int64_t n) {
   return cols <= kSkinnySplitMaxK && rows * cols <= kSkinnySplitMaxWeights && rows * n <= kSkinnySplitMaxOutputs;
 }
 
-bool vnm_skinny_takes(int64_t rows, int64_t condensed_cols, int64_t n) {
+bool vnm_skinny_takes(int64_t rows, int64_t condensed_cols, int64_t n, bool b_col_major) {
   if (condensed_cols > kSkinnySplitMaxK) return false;  // a warp's k-blocks in one batch, over a cluster of 8
+  if (b_col_major) return n <= kVnmSkinnyMaxTokens;
   const int64_t weights = rows * condensed_cols;
   return n <= kVnmSkinnyNarrowTokens ? weights <= kVnmSkinnyMaxNarrowWeights
                                      : n <= kVnmSkinnyMaxTokens && weights <= kVnmSkinnyMaxWeights;

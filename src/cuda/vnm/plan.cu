@@ -66,7 +66,7 @@ namespace {
 // was pinned.
 bool takes_skinny(const SpmmDesc& desc, int m, const Nm24Options& options, bool sm90_device) {
   return options.kernel == Nm24Kernel::automatic && sm90_device && !nm24::sm90_choice_pinned(options) &&
-         nm24::vnm_skinny_takes(desc.rows, condensed_width(desc.cols, m), desc.n);
+         nm24::vnm_skinny_takes(desc.rows, condensed_width(desc.cols, m), desc.n, desc.b_layout == Layout::col_major);
 }
 
 // The condensed form's kernel: sm90 wgmma.sp gathering B while staging it, the skinny kernel gathering B's elements
@@ -160,9 +160,10 @@ VnmSpmmPlan VnmSpmmPlan::for_tokens(int64_t n, int64_t ldb) const {
   return plan;
 }
 
-bool VnmSpmmPlan::takes_skinny_kernel(int64_t rows, int64_t cols, int m, int64_t n) {
+bool VnmSpmmPlan::takes_skinny_kernel(int64_t rows, int64_t cols, int m, int64_t n, Layout b_layout) {
   // The shape first: a layer asks on every run, and past decode sizes without a device query.
-  return nm24::vnm_skinny_takes(rows, condensed_width(cols, m), n) && nm24::sm90_compiled() && nm24::device_is_sm90();
+  return nm24::vnm_skinny_takes(rows, condensed_width(cols, m), n, b_layout == Layout::col_major) &&
+         nm24::sm90_compiled() && nm24::device_is_sm90();
 }
 
 const KernelConfig& VnmSpmmPlan::config_for(const DeviceVnm& a) const {

@@ -106,17 +106,20 @@ inline constexpr int64_t kSkinnySplitMaxWeights = 4096 * 1024;
 inline constexpr int64_t kSkinnySplitMaxOutputs = 2048;
 bool skinny_takes(int64_t rows, int64_t cols, int64_t n);
 // Where an automatic V:N:M plan takes the skinny kernel, which gathers B's elements through the table while it stages
-// them (any B layout, x read in place), over the condensed R x K' weight (condensed_cols = K'). Its alternative is the
-// row gather on x^T, which needs x transposed first (a launch of its own). H100, f16, 128:2:8 unless said, skinny
-// against the row gather at C = 8 (ms): R x K' = 4096 x 2048 at C = 1 / 8 0.012 / 0.013 against 0.016, at C = 16
-// 0.023; 4096 x 1024 (2:16) at C = 1 / 16 0.009 / 0.012 against 0.014; 1024 x 2048 0.011-0.013 against 0.010;
-// 768 x 384 0.006-0.007 against 0.008; 11008 x 2048 and 4096 x 5504 0.027-0.039 against 0.021-0.028 (the row
-// gather's deeper pipeline keeps a large weight's HBM stream fuller, as the 2:4 rule finds).
+// them (any B layout, x read in place), over the condensed R x K' weight (condensed_cols = K'); H100, f16, 128:2:8
+// unless said, ms. B col-major: at C <= 16 always, the sm90 kernel's element gather being slower on every weight
+// (4096 x 2048 at C = 1 / 8 / 16 0.012 / 0.013 / 0.023 against 0.049-0.057; 11008 x 2048 0.027-0.060 against
+// 0.050-0.061; 4096 x 5504 0.036-0.086 against 0.125-0.146). B row-major: against the row gather at C = 8 (x^T's
+// rows are padded to 8 tokens, and a layer transposes x for it), only on small condensed weights: 4096 x 2048 at
+// C = 1 / 8 0.012 / 0.013 against 0.016, at C = 16 0.023; 4096 x 1024 (2:16) at C = 1 / 16 0.009 / 0.012 against
+// 0.014; 1024 x 2048 0.011-0.013 against 0.010; 768 x 384 0.006-0.007 against 0.008; but 11008 x 2048 and
+// 4096 x 5504 0.027-0.039 against 0.021-0.028 (the row gather's pipeline keeps a large weight's HBM stream
+// fuller, as the 2:4 rule finds).
 inline constexpr int64_t kVnmSkinnyMaxTokens = 16;
-inline constexpr int64_t kVnmSkinnyMaxWeights = 4096 * 1024;        // condensed R x K' up to kVnmSkinnyMaxTokens
+inline constexpr int64_t kVnmSkinnyMaxWeights = 4096 * 1024;        // B row-major: R x K' up to kVnmSkinnyMaxTokens
 inline constexpr int64_t kVnmSkinnyNarrowTokens = 8;                // one column tile: its staging holds fewer
-inline constexpr int64_t kVnmSkinnyMaxNarrowWeights = 4096 * 2048;  // condensed R x K' up to kVnmSkinnyNarrowTokens
+inline constexpr int64_t kVnmSkinnyMaxNarrowWeights = 4096 * 2048;  // B row-major: up to kVnmSkinnyNarrowTokens
 inline constexpr int kSkinnyMaxGatheredBlockN = 16;                 // the gathering staging's widest column tile
-bool vnm_skinny_takes(int64_t rows, int64_t condensed_cols, int64_t n);
+bool vnm_skinny_takes(int64_t rows, int64_t condensed_cols, int64_t n, bool b_col_major);
 
 }  // namespace nmkit::gpu::nm24
