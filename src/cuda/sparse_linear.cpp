@@ -221,9 +221,10 @@ struct SparseLinear::Impl {
     if (token_major) return XPath::transposed;
     return feature_ld(tokens, layout) % kRowCopyTokens == 0 ? XPath::as_given : XPath::repadded;
   }
-  // B's leading dimension for the row gather (its x^T rows), 0 where the product reads token-major x.
-  int64_t b_ld(int64_t tokens, const RunLayout& layout) const {
-    switch (x_path(tokens, layout)) {
+  // B's leading dimension for the row gather (its x^T rows), 0 where the product reads token-major x; path is
+  // x_path(tokens, layout), asked once per call (it may query the device).
+  static int64_t b_ld(int64_t tokens, const RunLayout& layout, XPath path) {
+    switch (path) {
       case XPath::transposed:
       case XPath::repadded:
         return round_up(tokens, kRowCopyTokens);
@@ -239,7 +240,7 @@ struct SparseLinear::Impl {
     if (quantized()) return static_cast<std::size_t>(tokens * cols()) + tokens * sizeof(float);
     const XPath path = x_path(tokens, layout);
     if (path == XPath::as_given) return 0;
-    const int64_t tokens_stored = path == XPath::untransposed ? tokens : b_ld(tokens, layout);
+    const int64_t tokens_stored = path == XPath::untransposed ? tokens : b_ld(tokens, layout, path);
     return static_cast<std::size_t>(tokens_stored * cols()) * dtype_size(dtype);
   }
 
@@ -255,8 +256,9 @@ struct SparseLinear::Impl {
       detail::quantize_tokens(stream, x, dtype, tokens, cols(), w->type(), codes, scales);
       return run_quantized(tokens, d_layout, stream, codes, scales, y, bias);
     }
-    const int64_t ldb = b_ld(tokens, layout);
-    switch (x_path(tokens, layout)) {
+    const XPath path = x_path(tokens, layout);
+    const int64_t ldb = b_ld(tokens, layout, path);
+    switch (path) {
       case XPath::as_given:
         return run(tokens, ldb > 0 ? Layout::row_major : Layout::col_major, d_layout, stream, x, y, bias, ldb);
       case XPath::transposed:
@@ -423,10 +425,11 @@ std::string SparseLinear::kernel(int64_t tokens, RunLayout layout) {
        << bucket.for_tokens(tokens).config();
     return os.str();
   }
-  const int64_t ldb = impl_->b_ld(tokens, layout);
+  const Impl::XPath path = impl_->x_path(tokens, layout);
+  const int64_t ldb = Impl::b_ld(tokens, layout, path);
   const Plan& plan = impl_->bucket_plan(tokens, ldb > 0 ? Layout::row_major : Layout::col_major, d_layout);
   const std::string padded = ldb > tokens ? " (rows padded to " + std::to_string(ldb) + " tokens)" : "";
-  switch (impl_->x_path(tokens, layout)) {
+  switch (path) {
     case Impl::XPath::as_given:
       if (layout.x == ActivationLayout::feature_major) os << "x feature-major, ";
       break;
