@@ -138,15 +138,20 @@ std::string sustained_text(const char* who, const SustainedRun& r, double flop) 
   return text;
 }
 
+// A kernel's short name on the command line (sm80, sm90, skinny; the caller checks it is one of them).
+gpu::Nm24Kernel kernel_of(const std::string& name) {
+  return name == "sm80"   ? gpu::Nm24Kernel::sm80_mma_sp
+         : name == "sm90" ? gpu::Nm24Kernel::sm90_wgmma_sp
+                          : gpu::Nm24Kernel::sm80_mma_sp_skinny;
+}
+
 // The 2:4 plan options of --variant: kernel (sm80|sm90|skinny), block_n, block_m (skinny), schedule
 // (staged|registers|persistent), raster_rows, split (split-K CTAs per tile) and overlap_launch (0|1).
 gpu::Nm24Options nm24_variant_options(const VariantSettings& settings) {
   gpu::Nm24Options options;
   for (const auto& [key, value] : settings) {
     if (key == "kernel" && (value == "sm80" || value == "sm90" || value == "skinny"))
-      options.kernel = value == "sm80"   ? gpu::Nm24Kernel::sm80_mma_sp
-                       : value == "sm90" ? gpu::Nm24Kernel::sm90_wgmma_sp
-                                         : gpu::Nm24Kernel::sm80_mma_sp_skinny;
+      options.kernel = kernel_of(value);
     else if (key == "block_n")
       options.block_n = variant_int(key, value, 8, 256);
     else if (key == "block_m")
@@ -312,10 +317,7 @@ int run(const Options& o) {
   }
   if (o.suite == "vnm") {
     VnmSuiteOptions v{shapes, dtypes, o.vnm_v, o.vnm_m, {}, o.warmup, o.iters, o.vnm_block_n, o.vnm_shared_columns};
-    if (!o.vnm_kernel.empty())
-      v.variant_kernel = o.vnm_kernel == "sm80"   ? gpu::Nm24Kernel::sm80_mma_sp
-                         : o.vnm_kernel == "sm90" ? gpu::Nm24Kernel::sm90_wgmma_sp
-                                                  : gpu::Nm24Kernel::sm80_mma_sp_skinny;
+    if (!o.vnm_kernel.empty()) v.variant_kernel = kernel_of(o.vnm_kernel);
     if (o.vnm_b_layout != "row") v.b_layouts.push_back(Layout::col_major);
     if (o.vnm_b_layout != "col") v.b_layouts.push_back(Layout::row_major);
     out["vnm_run_host_overhead_us"] =
