@@ -43,7 +43,9 @@ fi
 # (python/CMakeLists.txt). It imports on machines without a GPU only with its nvidia-* dependencies, so it is
 # installed with them (about 5.3 GB, some 2 minutes). Skipped where the machine's python3 has a PyTorch already (the
 # GPU machine's environment) and where this version is in place; installed into a side folder and moved, so that an
-# interrupted install is not taken for a finished one.
+# interrupted install is not taken for a finished one. pip's downloads and unpacked files go to a scratch folder beside
+# it, not to /tmp: /tmp may be a small separate file system, and on the same one pip's last move is a rename, which
+# keeps the peak near one copy of the install.
 if [ "${NMKIT_SETUP_TORCH:-0}" = "1" ]; then
   torch_version="2.15.0"
   torch_dir=".deps/torch"
@@ -51,8 +53,16 @@ if [ "${NMKIT_SETUP_TORCH:-0}" = "1" ]; then
     echo "setup: python3 has PyTorch $(python3 -c 'import torch; print(torch.__version__)'); not installing one"
   elif [ ! -d "$torch_dir/torch-$torch_version.dist-info" ]; then
     echo "setup: installing torch==$torch_version into $torch_dir (NMKIT_SETUP_TORCH=1)"
-    rm -rf "$torch_dir" "$torch_dir.partial"
-    python3 -m pip install -q --disable-pip-version-check --no-cache-dir --target "$torch_dir.partial" "torch==$torch_version"
+    rm -rf "$torch_dir" "$torch_dir.partial" "$torch_dir.scratch"
+    mkdir -p "$torch_dir.scratch"
+    if ! TMPDIR="$PWD/$torch_dir.scratch" python3 -m pip install -q --disable-pip-version-check --no-cache-dir \
+        --target "$torch_dir.partial" "torch==$torch_version"; then
+      echo "setup: installing torch==$torch_version failed; it needs about 9 GB free while installing:" >&2
+      df -h "$PWD" >&2
+      rm -rf "$torch_dir.partial" "$torch_dir.scratch"
+      exit 1
+    fi
+    rm -rf "$torch_dir.scratch"
     mv "$torch_dir.partial" "$torch_dir"
   fi
   if [ -d "$torch_dir" ]; then
