@@ -85,7 +85,7 @@ struct Nm24Options {
   bool overlap_launch = true;  // sm90: start as the kernel before ends (which must not write the weight)
 };
 
-// What a plan launches; printable (logged when NMKIT_LOG_CONFIG is set).
+// What a plan launches (each plan's `config()`); printable.
 struct KernelConfig {
   Nm24Kernel kernel = Nm24Kernel::automatic;
   int block_m = 0, block_n = 0, block_k = 0;

@@ -236,10 +236,6 @@ Params make_params(const SpmmDesc& desc, const DeviceNm24& a, const void* b, con
 // The sm90 kernel's epilogue, grid, raster and launch for a plan of `desc` (config.register_epilogue,
 // persistent_ctas, raster_rows, overlap_launch), and for one run: the plan's choice where this D and this stream
 // allow it (known only then). Throws Error(unsupported) for a pinned choice the description cannot take.
-// NMKIT_LOG_CONFIG, the library's one environment switch (read once): any value logs each plan's configuration to
-// stderr as "nmkit: <family> <what> RxKxC -> <config>".
-void log_plan(const char* family, const std::string& what, int64_t rows, int64_t cols, int64_t n,
-              const KernelConfig& config);
 // split_k_built: the kernel of this description has a split-K instantiation.
 void choose_sm90_schedule(const SpmmDesc& desc, const Nm24Options& options, int64_t k_tiles, bool split_k_built,
                           KernelConfig& config);

@@ -3,12 +3,10 @@
 
 #include <algorithm>
 #include <span>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
-#include <iostream>
 #include <ostream>
 
 #include "../common/check.cuh"
@@ -216,14 +214,6 @@ KernelConfig skinny_config(const SpmmDesc& desc, int64_t cols, const Nm24Options
   return config;
 }
 
-void log_plan(const char* family, const std::string& what, int64_t rows, int64_t cols, int64_t n,
-              const KernelConfig& config) {
-  static const bool enabled = std::getenv("NMKIT_LOG_CONFIG") != nullptr;
-  if (!enabled) return;
-  std::clog << "nmkit: " << family << " " << what << (what.empty() ? "" : " ") << rows << "x" << cols << "x" << n
-            << " -> " << config << "\n";
-}
-
 bool sm90_config_takes_tokens(const SpmmDesc& desc, KernelConfig& config, bool b_element_gather) {
   if (config.kernel != Nm24Kernel::sm90_wgmma_sp) return true;
   if (!b_element_gather && b_leading_dim(desc) % 8 != 0) return false;  // B by TMA or 16-byte copies
@@ -369,7 +359,6 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
                                                           : std::span<const nm24::BlockNChoice>(nm24::kRowMajorBlockN);
   if (kernel == Nm24Kernel::sm80_mma_sp_skinny) {
     plan.config_ = nm24::skinny_config(desc, desc.cols, options, sm90_device, "nm24 plan");
-    nm24::log_plan("nm24", "", desc.rows, desc.cols, desc.n, plan.config_);
     return plan;
   }
   nm24::TileShape t = nm24::sm80_tile_shape();
@@ -382,7 +371,6 @@ Nm24SpmmPlan Nm24SpmmPlan::create(const SpmmDesc& desc, const Nm24Options& optio
   const bool split_k_built = kernel == Nm24Kernel::sm90_wgmma_sp && b_col_major && t.block_n <= nm24::kMaxSplitBlockN;
   nm24::choose_sm90_schedule(desc, options, ceil_div(desc.cols, int64_t{kPackKAlign}), split_k_built, plan.config_);
   if (plan.config_.split > 1) nm24::take_tile_shape(nm24::sm90_tile_shape(t.block_n, /*split_k=*/true), plan.config_);
-  nm24::log_plan("nm24", "", desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }
 

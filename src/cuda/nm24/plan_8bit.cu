@@ -81,7 +81,6 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
                              /*split_k_built=*/t.block_n <= nm24::kMaxSplitBlockN, plan.config_);
   if (plan.config_.split > 1)
     nm24::take_tile_shape(nm24::sm90_8bit_tile_shape(block_n, /*split_k=*/true), plan.config_);
-  nm24::log_plan("8-bit", quant_type_name(desc.type), desc.rows, desc.cols, desc.n, plan.config_);
   return plan;
 }
 

@@ -137,8 +137,6 @@ VnmSpmmPlan VnmSpmmPlan::create(const SpmmDesc& desc, int v, int m, const Nm24Op
   if (full) plan.full_ = Nm24SpmmPlan::create(desc, options);  // a plain 2:4 product over all of K, any V
   if (condensed) plan.gather_ = gather_config(desc, v, m, options);
   plan.config_ = preferred == VnmForm::full_2_4 ? plan.full_->config() : *plan.gather_;
-  nm24::log_plan("vnm", std::to_string(v) + ":2:" + std::to_string(m) + " " + vnm_form_name(preferred), desc.rows,
-                 desc.cols, desc.n, plan.config_);
   return plan;
 }
 
