@@ -52,6 +52,7 @@ if [ "${NMKIT_SETUP_TORCH:-0}" = "1" ]; then
   torch_version="2.15.0"
   torch_dir=".deps/torch"
   torch_free_gib=10
+  rm -rf "$torch_dir.partial" "$torch_dir.scratch"  # an interrupted install's leftovers
   free_gib=$(( $(df -Pk "$PWD" | awk 'NR == 2 {print $4}') / 1024 / 1024 ))
   if python3 -c "import torch" 2>/dev/null; then
     echo "setup: python3 has PyTorch $(python3 -c 'import torch; print(torch.__version__)'); not installing one"
@@ -61,7 +62,7 @@ if [ "${NMKIT_SETUP_TORCH:-0}" = "1" ]; then
     rm -rf "$torch_dir"
   elif [ ! -d "$torch_dir/torch-$torch_version.dist-info" ]; then
     echo "setup: installing torch==$torch_version into $torch_dir (NMKIT_SETUP_TORCH=1)"
-    rm -rf "$torch_dir" "$torch_dir.partial" "$torch_dir.scratch"
+    rm -rf "$torch_dir"
     mkdir -p "$torch_dir.scratch"
     if ! TMPDIR="$PWD/$torch_dir.scratch" python3 -m pip install -q --disable-pip-version-check --no-cache-dir \
         --target "$torch_dir.partial" "torch==$torch_version"; then
