@@ -44,6 +44,18 @@ double run_case(const Case& t, uint32_t seed, Nm24Options options = {}) {
   });
 }
 
+// The plan on `da` with B one element off alignment: a copy of B one half further on (the oracle reads the
+// original values), against the CPU oracle.
+double error_with_unaligned_b(const VnmMatrix& a, const DeviceVnm& da, const VnmSpmmPlan& plan, const Problem& p,
+                              uint32_t seed) {
+  return error_against_oracle(SparseMatrix{a}, p, seed, [&](const void* b, const void* c, void* d, const float* bias) {
+    DeviceBytes shifted(p.k * p.c * 2 + 2);
+    check(cudaMemcpy(static_cast<char*>(shifted.ptr) + 2, b, p.k * p.c * 2, cudaMemcpyDeviceToDevice), "shift B");
+    plan.run(nullptr, da, static_cast<char*>(shifted.ptr) + 2, c, d, bias);
+    check(cudaDeviceSynchronize(), "kernel");
+  });
+}
+
 bool sm90_here() {
   try {
     VnmSpmmPlan::create({128, 64, 128}, 128, 16, {.kernel = Nm24Kernel::sm90_wgmma_sp});  // the gathering kernel
@@ -254,14 +266,7 @@ TEST(VnmGpu, SkinnyGatherAgreesWithTheOracle) {
   const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, VnmForm::condensed, p.b_layout));
   const VnmSpmmPlan plan = VnmSpmmPlan::create(p.desc(), 128, 8);
   EXPECT_EQ(plan.config_for(da).kernel, Nm24Kernel::sm80_mma_sp_skinny);
-  const double error =
-      error_against_oracle(SparseMatrix{a}, p, 9, [&](const void* b, const void* c, void* d, const float* bias) {
-        DeviceBytes shifted(p.k * p.c * 2 + 2);
-        check(cudaMemcpy(static_cast<char*>(shifted.ptr) + 2, b, p.k * p.c * 2, cudaMemcpyDeviceToDevice), "shift B");
-        plan.run(nullptr, da, static_cast<char*>(shifted.ptr) + 2, c, d, bias);
-        check(cudaDeviceSynchronize(), "kernel");
-      });
-  EXPECT_LE(error, tolerance(p.dtype)) << "unaligned B";
+  EXPECT_LE(error_with_unaligned_b(a, da, plan, p, 9), tolerance(p.dtype)) << "unaligned B";
 }
 
 TEST(VnmGpu, BothFormsAgreeWithTheOracle) {
@@ -310,15 +315,7 @@ TEST(VnmGpu, FallbacksArePickedAndCorrect) {
   const DeviceVnm da = DeviceVnm::upload(pack_vnm(a, VnmForm::automatic, p.b_layout));  // condensed at 128:2:16
   ASSERT_EQ(da.form(), VnmForm::condensed);
   const VnmSpmmPlan plan = VnmSpmmPlan::create(p.desc(), 128, 16);
-  const double error =
-      error_against_oracle(SparseMatrix{a}, p, 6, [&](const void* b, const void* c, void* d, const float* bias) {
-        // Shift B by one element: a copy of B one half further on (the oracle reads the original values).
-        DeviceBytes shifted(p.k * p.c * 2 + 2);
-        check(cudaMemcpy(static_cast<char*>(shifted.ptr) + 2, b, p.k * p.c * 2, cudaMemcpyDeviceToDevice), "shift B");
-        plan.run(nullptr, da, static_cast<char*>(shifted.ptr) + 2, c, d, bias);
-        check(cudaDeviceSynchronize(), "kernel");
-      });
-  EXPECT_LE(error, tolerance(p.dtype));
+  EXPECT_LE(error_with_unaligned_b(a, da, plan, p, 6), tolerance(p.dtype));
 }
 
 TEST(VnmGpu, OverlappedLaunchesWaitForTheKernelBeforeThem) {
