@@ -1,27 +1,51 @@
 #!/usr/bin/env python3
 """The `models` suite of nmkit_bench (`--suite models`) in brief: per dtype, the rows at or above cuBLAS, the rows
-at or above cuSPARSELt (where it ran), and the geometric mean speed-up over cuBLAS at T <= 64 (decode and small
-batches) and over all rows; with a second argument, also a plot of nmkit's speed-up over cuBLAS against T, one line
-per weight shape (cuSPARSELt dashed).
+at or above cuSPARSELt (where it ran), the geometric mean speed-up over cuBLAS at T <= 64 (decode and small batches)
+and over all rows, and the rows under each baseline by name; with --png, also a plot of nmkit's speed-up over cuBLAS
+against T, one line per weight shape (cuSPARSELt dashed).
 
-Usage: plot_models.py bench.json [models.png]
+Several files are one suite measured in parts (`nmkit_bench --resume`, or --models / --tokens subsets) and in
+repeated runs: a row that several files hold takes the median of its runs' ratios (each ratio measured inside one
+run). Files from different GPUs are refused.
+
+Usage: plot_models.py RUN.json [RUN.json ...] [--png models.png]
 """
+import argparse
 import json
 import math
+import statistics
 import sys
 from collections import defaultdict
 
 SMALL_BATCH = 64
 
 
+def load_rows(paths):
+    """The models rows of every file, refusing a mix of GPUs."""
+    rows, gpus = [], {}
+    for path in paths:
+        with open(path) as f:
+            run = json.load(f)
+        if "gpu" in run:
+            gpus[path] = run["gpu"]
+        rows += [r for r in run.get("rows", []) if r.get("suite") == "models"]
+    if len(set(gpus.values())) > 1:
+        sys.exit("runs from different GPUs: " + ", ".join(f"{p} ({g})" for p, g in gpus.items()))
+    return rows
+
+
 def series(rows):
-    """{(dtype, R, K): [(T, nmkit x cuBLAS, cuSPARSELt x cuBLAS or None), ...]}, sorted by T."""
-    by_shape = defaultdict(list)
+    """{(dtype, R, K): [(T, nmkit x cuBLAS, cuSPARSELt x cuBLAS or None, runs), ...]}, sorted by T; a row held by
+    several runs takes the median of each ratio over them (cuSPARSELt's over the runs where it ran)."""
+    runs = defaultdict(list)
     for r in rows:
-        if r.get("suite") != "models":
-            continue
         lt = r["cublas_ms"] / r["cusparselt_ms"] if r.get("cusparselt_ms") else None
-        by_shape[(r["dtype"], r["r"], r["k"])].append((r["c"], r["speedup_vs_cublas"], lt))
+        runs[(r["dtype"], r["r"], r["k"], r["c"])].append((r["speedup_vs_cublas"], lt))
+    by_shape = defaultdict(list)
+    for (dtype, rows_, k, t), measured in runs.items():
+        lts = [lt for _, lt in measured if lt is not None]
+        by_shape[(dtype, rows_, k)].append(
+            (t, statistics.median(m for m, _ in measured), statistics.median(lts) if lts else None, len(measured)))
     return {key: sorted(points) for key, points in by_shape.items()}
 
 
@@ -32,13 +56,21 @@ def geometric_mean(values):
 def summary(lines):
     out = []
     for dtype in sorted({key[0] for key in lines}):
-        points = [p for key, ps in lines.items() if key[0] == dtype for p in ps]
-        with_lt = [p for p in points if p[2] is not None]
+        points = [(r, k) + p for (d, r, k), ps in sorted(lines.items()) if d == dtype for p in ps]
+        with_lt = [p for p in points if p[4] is not None]
+        counts = sorted({p[5] for p in points})
+        runs = "" if counts == [1] else f" (medians of {counts[0]}-{counts[-1]} runs a row)"
         out.append(
-            f"{dtype}: {len(points)} rows, {sum(p[1] >= 1.0 for p in points)} at or above cuBLAS, "
-            f"{sum(p[1] >= p[2] for p in with_lt)} of {len(with_lt)} at or above cuSPARSELt; geometric mean over "
-            f"cuBLAS {geometric_mean([p[1] for p in points if p[0] <= SMALL_BATCH]):.3f}x at T <= {SMALL_BATCH}, "
-            f"{geometric_mean([p[1] for p in points]):.3f}x over all")
+            f"{dtype}: {len(points)} rows{runs}, {sum(p[3] >= 1.0 for p in points)} at or above cuBLAS, "
+            f"{sum(p[3] >= p[4] for p in with_lt)} of {len(with_lt)} at or above cuSPARSELt; geometric mean over "
+            f"cuBLAS {geometric_mean([p[3] for p in points if p[2] <= SMALL_BATCH]):.3f}x at T <= {SMALL_BATCH}, "
+            f"{geometric_mean([p[3] for p in points]):.3f}x over all")
+        under = [f"{r}x{k}x{t} {m:.2f}x" for r, k, t, m, _, _ in points if m < 1.0]
+        if under:
+            out.append(f"  under cuBLAS ({len(under)}): " + ", ".join(under))
+        under_lt = [f"{r}x{k}x{t} {m:.2f}x against {lt:.2f}x" for r, k, t, m, lt, _ in with_lt if m < lt]
+        if under_lt:
+            out.append(f"  under cuSPARSELt ({len(under_lt)}): " + ", ".join(under_lt))
     return out
 
 
@@ -69,16 +101,18 @@ def plot(lines, png_path):
     fig.savefig(png_path, dpi=130)
 
 
-def main(json_path, png_path=None):
-    lines = series(json.load(open(json_path))["rows"])
+def main():
+    parser = argparse.ArgumentParser(description="Summarise (and plot) nmkit_bench --suite models runs.")
+    parser.add_argument("runs", nargs="+", help="nmkit_bench JSON files: parts and repeated runs of the suite")
+    parser.add_argument("--png", help="also plot the speed-ups against T here")
+    args = parser.parse_args()
+    lines = series(load_rows(args.runs))
     if not lines:
-        sys.exit(f"{json_path}: no rows of the models suite")
+        sys.exit(f"{', '.join(args.runs)}: no rows of the models suite")
     print("\n".join(summary(lines)))
-    if png_path:
-        plot(lines, png_path)
+    if args.png:
+        plot(lines, args.png)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
-        sys.exit(__doc__)
-    main(*sys.argv[1:])
+    main()

@@ -5,6 +5,7 @@
 // poisoned output.
 //
 //   nmkit_bench --suite llm|bert|decode|all [--shape R,K,C]... [--dtype f16|bf16|both] [--json FILE]
+//   nmkit_bench --suite models [--models ...] [--tokens ...] --resume FILE   # over several calls, see --resume
 //   nmkit_bench --suite vnm [--v 64,128] [--m 8,16,32] [--b-layout col|row|both] [--shape R,K,C]...
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -14,12 +15,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -30,12 +31,14 @@
 #include "model_shapes.hpp"
 #include "power_probe.hpp"
 #include "quantized_suite.hpp"
+#include "resumable_run.hpp"
 #include "sparse_lt.hpp"
 #include "tile_suite.hpp"
 #include "vnm_suite.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
 #include "nmkit/gpu/sparse_linear.hpp"
+#include "nmkit/io/output_file.hpp"
 #include "nmkit/prune/magnitude.hpp"
 
 namespace {
@@ -75,7 +78,12 @@ std::vector<Shape> suite_shapes(const std::string& suite, const ModelsFilter& fi
     for (const ModelLinear& layer : kModelLinears)
       if (filter.models.empty() ||
           std::find(filter.models.begin(), filter.models.end(), layer.model) != filter.models.end())
-        for (int64_t c : tokens) out.push_back({layer.r, layer.k, c, "models"});
+        for (int64_t c : tokens) {
+          // A shape two models share (Llama-3-70B's k and v, its tp8 shard's q) is one row.
+          const bool listed = std::any_of(out.begin(), out.end(),
+                                          [&](const Shape& s) { return s.r == layer.r && s.k == layer.k && s.c == c; });
+          if (!listed) out.push_back({layer.r, layer.k, c, "models"});
+        }
   }
   if (suite == "tile")  // seed 003: a 4096 x 4096 weight, a small batch and a large one
     for (int64_t c : {32, 4096}) out.push_back({4096, 4096, c, "tile"});
@@ -112,6 +120,7 @@ struct Options {
   std::string dtype = "both";
   std::vector<std::string> quant_types{"e4m3", "int8"};  // 8bit suite
   std::string json_path;
+  std::string resume_path;  // 2:4 suites: the run to continue, rewritten after every row
   bool hold_queue = true;
   int warmup = 5, iters = 30;
   bool cusparselt = true;
@@ -223,6 +232,15 @@ int run(const Options& o) {
       o.suite == "tile" || variant_settings.empty() ? gpu::Nm24Options{} : nm24_variant_options(variant_settings);
   if (o.suite != "models" && (!o.models.models.empty() || !o.models.tokens.empty()))
     throw Error(ErrorCode::invalid_argument, "--models and --tokens apply to --suite models, not --suite " + o.suite);
+  const bool two_four_suite =
+      o.suite == "bert" || o.suite == "llm" || o.suite == "decode" || o.suite == "all" || o.suite == "models";
+  if (!o.resume_path.empty()) {
+    require(two_four_suite, ErrorCode::invalid_argument,
+            "--resume applies to the 2:4 suites (bert, llm, decode, all, models), not --suite " + o.suite);
+    require(o.json_path.empty(), ErrorCode::invalid_argument, "--resume writes its own file: leave out --json");
+  }
+  const std::string json_path = o.resume_path.empty() ? o.json_path : o.resume_path;
+  if (!json_path.empty()) resolve_output_path(json_path);  // a bad path fails now, not after the first row
   for (int64_t t : o.models.tokens)
     require(t >= 1, ErrorCode::invalid_argument, "--tokens: token counts must be >= 1, got " + std::to_string(t));
   std::vector<Shape> shapes = suite_shapes(
@@ -272,11 +290,34 @@ int run(const Options& o) {
                   std::to_string(kLaunchesPerRound) + " launches" +
                   (o.hold_queue ? ", each round queued behind a held stream" : "");
   out["hold_queue"] = o.hold_queue;
+  // What a row's times depend on besides its shape: a resumed run continues only under the same settings.
+  out["settings"] = {{"iters", o.iters},
+                     {"warmup", o.warmup},
+                     {"steady_warmup_ms", steady_warmup_ms()},
+                     {"hold_queue", o.hold_queue},
+                     {"cusparselt", o.cusparselt},
+                     {"autotune", o.autotune},
+                     {"variant", o.variant},
+                     {"chain", o.chain},
+                     {"power_ms", o.power_ms},
+                     {"launch_times", o.launch_times}};
+  json resumed = o.resume_path.empty() ? json(nullptr) : load_run_to_resume(o.resume_path, prop.name, out["settings"]);
+  if (resumed.is_object()) {
+    if (resumed.value("complete", false)) {
+      std::printf("--resume %s: the run is complete (%zu rows); nothing to time\n", o.resume_path.c_str(),
+                  resumed["rows"].size());
+      return 0;
+    }
+    out["rows"] = resumed["rows"];
+    std::printf("--resume %s: %zu rows kept from earlier calls\n", o.resume_path.c_str(), out["rows"].size());
+  }
   // The JSON is rewritten after every row ("complete": false until the end), so that a run cut by a time limit
   // still leaves the rows it measured.
   out["complete"] = false;
   const auto save = [&] {
-    if (!o.json_path.empty()) std::ofstream(o.json_path) << out.dump(2) << "\n";
+    if (json_path.empty()) return;
+    const std::string text = out.dump(2) + "\n";
+    write_file_atomically(json_path, std::as_bytes(std::span(text)));
   };
   // The run fails if any nmkit (or --variant) output failed its check (rows JSON: nmkit_rel_error, null where
   // NaN).
@@ -350,6 +391,7 @@ int run(const Options& o) {
               "vs cuBL", "nmkit", "vs cuBL", "vs cuSPLt", "rel.err", "nmkit kernel");
   for (DType dtype : dtypes)
     for (const Shape& s : shapes) {
+      if (resumed.is_object() && holds_row(out["rows"], {s.suite, s.r, s.k, s.c, dtype_name(dtype)})) continue;
       const std::size_t elem = 2;
       const std::size_t b_bytes = s.k * s.c * elem, d_bytes = s.r * s.c * elem, w_bytes = s.r * s.k * elem;
       // Enough operand sets that their bytes exceed 3x L2 (at most 8).
@@ -627,6 +669,10 @@ int main(int argc, char** argv) {
   app.add_option("--shape", o.shapes, "Extra shape R,K,C (repeatable)");
   app.add_option("--dtype", o.dtype, "f16 | bf16 | both")->capture_default_str();
   app.add_option("--json", o.json_path, "Write the results as JSON");
+  app.add_option("--resume", o.resume_path,
+                 "2:4 suites: continue the run in this JSON file (made by an earlier --resume on this GPU with the "
+                 "same timing settings and build), timing only the rows it lacks and rewriting it after every row; "
+                 "a missing file starts the run. A call cut by a time limit loses at most the row it was timing");
   app.add_option("--warmup", o.warmup, "Warm-up launches")->capture_default_str();
   app.add_option("--steady-warmup-ms", steady_warmup_ms(),
                  "Before each row's timing, run its libraries in rotating rounds for this many ms, so that every "
