@@ -40,9 +40,9 @@ TEST(ResumableRunRows, ARowIsItsSuiteShapeAndDtype) {
   EXPECT_TRUE(holds_row(rows, {"models", 4096, 4096, 16, "f16"}));
   EXPECT_TRUE(holds_row(rows, {"models", 1024, 8192, 1, "bf16"}));
   EXPECT_FALSE(holds_row(rows, {"models", 4096, 4096, 16, "bf16"}));  // another dtype
-  EXPECT_FALSE(holds_row(rows, {"models", 4096, 4096, 8, "f16"}));     // another token count
-  EXPECT_FALSE(holds_row(rows, {"llm", 4096, 4096, 16, "f16"}));       // another suite
-  EXPECT_FALSE(holds_row(rows, {"models", 4096, 1024, 16, "f16"}));    // R and K swapped
+  EXPECT_FALSE(holds_row(rows, {"models", 4096, 4096, 8, "f16"}));    // another token count
+  EXPECT_FALSE(holds_row(rows, {"llm", 4096, 4096, 16, "f16"}));      // another suite
+  EXPECT_FALSE(holds_row(rows, {"models", 4096, 1024, 16, "f16"}));   // R and K swapped
   EXPECT_FALSE(holds_row(json::array({"not a row", 3}), {"models", 4096, 4096, 16, "f16"}));
 }
 
@@ -74,8 +74,7 @@ TEST_F(ResumableRun, RefusesWhatItCannotContinue) {
                      "made on \"NVIDIA H200\"");
   json other = kSettings;
   other["iters"] = 20;
-  EXPECT_NMKIT_ERROR(load_run_to_resume(path_, "NVIDIA H200", other), ErrorCode::invalid_argument,
-                     "other settings");
+  EXPECT_NMKIT_ERROR(load_run_to_resume(path_, "NVIDIA H200", other), ErrorCode::invalid_argument, "other settings");
   json unset = run_with_rows(json::array());
   unset.erase("settings");
   write(unset.dump());
