@@ -3,6 +3,7 @@
 // (r * groups + g) * N + s, each mapping to a dense column through the format's column_of().
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "nmkit/error.hpp"
@@ -22,12 +23,23 @@ void for_each_stored_value(const RowGroupFormat& a, Fn&& fn) {
       }
 }
 
-// The dense matrix of a row-group format, after validating it.
+// The dense matrix of a row-group format, after validating it. Values and output share the dtype, so each stored
+// value's bytes are copied as they are: no rounding, and no conversion per element.
 template <class RowGroupFormat>
 DenseMatrix decompress_row_groups(const RowGroupFormat& a) {
   validate(a);
   DenseMatrix out = DenseMatrix::zeros(a.rows, a.cols, a.dtype());
-  for_each_stored_value(a, [&](int64_t r, int64_t c, std::size_t vi) { out.set(r, c, a.values.get(vi)); });
+  const auto copy = [&]<std::size_t kBytes>() {
+    const std::byte* from = a.values.data();
+    std::byte* to = out.values.data();
+    for_each_stored_value(a, [&](int64_t r, int64_t c, std::size_t vi) {
+      std::memcpy(to + static_cast<std::size_t>(r * a.cols + c) * kBytes, from + vi * kBytes, kBytes);
+    });
+  };
+  if (dtype_size(a.dtype()) == 4)
+    copy.template operator()<4>();
+  else
+    copy.template operator()<2>();
   return out;
 }
 
