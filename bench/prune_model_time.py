@@ -39,7 +39,9 @@ nmkit/prune_model.py calls by a proxy that clocks each prune_with_statistics cal
     prune_magnitude on the CPU, OpenMP + BLAS/LAPACK in double;
     for OBS the model's GFLOP/s: 2/3 K^3 for the damped inverse Hessian's factor (potrf and trtri of the reversed
     Hessian) plus R K^2 for the lazy-block sweep);
-  * write-back: from the solver's return to the next stage: to_dense, the copy into the Linear on the device;
+  * write-back: from the solver's return to the next stage: to_dense, the copy into the Linear on the device
+    (after prune_model, its parts are timed again for one Linear of each shape: to_dense, torch.from_numpy,
+    .to(device, dtype), copy_);
   * re-run: the pruned block's forward over the batches, whose outputs are the next block's inputs (none after the
     last block);
   * the capture of the first block's inputs (once), the time before prune_model's first stage (argument checks,
@@ -302,11 +304,37 @@ def run_method(method: str, args, cfg: Config, dtype, device, batches: list) -> 
         for b in result["blocks"]:
             b["xtx_hooks"] = b["fwd_xtx"] - result["plain_forward"]
     result["extrapolation"] = extrapolate(result)
+    result["write_back_parts"] = write_back_parts(model, weights, clock)
     log(f"{method}: done in {result['wall']:.1f} s")
     del model, weights
     if cuda:
         torch.cuda.empty_cache()
     return result
+
+
+def write_back_parts(model: torch.nn.Module, weights: dict, clock: "Clock") -> list:
+    """Write-back's parts, timed again after prune_model (its solver threads idle) for one Linear of each shape of
+    the last block: the compressed weight to a dense fp32 array, torch.from_numpy, .to(device, dtype), copy_."""
+    last = {}
+    for name, weight in weights.items():
+        if hasattr(weight, "to_dense"):
+            last[tuple(weight.shape)] = (name, weight)
+    rows = []
+    for shape, (name, weight) in sorted(last.items()):
+        linear = model.get_submodule(name)
+        t0 = clock.now()
+        dense = weight.to_dense()
+        t1 = clock.now()
+        host = torch.from_numpy(dense)
+        t2 = clock.now()
+        on_device = host.to(device=linear.weight.device, dtype=linear.weight.dtype)
+        t3 = clock.now()
+        with torch.no_grad():
+            linear.weight.copy_(on_device)
+        t4 = clock.now()
+        rows.append({"name": name, "shape": list(shape), "to_dense": t1 - t0, "from_numpy": t2 - t1,
+                     "to_device": t3 - t2, "copy": t4 - t3})
+    return rows
 
 
 def parts_sum(result: dict) -> float:
@@ -353,6 +381,13 @@ def print_report(result: dict, where: str) -> None:
           f"{fmt_s(e['seconds'])} s = {e['minutes']:.2f} min (per block {fmt_s(e['per_block_total'])}: fwd + X^T X "
           f"{fmt_s(per['fwd_xtx'])}, to host {fmt_s(per['to_host'])}, solve {fmt_s(per['solve'])}, write-back "
           f"{fmt_s(per['write_back'])}, re-run {fmt_s(per['rerun'])}); issue 40's target: <= 15 min")
+    if result["write_back_parts"]:
+        print(f"\n{method}: write-back's parts, again after prune_model (seconds)\n")
+        print("| linear | shape | to_dense | from_numpy | .to(device, dtype) | copy_ |")
+        print("|---|---|---|---|---|---|")
+        for p in result["write_back_parts"]:
+            print(f"| {p['name'].rpartition('.')[2]} | {p['shape'][0]}x{p['shape'][1]} | {fmt_s(p['to_dense'])} | "
+                  f"{fmt_s(p['from_numpy'])} | {fmt_s(p['to_device'])} | {fmt_s(p['copy'])} |")
     if result["peak_device_bytes"] is not None:
         print(f"{method}: torch.cuda.max_memory_allocated {result['peak_device_bytes'] / 2**30:.1f} GiB")
     print(f"{method}: pattern {result['pattern']}; solver calls timed: {result['solver_calls']} for "
