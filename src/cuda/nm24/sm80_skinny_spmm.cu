@@ -101,21 +101,38 @@ __device__ __forceinline__ void stage_b_chunks(const Params& p, uint32_t staging
   }
 }
 
-// Stages k-block kb of the CTA's columns into slot i of the warp's staging, as stage_b_chunks lays it out, from the
-// rows of B that the CTA's row block of the gather table names (kNoBRow and columns past C: zeros).
+// Stages the warp's batch (k-blocks kb0, kb0 + workers, ...; slot i for the i-th) of the CTA's columns, as
+// stage_b_chunks lays it out, from the rows of B that the CTA's row block of the gather table names (kNoBRow, k-blocks
+// past K and columns past C: zeros). A store waits for its value, so every load of the batch is issued before the
+// first store: the table's rows, then B's elements, one round trip each for the whole batch.
 template <class Shape>
-__device__ __forceinline__ void stage_b_gathered(const Params& p, const int32_t* table, uint32_t staging, int i,
-                                                 int64_t kb, int64_t col0, int lane) {
+__device__ __forceinline__ void stage_b_gathered(const Params& p, const int32_t* table, uint32_t staging, int64_t kb0,
+                                                 int64_t workers, int64_t col0, int lane) {
+  int32_t rows[Shape::kBatch];
+#pragma unroll
+  for (int i = 0; i < Shape::kBatch; ++i) {
+    const int64_t kb = kb0 + i * workers;  // the same for the whole warp
+    rows[i] = kb < p.kblocks ? __ldg(table + kb * kFragmentK + lane) : kNoBRow;
+  }
+  // B(row, col0 + n) is at line + n * step: one address a k-block, walked along the CTA's columns.
   const auto* b = static_cast<const uint16_t*>(p.b);
-  const int32_t row = __ldg(table + kb * kFragmentK + lane);
+  const int64_t step = p.b_col_major ? p.ldb : 1;
+  const int64_t columns = p.n - col0;  // the CTA's columns inside C
+  uint16_t values[Shape::kBatch][Shape::kCols];
+#pragma unroll
+  for (int i = 0; i < Shape::kBatch; ++i) {
+    const int64_t row = rows[i] == kNoBRow ? 0 : rows[i];
+    const uint16_t* line = b + (p.b_col_major ? col0 * p.ldb + row : row * p.ldb + col0);
+#pragma unroll
+    for (int n = 0; n < Shape::kCols; ++n)
+      values[i][n] = rows[i] != kNoBRow && n < columns ? __ldg(line + n * step) : uint16_t{0};
+  }
   const uint32_t half = (lane % 8) * 2;  // the condensed column's place in its 16-byte chunk
 #pragma unroll
-  for (int n = 0; n < Shape::kCols; ++n) {
-    const int64_t col = col0 + n;
-    const bool inside = row != kNoBRow && col < p.n;
-    const uint16_t v = inside ? __ldg(b + (p.b_col_major ? col * p.ldb + row : row * p.ldb + col)) : uint16_t{0};
-    ptx::st_shared_b16(staging + Shape::chunk_offset(i, n, lane / 8) + half, v);
-  }
+  for (int i = 0; i < Shape::kBatch; ++i)
+#pragma unroll
+    for (int n = 0; n < Shape::kCols; ++n)
+      ptx::st_shared_b16(staging + Shape::chunk_offset(i, n, lane / 8) + half, values[i][n]);
 }
 
 // The cluster's CTAs (split-K) or the CTA alone: its rank and size.
@@ -172,11 +189,9 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
       if (kb >= kblocks) break;
 #pragma unroll
       for (int s = 0; s < kSlabs; ++s) a[i][s] = load_a_fragment(p, slab0 + s, kb, lane);
-      if constexpr (kB == SkinnyB::gathered) {
-        stage_b_gathered<Shape>(p, table, staging, i, kb, col0, lane);
-      } else if constexpr (kB == SkinnyB::chunks) {
+      if constexpr (kB == SkinnyB::chunks) {
         stage_b_chunks<Shape>(p, staging, i, kb, col0, lane);
-      } else {
+      } else if constexpr (!kStagedB) {
 #pragma unroll
         for (int j = 0; j < kTilesN; ++j)
 #pragma unroll
@@ -184,6 +199,7 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
             b[i][j][r] = b_pair(p, pair_loads, kb * kFragmentK + 8 * r + 2 * t, col0 + kTileN * j + g);
       }
     }
+    if constexpr (kB == SkinnyB::gathered) stage_b_gathered<Shape>(p, table, staging, kb0, workers, col0, lane);
     if constexpr (kB == SkinnyB::chunks) {
       ptx::cp_async_commit();
       ptx::cp_async_wait<0>();
