@@ -171,7 +171,21 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
   const int64_t kblocks = p.kblocks;
   const int64_t workers = int64_t{kWarps} * split;  // warps sharing the tile's K
 
-  // B (and C, D) may be the kernel before's outputs (an overlapping launch); A is not.
+  // A warp's batch of A fragments: k-blocks kb0, kb0 + workers, ... (those inside K).
+  const int64_t first_kb0 = rank * kWarps + warp;
+  AFragment a[Shape::kBatch][kSlabs];
+  const auto load_a = [&](int64_t kb0) {
+#pragma unroll
+    for (int i = 0; i < Shape::kBatch; ++i) {
+      const int64_t kb = kb0 + i * workers;  // the same for the whole warp
+      if (kb >= kblocks) break;
+#pragma unroll
+      for (int s = 0; s < kSlabs; ++s) a[i][s] = load_a_fragment(p, slab0 + s, kb, lane);
+    }
+  };
+  // B (and C, D) may be the kernel before's outputs (an overlapping launch); the weight is not (overlap_launch's
+  // contract), so the first batch of A goes out before the wait and its round trip overlaps that kernel's end.
+  load_a(first_kb0);
   ptx::grid_dependency_wait();
 
   const uint32_t staging = ptx::smem_address(smem + warp * Shape::kWarpStagingBytes);
@@ -180,15 +194,12 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
       kB == SkinnyB::gathered ? p.b_gather + slab0 * kSlabRows / p.gather_block_rows * p.gather_stride : nullptr;
   float acc[kSlabs][kTilesN][4] = {};
   const int64_t round = workers * Shape::kBatch;
-  for (int64_t kb0 = rank * kWarps + warp; kb0 < kblocks; kb0 += round) {
-    AFragment a[Shape::kBatch][kSlabs];
+  for (int64_t kb0 = first_kb0; kb0 < kblocks; kb0 += round) {
     uint32_t b[kStagedB ? 1 : Shape::kBatch][kTilesN][4];  // the register path's B
 #pragma unroll
     for (int i = 0; i < Shape::kBatch; ++i) {
-      const int64_t kb = kb0 + i * workers;  // the same for the whole warp
+      const int64_t kb = kb0 + i * workers;
       if (kb >= kblocks) break;
-#pragma unroll
-      for (int s = 0; s < kSlabs; ++s) a[i][s] = load_a_fragment(p, slab0 + s, kb, lane);
       if constexpr (kB == SkinnyB::chunks) {
         stage_b_chunks<Shape>(p, staging, i, kb, col0, lane);
       } else if constexpr (!kStagedB) {
@@ -222,7 +233,8 @@ __global__ void __launch_bounds__(kThreads) sm80_skinny_kernel(const Params p, i
         for (int s = 0; s < kSlabs; ++s) ptx::mma_sp_m16n8k32<Mma>(acc[s][j], a[i][s].values, fragment, a[i][s].meta);
       }
     }
-    if constexpr (kStagedB) __syncwarp();  // the batch is read before the next one is copied over it
+    if constexpr (kStagedB) __syncwarp();            // the batch is read before the next one is copied over it
+    if (kb0 + round < kblocks) load_a(kb0 + round);  // the next batch's A, its registers now free
   }
   ptx::launch_dependents();
   if constexpr (kStagedB) __syncthreads();  // the partial tiles overwrite the other warps' staging
