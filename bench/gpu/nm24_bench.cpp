@@ -34,6 +34,7 @@
 #include "resumable_run.hpp"
 #include "sparse_lt.hpp"
 #include "tile_suite.hpp"
+#include "transpose_suite.hpp"
 #include "vnm_suite.hpp"
 #include "nmkit/error.hpp"
 #include "nmkit/gpu/nm24_spmm.hpp"
@@ -89,6 +90,8 @@ std::vector<Shape> suite_shapes(const std::string& suite, const ModelsFilter& fi
     for (int64_t c : {32, 4096}) out.push_back({4096, 4096, c, "tile"});
   if (suite == "8bit")  // fp8 / int8 2:4 against cuBLASLt and cuSPARSELt at 8 bits
     out = quantized_suite_shapes();
+  if (suite == "transpose")  // the transpose before a V:N:M product of token-major x (K = k, T = c)
+    out = transpose_suite_shapes();
   if (suite == "vnm")  // the acceptance shapes of the V:N:M issue: llm, BERT-large (--vnm-shapes for the suites)
     for (auto [r, k, c] :
          {std::tuple<int64_t, int64_t, int64_t>{11008, 4096, 4096}, {8192, 8192, 8192}, {1024, 4096, 4096}})
@@ -246,7 +249,9 @@ int run(const Options& o) {
   std::vector<Shape> shapes = suite_shapes(
       o.shapes.empty()
           ? o.suite
-          : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" || o.suite == "8bit" ? "none" : o.suite),
+          : (o.suite == "all" || o.suite == "vnm" || o.suite == "tile" || o.suite == "8bit" || o.suite == "transpose"
+                 ? "none"
+                 : o.suite),
       o.models);
   if (o.suite == "vnm" && o.shapes.empty() && o.vnm_shapes == "ksweep") {  // the seed's Figure 9: K varies
     shapes.clear();
@@ -354,6 +359,10 @@ int run(const Options& o) {
     for (const std::string& name : o.quant_types) q.types.push_back(parse_quant_type(name));
     if (!variant_settings.empty()) q.variant = variant_options, q.variant_text = o.variant;
     run_quantized_suite(q, lt, workspace.ptr, kWorkspace, prop.l2CacheSize, stream, out["rows"], save);
+    return finish();
+  }
+  if (o.suite == "transpose") {
+    run_transpose_suite({shapes, o.warmup, o.iters}, prop.l2CacheSize, stream, out["rows"], save);
     return finish();
   }
   if (o.suite == "vnm") {
@@ -613,7 +622,8 @@ int main(int argc, char** argv) {
   Options o;
   app.add_option("--suite", o.suite,
                  "bert | llm | decode | all | models (2:4; models: every linear of Llama-2/3 and BERT at T = 1..8192) "
-                 "| vnm (V:N:M) | tile | 8bit (fp8 / int8 2:4)")
+                 "| vnm (V:N:M) | tile | 8bit (fp8 / int8 2:4) | transpose (SparseLinear's x to x^T, against a copy; "
+                 "--shape's K and C)")
       ->capture_default_str();
   app.add_option("--models", o.models.models,
                  "models suite: only these models (llama-2-7b, llama-2-13b, llama-3-8b, llama-3-70b, "

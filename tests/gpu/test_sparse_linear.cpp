@@ -413,17 +413,17 @@ struct CopyBuffers {
 };
 
 // The transposes behind the V:N:M row gather (x to x^T) and feature-major x for the other kernels (x^T to x),
-// exactly, over a poisoned destination: the 16-byte path (aligned, K % 8 == 0) and the element path (K % 8 != 0, an
-// odd destination or source stride, a source one element off alignment), tile tails in both dimensions and the zero
-// padding of the tokens.
+// exactly, over a poisoned destination: the 8 x 8 block path (aligned, K % 8 == 0) and the element path (K % 8 != 0,
+// an odd destination or source stride, a source one element off alignment), tile tails in both dimensions and the
+// zero padding of the tokens; 1100000 x 16 has more of the block path's CTA tiles than its grid has CTAs.
 TEST(TransposeGpu, OddShapesPaddingAndAlignment) {
   SKIP_WITHOUT_GPU();
   struct Case {
     int64_t rows, cols, dst_ld, src_offset, src_ld;  // src_ld 0: cols
   };
-  const Case cases[] = {{1, 4096, 8, 0, 0},   {17, 520, 24, 0, 0},  {77, 1000, 80, 0, 0}, {64, 64, 64, 0, 0},
-                        {300, 77, 304, 0, 0}, {5, 3, 7, 0, 0},      {33, 96, 40, 1, 0},   {130, 200, 130, 0, 0},
-                        {96, 24, 96, 0, 40},  {520, 17, 520, 0, 21}};
+  const Case cases[] = {{1, 4096, 8, 0, 0},   {17, 520, 24, 0, 0},   {77, 1000, 80, 0, 0},        {64, 64, 64, 0, 0},
+                        {300, 77, 304, 0, 0}, {5, 3, 7, 0, 0},       {33, 96, 40, 1, 0},          {130, 200, 130, 0, 0},
+                        {96, 24, 96, 0, 40},  {520, 17, 520, 0, 21}, {1100000, 16, 1100000, 0, 0}};
   for (const Case& c : cases) {
     const int64_t src_ld = c.src_ld > 0 ? c.src_ld : c.cols;
     SCOPED_TRACE(testing::Message() << c.rows << " x " << c.cols << " (stride " << src_ld << ") into stride "
