@@ -8,6 +8,7 @@
 #include "../../src/cuda/common/check.cuh"
 #include "../../src/cuda/transpose.hpp"
 #include "bench_kernels.hpp"
+#include "nmkit/matrix.hpp"
 
 namespace nmkit::bench {
 
@@ -19,6 +20,9 @@ std::vector<Shape> transpose_suite_shapes() {
 }
 
 namespace {
+
+// SparseLinear pads x^T's rows to a multiple of 8 tokens (whole 16-byte pieces for the row gather): the same here.
+constexpr int64_t kPaddedTokens = 8;
 
 // Elements of the device transpose that differ from the host's (zeros past T included), over all of it.
 int64_t wrong_elements(const void* x, const void* xt, int64_t tokens, int64_t k, int64_t ldt, cudaStream_t stream) {
@@ -40,7 +44,7 @@ void run_transpose_suite(const TransposeSuiteOptions& o, std::size_t l2_bytes, c
                          nlohmann::json& rows, const RowDone& row_done) {
   std::printf("%-16s %12s %10s %12s %10s %9s\n", "T x K", "transpose us", "GB/s", "copy us", "GB/s", "vs copy");
   for (const Shape& shape : o.shapes) {
-    const int64_t tokens = shape.c, k = shape.k, ldt = (tokens + 7) / 8 * 8;
+    const int64_t tokens = shape.c, k = shape.k, ldt = round_up(tokens, kPaddedTokens);
     const std::size_t x_bytes = static_cast<std::size_t>(tokens * k) * 2,
                       xt_bytes = static_cast<std::size_t>(k * ldt) * 2;
     // Operand sets rotating past 3x L2, as the product suites do (small T stays L2-resident for both).
