@@ -32,11 +32,16 @@ namespace {
 constexpr int64_t kQuantizedColumnAlign = 16;
 
 // The 8-bit plan has no for_tokens: a run with fewer tokens than its bucket's plan remakes that plan for its T with
-// the bucket's choices pinned (n-tile, schedule, split-K, raster, overlap), which is what for_tokens keeps.
+// the bucket's choices pinned (kernel, tile, split-K, overlap; the sm90 kernel's schedule and raster), which is what
+// for_tokens keeps.
 Nm24Options pinned_choices(const KernelConfig& c) {
   Nm24Options o;
-  o.kernel = c.kernel, o.block_n = c.block_n, o.raster_rows = c.raster_rows, o.split = c.split;
-  o.overlap_launch = c.overlap_launch;
+  o.kernel = c.kernel, o.block_n = c.block_n, o.split = c.split, o.overlap_launch = c.overlap_launch;
+  if (c.kernel == Nm24Kernel::sm80_mma_sp_skinny) {
+    o.block_m = c.block_m;
+    return o;
+  }
+  o.raster_rows = c.raster_rows;
   o.schedule = c.split > 1 || !c.register_epilogue ? Sm90Schedule::staged
                : c.persistent_ctas > 0             ? Sm90Schedule::persistent
                                                    : Sm90Schedule::registers;

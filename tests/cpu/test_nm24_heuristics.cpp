@@ -153,6 +153,14 @@ TEST(Nm24Heuristics, SkinnyTileCoversTheColumnsAndFillsTheSms) {
   EXPECT_FALSE(skinny_takes(1280, 8192, 1));
   EXPECT_FALSE(skinny_takes(4096, 4096, 1));
   EXPECT_FALSE(skinny_takes(64, 16384, 1));
+  // 8-bit codes: the same rule over k-blocks of 64 codes (the same 64 bytes of B, the same weight bytes).
+  EXPECT_TRUE(skinny_takes_8bit(768, 768, 16));
+  EXPECT_TRUE(skinny_takes_8bit(1024, 2048, 64));
+  EXPECT_TRUE(skinny_takes_8bit(128, 8192, 16));
+  EXPECT_TRUE(skinny_takes_8bit(4096, 2048, 1));
+  EXPECT_FALSE(skinny_takes_8bit(768, 3072, 16));
+  EXPECT_FALSE(skinny_takes_8bit(4096, 4096, 1));
+  EXPECT_FALSE(skinny_takes_8bit(768, 768, 65));
 }
 
 TEST(Nm24Heuristics, VnmSkinnyTakesDecodeProductsOfSmallCondensedWeights) {

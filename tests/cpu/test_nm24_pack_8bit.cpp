@@ -146,6 +146,9 @@ TEST(Nm24Pack8bit, RegisterFragmentsFollowMmaSpM16n8k64) {
           // Over the warp, each register is one 128-byte core matrix: lane l reads its word l.
           ASSERT_EQ(x8::packed_value_word(slab, kb, kblocks, lane, i / 4),
                     x8::packed_value_word(slab, kb, kblocks, 0, i / 4) + lane);
+          // The skinny kernel's form of the same address: register 0's word plus a per-register constant.
+          ASSERT_EQ(x8::packed_value_word(slab, kb, kblocks, lane, i / 4),
+                    x8::packed_fragment_word(slab, kb, kblocks, lane) + x8::packed_register_words(i / 4));
           const int g = lane / 4, t = lane % 4;
           const int64_t row = 16 * slab + ((i < 4 || (i >= 8 && i < 12)) ? g : g + 8);
           const int64_t stored = kb * kStoredPerInstruction + 4 * t + i % 4 + (i >= 8 ? 16 : 0);

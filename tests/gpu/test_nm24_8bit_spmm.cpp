@@ -1,7 +1,8 @@
 // The 8-bit 2:4 SpMM against cpu/quantized_spmm.hpp over poisoned outputs: e4m3, e5m2 and int8, odd shapes and
-// tails, every output dtype and epilogue, split-K, and its refusals.
+// tails, every output dtype and epilogue, split-K, the skinny kernel at decode sizes, and its refusals.
 #include "nmkit/gpu/detail/nm24_8bit_spmm.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -30,8 +31,9 @@ bool eight_bit_here() {
 std::string describe(const QuantizedSpmmDesc& d, const Nm24Options& o) {
   return std::to_string(d.rows) + "x" + std::to_string(d.cols) + "x" + std::to_string(d.n) + " " +
          quant_type_name(d.type) + "->" + dtype_name(d.out_dtype) + " D " + layout_name(d.d_layout) + " beta " +
-         std::to_string(d.beta) + (d.bias ? " bias" : "") + " act " + activation_name(d.activation) + " block_n " +
-         std::to_string(o.block_n) + " split " + std::to_string(o.split);
+         std::to_string(d.beta) + (d.bias ? " bias" : "") + " act " + activation_name(d.activation) + " " +
+         kernel_name(o.kernel) + " block_m " + std::to_string(o.block_m) + " block_n " + std::to_string(o.block_n) +
+         " split " + std::to_string(o.split);
 }
 
 // Relative Frobenius error of the GPU product against the CPU oracle on fresh random operands.
@@ -116,6 +118,39 @@ TEST(Nm24x8Gpu, EveryTileScheduleAndSplitAgrees) {
   }
 }
 
+// The skinny kernel (mma.sp m16n8k64 from registers) on every tile, split and output, tails in R, K and C, both D
+// layouts and the full epilogue; and the automatic plan takes it at decode sizes.
+TEST(Nm24x8Gpu, SkinnyKernelAgreesWithTheQuantizedOracle) {
+  SKIP_WITHOUT_GPU();
+  if (!eight_bit_here()) GTEST_SKIP() << "no sm90 device";
+  uint32_t seed = 9700;
+  struct Shape {
+    int64_t r, k, c;
+  };
+  for (QuantType type : {QuantType::e4m3, QuantType::e5m2, QuantType::int8})
+    for (const Shape& s : {Shape{1000, 1008, 1}, Shape{200, 144, 7}, Shape{130, 2064, 16}, Shape{1000, 4096, 13}})
+      for (int block_m : {16, 32})
+        for (int block_n : {8, 16})
+          for (int split : {1, 3, 8}) {
+            const bool epilogue = (seed / 10) % 3 == 1;
+            const DType out = std::array{DType::f16, DType::bf16, DType::f32}[(seed / 10) % 3];
+            const QuantizedSpmmDesc d{s.r,      s.k,
+                                      s.c,      type,
+                                      out,      (seed / 20) % 2 ? Layout::row_major : Layout::col_major,
+                                      1.25f,    epilogue ? 0.5f : 0.0f,
+                                      epilogue, epilogue ? Activation::relu : Activation::none};
+            const Nm24Options options{
+                .kernel = Nm24Kernel::sm80_mma_sp_skinny, .block_n = block_n, .block_m = block_m, .split = split};
+            EXPECT_LE(run_case(d, options, seed += 10), eight_bit_tolerance(out)) << describe(d, options);
+          }
+  for (QuantType type : {QuantType::e4m3, QuantType::int8}) {
+    const QuantizedSpmmDesc decode{1024, 2048, 16, type, DType::bf16};
+    const Nm24x8SpmmPlan plan = Nm24x8SpmmPlan::create(decode);
+    EXPECT_EQ(plan.config().kernel, Nm24Kernel::sm80_mma_sp_skinny) << describe(decode, {});
+    EXPECT_LE(run_case(decode, {}, seed += 10), eight_bit_tolerance(decode.out_dtype)) << describe(decode, {});
+  }
+}
+
 // fp8 wgmma accumulates with fewer mantissa bits than fp32: the error against the exact oracle as K grows, printed
 // for the record (docs/performance.md), and held to the bf16 output's tolerance at 16K. int8 sums exactly in int32:
 // its only error is the one fp32 conversion and scaling of each sum.
@@ -138,7 +173,9 @@ TEST(Nm24x8Gpu, RefusesWhatItCannotRun) {
   if (!eight_bit_here()) GTEST_SKIP() << "no sm90 device";
   EXPECT_NMKIT_ERROR(Nm24x8SpmmPlan::create({128, 120, 16}), ErrorCode::unsupported, "multiple of 16");
   EXPECT_NMKIT_ERROR(Nm24x8SpmmPlan::create({128, 128, 16}, {.kernel = Nm24Kernel::sm80_mma_sp}),
-                     ErrorCode::unsupported, "no portable or skinny 8-bit kernel");
+                     ErrorCode::unsupported, "no portable 8-bit kernel");
+  EXPECT_NMKIT_ERROR(Nm24x8SpmmPlan::create({128, 128, 16}, {.kernel = Nm24Kernel::sm80_mma_sp_skinny, .block_n = 32}),
+                     ErrorCode::unsupported, "block_n 8 or 16 on 8-bit codes");
   const DenseMatrix w = test::random_matrix(128, 128, DType::f32, 1);
   const DeviceNm24x8 a =
       DeviceNm24x8::upload(pack_nm24(quantize_nm(compress_nm(w, prune_nm_magnitude(w, 2, 4), 2, 4), QuantType::e4m3)));

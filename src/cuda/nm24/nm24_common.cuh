@@ -13,6 +13,7 @@
 
 #include "../common/convert.cuh"
 #include "../ptx/mma_sp.cuh"
+#include "../ptx/mma_sp_8bit.cuh"
 #include "../ptx/wgmma_sp.cuh"
 #include "../ptx/wgmma_sp_8bit.cuh"
 #include "nmkit/gpu/detail/nm24_heuristics.hpp"
@@ -101,6 +102,14 @@ struct ElementTraits<int8_t> {
 };
 template <class Element>
 inline constexpr bool kEightBit = sizeof(Element) == 1;
+
+// 8-bit products accumulate dot products of codes (fp32 for fp8, int32 for int8): each becomes dot * the scale of its
+// row * the scale of its token before the epilogue, which then applies alpha, bias, beta * C and the activation as for
+// 16-bit operands.
+struct CodeScales {
+  const float* rows = nullptr;    // R_padded: the weight's per-row scales, zero in the padding
+  const float* tokens = nullptr;  // C: the activations' per-token scales
+};
 
 // One lane's share of a 16 x 32 sparse fragment: 4 value registers and the metadata register.
 struct AFragment {
@@ -277,9 +286,11 @@ void launch_sm80(const Params& p, Layout b_layout, bool b_vector_loads, cudaStre
 enum class SkinnyB : uint8_t { elements, pairs, chunks, gathered };
 SkinnyB skinny_b_path(const SpmmDesc& desc, const void* b);
 // The skinny kernel (decode-sized C, any B and D layout): block_m 16 or 32 rows per CTA, block_n 8, 16, 32 or 64
-// columns (gathered: 8 or 16).
+// columns (gathered: 8 or 16). 8-bit codes (Element __nv_fp8_e4m3, __nv_fp8_e5m2 or int8_t; p.kblocks of 64): B in
+// chunks, block_n 8 or 16, the dot products scaled by `scales` as launch_sm90_8bit's.
 template <class Element, class Out>
-void launch_skinny(const Params& p, int block_m, int block_n, SkinnyB b_path, const LaunchOn& on);
+void launch_skinny(const Params& p, int block_m, int block_n, SkinnyB b_path, const LaunchOn& on,
+                   const CodeScales& scales = {});
 TileShape skinny_tile_shape(int block_m, int block_n);
 // The sm90 kernel reads B through a TMA tensor map (B col-major, K % 8 == 0, 16-byte aligned).
 template <class Element, class Out>

@@ -1,5 +1,5 @@
-// Host side of the 8-bit (fp8, int8) 2:4 SpMM: the device weight, plan creation (validation, tile and schedule as for
-// 2:4) and run().
+// Host side of the 8-bit (fp8, int8) 2:4 SpMM: the device weight, plan creation (validation, kernel, tile and
+// schedule as for 2:4) and run().
 #include <cuda_runtime.h>
 
 #include <span>
@@ -24,7 +24,9 @@ SpmmDesc as_spmm_desc(const QuantizedSpmmDesc& d) {
   return s;
 }
 
-constexpr int64_t kTmaRowElements = 16;          // x's rows are TMA rows: 16-byte strides
+constexpr int64_t kTmaRowElements = 16;  // x's rows are TMA rows: 16-byte strides
+// The skinny kernel's rules count 16-bit k-blocks of 32: an 8-bit k-block of 64 codes is the same 64 bytes of B.
+constexpr int64_t kCodesPer16BitKBlock = 2;
 constexpr int64_t kInt8MaxK = int64_t{1} << 18;  // 2^17 kept products of 127^2 each stay below 2^31
 
 }  // namespace
@@ -63,10 +65,22 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
   });
   require(nm24::sm90_compiled() && nm24::device_is_sm90(), ErrorCode::unsupported,
           "8-bit plan: the 8-bit kernels need an sm_90 device and a build with sm_90a");
-  require(options.kernel != Nm24Kernel::sm80_mma_sp && options.kernel != Nm24Kernel::sm80_mma_sp_skinny,
-          ErrorCode::unsupported, "8-bit plan: there is no portable or skinny 8-bit kernel; the Hopper one runs it");
+  require(options.kernel != Nm24Kernel::sm80_mma_sp, ErrorCode::unsupported,
+          "8-bit plan: there is no portable 8-bit kernel; the Hopper and skinny ones run it");
   Nm24x8SpmmPlan plan;
   plan.desc_ = desc;
+  const int64_t cols_as_16bit = ceil_div(desc.cols, kCodesPer16BitKBlock);
+  const bool skinny = options.kernel == Nm24Kernel::sm80_mma_sp_skinny ||
+                      (options.kernel == Nm24Kernel::automatic && !nm24::sm90_choice_pinned(options) &&
+                       nm24::skinny_takes_8bit(desc.rows, desc.cols, desc.n));
+  if (skinny) {
+    require(options.block_n <= nm24::kSkinnyMax8BitBlockN, ErrorCode::unsupported, [&] {
+      return "8-bit plan: the skinny kernel takes block_n 8 or 16 on 8-bit codes, got " +
+             std::to_string(options.block_n);
+    });
+    plan.config_ = nm24::skinny_config(spmm, cols_as_16bit, options, /*sm90_device=*/true, "8-bit plan");
+    return plan;
+  }
   // The 2:4 kernel's tiles and costs: 8 bits double the math rate and halve the bytes of both, so the choice stands;
   // a pipeline round moves a k-tile of 128 codes.
   const nm24::SplitK split_by_shape =
@@ -115,6 +129,19 @@ void Nm24x8SpmmPlan::run(Stream stream, const DeviceNm24x8& a, const uint8_t* x,
   nm24::apply_sm90_schedule(config_, d, p);
   const nm24::LaunchOn on = nm24::launch_on(config_, stream);
   const auto launch = [&]<class Element>() {
+    if (config_.kernel == Nm24Kernel::sm80_mma_sp_skinny) {
+      const nm24::CodeScales scales{a.scales(), x_scales};
+      const auto skinny = [&]<class Out>() {
+        nm24::launch_skinny<Element, Out>(p, config_.block_m, config_.block_n, nm24::SkinnyB::chunks, on, scales);
+      };
+      if (desc_.out_dtype == DType::f32)
+        skinny.template operator()<float>();
+      else if (desc_.out_dtype == DType::bf16)
+        skinny.template operator()<__nv_bfloat16>();
+      else
+        skinny.template operator()<__half>();
+      return;
+    }
     if (desc_.out_dtype == DType::f32)
       nm24::launch_sm90_8bit<Element, float>(p, a.scales(), x_scales, config_.block_n, on);
     else if (desc_.out_dtype == DType::bf16)

@@ -342,14 +342,6 @@ struct CtaWork {
 template <int kBlockN, BSource kSource>
 constexpr bool kSplitKTakes = kBlockN <= 64 && (kSource == BSource::tma || kSource == BSource::gather_rows);
 
-// 8-bit products accumulate dot products of codes (fp32 for fp8, int32 for int8): each becomes dot * the scale of its
-// row * the scale of its token before the epilogue, which then applies alpha, bias, beta * C and the activation as for
-// 16-bit operands.
-struct CodeScales {
-  const float* rows = nullptr;    // R_padded: the weight's per-row scales, zero in the padding
-  const float* tokens = nullptr;  // C: the activations' per-token scales
-};
-
 // A consumer warpgroup's m64 x kBlockN dot products (wgmma_sp.cuh's register order) at rows row0.., columns n0..,
 // scaled into fp32 outputs.
 template <class Accumulator, int kAccumulators>

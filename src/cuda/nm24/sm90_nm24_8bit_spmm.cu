@@ -12,7 +12,7 @@ void launch_sm90_8bit(const Params& p, const float* row_scales, const float* tok
                       const LaunchOn& on) {
   using sm90::launch;
   require(p.b_col_major, ErrorCode::invalid_argument, "sm90 8-bit: B must be col-major (x[T, K] row-major)");
-  const sm90::CodeScales scales{row_scales, token_scales};
+  const CodeScales scales{row_scales, token_scales};
   constexpr BSource kTma = BSource::tma;
   const bool split = on.split > 1;
   require(!split || block_n <= 64, ErrorCode::invalid_argument,

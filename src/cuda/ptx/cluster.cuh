@@ -39,10 +39,10 @@ __device__ __forceinline__ uint32_t map_to_rank(const void* local, uint32_t rank
   return remote;
 }
 
-// A float at a shared::cluster address (map_to_rank).
-__device__ __forceinline__ float ld_shared_cluster_f32(uint32_t address) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(address) : "memory");
+// A 32-bit word at a shared::cluster address (map_to_rank): a float or int32 sum, bit for bit.
+__device__ __forceinline__ uint32_t ld_shared_cluster_b32(uint32_t address) {
+  uint32_t v;
+  asm volatile("ld.shared::cluster.b32 %0, [%1];\n" : "=r"(v) : "r"(address) : "memory");
   return v;
 }
 

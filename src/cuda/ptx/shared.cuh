@@ -15,6 +15,12 @@ __device__ __forceinline__ uint32_t ld_shared_b32(uint32_t address) {
   return v;
 }
 
+__device__ __forceinline__ uint2 ld_shared_v2_b32(uint32_t address) {
+  uint2 v;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(address) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ uint4 ld_shared_v4_b32(uint32_t address) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"

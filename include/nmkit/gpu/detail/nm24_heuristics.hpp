@@ -105,6 +105,9 @@ inline constexpr int64_t kSkinnySplitMaxK = kMaxClusterCtas * kSkinnyMaxK;
 inline constexpr int64_t kSkinnySplitMaxWeights = 4096 * 1024;
 inline constexpr int64_t kSkinnySplitMaxOutputs = 2048;
 bool skinny_takes(int64_t rows, int64_t cols, int64_t n);
+// Where an automatic 8-bit plan takes the skinny kernel: the 16-bit rule over the same k-blocks (64 codes, the 64
+// bytes of a 16-bit k-block of 32) and the same packed weight bytes.
+bool skinny_takes_8bit(int64_t rows, int64_t cols, int64_t n);
 // Where an automatic V:N:M plan takes the skinny kernel, which gathers B's elements through the table while it stages
 // them (any B layout, x read in place), over the condensed R x K' weight (condensed_cols = K'); H100, f16, 128:2:8
 // unless said, ms. B col-major: at C <= 16 always, the sm90 kernel's element gather being slower on every weight
@@ -120,6 +123,7 @@ inline constexpr int64_t kVnmSkinnyMaxWeights = 4096 * 1024;        // B row-maj
 inline constexpr int64_t kVnmSkinnyNarrowTokens = 8;                // one column tile: its staging holds fewer
 inline constexpr int64_t kVnmSkinnyMaxNarrowWeights = 4096 * 2048;  // B row-major: up to kVnmSkinnyNarrowTokens
 inline constexpr int kSkinnyMaxGatheredBlockN = 16;                 // the gathering staging's widest column tile
+inline constexpr int kSkinnyMax8BitBlockN = 16;  // 8-bit codes: the column tiles skinny_block_n picks, no wider
 bool vnm_skinny_takes(int64_t rows, int64_t condensed_cols, int64_t n, bool b_col_major);
 
 }  // namespace nmkit::gpu::nm24

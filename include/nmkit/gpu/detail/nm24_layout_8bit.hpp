@@ -70,6 +70,19 @@ constexpr int64_t packed_value_word(int64_t slab, int64_t kblock, int64_t kblock
   return packed_value_byte(row, stored, kblocks / kTileKBlocks) / kRegisterBytes;
 }
 
+// packed_value_word split for a kernel: the word of register 0, and each register's distance from it in words (a
+// constant, so that the four loads of a fragment share one address).
+constexpr int64_t packed_fragment_word(int64_t slab, int64_t kblock, int64_t kblocks, int lane) noexcept {
+  const int64_t tile = slab / kTileSlabs * (kblocks / kTileKBlocks) + kblock / kTileKBlocks;
+  const int64_t byte = tile * kTileValueBytes + kblock % kTileKBlocks * kKBlockValueBytes +
+                       slab % kTileSlabs * (kSlabRows / kCoreRows) * kStrideByteOffset +
+                       lane / kQuadLanes * kCoreRowBytes + lane % kQuadLanes * kRegisterBytes;
+  return byte / kRegisterBytes;
+}
+constexpr int packed_register_words(int reg) noexcept {
+  return (reg % 2 * kStrideByteOffset + reg / 2 * kLeadingByteOffset) / kRegisterBytes;
+}
+
 // Metadata: one 32-bit word per lane and fragment (16-row slab x k-block), fragments tile-major at
 // packed_fragment_index (nm24_layout.hpp; the same 8 slabs x 2 k-blocks per tile), so a tile's metadata is 2 KiB.
 inline constexpr int kNibbleBits = 4;
