@@ -6,9 +6,9 @@
 // instructions of 32-bit pairs, and no B registers held across the batch); any other B is loaded into registers by
 // pairs along K or by elements.
 //
-// A k-block is one sparse MMA's K, 64 bytes of a B column: m16n8k32 on 16-bit operands, m16n8k64 on 8-bit codes
-// (fp8 or int8, x quantized per token, B in chunks only), whose dot products are scaled per row and token before the
-// epilogue as the Hopper kernel scales them.
+// A k-block is 64 bytes of a B column: one m16n8k32 on 16-bit values; on 8-bit codes (fp8 or int8, x quantized per
+// token, B in chunks only) one m16n8k64 for int8 or two f16 m16n8k32 on fp8 widened in registers, the dot products
+// scaled per row and token before the epilogue as the Hopper kernel scales them.
 //
 // A CTA owns kSlabs 16-row slabs and 8 * kTilesN columns; its eight warps split K (warp w takes k-blocks w, w + 8,
 // ...) and their partial tiles are summed through shared memory in warp order (deterministic). Where the Hopper
@@ -61,11 +61,11 @@ struct SkinnyShape {
   static constexpr int kCols = kTilesN * kTileN;
   // k-blocks a warp loads before it multiplies them: what it keeps in flight, as many as the registers allow.
   static constexpr int kBatch = skinny_batch(kSlabs, kTilesN);
-  // The warps' partial tiles, [warp][row][column], a row padded by two floats against bank conflicts of the sum's
-  // row-order reads (it stays 8-byte aligned for the float2 writes).
+  // The warps' partial tiles, [warp][row][column] of 4-byte sums (fp32, or int32 for int8 codes), a row padded by two
+  // sums against bank conflicts of the sum's row-order reads (it stays 8-byte aligned for the pair writes).
   static constexpr int kRowStride = kCols + 2;
   static constexpr int kPartialBytes = kWarps * kRows * kRowStride * static_cast<int>(sizeof(float));
-  // B staged in chunks: per warp, k-block of its batch and column, the column's 32 halves of the k-block (four
+  // B staged in chunks: per warp, k-block of its batch and column, the column's 64 bytes of the k-block (four
   // 16-byte chunks); the partial tiles reuse the space once every warp has multiplied.
   static constexpr int kChunkBytes = 16;
   static constexpr int kColumnBytes = kKBlockBytes;
@@ -120,7 +120,7 @@ __device__ __forceinline__ void stage_b_chunks(const Params& p, uint32_t staging
 // A registers need no exchange between lanes: A register u + 2h (row 8u + g, stored bytes 16h + 4t .. +3, the kept
 // pairs of groups 8h + 2t and 8h + 2t + 1) widens to f16 registers u (group t) and u + 2 (group 4 + t) of
 // instruction h, i.e. its f16 group t is 8-bit group 8h + 2t and its group 4 + t is 8h + 2t + 1. B's codes and the
-// metadata's nibbles are read in that order (fp8_b_byte, fp8_meta_word). int8 has its native m16n8k64.
+// metadata's nibbles are read in that order (multiply_widened_fp8, fp8_meta_word). int8 has its native m16n8k64.
 template <class Element>
 constexpr bool kWidenedFp8 = std::is_same_v<Element, __nv_fp8_e4m3> || std::is_same_v<Element, __nv_fp8_e5m2>;
 
