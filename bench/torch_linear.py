@@ -5,10 +5,10 @@ that weight; pruned once per shape, in f32, and rounded to each dtype).
 
     PYTHONPATH=build/gpu/python python3 bench/torch_linear.py [--json out.json] [--iters 50] [--rounds 7]
         [--shapes "11008,4096,4096;4096,4096,16"] [--vnm vnm:128:2:8,vnm:128:2:16]
-    PYTHONPATH=build/gpu/python python3 bench/torch_linear.py --fp8 [--tokens 16,128,512,2048,4096]
+    PYTHONPATH=build/gpu/python python3 bench/torch_linear.py --fp8 [--tokens 16,128] [--weights "768,768;1024,4096"]
     PYTHONPATH=build/gpu/python python3 bench/torch_linear.py --profile --shapes 11008,4096,4096 ...
 
---fp8 compares 8-bit layers on bf16 activations instead (FP8_SHAPES x --tokens): F.linear in bf16;
+--fp8 compares 8-bit layers on bf16 activations instead (FP8_SHAPES or --weights, x --tokens): F.linear in bf16;
 torch._scaled_mm, dense fp8 e4m3 with a scale per output channel and x quantized per token (absmax / 448) by eager
 torch ops inside the timed call, with and without fast accumulation (per-tensor scales where this PyTorch lacks
 row-wise ones, the row says so); nmkit.torch.SparseLinear in bf16 2:4, and in 8-bit 2:4 (e4m3, and int8 where the
@@ -359,6 +359,7 @@ def main():
     parser.add_argument("--fp8", action="store_true", help="the 8-bit comparison (bf16 activations) instead")
     parser.add_argument("--tokens", default="16,128,512,2048,4096", help="--fp8: token counts, comma-separated")
     parser.add_argument("--shapes", help="R,K,T triples separated by ';' instead of the default shapes")
+    parser.add_argument("--weights", help="--fp8: R,K pairs separated by ';' instead of FP8_SHAPES")
     parser.add_argument("--vnm", default=",".join(VNM_PATTERNS),
                         help="V:N:M patterns timed beside 2:4, comma-separated (empty: none)")
     parser.add_argument("--profile", action="store_true",
@@ -396,7 +397,11 @@ def main():
 
     if args.fp8:
         token_counts = [int(t) for t in args.tokens.split(",")]
-        for rows, cols in FP8_SHAPES:
+        weights = ([tuple(int(v) for v in pair.split(",")) for pair in args.weights.split(";")] if args.weights
+                   else FP8_SHAPES)
+        if any(len(weight) != 2 for weight in weights):
+            parser.error(f"--weights wants R,K pairs separated by ';', got {args.weights!r}")
+        for rows, cols in weights:
             for r in bench_fp8_weight(rows, cols, token_counts, args.iters, args.rounds, args.warmup_s):
                 results.append(r)
                 report(r)
