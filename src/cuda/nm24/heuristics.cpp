@@ -108,7 +108,9 @@ bool skinny_takes(int64_t rows, int64_t cols, int64_t n) {
   return cols <= kSkinnySplitMaxK && rows * cols <= kSkinnySplitMaxWeights && rows * n <= kSkinnySplitMaxOutputs;
 }
 
-bool skinny_takes_8bit(int64_t rows, int64_t cols, int64_t n) { return skinny_takes(rows, (cols + 1) / 2, n); }
+bool skinny_takes_8bit(int64_t rows, int64_t cols, int64_t n) {
+  return skinny_takes(rows, skinny_cols_of_8bit(cols), n);
+}
 
 bool vnm_skinny_takes(int64_t rows, int64_t condensed_cols, int64_t n, bool b_col_major) {
   if (condensed_cols > kSkinnySplitMaxK) return false;  // a warp's k-blocks in one batch, over a cluster of 8

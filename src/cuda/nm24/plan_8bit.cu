@@ -24,9 +24,7 @@ SpmmDesc as_spmm_desc(const QuantizedSpmmDesc& d) {
   return s;
 }
 
-constexpr int64_t kTmaRowElements = 16;  // x's rows are TMA rows: 16-byte strides
-// The skinny kernel's rules count 16-bit k-blocks of 32: an 8-bit k-block of 64 codes is the same 64 bytes of B.
-constexpr int64_t kCodesPer16BitKBlock = 2;
+constexpr int64_t kTmaRowElements = 16;          // x's rows are TMA rows: 16-byte strides
 constexpr int64_t kInt8MaxK = int64_t{1} << 18;  // 2^17 kept products of 127^2 each stay below 2^31
 
 }  // namespace
@@ -69,7 +67,6 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
           "8-bit plan: there is no portable 8-bit kernel; the Hopper and skinny ones run it");
   Nm24x8SpmmPlan plan;
   plan.desc_ = desc;
-  const int64_t cols_as_16bit = ceil_div(desc.cols, kCodesPer16BitKBlock);
   const bool skinny = options.kernel == Nm24Kernel::sm80_mma_sp_skinny ||
                       (options.kernel == Nm24Kernel::automatic && !nm24::sm90_choice_pinned(options) &&
                        nm24::skinny_takes_8bit(desc.rows, desc.cols, desc.n));
@@ -78,7 +75,8 @@ Nm24x8SpmmPlan Nm24x8SpmmPlan::create(const QuantizedSpmmDesc& desc, const Nm24O
       return "8-bit plan: the skinny kernel takes block_n 8 or 16 on 8-bit codes, got " +
              std::to_string(options.block_n);
     });
-    plan.config_ = nm24::skinny_config(spmm, cols_as_16bit, options, /*sm90_device=*/true, "8-bit plan");
+    plan.config_ =
+        nm24::skinny_config(spmm, nm24::skinny_cols_of_8bit(desc.cols), options, /*sm90_device=*/true, "8-bit plan");
     return plan;
   }
   // The 2:4 kernel's tiles and costs: 8 bits double the math rate and halve the bytes of both, so the choice stands;

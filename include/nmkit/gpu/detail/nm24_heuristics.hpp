@@ -105,8 +105,10 @@ inline constexpr int64_t kSkinnySplitMaxK = kMaxClusterCtas * kSkinnyMaxK;
 inline constexpr int64_t kSkinnySplitMaxWeights = 4096 * 1024;
 inline constexpr int64_t kSkinnySplitMaxOutputs = 2048;
 bool skinny_takes(int64_t rows, int64_t cols, int64_t n);
-// Where an automatic 8-bit plan takes the skinny kernel: the 16-bit rule over the same k-blocks (64 codes, the 64
-// bytes of a 16-bit k-block of 32) and the same packed weight bytes.
+// The skinny kernel's rules count 16-bit k-blocks of 32 values: a k-block of 64 8-bit codes is the same 64 bytes of
+// B, so K codes count as the 16-bit K of as many k-blocks (and as many packed weight bytes).
+constexpr int64_t skinny_cols_of_8bit(int64_t cols) { return (cols + 1) / 2; }
+// Where an automatic 8-bit plan takes the skinny kernel: the 16-bit rule over skinny_cols_of_8bit.
 bool skinny_takes_8bit(int64_t rows, int64_t cols, int64_t n);
 // Where an automatic V:N:M plan takes the skinny kernel, which gathers B's elements through the table while it stages
 // them (any B layout, x read in place), over the condensed R x K' weight (condensed_cols = K'); H100, f16, 128:2:8
