@@ -287,19 +287,22 @@ class DenseGemm {
 };
 
 // Picks the fastest of a cuBLASLt wrapper's heuristic algorithms (algorithms(), select(i)) on a short timing of
-// `launch(set)` (which calls its run()) and keeps it. Each candidate gets kProbeIters launches: with 5, at ~15 us per
-// product the pick moved between processes.
+// `launch(set)` (which calls its run()) and keeps it. The candidates are timed side by side in rotating rounds, so
+// they share one warm-up to settled clocks (one each made a row's setup take seconds) and the same heat; each gets
+// kProbeIters launches: with 5, at ~15 us per product the pick moved between processes.
 inline constexpr int kProbeWarmup = 3, kProbeIters = 15;
 template <class Gemm>
 void choose_fastest_algorithm(Gemm& gemm, const std::function<void(int)>& launch, int sets, cudaStream_t s) {
-  double best_ms = 1e30;
-  int best = 0;
-  for (int a = 0; a < gemm.algorithms(); ++a) {
-    gemm.select(a);
-    const double ms = time_median_ms(launch, sets, kProbeWarmup, kProbeIters, s);
-    if (ms < best_ms) best_ms = ms, best = a;
-  }
-  gemm.select(best);
+  if (gemm.algorithms() <= 1) return;
+  std::vector<std::function<void(int)>> candidates;
+  for (int a = 0; a < gemm.algorithms(); ++a)
+    candidates.push_back([&gemm, &launch, a](int set) {
+      gemm.select(a);
+      launch(set);
+    });
+  const std::vector<double> ms =
+      time_interleaved_ms(candidates, sets, kProbeWarmup, interleaved_rounds(kProbeIters), kLaunchesPerRound, s);
+  gemm.select(static_cast<int>(std::min_element(ms.begin(), ms.end()) - ms.begin()));
 }
 inline void DenseGemm::choose_fastest(const std::function<void(int)>& launch, int sets, cudaStream_t s) {
   choose_fastest_algorithm(*this, launch, sets, s);
