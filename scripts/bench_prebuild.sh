@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds nmkit_bench here (sm_90a, with its cuSPARSELt baseline) and packs it, so that a device call spends its
-# minutes measuring, not compiling: the models suite's rows take ~3.4 s each, and a build there takes several
-# minutes of a call. cuSPARSELt comes from PyPI (nvidia-cusparselt-cu13, the version the GPU machine's PyTorch
-# ships) into .deps/cusparselt; the binary links it by soname and finds the GPU machine's copy at run time.
+# minutes measuring, not compiling: the models suite takes ~1.4 s a row (264 rows a dtype, one call), and a build
+# there takes several minutes of a call. cuSPARSELt comes from PyPI (nvidia-cusparselt-cu13, the version the GPU
+# machine's PyTorch ships) into .deps/cusparselt; the binary links it by soname and finds the GPU machine's copy at
+# run time.
 #   bash scripts/bench_prebuild.sh               # here: build into build/device, pack into .bench_bin.tar.xz
 #   bash scripts/bench_prebuild.sh --run ARGS... # on the GPU machine (carry .bench_bin.tar.xz): nmkit_bench ARGS
-# e.g. the models suite over several calls:
+# e.g. the models suite (--resume continues a run that a call's limit cut):
 #   bash scripts/bench_prebuild.sh --run --suite models --dtype f16 --iters 5 \
 #     --resume bench/results/h200/models_f16_run1.json
 set -euo pipefail
