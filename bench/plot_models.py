@@ -37,7 +37,8 @@ def load_rows(paths):
 
 def series(rows):
     """{(dtype, R, K): [(T, nmkit x cuBLAS, cuSPARSELt x cuBLAS or None, runs), ...]}, sorted by T; a row held by
-    several runs takes the median of each ratio over them (cuSPARSELt's over the runs where it ran)."""
+    several runs takes the median of each ratio over them (cuSPARSELt's over the runs where its searched
+    configuration ran)."""
     runs = defaultdict(list)
     for r in rows:
         # cuSPARSELt's searched configuration only: where its output failed the check the row times its default
@@ -66,9 +67,9 @@ def summary(lines):
         runs = "" if counts == [1] else f" (medians of {counts[0]}-{counts[-1]} runs a row)"
         out.append(
             f"{dtype}: {len(points)} rows{runs}, {sum(p[3] >= 1.0 for p in points)} at or above cuBLAS, "
-            f"{sum(p[3] >= p[4] for p in with_lt)} of {len(with_lt)} at or above cuSPARSELt (searched); geometric mean over "
-            f"cuBLAS {geometric_mean([p[3] for p in points if p[2] <= SMALL_BATCH]):.3f}x at T <= {SMALL_BATCH}, "
-            f"{geometric_mean([p[3] for p in points]):.3f}x over all")
+            f"{sum(p[3] >= p[4] for p in with_lt)} of {len(with_lt)} at or above cuSPARSELt (searched); "
+            f"geometric mean over cuBLAS {geometric_mean([p[3] for p in points if p[2] <= SMALL_BATCH]):.3f}x "
+            f"at T <= {SMALL_BATCH}, {geometric_mean([p[3] for p in points]):.3f}x over all")
         under = [f"{r}x{k}x{t} {m:.2f}x" for r, k, t, m, _, _ in points if m < 1.0]
         if under:
             out.append(f"  under cuBLAS ({len(under)}): " + ", ".join(under))

@@ -288,8 +288,8 @@ class DenseGemm {
 
 // Picks the fastest of a cuBLASLt wrapper's heuristic algorithms (algorithms(), select(i)) on a short timing of
 // `launch(set)` (which calls its run()) and keeps it. The candidates are timed side by side in rotating rounds, so
-// they share one warm-up to settled clocks (one each made a row's setup take seconds) and the same heat; each gets
-// kProbeIters launches: with 5, at ~15 us per product the pick moved between processes.
+// they share one warm-up to settled clocks (one per candidate would add 8 x 300 ms to a row) and the same heat; each
+// gets kProbeIters launches: with 5, at ~15 us per product the pick moved between processes.
 inline constexpr int kProbeWarmup = 3, kProbeIters = 15;
 template <class Gemm>
 void choose_fastest_algorithm(Gemm& gemm, const std::function<void(int)>& launch, int sets, cudaStream_t s) {
